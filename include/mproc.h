@@ -1,0 +1,10 @@
+/* mproc — torch.multiprocessing for C. The umbrella header. */
+#ifndef MPROC_H
+#define MPROC_H
+
+#include "mproc/error.h"
+#include "mproc/tensor.h"
+#include "mproc/msg.h"
+#include "mproc/process.h"
+
+#endif

@@ -1,0 +1,138 @@
+/* Error codes, their names and texts, and the thread-local detail sentence. */
+#include "os/os.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+static _Thread_local char last_error[512];
+static mp_log_fn log_hook;
+static void *log_user;
+
+static const struct {
+    int code;
+    const char *name;
+    const char *text;
+} codes[] = {
+    {MP_OK, "MP_OK", "success"},
+    {MP_EINVAL, "MP_EINVAL", "invalid argument"},
+    {MP_ENOMEM, "MP_ENOMEM", "out of memory"},
+    {MP_ESYS, "MP_ESYS", "system call failed"},
+    {MP_ETIMEDOUT, "MP_ETIMEDOUT", "timed out"},
+    {MP_ECLOSED, "MP_ECLOSED", "closed"},
+    {MP_EPROTO, "MP_EPROTO", "protocol error"},
+    {MP_EMFILE, "MP_EMFILE", "too many open files"},
+    {MP_ENOSPC, "MP_ENOSPC", "no space left in shared memory"},
+    {MP_ENOTSUP, "MP_ENOTSUP", "not supported"},
+    {MP_EAGAIN, "MP_EAGAIN", "would block"},
+    {MP_ECHILD, "MP_ECHILD", "child process failed"},
+    {MP_EOWNERDEAD, "MP_EOWNERDEAD", "previous owner died holding the lock"},
+    {MP_ESTATE, "MP_ESTATE", "invalid in the current state"},
+    {MP_ENOENT, "MP_ENOENT", "no such name"},
+    {MP_EBROKEN, "MP_EBROKEN", "broken"},
+    {MP_EPERM, "MP_EPERM", "permission denied"},
+    {MP_EOVERFLOW, "MP_EOVERFLOW", "value too large"},
+};
+
+static int find(int code)
+{
+    for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
+        if (codes[i].code == code)
+            return (int)i;
+    return -1;
+}
+
+const char *mp_strerror(int code)
+{
+    int i = find(code);
+    return i < 0 ? "unknown error code" : codes[i].text;
+}
+
+const char *mp_err_name(int code)
+{
+    int i = find(code);
+    return i < 0 ? "MP_E?" : codes[i].name;
+}
+
+const char *mp_last_error(void) { return last_error; }
+
+const char *mp_version(void) { return MP_VERSION_STRING; }
+
+void mp_set_log_hook(mp_log_fn fn, void *user)
+{
+    log_hook = fn;
+    log_user = user;
+}
+
+void mp__log(int level, const char *fmt, ...)
+{
+    char line[512];
+    va_list ap;
+    if (!log_hook)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    log_hook(level, line, log_user);
+}
+
+void mp__error_clear(void) { last_error[0] = '\0'; }
+
+int mp__error(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+int mp__errno_code(int err)
+{
+    switch (err) {
+    case EMFILE:
+    case ENFILE: return MP_EMFILE;
+    case ENOSPC: return MP_ENOSPC;
+    case ENOMEM: return MP_ENOMEM;
+    case ETIMEDOUT: return MP_ETIMEDOUT;
+    case EPIPE:
+    case ECONNRESET:
+    case ECONNREFUSED: return MP_ECLOSED;
+    case EAGAIN: return MP_EAGAIN;
+    case EPERM:
+    case EACCES: return MP_EPERM;
+    case ENOENT: return MP_ENOENT;
+    case ENOSYS:
+    case EOPNOTSUPP: return MP_ENOTSUP;
+    case EOVERFLOW:
+    case EFBIG: return MP_EOVERFLOW;
+    default: return MP_ESYS;
+    }
+}
+
+static const char *fix_for(int err)
+{
+    switch (err) {
+    case EMFILE:
+        return " (raise the open-files limit with `ulimit -n` / setrlimit(RLIMIT_NOFILE), "
+               "or switch to the file_system sharing strategy)";
+    case ENFILE: return " (the system-wide file table is full: raise fs.file-max)";
+    case ENOSPC:
+        return " (free space in /dev/shm or enlarge it, e.g. `mount -o remount,size=8G "
+               "/dev/shm`, or docker's --shm-size)";
+    default: return "";
+    }
+}
+
+int mp__errno_error(int err, const char *fmt, ...)
+{
+    va_list ap;
+    size_t n;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+    n = strlen(last_error);
+    if (n < sizeof last_error)
+        snprintf(last_error + n, sizeof last_error - n, ": %s%s", strerror(err), fix_for(err));
+    return mp__errno_code(err);
+}

@@ -1,0 +1,112 @@
+/* The one internal porting header: everything above src/os/ reaches Linux
+ * through these wrappers, and every system call that can fail in an
+ * interesting way goes through mp__sys, a table that tests swap to inject
+ * EMFILE, ENOSPC, EINTR, ENOMEM on demand (as SQLite's os layer does). */
+#ifndef MPROC_OS_H
+#define MPROC_OS_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "mproc/error.h"
+
+struct msghdr;
+struct stat;
+
+/* ---- error reporting (src/os/error.c) ---------------------------------- */
+
+/* Records the thread-local sentence and returns code, so callers can
+ * `return mp__error(MP_EINVAL, "mp_tensor_view: dim %d out of range", d);` */
+int mp__error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Like mp__error, appends ": <strerror(err)>" and maps err to a code:
+ * EMFILE/ENFILE -> MP_EMFILE (with the fix: raise the open-files limit or
+ * switch to the file_system strategy), ENOSPC -> MP_ENOSPC, ENOMEM ->
+ * MP_ENOMEM, ETIMEDOUT -> MP_ETIMEDOUT, EPIPE/ECONNRESET -> MP_ECLOSED,
+ * EAGAIN -> MP_EAGAIN, EPERM/EACCES -> MP_EPERM, ENOENT -> MP_ENOENT,
+ * everything else -> MP_ESYS. */
+int mp__errno_error(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Maps an errno value as mp__errno_error does, without recording text. */
+int mp__errno_code(int err);
+/* Clears the thread-local sentence (successful calls need not call it). */
+void mp__error_clear(void);
+/* Sends a line to the log hook, if one is set. */
+void mp__log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- swappable system calls (src/os/sys.c) ----------------------------- */
+
+/* Each member has the libc signature and errno convention, except
+ * posix_fallocate, which returns the error number (it does not set errno). */
+typedef struct mp__sys_table {
+    int (*memfd_create)(const char *name, unsigned int flags);
+    int (*shm_open)(const char *name, int oflag, mode_t mode);
+    int (*shm_unlink)(const char *name);
+    int (*ftruncate)(int fd, off_t length);
+    int (*posix_fallocate)(int fd, off_t offset, off_t len);
+    void *(*mmap)(void *addr, size_t length, int prot, int flags, int fd, off_t off);
+    int (*munmap)(void *addr, size_t length);
+    ssize_t (*sendmsg)(int fd, const struct msghdr *msg, int flags);
+    ssize_t (*recvmsg)(int fd, struct msghdr *msg, int flags);
+    int (*socketpair)(int domain, int type, int protocol, int sv[2]);
+    int (*fcntl)(int fd, int cmd, int arg);
+    int (*fstat)(int fd, struct stat *st);
+    int (*close)(int fd);
+    int (*dup)(int fd);
+} mp__sys_table;
+
+/* The live table. Library code calls mp__sys.mmap(...), never mmap(...). */
+extern mp__sys_table mp__sys;
+/* The real calls, to restore after a test. */
+extern const mp__sys_table mp__sys_real;
+
+/* Fault injection for tests: the next `count` calls of the named member
+ * ("mmap", "sendmsg", ...) fail with errno `err` (for posix_fallocate: return
+ * it), after `skip` successful calls. Returns MP_ENOENT for an unknown name.
+ * mp__sys_fault_reset() restores every member. Not thread-safe: tests only. */
+int mp__sys_fault(const char *call, int err, int skip, int count);
+void mp__sys_fault_reset(void);
+
+/* ---- small helpers (src/os/) -------------------------------------------- */
+
+/* Monotonic clock in seconds. */
+double mp__now(void);
+/* Milliseconds left until deadline (absolute mp__now() seconds) for poll():
+ * -1 when deadline < 0 (forever), 0 when passed. */
+int mp__poll_ms(double deadline);
+/* Deadline from a timeout in seconds (negative = forever -> -1). */
+double mp__deadline(double timeout);
+
+/* Closes fd if >= 0, preserving errno; returns -1 for `fd = mp__close(fd)`. */
+int mp__close(int fd);
+/* Sets or clears FD_CLOEXEC. */
+int mp__set_cloexec(int fd, bool on);
+
+/* futex wait/wake on a 32-bit word in (possibly shared) memory. wait returns
+ * 0 when woken or the value differed, MP_ETIMEDOUT at the deadline. */
+int mp__futex_wait(uint32_t *addr, uint32_t expected, double deadline, bool shared);
+int mp__futex_wake(uint32_t *addr, int count, bool shared);
+
+/* pidfd_open(2); -1 with errno on failure (ENOSYS on old kernels). */
+int mp__pidfd_open(pid_t pid);
+
+/* Sends len bytes plus nfds fds as one record (SOCK_SEQPACKET) on sock,
+ * retrying EINTR, waiting for writability until deadline. */
+int mp__send_record(int sock, const void *buf, size_t len, const int *fds, int nfds,
+                    double deadline);
+/* Receives one record of at most cap bytes and at most maxfds fds. On success
+ * *len and *nfds are set and the received fds are O_CLOEXEC and owned by the
+ * caller. A record or fd list that was truncated by the kernel yields
+ * MP_EPROTO with every received fd closed. An orderly EOF yields MP_ECLOSED.
+ * MSG_CTRUNC caused by the open-files limit yields MP_EMFILE. */
+int mp__recv_record(int sock, void *buf, size_t cap, size_t *len, int *fds, int maxfds,
+                    int *nfds, double deadline);
+
+/* Counts this process's open fds (/proc/self/fd), for leak checks and doctor. */
+int mp__count_open_fds(void);
+
+#endif

@@ -1,0 +1,96 @@
+/* Shared-memory segments under the two sharing strategies, the per-process
+ * mapping cache, and the hook the shm-manager client plugs into. */
+#ifndef MPROC_SHM_H
+#define MPROC_SHM_H
+
+#include "os/os.h"
+
+enum { MP__STRATEGY_FD = 0, MP__STRATEGY_FS = 1 };
+
+/* A mapped segment, refcounted within this process. The mapping cache holds
+ * one mp__segment per (device, inode): opening a segment that is already
+ * mapped returns the same object, retained. */
+typedef struct mp__segment mp__segment;
+
+/* Segment names under file_system: "/mproc-<pid>-<16 random hex>". The
+ * prefix is what the daemon and `mproc shm` recognise. */
+#define MP__SHM_PREFIX "mproc-"
+#define MP__SHM_NAME_MAX 64
+
+/* file_system segments start with this header (page-sized; data follows at
+ * MP__FS_HEADER_SIZE, so data stays page aligned). */
+#define MP__FS_MAGIC 0x6d70726f63736567ull /* "mprocseg" */
+#define MP__FS_VERSION 1u
+#define MP__FS_HEADER_SIZE 4096u
+typedef struct mp__fs_header {
+    uint64_t magic;
+    uint32_t version;
+    uint32_t creator_pid;
+    uint64_t size;        /* data bytes after the header */
+    uint32_t refcount;    /* atomic: processes mapping it + messages in flight */
+    uint32_t flags;
+} mp__fs_header;
+
+/* Current strategy of this process (MP__STRATEGY_*). */
+int mp__shm_strategy(void);
+
+/* Creates, sizes (posix_fallocate: a full /dev/shm is MP_ENOSPC with free and
+ * needed bytes), seals (FD) and maps a zeroed segment of nbytes data bytes. */
+int mp__segment_create(size_t nbytes, int strategy, mp__segment **out);
+mp__segment *mp__segment_retain(mp__segment *s);
+/* Last release unmaps; under FS it also drops this process's header
+ * reference and unlinks when that reaches zero. */
+void mp__segment_release(mp__segment *s);
+void *mp__segment_data(const mp__segment *s);
+size_t mp__segment_size(const mp__segment *s);
+int mp__segment_strategy(const mp__segment *s);
+/* FD: the segment's fd (kept open while mapped); FS: -1. */
+int mp__segment_fd(const mp__segment *s);
+/* FS: the name; FD: NULL. */
+const char *mp__segment_name(const mp__segment *s);
+
+/* One slot of user data per segment, used by the tensor layer to find the
+ * single storage that wraps a segment in this process. Not refcounted. */
+void *mp__segment_user(const mp__segment *s);
+void mp__segment_set_user(mp__segment *s, void *user);
+
+/* What crosses the wire for a segment. */
+typedef struct mp__segment_handle {
+    int strategy;
+    int fd;                        /* FD: the fd to send or that was received */
+    uint64_t size;                 /* data bytes */
+    char name[MP__SHM_NAME_MAX];   /* FS */
+} mp__segment_handle;
+
+/* Fills h for sending s. FD: h->fd is s's own fd (borrowed; sendmsg dups it).
+ * FS: takes one header reference on behalf of the message in flight; the
+ * receiver adopts it in mp__segment_open, or mp__segment_handle_drop returns
+ * it if the message is never delivered. */
+int mp__segment_export(mp__segment *s, mp__segment_handle *h);
+/* Maps a received handle (cache hit: same segment, retained). FD: takes
+ * ownership of h->fd (closed on hit or error); checks it is a memfd/shm file
+ * sealed against shrinking, and that fstat's size covers h->size, else
+ * MP_EPROTO. FS: opens by name, checks magic/version/size, adopts the
+ * in-flight reference. */
+int mp__segment_open(mp__segment_handle *h, mp__segment **out);
+/* Gives back what an undelivered handle holds (FD: closes a received fd;
+ * FS: drops the in-flight reference). */
+void mp__segment_handle_drop(mp__segment_handle *h, bool received);
+
+/* Hook for the shm-manager client (issue: daemon). Called synchronously in
+ * the calling thread; each may be NULL. The client must make the report
+ * ordered before the segment's name can leave the process. */
+typedef struct mp__shm_hooks {
+    void (*created)(const char *name, uint64_t size);
+    void (*opened)(const char *name);
+    void (*closed)(const char *name);     /* this process unmapped it */
+    void (*unlinked)(const char *name);
+    void (*sent)(const char *name);       /* a message carrying it was sent */
+    void (*received)(const char *name);   /* ... and received */
+} mp__shm_hooks;
+void mp__shm_set_hooks(const mp__shm_hooks *hooks);
+
+/* Number of segments this process has mapped now (for leak checks). */
+int mp__segment_count(void);
+
+#endif

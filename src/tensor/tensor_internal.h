@@ -1,0 +1,48 @@
+/* What the layers above tensor (wire, cuda) need of storages and tensors. */
+#ifndef MPROC_TENSOR_INTERNAL_H
+#define MPROC_TENSOR_INTERNAL_H
+
+#include "mproc/tensor.h"
+#include "os/os.h"
+#include "shm/shm.h"
+
+/* Refcounted storage: one block of bytes on one device. */
+typedef struct mp__storage mp__storage;
+
+mp__storage *mp__storage_retain(mp__storage *s);
+void mp__storage_release(mp__storage *s);
+/* Borrowed: the storage a tensor views. */
+mp__storage *mp__tensor_storage(const mp_tensor *t);
+void *mp__storage_data(const mp__storage *s);
+size_t mp__storage_nbytes(const mp__storage *s);
+DLDevice mp__storage_device(const mp__storage *s);
+/* Borrowed: the shared segment behind a CPU storage, or NULL if private. */
+mp__segment *mp__storage_segment(const mp__storage *s);
+/* Moves a CPU storage into shared memory (no-op if shared). */
+int mp__storage_share(mp__storage *s);
+
+/* The one storage wrapping seg in this process (created on first use,
+ * retained on later calls), so tensors received over one segment are views
+ * of one storage. */
+int mp__storage_from_segment(mp__segment *seg, mp__storage **out);
+
+/* Wraps foreign memory on any device; release(data, ctx) runs when the last
+ * reference goes (not on failure). Used by from_blob, DLPack and CUDA. */
+int mp__storage_wrap(void *data, size_t nbytes, DLDevice dev, mp_release_fn release,
+                     void *ctx, mp__storage **out);
+/* A per-storage slot for layers above (CUDA keeps its IPC state there). */
+void *mp__storage_user(const mp__storage *s);
+void mp__storage_set_user(mp__storage *s, void *user);
+
+/* A view over s, validated exactly as mp_tensor_as_strided does (dtype known,
+ * ndim 0..16, sizes >= 0, no overflow, every reachable element inside s);
+ * MP_EINVAL otherwise with the reason in the sentence. Retains s. */
+int mp__tensor_make(mp__storage *s, mp_dtype dtype, int ndim, const int64_t *shape,
+                    const int64_t *strides, uint64_t byte_offset, mp_tensor **out);
+
+/* Checks a view's geometry against a storage of nbytes without creating it:
+ * 0, or MP_EINVAL / MP_EOVERFLOW with the reason. */
+int mp__tensor_check_geometry(mp_dtype dtype, int ndim, const int64_t *shape,
+                              const int64_t *strides, uint64_t byte_offset, size_t nbytes);
+
+#endif

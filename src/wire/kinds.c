@@ -1,0 +1,17 @@
+/* Every object kind that can travel as a message attachment. Each layer
+ * above wire defines its descriptor; this table is where they meet. */
+#include "wire/wire.h"
+
+/* Add one line per kind as the layers implement them, e.g.
+ * extern const mp__objkind mp__queue_kind; ... &mp__queue_kind, */
+static const mp__objkind *const kinds[] = {
+    NULL,
+};
+
+const mp__objkind *mp__objkind_lookup(int kind)
+{
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        if (kinds[i] && kinds[i]->kind == kind)
+            return kinds[i];
+    return NULL;
+}

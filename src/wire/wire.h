@@ -1,0 +1,52 @@
+/* The wire: one message = one SOCK_SEQPACKET record with its fds. Frame
+ * encode/decode, the object-attachment registry, and send/recv on a socket. */
+#ifndef MPROC_WIRE_H
+#define MPROC_WIRE_H
+
+#include "mproc/msg.h"
+#include "os/os.h"
+
+/* How an mproc object (queue, connection, lock, ...) crosses the wire: a few
+ * bytes of its own plus some fds. Each layer above wire defines one
+ * descriptor per kind and lists it in src/wire/kinds.c. */
+typedef struct mp__objkind {
+    int kind;          /* mp_attach_kind */
+    const char *name;  /* "queue", ... for error sentences */
+    void *(*retain)(void *obj);
+    void (*release)(void *obj);
+    /* Writes at most cap bytes to buf and at most maxfds fds (borrowed: the
+     * kernel dups them on send) to fds; sets *len and *nfds. */
+    int (*encode)(void *obj, void *buf, size_t cap, size_t *len, int *fds, int maxfds,
+                  int *nfds);
+    /* Builds the object from bytes and fds. Takes ownership of all nfds fds on
+     * success AND on failure (closes them). Validates everything: MP_EPROTO. */
+    int (*decode)(const void *buf, size_t len, int *fds, int nfds, void **obj);
+} mp__objkind;
+
+/* NULL for an unknown kind. */
+const mp__objkind *mp__objkind_lookup(int kind);
+
+/* Generic attach/get for layers above (typed wrappers live in their headers,
+ * e.g. mp_msg_add_queue in mproc/queue.h). add retains obj; get returns a new
+ * reference, MP_EINVAL when the attachment is not of that kind. */
+int mp__msg_add_object(mp_msg *m, const char *name, int kind, void *obj);
+int mp__msg_get_object(const mp_msg *m, size_t index, int kind, void **obj);
+
+/* Sends m as one record on a SOCK_SEQPACKET socket, waiting for room until
+ * deadline (absolute mp__now() seconds; < 0 forever; 0 try once ->
+ * MP_EAGAIN). Private tensors are shared first. A payload above the spill
+ * threshold travels in a sealed segment. */
+int mp__wire_send(int sock, const mp_msg *m, double deadline);
+/* Receives one message. MP_ECLOSED at EOF, MP_ETIMEDOUT / MP_EAGAIN as
+ * above, MP_EPROTO for any malformed frame (every fd received is closed),
+ * MP_EMFILE when the fds did not fit under RLIMIT_NOFILE. */
+int mp__wire_recv(int sock, mp_msg **out, double deadline);
+
+/* Encode/decode without a socket, for the fuzzer and tests: encode writes
+ * the frame into *buf (malloc'd) and the fds to send into fds (borrowed).
+ * decode takes ownership of fds (closes them on error). */
+#define MP__WIRE_MAX_FDS 253 /* SCM_MAX_FD */
+int mp__wire_encode(const mp_msg *m, void **buf, size_t *len, int *fds, int *nfds);
+int mp__wire_decode(const void *buf, size_t len, int *fds, int nfds, mp_msg **out);
+
+#endif

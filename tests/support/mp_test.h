@@ -1,0 +1,58 @@
+/* Shared test helpers: leak snapshots (fds, /dev/shm segments, mappings,
+ * children) and cleanup of helper processes. Used with cmocka:
+ *
+ *   static int setup(void **state) { return mp_test_setup(state); }
+ *   static int teardown(void **state) { return mp_test_teardown(state); }
+ *   cmocka_unit_test_setup_teardown(test_x, setup, teardown)
+ *
+ * teardown kills and reaps every child still alive, then fails the test if
+ * any fd, mproc /dev/shm segment, mapping or child outlived it. */
+#ifndef MP_TEST_H
+#define MP_TEST_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "mproc.h"
+
+typedef struct mp_test_snapshot {
+    int fds;       /* entries in /proc/self/fd */
+    int shm;       /* /dev/shm entries whose name starts with "mproc-" */
+    int maps;      /* lines in /proc/self/maps */
+    int children;  /* live or zombie processes whose parent is us */
+} mp_test_snapshot;
+
+void mp_test_snapshot_take(mp_test_snapshot *s);
+/* Waits up to 2 s for the counts to return to `before`; fails the current
+ * cmocka test naming what leaked. maps may shrink (never grow). */
+void mp_test_assert_no_leaks(const mp_test_snapshot *before);
+
+int mp_test_setup(void **state);
+int mp_test_teardown(void **state);
+
+/* SIGKILLs and reaps every child of this process. */
+void mp_test_kill_children(void);
+int mp_test_count_children(void);
+int mp_test_count_fds(void);
+int mp_test_count_shm(void);
+int mp_test_count_maps(void);
+
+/* assert_int_equal with mp_last_error() in the failure message. */
+#define assert_mp_ok(expr)                                                         \
+    do {                                                                           \
+        int mp_test_rc_ = (expr);                                                  \
+        if (mp_test_rc_ != 0)                                                      \
+            fail_msg("%s -> %s: %s", #expr, mp_err_name(mp_test_rc_), mp_last_error()); \
+    } while (0)
+#define assert_mp_err(expr, code)                                                  \
+    do {                                                                           \
+        int mp_test_rc_ = (expr);                                                  \
+        if (mp_test_rc_ != (code))                                                 \
+            fail_msg("%s -> %s (wanted %s): %s", #expr, mp_err_name(mp_test_rc_),  \
+                     mp_err_name(code), mp_last_error());                          \
+    } while (0)
+
+#endif

@@ -1,0 +1,133 @@
+#include "mp_test.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static int count_dir(const char *path, const char *prefix)
+{
+    DIR *d = opendir(path);
+    struct dirent *e;
+    int n = 0;
+    if (!d)
+        return -1;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        if (prefix && strncmp(e->d_name, prefix, strlen(prefix)) != 0)
+            continue;
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+int mp_test_count_fds(void) { return count_dir("/proc/self/fd", NULL) - 1; /* opendir's */ }
+int mp_test_count_shm(void) { return count_dir("/dev/shm", "mproc-"); }
+
+int mp_test_count_maps(void)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    int n = 0, c;
+    if (!f)
+        return -1;
+    while ((c = fgetc(f)) != EOF)
+        n += c == '\n';
+    fclose(f);
+    return n;
+}
+
+/* Children of ours: /proc/<pid>/stat field 4 (ppid) equals getpid(). */
+static int for_each_child(void (*fn)(pid_t))
+{
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    int n = 0;
+    pid_t self = getpid();
+    if (!d)
+        return -1;
+    while ((e = readdir(d))) {
+        char path[64], buf[512];
+        FILE *f;
+        pid_t pid = (pid_t)atoi(e->d_name), ppid = 0;
+        if (pid <= 0)
+            continue;
+        snprintf(path, sizeof path, "/proc/%d/stat", pid);
+        f = fopen(path, "r");
+        if (!f)
+            continue;
+        if (fgets(buf, sizeof buf, f)) {
+            char *p = strrchr(buf, ')');
+            if (p && sscanf(p + 2, "%*c %d", &ppid) == 1 && ppid == self) {
+                n++;
+                if (fn)
+                    fn(pid);
+            }
+        }
+        fclose(f);
+    }
+    closedir(d);
+    return n;
+}
+
+int mp_test_count_children(void) { return for_each_child(NULL); }
+
+static void kill_and_reap(pid_t pid)
+{
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+void mp_test_kill_children(void) { for_each_child(kill_and_reap); }
+
+void mp_test_snapshot_take(mp_test_snapshot *s)
+{
+    s->fds = mp_test_count_fds();
+    s->shm = mp_test_count_shm();
+    s->maps = mp_test_count_maps();
+    s->children = mp_test_count_children();
+}
+
+void mp_test_assert_no_leaks(const mp_test_snapshot *before)
+{
+    mp_test_snapshot now;
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    for (int i = 0; i < 100; i++) {
+        mp_test_snapshot_take(&now);
+        if (now.fds == before->fds && now.shm <= before->shm && now.maps <= before->maps &&
+            now.children == before->children)
+            return;
+        nanosleep(&ts, NULL);
+    }
+    fail_msg("leak: fds %d -> %d, /dev/shm mproc segments %d -> %d, mappings %d -> %d, "
+             "children %d -> %d",
+             before->fds, now.fds, before->shm, now.shm, before->maps, now.maps,
+             before->children, now.children);
+}
+
+int mp_test_setup(void **state)
+{
+    mp_test_snapshot *s = malloc(sizeof *s);
+    if (!s)
+        return -1;
+    mp_test_snapshot_take(s);
+    *state = s;
+    return 0;
+}
+
+int mp_test_teardown(void **state)
+{
+    mp_test_snapshot *s = *state;
+    int children = mp_test_count_children();
+    mp_test_kill_children();
+    if (children > s->children)
+        fail_msg("%d child process(es) outlived the test", children - s->children);
+    mp_test_assert_no_leaks(s);
+    free(s);
+    return 0;
+}
