@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -355,6 +356,47 @@ static void test_share_fault_keeps_tensor(void **state)
     mp_tensor_release(t);
 }
 
+/* Threads opening and releasing one segment through the cache at once: one
+ * mapping throughout, every reference returned. */
+static mp__segment *shared_seg;
+
+static void *open_release_loop(void *arg)
+{
+    for (int i = 0; i < 300; i++) {
+        mp__segment_handle h;
+        mp__segment *o;
+        if (mp__segment_export(shared_seg, &h) != 0)
+            return (void *)1;
+        if (h.fd >= 0)
+            h.fd = dup(h.fd);
+        if (mp__segment_open(&h, &o) != 0 || o != shared_seg)
+            return (void *)2;
+        mp__segment_release(o);
+    }
+    return NULL;
+}
+
+static void test_cache_threads(void **state)
+{
+    pthread_t th[4];
+    for (int k = 0; k < 2; k++) {
+        assert_mp_ok(mp__segment_create(4096, k ? MP__STRATEGY_FS : MP__STRATEGY_FD,
+                                        &shared_seg));
+        for (int i = 0; i < 4; i++)
+            assert_int_equal(pthread_create(&th[i], NULL, open_release_loop, NULL), 0);
+        for (int i = 0; i < 4; i++) {
+            void *r;
+            pthread_join(th[i], &r);
+            assert_null(r);
+        }
+        assert_int_equal(mp__segment_count(), 1);
+        if (k)
+            assert_int_equal(((mp__fs_header *)((char *)mp__segment_data(shared_seg) -
+                                                MP__FS_HEADER_SIZE))->refcount, 1);
+        mp__segment_release(shared_seg);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -369,6 +411,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_open_faults, setup, teardown),
         cmocka_unit_test_setup_teardown(test_real_enospc, setup, teardown),
         cmocka_unit_test_setup_teardown(test_share_fault_keeps_tensor, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cache_threads, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -294,6 +294,45 @@ static void test_one_storage_per_segment(void **state)
     mp_tensor_release(t);
 }
 
+/* A forked child receives a segment it already inherited: the cache hit
+ * reuses the inherited mapping, and (FS) the child adopts the message's
+ * reference as its own and gives it back on release, leaving the parent's. */
+static void test_child_receives_inherited(void **state)
+{
+    int sv[2], status;
+    int64_t n = 1024;
+    mp_tensor *t;
+    mp__segment *seg;
+    mp__segment_handle h;
+    pid_t pid;
+    assert_mp_ok(mp_tensor_empty_shared(MP_INT32, 1, &n, &t));
+    fill(t, 3);
+    seg = mp__storage_segment(mp__tensor_storage(t));
+    assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        mp__close(sv[0]);
+        mp_tensor *r = receive_tensor(sv[1]);
+        int rc = mp_tensor_data(r) == mp_tensor_data(t) && holds(r, 3) ? 0 : 1;
+        fill(r, 4);
+        mp_tensor_release(r);
+        mp_tensor_release(t);
+        _exit(rc);
+    }
+    mp__close(sv[1]);
+    assert_mp_ok(mp__segment_export(seg, &h));
+    assert_mp_ok(mp__send_record(sv[0], &h, sizeof h, &h.fd, h.fd >= 0 ? 1 : 0, -1));
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    assert_true(holds(t, 4));
+    if (fs())
+        assert_int_equal(((mp__fs_header *)((char *)mp__segment_data(seg) -
+                                            MP__FS_HEADER_SIZE))->refcount, 1);
+    mp_tensor_release(t);
+    mp__close(sv[0]);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void)
@@ -306,6 +345,7 @@ int main(void)
         T(test_send_segment_to_other_process),
         T(test_segment_outlives_sender),
         T(test_one_storage_per_segment),
+        T(test_child_receives_inherited),
     };
     int failed = cmocka_run_group_tests_name("file_descriptor", tests, group_fd, NULL);
     failed += cmocka_run_group_tests_name("file_system", tests, group_fs, NULL);
