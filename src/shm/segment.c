@@ -195,7 +195,7 @@ int mp__segment_create(size_t nbytes, int strategy, mp__segment **out)
 {
     mp__segment *s, *cached;
     long long avail;
-    size_t len;
+    size_t len = 0;
     int rc;
     if (!out || (strategy != MP__STRATEGY_FD && strategy != MP__STRATEGY_FS))
         return mp__error(MP_EINVAL, "mp__segment_create: bad strategy %d or NULL out", strategy);
