@@ -18,39 +18,17 @@ static int real_posix_fallocate(int fd, off_t off, off_t len)
     return posix_fallocate(fd, off, len);
 }
 
-const mp__sys_table mp__sys_real = {
-    .memfd_create = memfd_create,
-    .shm_open = shm_open,
-    .shm_unlink = shm_unlink,
-    .ftruncate = ftruncate,
-    .posix_fallocate = real_posix_fallocate,
-    .mmap = mmap,
-    .munmap = munmap,
-    .sendmsg = sendmsg,
-    .recvmsg = recvmsg,
-    .socketpair = socketpair,
-    .fcntl = real_fcntl,
-    .fstat = real_fstat,
-    .close = close,
-    .dup = dup,
-};
+#define REAL_CALLS                                                                  \
+    {                                                                               \
+        .memfd_create = memfd_create, .shm_open = shm_open, .shm_unlink = shm_unlink, \
+        .ftruncate = ftruncate, .posix_fallocate = real_posix_fallocate, .mmap = mmap, \
+        .munmap = munmap, .sendmsg = sendmsg, .recvmsg = recvmsg,                   \
+        .socketpair = socketpair, .fcntl = real_fcntl, .fstat = real_fstat,         \
+        .close = close, .dup = dup,                                                 \
+    }
 
-mp__sys_table mp__sys = {
-    .memfd_create = memfd_create,
-    .shm_open = shm_open,
-    .shm_unlink = shm_unlink,
-    .ftruncate = ftruncate,
-    .posix_fallocate = real_posix_fallocate,
-    .mmap = mmap,
-    .munmap = munmap,
-    .sendmsg = sendmsg,
-    .recvmsg = recvmsg,
-    .socketpair = socketpair,
-    .fcntl = real_fcntl,
-    .fstat = real_fstat,
-    .close = close,
-    .dup = dup,
-};
+const mp__sys_table mp__sys_real = REAL_CALLS;
+mp__sys_table mp__sys = REAL_CALLS;
 
 /* ---- fault injection ---------------------------------------------------- */
 
@@ -60,17 +38,19 @@ enum {
     F_COUNT
 };
 
-static struct fault {
-    const char *name;
-    int err, skip, count;
-} faults[F_COUNT] = {
-    [F_MEMFD_CREATE] = {"memfd_create"}, [F_SHM_OPEN] = {"shm_open"},
-    [F_SHM_UNLINK] = {"shm_unlink"}, [F_FTRUNCATE] = {"ftruncate"},
-    [F_POSIX_FALLOCATE] = {"posix_fallocate"}, [F_MMAP] = {"mmap"},
-    [F_MUNMAP] = {"munmap"}, [F_SENDMSG] = {"sendmsg"}, [F_RECVMSG] = {"recvmsg"},
-    [F_SOCKETPAIR] = {"socketpair"}, [F_FCNTL] = {"fcntl"}, [F_FSTAT] = {"fstat"},
-    [F_CLOSE] = {"close"}, [F_DUP] = {"dup"},
+static const char *const names[F_COUNT] = {
+    [F_MEMFD_CREATE] = "memfd_create", [F_SHM_OPEN] = "shm_open",
+    [F_SHM_UNLINK] = "shm_unlink",     [F_FTRUNCATE] = "ftruncate",
+    [F_POSIX_FALLOCATE] = "posix_fallocate", [F_MMAP] = "mmap",
+    [F_MUNMAP] = "munmap",             [F_SENDMSG] = "sendmsg",
+    [F_RECVMSG] = "recvmsg",           [F_SOCKETPAIR] = "socketpair",
+    [F_FCNTL] = "fcntl",               [F_FSTAT] = "fstat",
+    [F_CLOSE] = "close",               [F_DUP] = "dup",
 };
+
+static struct fault {
+    int err, skip, count;
+} faults[F_COUNT];
 
 /* True when this call must fail: skip the first `skip` calls, then fail
  * `count` of them; afterwards the wrapper passes everything through. */
@@ -183,7 +163,7 @@ int mp__sys_fault(const char *call, int err, int skip, int count)
         return mp__error(MP_EINVAL, "mp__sys_fault: need a call name, an errno > 0, "
                                     "skip >= 0 and count >= 0");
     for (int i = 0; i < F_COUNT; i++) {
-        if (strcmp(faults[i].name, call) == 0) {
+        if (strcmp(names[i], call) == 0) {
             faults[i].err = err;
             faults[i].skip = skip;
             faults[i].count = count;
