@@ -78,6 +78,8 @@ static int open_fd(mp__segment_handle *h, mp__segment **out)
     }
     s = mp__cache_lookup(st.st_dev, st.st_ino);
     if (s) { /* the hot path: one fstat, one lookup, one close */
+        if (fd == s->fd)
+            fd = -1; /* the segment's own fd handed back: never close it */
         if (h->size > s->map_len) {
             mp__segment_release(s);
             rc = mp__error(MP_EPROTO, "mp__segment_open: handle claims %llu bytes of a "

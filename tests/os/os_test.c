@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -335,6 +336,27 @@ static void test_record_emfile(void **state)
     mp__close(sv[1]);
 }
 
+/* The kernel's maximum of 253 fds in one record round-trips whole. */
+static void test_record_max_fds(void **state)
+{
+    int sv[2], fds[253], *got = malloc(253 * sizeof(int)), nfds;
+    char buf[4] = "max";
+    size_t len;
+    pair(sv);
+    for (int i = 0; i < 253; i++)
+        fds[i] = i % 2 ? sv[0] : sv[1];
+    assert_mp_ok(mp__send_record(sv[0], buf, sizeof buf, fds, 253, -1));
+    assert_mp_ok(mp__recv_record(sv[1], buf, sizeof buf, &len, got, 253, &nfds, -1));
+    assert_int_equal(nfds, 253);
+    for (int i = 0; i < 253; i++) {
+        assert_true(fcntl(got[i], F_GETFD) & FD_CLOEXEC);
+        mp__close(got[i]);
+    }
+    free(got);
+    mp__close(sv[0]);
+    mp__close(sv[1]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -349,6 +371,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_record_eintr_and_faults, setup, teardown),
         cmocka_unit_test_setup_teardown(test_record_full_socket, setup, teardown),
         cmocka_unit_test_setup_teardown(test_record_emfile, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_record_max_fds, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -124,6 +124,12 @@ static void test_handles_fd(void **state)
     assert_int_equal(h.fd, -1);
     assert_int_equal(mp__segment_count(), 1);
     mp__segment_release(o);
+    /* the segment's own fd handed back as if received: never closed */
+    assert_mp_ok(mp__segment_export(s, &h));
+    assert_mp_ok(mp__segment_open(&h, &o));
+    assert_ptr_equal(o, s);
+    assert_true(fcntl(mp__segment_fd(s), F_GETFD) >= 0);
+    mp__segment_release(o);
     /* a handle claiming more than the file holds */
     assert_mp_ok(mp__segment_export(s, &h));
     h.fd = dup(h.fd);
