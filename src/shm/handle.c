@@ -82,8 +82,10 @@ static int open_fd(mp__segment_handle *h, mp__segment **out)
             fd = -1; /* the segment's own fd handed back: never close it */
         if (h->size > s->map_len) {
             mp__segment_release(s);
-            rc = mp__error(MP_EPROTO, "mp__segment_open: handle claims %llu bytes of a "
-                           "%zu-byte segment", (unsigned long long)h->size, s->map_len);
+            rc = mp__error(MP_EPROTO,
+                           "mp__segment_open: handle claims %llu bytes of a "
+                           "%zu-byte segment",
+                           (unsigned long long)h->size, s->map_len);
             goto out_close;
         }
         mp__close(fd);
@@ -137,16 +139,15 @@ static bool valid_name(const char *name)
 }
 
 /* Maps a named segment and checks its header. */
-static int map_named(const mp__segment_handle *h, int fd, const struct stat *st,
-                     mp__segment **out)
+static int map_named(const mp__segment_handle *h, int fd, const struct stat *st, mp__segment **out)
 {
     bool valid;
     mp__segment *s;
     mp__fs_header *hd;
     size_t len = (size_t)st->st_size;
     if (len < MP__FS_HEADER_SIZE || len - MP__FS_HEADER_SIZE < h->size)
-        return mp__error(MP_EPROTO, "mp__segment_open: %s has %zu bytes, too few for %llu",
-                         h->name, len, (unsigned long long)h->size);
+        return mp__error(MP_EPROTO, "mp__segment_open: %s has %zu bytes, too few for %llu", h->name,
+                         len, (unsigned long long)h->size);
     s = mp__segment_alloc(MP__STRATEGY_FS);
     if (!s)
         return mp__error(MP_ENOMEM, "mp__segment_open: out of memory");
@@ -157,13 +158,15 @@ static int map_named(const mp__segment_handle *h, int fd, const struct stat *st,
     }
     hd = s->map;
     valid = __atomic_load_n(&hd->magic, __ATOMIC_ACQUIRE) == MP__FS_MAGIC &&
-             hd->version == MP__FS_VERSION;
+            hd->version == MP__FS_VERSION;
     if (!valid || hd->size < h->size || hd->size > len - MP__FS_HEADER_SIZE) {
         unsigned long long size = hd->size;
         mp__sys.munmap(s->map, len);
         free(s);
-        return mp__error(MP_EPROTO, "mp__segment_open: %s has a bad header (magic, version "
-                         "or size %llu)", h->name, size);
+        return mp__error(MP_EPROTO,
+                         "mp__segment_open: %s has a bad header (magic, version "
+                         "or size %llu)",
+                         h->name, size);
     }
     s->map_len = len;
     s->data = (char *)s->map + MP__FS_HEADER_SIZE;

@@ -34,9 +34,11 @@ static int file_bytes(size_t nbytes, int strategy, size_t *out)
 static int no_space(const char *call, size_t need)
 {
     long long avail = mp__shm_free_bytes();
-    return mp__error(MP_ENOSPC, "%s: needs %zu bytes, /dev/shm has %lld free (free space "
-                                "in /dev/shm or enlarge it, e.g. `mount -o remount,size=8G "
-                                "/dev/shm`, or docker's --shm-size)", call, need, avail);
+    return mp__error(MP_ENOSPC,
+                     "%s: needs %zu bytes, /dev/shm has %lld free (free space "
+                     "in /dev/shm or enlarge it, e.g. `mount -o remount,size=8G "
+                     "/dev/shm`, or docker's --shm-size)",
+                     call, need, avail);
 }
 
 /* "/mproc-<pid>-<16 hex>" from getrandom, so names cannot be guessed. */
@@ -266,17 +268,41 @@ void mp__segment_release(mp__segment *s)
     mp__segment_destroy(s);
 }
 
-void *mp__segment_data(const mp__segment *s) { return s->data; }
-size_t mp__segment_size(const mp__segment *s) { return s->size; }
-int mp__segment_strategy(const mp__segment *s) { return s->strategy; }
-int mp__segment_fd(const mp__segment *s) { return s->strategy == MP__STRATEGY_FD ? s->fd : -1; }
+void *mp__segment_data(const mp__segment *s)
+{
+    return s->data;
+}
+size_t mp__segment_size(const mp__segment *s)
+{
+    return s->size;
+}
+int mp__segment_strategy(const mp__segment *s)
+{
+    return s->strategy;
+}
+int mp__segment_fd(const mp__segment *s)
+{
+    return s->strategy == MP__STRATEGY_FD ? s->fd : -1;
+}
 const char *mp__segment_name(const mp__segment *s)
 {
     return s->strategy == MP__STRATEGY_FS ? s->name : NULL;
 }
-void *mp__segment_user(const mp__segment *s) { return s->user; }
-void mp__segment_set_user(mp__segment *s, void *user) { s->user = user; }
-int mp__segment_count(void) { return atomic_load(&live); }
+void *mp__segment_user(const mp__segment *s)
+{
+    return s->user;
+}
+void mp__segment_set_user(mp__segment *s, void *user)
+{
+    s->user = user;
+}
+int mp__segment_count(void)
+{
+    return atomic_load(&live);
+}
 
 /* For handle.c. */
-void mp__segment_live_add(void) { atomic_fetch_add(&live, 1); }
+void mp__segment_live_add(void)
+{
+    atomic_fetch_add(&live, 1);
+}

@@ -8,16 +8,16 @@
 #include <sys/stat.h>
 
 struct mp__segment {
-    atomic_long refs;       /* references in this process */
-    int strategy;           /* MP__STRATEGY_* */
-    int fd;                 /* FD: kept open while mapped; FS: -1 */
-    void *map;              /* FS: the header; FD: the data */
+    atomic_long refs; /* references in this process */
+    int strategy;     /* MP__STRATEGY_* */
+    int fd;           /* FD: kept open while mapped; FS: -1 */
+    void *map;        /* FS: the header; FD: the data */
     size_t map_len;
     void *data;
-    size_t size;            /* data bytes */
-    dev_t dev;              /* cache key */
+    size_t size; /* data bytes */
+    dev_t dev;   /* cache key */
     ino_t ino;
-    pid_t ref_pid;          /* FS: the process owning one header reference */
+    pid_t ref_pid; /* FS: the process owning one header reference */
     void *user;
     struct mp__segment *next; /* hash chain */
     char name[MP__SHM_NAME_MAX];

@@ -10,13 +10,13 @@ enum { MP__ST_PRIVATE, MP__ST_WRAPPED, MP__ST_SEGMENT };
 
 struct mp__storage {
     atomic_long refs;
-    atomic_int exports;     /* live DLPack exports: they hold raw pointers */
-    int kind;               /* MP__ST_* */
+    atomic_int exports; /* live DLPack exports: they hold raw pointers */
+    int kind;           /* MP__ST_* */
     void *data;
     size_t nbytes;
     DLDevice dev;
-    mp__segment *seg;       /* MP__ST_SEGMENT */
-    mp_release_fn release;  /* MP__ST_WRAPPED */
+    mp__segment *seg;      /* MP__ST_SEGMENT */
+    mp_release_fn release; /* MP__ST_WRAPPED */
     void *ctx;
     void *user;
 };
@@ -28,7 +28,7 @@ struct mp_tensor {
     int ndim;
     int64_t shape[MP_MAX_NDIM];
     int64_t strides[MP_MAX_NDIM];
-    uint64_t offset;        /* bytes into the storage */
+    uint64_t offset; /* bytes into the storage */
     mp_tensor *grad;
 };
 

@@ -16,7 +16,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static int setup(void **state) { return mp_test_setup(state); }
+static int setup(void **state)
+{
+    return mp_test_setup(state);
+}
 static int teardown(void **state)
 {
     mp__sys_fault_reset();
@@ -233,8 +236,7 @@ static void test_record_errors(void **state)
 
     /* nothing to read: try once, then a deadline */
     assert_mp_err(mp__recv_record(sv[1], buf, sizeof buf, &len, got, 4, &nfds, 0), MP_EAGAIN);
-    assert_mp_err(mp__recv_record(sv[1], buf, sizeof buf, &len, got, 4, &nfds,
-                                  mp__deadline(0.05)),
+    assert_mp_err(mp__recv_record(sv[1], buf, sizeof buf, &len, got, 4, &nfds, mp__deadline(0.05)),
                   MP_ETIMEDOUT);
 
     /* a record longer than the buffer: MP_EPROTO, its fds closed */
@@ -242,22 +244,19 @@ static void test_record_errors(void **state)
         fds[i] = open("/dev/null", O_RDONLY | O_CLOEXEC);
     int before = mp__count_open_fds();
     assert_mp_ok(mp__send_record(sv[0], big, sizeof big, fds, 1, -1));
-    assert_mp_err(mp__recv_record(sv[1], buf, sizeof buf, &len, got, 4, &nfds, -1),
-                  MP_EPROTO);
+    assert_mp_err(mp__recv_record(sv[1], buf, sizeof buf, &len, got, 4, &nfds, -1), MP_EPROTO);
     assert_int_equal(mp__count_open_fds(), before);
 
     /* more fds than the caller wants: MP_EPROTO, all closed */
     assert_mp_ok(mp__send_record(sv[0], buf, 8, fds, 3, -1));
-    assert_mp_err(mp__recv_record(sv[1], buf, sizeof buf, &len, got, 2, &nfds, -1),
-                  MP_EPROTO);
+    assert_mp_err(mp__recv_record(sv[1], buf, sizeof buf, &len, got, 2, &nfds, -1), MP_EPROTO);
     assert_int_equal(mp__count_open_fds(), before);
     for (int i = 0; i < 3; i++)
         mp__close(fds[i]);
 
     /* orderly EOF */
     mp__close(sv[0]);
-    assert_mp_err(mp__recv_record(sv[1], buf, sizeof buf, &len, got, 4, &nfds, -1),
-                  MP_ECLOSED);
+    assert_mp_err(mp__recv_record(sv[1], buf, sizeof buf, &len, got, 4, &nfds, -1), MP_ECLOSED);
     mp__close(sv[1]);
     /* send to a closed peer */
     pair(sv);
@@ -283,8 +282,7 @@ static void test_record_eintr_and_faults(void **state)
     assert_mp_err(mp__send_record(sv[0], "abc", 3, NULL, 0, -1), MP_ENOMEM);
     assert_non_null(strstr(mp_last_error(), "sendmsg"));
     assert_mp_ok(mp__sys_fault("recvmsg", EMFILE, 0, 1));
-    assert_mp_err(mp__recv_record(sv[1], buf, sizeof buf, &len, got, 2, &nfds, -1),
-                  MP_EMFILE);
+    assert_mp_err(mp__recv_record(sv[1], buf, sizeof buf, &len, got, 2, &nfds, -1), MP_EMFILE);
     assert_non_null(strstr(mp_last_error(), "ulimit"));
     mp__close(sv[0]);
     mp__close(sv[1]);

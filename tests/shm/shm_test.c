@@ -159,12 +159,30 @@ static void test_handles_fd(void **state)
 }
 
 static int events[6];
-static void ev_created(const char *n, uint64_t size) { events[0]++; }
-static void ev_opened(const char *n) { events[1]++; }
-static void ev_closed(const char *n) { events[2]++; }
-static void ev_unlinked(const char *n) { events[3]++; }
-static void ev_sent(const char *n) { events[4]++; }
-static void ev_received(const char *n) { events[5]++; }
+static void ev_created(const char *n, uint64_t size)
+{
+    events[0]++;
+}
+static void ev_opened(const char *n)
+{
+    events[1]++;
+}
+static void ev_closed(const char *n)
+{
+    events[2]++;
+}
+static void ev_unlinked(const char *n)
+{
+    events[3]++;
+}
+static void ev_sent(const char *n)
+{
+    events[4]++;
+}
+static void ev_received(const char *n)
+{
+    events[5]++;
+}
 
 static void test_handles_fs_and_hooks(void **state)
 {
@@ -336,8 +354,9 @@ static void test_real_enospc(void **state)
         assert_null(t);
         const char *needs = strstr(mp_last_error(), "needs ");
         long long need = 0, avail = -1;
-        if (!needs || sscanf(needs, "needs %lld bytes, /dev/shm has %lld free", &need,
-                             &avail) != 2 || need < n || avail < 0 || avail >= need)
+        if (!needs ||
+            sscanf(needs, "needs %lld bytes, /dev/shm has %lld free", &need, &avail) != 2 ||
+            need < n || avail < 0 || avail >= need)
             fail_msg("bad sentence: \"%s\"", mp_last_error());
         assert_int_equal(mp_test_count_shm(), base);
     }
@@ -386,8 +405,7 @@ static void test_cache_threads(void **state)
 {
     pthread_t th[4];
     for (int k = 0; k < 2; k++) {
-        assert_mp_ok(mp__segment_create(4096, k ? MP__STRATEGY_FS : MP__STRATEGY_FD,
-                                        &shared_seg));
+        assert_mp_ok(mp__segment_create(4096, k ? MP__STRATEGY_FS : MP__STRATEGY_FD, &shared_seg));
         for (int i = 0; i < 4; i++)
             assert_int_equal(pthread_create(&th[i], NULL, open_release_loop, NULL), 0);
         for (int i = 0; i < 4; i++) {
@@ -397,8 +415,10 @@ static void test_cache_threads(void **state)
         }
         assert_int_equal(mp__segment_count(), 1);
         if (k)
-            assert_int_equal(((mp__fs_header *)((char *)mp__segment_data(shared_seg) -
-                                                MP__FS_HEADER_SIZE))->refcount, 1);
+            assert_int_equal(
+                ((mp__fs_header *)((char *)mp__segment_data(shared_seg) - MP__FS_HEADER_SIZE))
+                    ->refcount,
+                1);
         mp__segment_release(shared_seg);
     }
 }

@@ -2,8 +2,8 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <stdbool.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +29,10 @@ static int count_dir(const char *path, const char *prefix)
     return n;
 }
 
-int mp_test_count_fds(void) { return count_dir("/proc/self/fd", NULL) - 1; /* opendir's */ }
+int mp_test_count_fds(void)
+{
+    return count_dir("/proc/self/fd", NULL) - 1; /* opendir's */
+}
 /* /dev/shm is shared by every process of the user, so count only the mproc
  * segments that can be this test's: created by this process, by a live child,
  * or by a process that is gone (a child that leaked and died). Segments of
@@ -121,7 +124,10 @@ static int for_each_child(void (*fn)(pid_t))
     return n;
 }
 
-int mp_test_count_children(void) { return for_each_child(NULL); }
+int mp_test_count_children(void)
+{
+    return for_each_child(NULL);
+}
 
 static void kill_and_reap(pid_t pid)
 {
@@ -129,7 +135,10 @@ static void kill_and_reap(pid_t pid)
     waitpid(pid, NULL, 0);
 }
 
-void mp_test_kill_children(void) { for_each_child(kill_and_reap); }
+void mp_test_kill_children(void)
+{
+    for_each_child(kill_and_reap);
+}
 
 void mp_test_snapshot_take(mp_test_snapshot *s)
 {
@@ -152,8 +161,8 @@ void mp_test_assert_no_leaks(const mp_test_snapshot *before)
     }
     fail_msg("leak: fds %d -> %d, /dev/shm mproc segments %d -> %d, mappings %d -> %d, "
              "children %d -> %d",
-             before->fds, now.fds, before->shm, now.shm, before->maps, now.maps,
-             before->children, now.children);
+             before->fds, now.fds, before->shm, now.shm, before->maps, now.maps, before->children,
+             now.children);
 }
 
 int mp_test_setup(void **state)

@@ -23,14 +23,20 @@ static int group_fs(void **state)
     strategy = "file_system";
     return mp_set_sharing_strategy(strategy);
 }
-static int setup(void **state) { return mp_test_setup(state); }
+static int setup(void **state)
+{
+    return mp_test_setup(state);
+}
 static int teardown(void **state)
 {
     assert_int_equal(mp__segment_count(), 0);
     return mp_test_teardown(state);
 }
 
-static bool fs(void) { return strcmp(strategy, "file_system") == 0; }
+static bool fs(void)
+{
+    return strcmp(strategy, "file_system") == 0;
+}
 
 static void fill(mp_tensor *t, int32_t v)
 {
@@ -326,8 +332,8 @@ static void test_child_receives_inherited(void **state)
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     assert_true(holds(t, 4));
     if (fs())
-        assert_int_equal(((mp__fs_header *)((char *)mp__segment_data(seg) -
-                                            MP__FS_HEADER_SIZE))->refcount, 1);
+        assert_int_equal(
+            ((mp__fs_header *)((char *)mp__segment_data(seg) - MP__FS_HEADER_SIZE))->refcount, 1);
     mp_tensor_release(t);
     mp__close(sv[0]);
 }
