@@ -40,16 +40,19 @@ static mp__storage *storage_new(void *data, size_t nbytes, int kind)
 
 int mp__storage_alloc(size_t nbytes, mp__storage **out)
 {
-    size_t cap = nbytes ? (nbytes + 63) / 64 * 64 : 64;
-    void *data = NULL;
-    if (cap < nbytes || posix_memalign(&data, 64, cap) != 0)
+    /* calloc, not posix_memalign + memset: large blocks come zeroed from
+     * mmap, so an empty tensor costs no page touches until it is written.
+     * The 64-byte alignment is made by hand; ctx keeps the block. */
+    void *raw = nbytes <= SIZE_MAX - 64 ? calloc(1, nbytes + 64) : NULL, *data;
+    if (!raw)
         return mp__error(MP_ENOMEM, "mp_tensor_empty: cannot allocate %zu bytes", nbytes);
-    memset(data, 0, cap);
+    data = (void *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
     *out = storage_new(data, nbytes, MP__ST_PRIVATE);
     if (!*out) {
-        free(data);
+        free(raw);
         return mp__error(MP_ENOMEM, "mp_tensor_empty: out of memory");
     }
+    (*out)->ctx = raw;
     return 0;
 }
 
@@ -80,7 +83,7 @@ mp__storage *mp__storage_retain(mp__storage *s)
 static void drop_memory(mp__storage *s)
 {
     if (s->kind == MP__ST_PRIVATE)
-        free(s->data);
+        free(s->ctx);
     else if (s->kind == MP__ST_WRAPPED && s->release)
         s->release(s->data, s->ctx);
     s->release = NULL;

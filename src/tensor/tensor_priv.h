@@ -17,7 +17,7 @@ struct mp__storage {
     DLDevice dev;
     mp__segment *seg;      /* MP__ST_SEGMENT */
     mp_release_fn release; /* MP__ST_WRAPPED */
-    void *ctx;
+    void *ctx;             /* WRAPPED: release's ctx; PRIVATE: the calloc'd block */
     void *user;
 };
 

@@ -355,6 +355,31 @@ static void test_record_max_fds(void **state)
     mp__close(sv[1]);
 }
 
+/* A peer killed mid-conversation: the waiting side gets MP_ECLOSED at once
+ * (no hang), on receive and on send. */
+static void test_record_peer_killed(void **state)
+{
+    int sv[2], nfds, fds[1], status;
+    char buf[8];
+    size_t len;
+    pid_t pid;
+    pair(sv);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        mp__close(sv[0]);
+        pause();
+        _exit(0);
+    }
+    mp__close(sv[1]);
+    kill(pid, SIGKILL);
+    assert_mp_err(mp__recv_record(sv[0], buf, sizeof buf, &len, fds, 1, &nfds, mp__deadline(30)),
+                  MP_ECLOSED);
+    assert_mp_err(mp__send_record(sv[0], "x", 1, NULL, 0, mp__deadline(30)), MP_ECLOSED);
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    mp__close(sv[0]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -370,6 +395,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_record_full_socket, setup, teardown),
         cmocka_unit_test_setup_teardown(test_record_emfile, setup, teardown),
         cmocka_unit_test_setup_teardown(test_record_max_fds, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_record_peer_killed, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
