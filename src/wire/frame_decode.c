@@ -172,11 +172,12 @@ static int parse_object(dec *d, reader *r, uint32_t index, const mp__objkind *k,
 {
     mp__frame_object fo;
     int objfds[MP__WIRE_MAX_FDS];
-    uint64_t len = r->len - r->off;
-    const unsigned char *q = take(r, len);
+    uint64_t len = r->len - r->off;   /* the rest of the attachment body */
+    const unsigned char *q = r->p + r->off;
     int rc;
     if (len < sizeof fo)
         return BAD("attachment %u: %s record truncated", index, k->name);
+    r->off = r->len;
     memcpy(&fo, q, sizeof fo);
     if (!d->m)
         return claim_fds(d, fo.fd_first, fo.nfds, "attachment", index);
