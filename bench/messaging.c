@@ -50,13 +50,14 @@ static int echo_child(mp_conn *c)
     }
 }
 
-/* Drops every message; a 1-byte payload asks for a 1-byte acknowledgement. */
-static int sink_child(mp_conn *c)
+/* Drops every message from c (or from q when q is set); a 1-byte payload
+ * asks for a 1-byte acknowledgement on c. */
+static int sink_child(mp_conn *c, mp_queue *q)
 {
     for (;;) {
         mp_msg *m = NULL;
         size_t len = 0;
-        int rc = mp_conn_recv(c, &m, -1);
+        int rc = q ? mp_queue_get(q, &m, -1) : mp_conn_recv(c, &m, -1);
         if (rc == MP_ECLOSED)
             return 0;
         if (rc)
@@ -64,23 +65,6 @@ static int sink_child(mp_conn *c)
         mp_msg_payload(m, &len);
         mp_msg_destroy(m);
         if (len == 1 && mp_conn_send_bytes(c, "a", 1, -1))
-            return 1;
-    }
-}
-
-static int queue_sink_child(mp_queue *q, mp_conn *ack)
-{
-    for (;;) {
-        mp_msg *m = NULL;
-        size_t len = 0;
-        int rc = mp_queue_get(q, &m, -1);
-        if (rc == MP_ECLOSED)
-            return 0;
-        if (rc)
-            return 1;
-        mp_msg_payload(m, &len);
-        mp_msg_destroy(m);
-        if (len == 1 && mp_conn_send_bytes(ack, "a", 1, -1))
             return 1;
     }
 }
@@ -138,7 +122,7 @@ static void reap(pid_t pid)
 }
 
 static int run_echo(void *c) { return echo_child(c); }
-static int run_sink(void *c) { return sink_child(c); }
+static int run_sink(void *c) { return sink_child(c, NULL); }
 static int run_raw_echo(void *s) { return raw_fd_echo_child(*(int *)s); }
 static int run_raw_sink(void *s) { return raw_sink_child(*(int *)s); }
 
@@ -356,7 +340,7 @@ typedef struct qsink_arg {
 static int run_queue_sink(void *p)
 {
     qsink_arg *a = p;
-    return queue_sink_child(a->q, a->ack);
+    return sink_child(a->ack, a->q);
 }
 
 static void bench_small(const bench_opts *o)
