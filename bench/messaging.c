@@ -121,6 +121,29 @@ static void reap(pid_t pid)
         fprintf(stderr, "bench_messaging: helper %d ended with status 0x%x\n", pid, status);
 }
 
+/* Measures the mproc operation and the primitive in alternating
+ * repetitions, so both see the same machine load (this machine is shared),
+ * and gives the median time per operation of each. */
+static void measure_pair(bench_fn mfn, void *mctx, bench_fn rfn, void *rctx, size_t iters,
+                         const bench_opts *o, double *m, double *r)
+{
+    bench_opts one = *o;
+    double mv[1000], rv[1000];
+    int reps = o->reps < 1 ? 1 : o->reps > 1000 ? 1000 : o->reps;
+    one.reps = 1;
+    one.warmup = 0;
+    for (int w = 0; w < o->warmup; w++) {
+        bench_measure_us(mfn, mctx, iters, &one);
+        bench_measure_us(rfn, rctx, iters, &one);
+    }
+    for (int i = 0; i < reps; i++) {
+        mv[i] = bench_measure_us(mfn, mctx, iters, &one);
+        rv[i] = bench_measure_us(rfn, rctx, iters, &one);
+    }
+    *m = bench_median(mv, (size_t)reps);
+    *r = bench_median(rv, (size_t)reps);
+}
+
 static int run_echo(void *c) { return echo_child(c); }
 static int run_sink(void *c) { return sink_child(c, NULL); }
 static int run_raw_echo(void *s) { return raw_fd_echo_child(*(int *)s); }
@@ -180,32 +203,30 @@ static void bench_handoff(const bench_opts *o, size_t bytes, const char *label)
     mp_conn *a = NULL, *b = NULL;
     pingpong p = {0};
     int sv[2], rc;
-    size_t iters = bench_iters(o, 2000);
+    double m, r;
     char op[64];
-    pid_t pid;
+    pid_t pid, raw_pid;
     if ((rc = mp_tensor_empty_shared(MP_UINT8, 1, &n, &t)) || (rc = mp_pipe(true, &a, &b)) ||
         (rc = mp_msg_create(&p.m)) || (rc = mp_msg_add_tensor(p.m, "t", t)))
         die("handoff setup", rc);
-    p.c = a;
-    pid = start(run_echo, b, a, -1);
-    mp_conn_release(b);
-    double m = bench_measure_us(mproc_pingpong, &p, iters, o) / 2;
-    mp_conn_close(a);
-    reap(pid);
-    mp_conn_release(a);
-
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
         die("socketpair", MP_ESYS);
-    pid = start(run_raw_echo, &sv[1], NULL, sv[0]);
-    close(sv[1]);
+    p.c = a;
     p.sock = sv[0];
     p.fd = memfd_create("bench", MFD_CLOEXEC);
-    double r = bench_measure_us(raw_pingpong, &p, iters, o) / 2;
+    pid = start(run_echo, b, a, sv[0]);
+    raw_pid = start(run_raw_echo, &sv[1], a, sv[0]);
+    mp_conn_release(b);
+    close(sv[1]);
+    measure_pair(mproc_pingpong, &p, raw_pingpong, &p, bench_iters(o, 2000), o, &m, &r);
+    mp_conn_close(a);
     close(sv[0]);
-    close(p.fd);
     reap(pid);
+    reap(raw_pid);
+    mp_conn_release(a);
+    close(p.fd);
     snprintf(op, sizeof op, "handoff shared tensor %s (pipe, one way)", label);
-    bench_emit(op, m, "socketpair SCM_RIGHTS ping-pong 1 byte + 1 fd (one way)", r);
+    bench_emit(op, m / 2, "socketpair SCM_RIGHTS ping-pong 1 byte + 1 fd (one way)", r / 2);
     mp_msg_destroy(p.m);
     mp_tensor_release(t);
 }
@@ -272,12 +293,12 @@ static void bench_fresh(const bench_opts *o, size_t bytes, const char *label, si
     if ((rc = mp_pipe(true, &f.c, &b)))
         die("pipe", rc);
     pid_t pid = start(run_sink, b, f.c, -1);
+    double m, r;
     mp_conn_release(b);
-    double m = bench_measure_us(mproc_fresh, &f, bench_iters(o, iters), o);
+    measure_pair(mproc_fresh, &f, raw_fresh, &f, bench_iters(o, iters), o, &m, &r);
     mp_conn_close(f.c);
     reap(pid);
     mp_conn_release(f.c);
-    double r = bench_measure_us(raw_fresh, &f, bench_iters(o, iters), o);
     snprintf(op, sizeof op, "fresh private tensor %s (pipe)", label);
     bench_emit(op, m, "mmap fresh shared mapping + memcpy + munmap", r);
     free(f.src);
@@ -346,43 +367,40 @@ static int run_queue_sink(void *p)
 static void bench_small(const bench_opts *o)
 {
     small s = {0};
-    mp_conn *b = NULL;
+    qsink_arg qa = {0};
+    mp_conn *b = NULL, *qb = NULL;
     int sv[2], rc;
     size_t iters = bench_iters(o, 100000);
-    pid_t pid;
+    double m, r, mq, rq;
+    pid_t raw_pid, pid, qpid;
     if ((rc = mp_msg_create(&s.m)) || (rc = mp_msg_set_payload(s.m, "0123456789abcdef", 16)) ||
         (rc = mp_msg_create(&s.end)) || (rc = mp_msg_set_payload(s.end, "e", 1)))
         die("messages", rc);
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
         die("socketpair", MP_ESYS);
-    pid = start(run_raw_sink, &sv[1], NULL, sv[0]);
-    close(sv[1]);
+    if ((rc = mp_pipe(true, &s.c, &b)) || (rc = mp_queue_create(0, &s.q)) ||
+        (rc = mp_pipe(true, &s.ack, &qb)))
+        die("pipe/queue", rc);
     s.sock = sv[0];
-    double r = bench_measure_us(raw_small, &s, iters, o);
-    close(sv[0]);
-    reap(pid);
-
-    if ((rc = mp_pipe(true, &s.c, &b)))
-        die("pipe", rc);
-    pid = start(run_sink, b, s.c, -1);
-    mp_conn_release(b);
-    double m = bench_measure_us(mproc_small_pipe, &s, iters, o);
-    mp_conn_close(s.c);
-    reap(pid);
-    mp_conn_release(s.c);
-    bench_emit("16-byte message (pipe)", m, "SOCK_SEQPACKET send/recv 16 bytes", r);
-
-    qsink_arg qa = {0};
-    if ((rc = mp_queue_create(0, &s.q)) || (rc = mp_pipe(true, &s.ack, &b)))
-        die("queue", rc);
     qa.q = s.q;
-    qa.ack = b;
-    pid = start(run_queue_sink, &qa, s.ack, -1);
+    qa.ack = qb;
+    raw_pid = start(run_raw_sink, &sv[1], s.c, sv[0]);
+    pid = start(run_sink, b, s.c, sv[0]);
+    qpid = start(run_queue_sink, &qa, s.c, sv[0]);
+    close(sv[1]);
     mp_conn_release(b);
-    double mq = bench_measure_us(mproc_small_queue, &s, iters, o);
+    mp_conn_release(qb);
+    measure_pair(mproc_small_pipe, &s, raw_small, &s, iters, o, &m, &r);
+    measure_pair(mproc_small_queue, &s, raw_small, &s, iters, o, &mq, &rq);
+    close(sv[0]);
+    mp_conn_close(s.c);
     mp_queue_close(s.q);
+    reap(raw_pid);
     reap(pid);
-    bench_emit("16-byte message (queue)", mq, "SOCK_SEQPACKET send/recv 16 bytes", r);
+    reap(qpid);
+    bench_emit("16-byte message (pipe)", m, "SOCK_SEQPACKET send/recv 16 bytes", r);
+    bench_emit("16-byte message (queue)", mq, "SOCK_SEQPACKET send/recv 16 bytes", rq);
+    mp_conn_release(s.c);
     mp_queue_release(s.q);
     mp_conn_release(s.ack);
     mp_msg_destroy(s.m);
