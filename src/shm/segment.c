@@ -148,6 +148,12 @@ static void unlink_name(const char *name)
         h->unlinked(name);
 }
 
+void mp__fs_unref(mp__fs_header *hd, const char *name)
+{
+    if (__atomic_sub_fetch(&hd->refcount, 1, __ATOMIC_ACQ_REL) == 0)
+        unlink_name(name);
+}
+
 static int create_fs(mp__segment *s, size_t nbytes, size_t len)
 {
     const mp__shm_hooks *h = mp__shm_hooks_get();
