@@ -597,5 +597,18 @@ int main(int argc, char **argv)
      * leak snapshots, so tests that start a thread do not look leaky. */
     pthread_create(&th, NULL, release_lock_thread, NULL);
     pthread_join(th, NULL);
+    /* Likewise the first allocations of a size (ASan's allocator maps
+     * regions on first use). */
+    mp_lock *warm;
+    if (mp_lock_create(&warm) == 0) {
+        mp_lock_acquire(warm, 0);
+        mp_lock_release(warm);
+        mp_lock_destroy(warm);
+    }
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(0);
+    if (pid > 0)
+        waitpid(pid, NULL, 0);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
