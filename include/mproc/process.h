@@ -60,8 +60,8 @@ int mp_init(int *argc, char ***argv);
 /* Fails the calling child with a message that reaches the parent's error
  * record, then exits with status 1 (stdio flushed, atexit handlers not run).
  * In a process that is not an mproc child it writes the message to stderr
- * and exits 1. Never returns. */
-_Noreturn void mp_raise(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+ * and exits 1. Never returns. (GNU attribute form: valid C and C++.) */
+__attribute__((noreturn, format(printf, 1, 2))) void mp_raise(const char *fmt, ...);
 
 /* ---- start methods and contexts ------------------------------------------ */
 
