@@ -69,6 +69,21 @@ MP_ENTRY(t_rank)
     return do_op(rank == a->rank_to_fail ? a : &hang);
 }
 
+/* Writes payload value + rank into element rank of the tensor "t". */
+MP_ENTRY(t_tensor)
+{
+    size_t len;
+    const int *v = mp_msg_payload(args, &len);
+    mp_tensor *t = NULL;
+    if (len != sizeof *v || mp_msg_find_tensor(args, "t", &t) != 0)
+        mp_raise("t_tensor: bad arguments (%zu bytes): %s", len, mp_last_error());
+    if (rank >= mp_tensor_numel(t))
+        mp_raise("t_tensor: rank %d out of range", rank);
+    ((int32_t *)mp_tensor_data(t))[rank] = *v + rank;
+    mp_tensor_release(t);
+    return 0;
+}
+
 /* Registered in main after mp_init: children started by exec lack it. */
 static int t_late(int rank, mp_msg *args) { return 0; }
 
@@ -176,6 +191,46 @@ static void test_exitcodes(void **state)
     p = run_op(m, (targ){OP_SIGNAL, SIGKILL, 0});
     assert_int_equal(exitcode_of(p), -SIGKILL);
     assert_mp_ok(mp_process_destroy(p));
+}
+
+/* Payload and a tensor reach the child; what it writes, the parent sees
+ * (a private tensor is moved into shared memory when sent). */
+static void test_tensor_arg(void **state)
+{
+    int64_t shape[1] = {4};
+    int value = 100;
+    mp_tensor *priv = NULL, *shared = NULL;
+    mp_msg *m = NULL;
+    mp_process_options o;
+    mp_process *p = NULL;
+    int32_t *d;
+    assert_mp_ok(mp_tensor_empty(MP_INT32, 1, shape, &priv));
+    assert_mp_ok(mp_msg_create(&m));
+    assert_mp_ok(mp_msg_set_payload(m, &value, sizeof value));
+    assert_mp_ok(mp_msg_add_tensor(m, "t", priv));
+    mp_process_options_init(&o);
+    o.start_method = method_of(state);
+    assert_mp_ok(mp_process_create("t_tensor", m, &o, &p));
+    assert_mp_ok(mp_process_start(p));
+    assert_mp_ok(mp_process_join(p, 20));
+    assert_int_equal(exitcode_of(p), 0);
+    assert_mp_ok(mp_process_destroy(p));
+    assert_int_equal(((int32_t *)mp_tensor_data(priv))[0], 100);
+    mp_msg_destroy(m);
+
+    /* mp_spawn: four ranks each write their own element of a shared tensor */
+    assert_mp_ok(mp_tensor_empty_shared(MP_INT32, 1, shape, &shared));
+    assert_mp_ok(mp_msg_create(&m));
+    value = 10;
+    assert_mp_ok(mp_msg_set_payload(m, &value, sizeof value));
+    assert_mp_ok(mp_msg_add_tensor(m, "t", shared));
+    assert_mp_ok(mp_spawn("t_tensor", m, 4, true, false, method_of(state), NULL));
+    d = mp_tensor_data(shared);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(d[i], 10 + i);
+    mp_msg_destroy(m);
+    mp_tensor_release(shared);
+    mp_tensor_release(priv);
 }
 
 static void test_raise_and_segv(void **state)
@@ -578,6 +633,7 @@ int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         EACH(test_exitcodes),
+        EACH(test_tensor_arg),
         EACH(test_raise_and_segv),
         EACH(test_misuse_and_timeout),
         EACH(test_unknown_entry),
