@@ -1,0 +1,237 @@
+/* The swappable system-call table and its fault injection (tests only). */
+#include "os/os.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* fcntl is variadic and fstat/posix_fallocate may be inline or redirected
+ * in some libcs, so the table points at plain functions of our own. */
+static int real_fcntl(int fd, int cmd, int arg)
+{
+    return fcntl(fd, cmd, arg);
+}
+static int real_fstat(int fd, struct stat *st)
+{
+    return fstat(fd, st);
+}
+static int real_posix_fallocate(int fd, off_t off, off_t len)
+{
+    return posix_fallocate(fd, off, len);
+}
+
+#define REAL_CALLS                                                                                 \
+    {                                                                                              \
+        .memfd_create = memfd_create, .shm_open = shm_open, .shm_unlink = shm_unlink,              \
+        .ftruncate = ftruncate, .posix_fallocate = real_posix_fallocate, .mmap = mmap,             \
+        .munmap = munmap, .sendmsg = sendmsg, .recvmsg = recvmsg, .socketpair = socketpair,        \
+        .fcntl = real_fcntl, .fstat = real_fstat, .close = close, .dup = dup,                      \
+    }
+
+const mp__sys_table mp__sys_real = REAL_CALLS;
+mp__sys_table mp__sys = REAL_CALLS;
+
+/* ---- fault injection ---------------------------------------------------- */
+
+enum {
+    F_MEMFD_CREATE,
+    F_SHM_OPEN,
+    F_SHM_UNLINK,
+    F_FTRUNCATE,
+    F_POSIX_FALLOCATE,
+    F_MMAP,
+    F_MUNMAP,
+    F_SENDMSG,
+    F_RECVMSG,
+    F_SOCKETPAIR,
+    F_FCNTL,
+    F_FSTAT,
+    F_CLOSE,
+    F_DUP,
+    F_COUNT
+};
+
+static const char *const names[F_COUNT] = {
+    [F_MEMFD_CREATE] = "memfd_create",
+    [F_SHM_OPEN] = "shm_open",
+    [F_SHM_UNLINK] = "shm_unlink",
+    [F_FTRUNCATE] = "ftruncate",
+    [F_POSIX_FALLOCATE] = "posix_fallocate",
+    [F_MMAP] = "mmap",
+    [F_MUNMAP] = "munmap",
+    [F_SENDMSG] = "sendmsg",
+    [F_RECVMSG] = "recvmsg",
+    [F_SOCKETPAIR] = "socketpair",
+    [F_FCNTL] = "fcntl",
+    [F_FSTAT] = "fstat",
+    [F_CLOSE] = "close",
+    [F_DUP] = "dup",
+};
+
+static struct fault {
+    int err, skip, count;
+} faults[F_COUNT];
+
+/* True when this call must fail: skip the first `skip` calls, then fail
+ * `count` of them; afterwards the wrapper passes everything through. */
+static bool hit(int i)
+{
+    struct fault *f = &faults[i];
+    if (f->skip > 0) {
+        f->skip--;
+        return false;
+    }
+    if (f->count > 0) {
+        f->count--;
+        errno = f->err;
+        return true;
+    }
+    return false;
+}
+
+static int f_memfd_create(const char *name, unsigned int flags)
+{
+    return hit(F_MEMFD_CREATE) ? -1 : mp__sys_real.memfd_create(name, flags);
+}
+static int f_shm_open(const char *name, int oflag, mode_t mode)
+{
+    return hit(F_SHM_OPEN) ? -1 : mp__sys_real.shm_open(name, oflag, mode);
+}
+static int f_shm_unlink(const char *name)
+{
+    return hit(F_SHM_UNLINK) ? -1 : mp__sys_real.shm_unlink(name);
+}
+static int f_ftruncate(int fd, off_t length)
+{
+    return hit(F_FTRUNCATE) ? -1 : mp__sys_real.ftruncate(fd, length);
+}
+static int f_posix_fallocate(int fd, off_t off, off_t len)
+{
+    /* returns the error number and leaves errno alone, like the real call */
+    int err = errno;
+    if (hit(F_POSIX_FALLOCATE)) {
+        errno = err;
+        return faults[F_POSIX_FALLOCATE].err;
+    }
+    return mp__sys_real.posix_fallocate(fd, off, len);
+}
+static void *f_mmap(void *addr, size_t length, int prot, int flags, int fd, off_t off)
+{
+    return hit(F_MMAP) ? MAP_FAILED : mp__sys_real.mmap(addr, length, prot, flags, fd, off);
+}
+static int f_munmap(void *addr, size_t length)
+{
+    return hit(F_MUNMAP) ? -1 : mp__sys_real.munmap(addr, length);
+}
+static ssize_t f_sendmsg(int fd, const struct msghdr *msg, int flags)
+{
+    return hit(F_SENDMSG) ? -1 : mp__sys_real.sendmsg(fd, msg, flags);
+}
+static ssize_t f_recvmsg(int fd, struct msghdr *msg, int flags)
+{
+    return hit(F_RECVMSG) ? -1 : mp__sys_real.recvmsg(fd, msg, flags);
+}
+static int f_socketpair(int domain, int type, int protocol, int sv[2])
+{
+    return hit(F_SOCKETPAIR) ? -1 : mp__sys_real.socketpair(domain, type, protocol, sv);
+}
+static int f_fcntl(int fd, int cmd, int arg)
+{
+    return hit(F_FCNTL) ? -1 : mp__sys_real.fcntl(fd, cmd, arg);
+}
+static int f_fstat(int fd, struct stat *st)
+{
+    return hit(F_FSTAT) ? -1 : mp__sys_real.fstat(fd, st);
+}
+static int f_close(int fd)
+{
+    /* A failing close still releases the fd on Linux: do the same, so an
+     * injected close failure never leaks. */
+    if (hit(F_CLOSE)) {
+        int err = errno;
+        mp__sys_real.close(fd);
+        errno = err;
+        return -1;
+    }
+    return mp__sys_real.close(fd);
+}
+static int f_dup(int fd)
+{
+    return hit(F_DUP) ? -1 : mp__sys_real.dup(fd);
+}
+
+static void install(int i)
+{
+    switch (i) {
+    case F_MEMFD_CREATE:
+        mp__sys.memfd_create = f_memfd_create;
+        break;
+    case F_SHM_OPEN:
+        mp__sys.shm_open = f_shm_open;
+        break;
+    case F_SHM_UNLINK:
+        mp__sys.shm_unlink = f_shm_unlink;
+        break;
+    case F_FTRUNCATE:
+        mp__sys.ftruncate = f_ftruncate;
+        break;
+    case F_POSIX_FALLOCATE:
+        mp__sys.posix_fallocate = f_posix_fallocate;
+        break;
+    case F_MMAP:
+        mp__sys.mmap = f_mmap;
+        break;
+    case F_MUNMAP:
+        mp__sys.munmap = f_munmap;
+        break;
+    case F_SENDMSG:
+        mp__sys.sendmsg = f_sendmsg;
+        break;
+    case F_RECVMSG:
+        mp__sys.recvmsg = f_recvmsg;
+        break;
+    case F_SOCKETPAIR:
+        mp__sys.socketpair = f_socketpair;
+        break;
+    case F_FCNTL:
+        mp__sys.fcntl = f_fcntl;
+        break;
+    case F_FSTAT:
+        mp__sys.fstat = f_fstat;
+        break;
+    case F_CLOSE:
+        mp__sys.close = f_close;
+        break;
+    case F_DUP:
+        mp__sys.dup = f_dup;
+        break;
+    }
+}
+
+int mp__sys_fault(const char *call, int err, int skip, int count)
+{
+    if (!call || err <= 0 || skip < 0 || count < 0)
+        return mp__error(MP_EINVAL, "mp__sys_fault: need a call name, an errno > 0, "
+                                    "skip >= 0 and count >= 0");
+    for (int i = 0; i < F_COUNT; i++) {
+        if (strcmp(names[i], call) == 0) {
+            faults[i].err = err;
+            faults[i].skip = skip;
+            faults[i].count = count;
+            install(i);
+            return 0;
+        }
+    }
+    return mp__error(MP_ENOENT, "mp__sys_fault: no system call \"%s\" in mp__sys", call);
+}
+
+void mp__sys_fault_reset(void)
+{
+    for (int i = 0; i < F_COUNT; i++)
+        faults[i].err = faults[i].skip = faults[i].count = 0;
+    mp__sys = mp__sys_real;
+}
