@@ -2,20 +2,24 @@
  * (tools/shm-manager/) and the CLI (tools/mproc/) share — where the daemon
  * lives, its protocol, and how a /dev/shm/mproc-* segment is inspected.
  *
- * Protocol: one SOCK_STREAM connection per client process, text lines
- * "<verb> [args]\n", client to daemon only (no replies on the hot path):
+ * Protocol. Library clients send reports as datagrams to the daemon's
+ * SOCK_DGRAM socket, one socket per report call (no fd stays open in the
+ * client, so nothing is inherited across fork and leak checks see nothing);
+ * the kernel attaches the sender's verified pid/uid (SCM_CREDENTIALS) and
+ * keeps one queue in send order. Text lines "<verb> [args]\n":
  *
- *   HELLO <protocol> <pid>   first line of a library client
+ *   HELLO <protocol> <pid>   first datagram of a client (and after a daemon restart)
  *   C <name> <size>          created        O <name>   opened
  *   X <name>                 closed (this process unmapped it)
  *   U <name>                 unlinked       S <name>   a message carrying it was sent
  *   R <name>                 a message carrying it was received
  *
- * Control connections (the CLI) send one of STATUS, LIST or STOP instead of
- * HELLO; the daemon answers with lines ending in "END\n" and closes. A peer
- * of another uid gets "ERR ...\n" and is closed. Names are "/mproc-..." as
- * in shm.h; anything else is rejected, so the daemon never unlinks a file
- * outside the mproc namespace. */
+ * A client is alive while its pidfd is not readable. Control connections
+ * (the CLI) use the SOCK_STREAM socket: one of STATUS, LIST or STOP; the
+ * daemon answers lines ending in "END\n" and closes. A peer of another uid
+ * gets "ERR ...\n" (stream) or is ignored and logged (datagram). Names are
+ * "/mproc-..." as in shm.h; anything else is rejected, so the daemon never
+ * unlinks a file outside the mproc namespace. */
 #ifndef MPROC_SHM_MANAGER_H
 #define MPROC_SHM_MANAGER_H
 
@@ -26,7 +30,8 @@
 #include "shm/shm.h"
 
 #define MP__MGR_PROTOCOL 1
-#define MP__MGR_SOCKET "shm-manager.sock"
+#define MP__MGR_SOCKET "shm-manager.sock"   /* control: SOCK_STREAM */
+#define MP__MGR_DGRAM "shm-manager.dgram"   /* reports: SOCK_DGRAM */
 #define MP__MGR_LOCK "shm-manager.lock"
 #define MP__MGR_LOG "shm-manager.log"
 #define MP__MGR_LINE_MAX 256
@@ -52,9 +57,10 @@ int mp__mgr_control(const char *cmd, char **reply, double timeout);
 /* The daemon binary: $MPROC_SHM_MANAGER, the build tree's, the install
  * bindir's, else "mproc-shm-manager" for a $PATH lookup. */
 const char *mp__mgr_binary(char *buf, size_t cap);
-/* Starts the daemon (it detaches itself) and waits for it to be ready or to
- * find another one already running. Returns 0 or a negative mp_err. */
-int mp__mgr_spawn(double timeout);
+/* Starts the daemon (it detaches itself) with one optional argument (e.g.
+ * "--persistent", or NULL) and waits for it to be ready or to find another
+ * one already running. Returns 0 or a negative mp_err. */
+int mp__mgr_spawn(const char *arg, double timeout);
 
 /* A valid segment name: "/mproc-" or "mproc-" then [A-Za-z0-9_-], shorter
  * than MP__SHM_NAME_MAX. */
@@ -97,10 +103,11 @@ bool mp__pid_alive(pid_t pid);
 /* The library client's hook table (installed at load time), exposed so
  * tests can drive it without the shm layer. */
 const mp__shm_hooks *mp__mgr_client_hooks(void);
-/* Drops this process's connection (the held set is kept, and re-registered
- * on the next report). For tests and after the daemon was stopped. */
+/* Forgets the daemon this process registered with (the held set is kept
+ * and re-registered at the next report) and the cached runtime directory.
+ * For tests that change $MPROC_RUNTIME_DIR. */
 void mp__mgr_client_reset(void);
-/* Whether the client is connected now; fills the daemon's pid if known. */
-bool mp__mgr_client_connected(void);
+/* Number of segments this process holds, as the client knows it. */
+int mp__mgr_client_held(void);
 
 #endif

@@ -1,40 +1,39 @@
 /* The library's side of mproc-shm-manager: the shm layer's hooks report
  * every file_system segment this process creates, opens, closes, unlinks,
- * sends and receives, on one Unix-socket connection per process.
+ * sends and receives.
  *
- * Reports are asynchronous (a non-blocking send, buffered when the socket is
- * full) except "sent": a name is about to leave the process, so everything
- * up to that report is flushed into the kernel first. The daemon therefore
- * hears of a segment before any other process can name it, even if we are
- * SIGKILLed right after the send.
+ * Each report is one datagram to the daemon's SOCK_DGRAM socket, sent from
+ * a socket made for the call and closed at once: the process keeps no fd
+ * (nothing for fork to duplicate, nothing for leak checks to see), and the
+ * kernel stamps each datagram with our verified pid. No reply is awaited;
+ * sendto only enqueues, so a report made before a name leaves the process
+ * ("sent" runs before the message goes out) is in the daemon's queue before
+ * any other process can name the segment, even if we are SIGKILLed next.
  *
- * The daemon is started on demand at the first report (and again if it was
- * killed: a broken connection reconnects and re-registers every segment this
- * process still holds). Failures never reach the caller (the hooks return
- * void): segments keep working without the daemon, only the leak protection
- * is lost, and a line goes to the log hook. $MPROC_SHM_MANAGER=none turns
- * the client off.
- *
- * Fork: the child must not write on its parent's connection. An atfork
- * handler drops it in the child; the inherited held set (the child inherits
- * the mappings) is registered on the child's own connection at its first
- * report. */
+ * The daemon is started on demand at the first report, and again when it is
+ * gone. A process registers ("HELLO" plus every segment it holds) at its
+ * first report, again when the daemon's socket is a new one (the daemon was
+ * restarted), and in a forked child (it inherited the mappings). Failures
+ * never reach the caller (the hooks return void): segments keep working,
+ * only the leak protection is lost, and a line goes to the log hook.
+ * $MPROC_SHM_MANAGER=none turns the client off. */
 #include "shm/manager.h"
 
 #include <errno.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
-#define OUT_MAX (1u << 20)      /* buffered bytes before a blocking flush */
-#define FLUSH_TIMEOUT_MS 2000   /* a daemon this slow is treated as gone */
+#define SEND_TIMEOUT_S 2        /* a daemon this slow is treated as gone */
 #define START_TIMEOUT 5.0
 #define RETRY_AFTER 1.0         /* after a failed start, drop reports this long */
+#define CHUNK 3072              /* registration datagrams stay small */
 
 typedef struct held_seg {
     char name[MP__SHM_NAME_MAX];
@@ -42,10 +41,9 @@ typedef struct held_seg {
 } held_seg;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static int conn = -1;
-static pid_t conn_pid;          /* process that opened conn */
-static char *out;               /* reports not yet in the kernel */
-static size_t out_len, out_cap;
+static pid_t reg_pid;           /* registered as this pid ... */
+static dev_t reg_dev;           /* ... with the daemon whose socket is this inode */
+static ino_t reg_ino;
 static held_seg *held;          /* segments this process maps now */
 static int nheld, held_cap;
 static double retry_after;
@@ -58,99 +56,93 @@ static double now(void)
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-static void drop_conn(void)
+/* One datagram; blocks (bounded) only when the daemon's queue is full. */
+static int send_dgram(int fd, const struct sockaddr_un *sa, const char *buf, size_t len)
 {
-    if (conn >= 0)
-        close(conn);
-    conn = -1;
-    out_len = 0;
-}
-
-static int append(const char *line)
-{
-    size_t n = strlen(line);
-    if (out_len + n > out_cap) {
-        size_t cap = out_cap ? out_cap : 4096;
-        while (cap < out_len + n)
-            cap *= 2;
-        char *nb = realloc(out, cap);
-        if (!nb)
-            return -1;
-        out = nb;
-        out_cap = cap;
+    for (;;) {
+        if (sendto(fd, buf, len, MSG_NOSIGNAL, (const struct sockaddr *)sa, sizeof *sa) ==
+            (ssize_t)len)
+            return 0;
+        if (errno != EINTR)
+            return -errno;
     }
-    memcpy(out + out_len, line, n);
-    out_len += n;
-    return 0;
 }
 
-/* Pushes the buffer into the kernel; waits for room only when `wait`.
- * -1 when the connection is broken (or the daemon stopped reading). */
-static int flush(bool wait)
+static int send_register(int fd, const struct sockaddr_un *sa)
 {
-    size_t done = 0;
-    int rc = 0;
-    while (done < out_len) {
-        ssize_t w = send(conn, out + done, out_len - done, MSG_DONTWAIT | MSG_NOSIGNAL);
-        if (w > 0) {
-            done += (size_t)w;
-            continue;
-        }
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0 && errno == EAGAIN && wait) {
-            struct pollfd p = {.fd = conn, .events = POLLOUT};
-            int r = poll(&p, 1, FLUSH_TIMEOUT_MS);
-            if (r > 0 || (r < 0 && errno == EINTR))
-                continue;
-            rc = -1;
-        } else if (!(w < 0 && errno == EAGAIN)) {
-            rc = -1;
-        }
-        break;
-    }
-    memmove(out, out + done, out_len - done);
-    out_len -= done;
-    return rc;
-}
-
-/* Connects (starting the daemon when none listens) and registers this
- * process and what it holds. */
-static int connect_locked(void)
-{
-    char line[MP__MGR_LINE_MAX];
+    char buf[CHUNK + MP__MGR_LINE_MAX];
+    size_t len = (size_t)snprintf(buf, sizeof buf, "HELLO %d %d\n", MP__MGR_PROTOCOL,
+                                  (int)getpid());
     int rc;
-    if (now() < retry_after)
-        return -1;
-    rc = mp__mgr_connect(&conn);
-    if (rc == MP_ENOENT && mp__mgr_runtime_dir(line, sizeof line, true) == 0) {
-        rc = mp__mgr_spawn(START_TIMEOUT);
-        /* Another starter may have won the lock: its daemon binds shortly. */
-        for (double end = now() + START_TIMEOUT; rc == 0;) {
-            if ((rc = mp__mgr_connect(&conn)) != MP_ENOENT || now() > end)
-                break;
-            rc = 0;
-            usleep(5000);
+    for (int i = 0; i < nheld; i++) {
+        len += (size_t)snprintf(buf + len, sizeof buf - len, "O %s\n", held[i].name);
+        if (len >= CHUNK) {
+            if ((rc = send_dgram(fd, sa, buf, len)) < 0)
+                return rc;
+            len = 0;
         }
     }
-    if (rc < 0) {
-        mp__log(MP_LOG_WARN, "file_system segments are not protected against leaks: %s",
-                mp_last_error());
-        retry_after = now() + RETRY_AFTER;
-        conn = -1;
-        return -1;
+    return len ? send_dgram(fd, sa, buf, len) : 0;
+}
+
+/* Sends line, registering first when needed. Returns 0 or -errno. */
+static int deliver(int fd, const struct sockaddr_un *sa, const char *line)
+{
+    struct stat st;
+    int rc;
+    if (stat(sa->sun_path, &st) != 0)
+        return -errno;
+    if (reg_pid != getpid() || reg_dev != st.st_dev || reg_ino != st.st_ino) {
+        if ((rc = send_register(fd, sa)) < 0)
+            return rc;
+        reg_pid = getpid();
+        reg_dev = st.st_dev;
+        reg_ino = st.st_ino;
     }
-    conn_pid = getpid();
-    out_len = 0;
-    snprintf(line, sizeof line, "HELLO %d %d\n", MP__MGR_PROTOCOL, (int)conn_pid);
-    if (append(line) != 0)
-        return -1;
-    for (int i = 0; i < nheld; i++) {
-        snprintf(line, sizeof line, "O %s\n", held[i].name);
-        if (append(line) != 0)
-            return -1;
+    return send_dgram(fd, sa, line, strlen(line));
+}
+
+static void report_locked(const char *line)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    struct timeval tv = {SEND_TIMEOUT_S, 0};
+    int fd, rc, spawn_rc = 0;
+    bool spawned = false;
+
+    if (now() < retry_after)
+        return;
+    if (mp__mgr_path(sa.sun_path, sizeof sa.sun_path, MP__MGR_DGRAM, true) < 0)
+        goto out_fail;
+    fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        mp__errno_error(errno, "shm manager client: socket");
+        goto out_fail;
     }
-    return 0;
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    rc = deliver(fd, &sa, line);
+    if (rc == -ENOENT || rc == -ECONNREFUSED) {
+        spawned = true;
+        /* No daemon (never started, exited, or killed): start one. Another
+         * starter may win the lock; its daemon binds shortly. */
+        if ((spawn_rc = mp__mgr_spawn(NULL, START_TIMEOUT)) == 0) {
+            double end = now() + START_TIMEOUT;
+            while ((rc = deliver(fd, &sa, line)) == -ENOENT || rc == -ECONNREFUSED) {
+                if (now() > end)
+                    break;
+                usleep(2000);
+            }
+        }
+    }
+    close(fd);
+    if (rc == 0)
+        return;
+    if (spawn_rc == 0)
+        mp__errno_error(-rc, "shm manager client: sendto(%s)%s", sa.sun_path,
+                        spawned ? " after starting the daemon" : "");
+out_fail:
+    mp__log(MP_LOG_WARN, "file_system segments are not protected against leaks: %s",
+            mp_last_error());
+    retry_after = now() + RETRY_AFTER;
 }
 
 static void held_update(const char *name, uint64_t size, bool add)
@@ -184,9 +176,10 @@ static bool is_disabled(void)
     return disabled;
 }
 
-static void report(char verb, const char *name, uint64_t size, int held_change, bool sync)
+static void report(char verb, const char *name, uint64_t size, int held_change)
 {
     char line[MP__MGR_LINE_MAX];
+    int err = errno; /* hooks run inside library calls: leave errno alone */
     if (!mp__mgr_name_ok(name) || is_disabled())
         return;
     if (verb == 'C')
@@ -194,28 +187,19 @@ static void report(char verb, const char *name, uint64_t size, int held_change, 
     else
         snprintf(line, sizeof line, "%c %s\n", verb, name);
     pthread_mutex_lock(&lock);
-    if (conn >= 0 && conn_pid != getpid()) /* forked without our atfork handler */
-        drop_conn();
-    /* Two tries: a daemon killed since the last report shows up as a broken
-     * connection; the second try restarts it and re-registers. */
-    for (int attempt = 0; attempt < 2; attempt++) {
-        if (conn < 0 && connect_locked() != 0)
-            break;
-        if (append(line) == 0 && flush(sync || out_len > OUT_MAX) == 0)
-            break;
-        drop_conn();
-    }
+    report_locked(line);
     if (held_change)
         held_update(name, size, held_change > 0);
     pthread_mutex_unlock(&lock);
+    errno = err;
 }
 
-static void on_created(const char *name, uint64_t size) { report('C', name, size, 1, false); }
-static void on_opened(const char *name) { report('O', name, 0, 1, false); }
-static void on_closed(const char *name) { report('X', name, 0, -1, false); }
-static void on_unlinked(const char *name) { report('U', name, 0, -1, false); }
-static void on_sent(const char *name) { report('S', name, 0, 0, true); }
-static void on_received(const char *name) { report('R', name, 0, 0, false); }
+static void on_created(const char *name, uint64_t size) { report('C', name, size, 1); }
+static void on_opened(const char *name) { report('O', name, 0, 1); }
+static void on_closed(const char *name) { report('X', name, 0, -1); }
+static void on_unlinked(const char *name) { report('U', name, 0, -1); }
+static void on_sent(const char *name) { report('S', name, 0, 0); }
+static void on_received(const char *name) { report('R', name, 0, 0); }
 
 static const mp__shm_hooks client_hooks = {
     .created = on_created,
@@ -231,32 +215,24 @@ const mp__shm_hooks *mp__mgr_client_hooks(void) { return &client_hooks; }
 void mp__mgr_client_reset(void)
 {
     pthread_mutex_lock(&lock);
-    drop_conn();
+    reg_pid = 0;
     retry_after = 0;
     pthread_mutex_unlock(&lock);
 }
 
-bool mp__mgr_client_connected(void)
+int mp__mgr_client_held(void)
 {
     pthread_mutex_lock(&lock);
-    bool c = conn >= 0 && conn_pid == getpid();
+    int n = nheld;
     pthread_mutex_unlock(&lock);
-    return c;
+    return n;
 }
 
+/* A child forked while another thread reported must not inherit a locked
+ * mutex. (It re-registers at its first report: reg_pid differs.) */
 static void atfork_prepare(void) { pthread_mutex_lock(&lock); }
 static void atfork_parent(void) { pthread_mutex_unlock(&lock); }
-static void atfork_child(void)
-{
-    /* Close our copy only: the parent's connection stays open in the parent.
-     * Its unflushed reports are the parent's to send. */
-    if (conn >= 0)
-        close(conn);
-    conn = -1;
-    out_len = 0;
-    retry_after = 0;
-    pthread_mutex_unlock(&lock);
-}
+static void atfork_child(void) { pthread_mutex_unlock(&lock); }
 
 /* The shm layer may be absent from a static link that never creates
  * segments: then there is nothing to report, and the weak reference keeps

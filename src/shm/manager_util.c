@@ -193,17 +193,18 @@ const char *mp__mgr_binary(char *buf, size_t cap)
     return buf;
 }
 
-int mp__mgr_spawn(double timeout)
+int mp__mgr_spawn(const char *arg, double timeout)
 {
     char bin[4096];
-    char *argv[2];
+    char *argv[3];
     int status = 0;
     pid_t pid, w;
     struct timespec ts = {0, 5 * 1000 * 1000};
 
     mp__mgr_binary(bin, sizeof bin);
     argv[0] = bin;
-    argv[1] = NULL;
+    argv[1] = (char *)arg;
+    argv[2] = NULL;
     /* The launcher detaches the daemon (setsid, double fork) and exits as
      * soon as it listens, so the only child we reap is short-lived. */
     /* posix_spawn, not fork: it runs no atfork handlers, and the client
