@@ -301,7 +301,7 @@ static int other_uid(int in, int out, void *arg)
     fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0)
         return 22;
-    (void)!write(fd, "STATUS\n", 7);
+    (void)!send(fd, "STATUS\n", 7, MSG_NOSIGNAL); /* it may have hung up already */
     memset(reply, 0, sizeof reply);
     for (size_t len = 0; len < sizeof reply - 1;) {
         ssize_t r = read(fd, reply + len, sizeof reply - 1 - len);
