@@ -4,7 +4,15 @@
 
 /* Add one line per kind as the layers implement them, e.g.
  * extern const mp__objkind mp__queue_kind; ... &mp__queue_kind, */
+extern const mp__objkind mp__queue_kind;
+extern const mp__objkind mp__simple_queue_kind;
+extern const mp__objkind mp__joinable_queue_kind;
+extern const mp__objkind mp__conn_kind;
 static const mp__objkind *const kinds[] = {
+    &mp__queue_kind,
+    &mp__simple_queue_kind,
+    &mp__joinable_queue_kind,
+    &mp__conn_kind,
     NULL,
 };
 
