@@ -7,5 +7,6 @@
 #include "mproc/msg.h"
 #include "mproc/queue.h"
 #include "mproc/process.h"
+#include "mproc/sync.h"
 
 #endif
