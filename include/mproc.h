@@ -6,5 +6,6 @@
 #include "mproc/tensor.h"
 #include "mproc/msg.h"
 #include "mproc/process.h"
+#include "mproc/cuda.h"
 
 #endif

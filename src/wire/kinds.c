@@ -4,7 +4,10 @@
 
 /* Add one line per kind as the layers implement them, e.g.
  * extern const mp__objkind mp__queue_kind; ... &mp__queue_kind, */
+extern const mp__objkind mp__cuda_tensor_kind;
+
 static const mp__objkind *const kinds[] = {
+    &mp__cuda_tensor_kind,
     NULL,
 };
 
