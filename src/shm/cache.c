@@ -1,0 +1,130 @@
+/* The per-process mapping cache: one mp__segment per (st_dev, st_ino), so a
+ * segment received many times is mapped once. A chained hash table under a
+ * mutex; the mutex is taken only on lookups, inserts and last releases. */
+#include "shm/shm_internal.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static mp__segment **buckets;
+static size_t nbuckets; /* a power of two, or 0 before the first insert */
+static int count;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+/* A fork while another thread holds the lock would leave the child's copy
+ * locked forever: hold it across fork, release it on both sides. */
+static void before_fork(void) { pthread_mutex_lock(&lock); }
+static void after_fork(void) { pthread_mutex_unlock(&lock); }
+static void init(void) { pthread_atfork(before_fork, after_fork, after_fork); }
+
+static size_t slot(dev_t dev, ino_t ino, size_t n)
+{
+    uint64_t h = ((uint64_t)dev * 0x9e3779b97f4a7c15ull) ^ (uint64_t)ino;
+    h ^= h >> 29;
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 32;
+    return (size_t)h & (n - 1);
+}
+
+/* Retains s unless its last reference is already gone (being destroyed). */
+static bool retain_live(mp__segment *s)
+{
+    long r = atomic_load(&s->refs);
+    while (r > 0)
+        if (atomic_compare_exchange_weak(&s->refs, &r, r + 1))
+            return true;
+    return false;
+}
+
+static mp__segment *find(dev_t dev, ino_t ino)
+{
+    if (!nbuckets)
+        return NULL;
+    for (mp__segment *s = buckets[slot(dev, ino, nbuckets)]; s; s = s->next)
+        if (s->dev == dev && s->ino == ino && retain_live(s))
+            return s;
+    return NULL;
+}
+
+mp__segment *mp__cache_lookup(dev_t dev, ino_t ino)
+{
+    mp__segment *s;
+    pthread_once(&once, init);
+    pthread_mutex_lock(&lock);
+    s = find(dev, ino);
+    pthread_mutex_unlock(&lock);
+    return s;
+}
+
+/* Doubles the table; on allocation failure keeps the old one (chains just
+ * get longer). */
+static void grow(void)
+{
+    size_t n = nbuckets ? nbuckets * 2 : 64;
+    mp__segment **b = calloc(n, sizeof *b);
+    if (!b)
+        return;
+    for (size_t i = 0; i < nbuckets; i++) {
+        mp__segment *s = buckets[i], *next;
+        for (; s; s = next) {
+            size_t j = slot(s->dev, s->ino, n);
+            next = s->next;
+            s->next = b[j];
+            b[j] = s;
+        }
+    }
+    free(buckets);
+    buckets = b;
+    nbuckets = n;
+}
+
+mp__segment *mp__cache_insert(mp__segment *s)
+{
+    mp__segment *old;
+    size_t i;
+    pthread_once(&once, init);
+    pthread_mutex_lock(&lock);
+    old = find(s->dev, s->ino);
+    if (old) {
+        pthread_mutex_unlock(&lock);
+        return old;
+    }
+    if ((size_t)count >= nbuckets)
+        grow();
+    if (nbuckets) {
+        i = slot(s->dev, s->ino, nbuckets);
+        s->next = buckets[i];
+        buckets[i] = s;
+        count++;
+    }
+    /* else: no table at all (out of memory); s works, merely uncached */
+    pthread_mutex_unlock(&lock);
+    return s;
+}
+
+void mp__cache_remove(mp__segment *s)
+{
+    pthread_once(&once, init);
+    pthread_mutex_lock(&lock);
+    if (nbuckets) {
+        mp__segment **p = &buckets[slot(s->dev, s->ino, nbuckets)];
+        for (; *p; p = &(*p)->next) {
+            if (*p == s) {
+                *p = s->next;
+                count--;
+                break;
+            }
+        }
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+int mp__cache_count(void)
+{
+    int n;
+    pthread_mutex_lock(&lock);
+    n = count;
+    pthread_mutex_unlock(&lock);
+    return n;
+}

@@ -1,0 +1,272 @@
+/* What crosses the wire for a segment: export on the sending side, open
+ * (through the mapping cache) on the receiving side, drop when undelivered. */
+#include "shm/shm_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+int mp__segment_export(mp__segment *s, mp__segment_handle *h)
+{
+    if (!s || !h)
+        return mp__error(MP_EINVAL, "mp__segment_export: NULL segment or handle");
+    memset(h, 0, sizeof *h);
+    h->strategy = s->strategy;
+    h->size = s->size;
+    h->fd = -1;
+    if (s->strategy == MP__STRATEGY_FD) {
+        h->fd = s->fd;
+        return 0;
+    }
+    /* the message's own reference, adopted by the receiver */
+    __atomic_add_fetch(&((mp__fs_header *)s->map)->refcount, 1, __ATOMIC_ACQ_REL);
+    memcpy(h->name, s->name, sizeof h->name);
+    if (mp__shm_hooks_get()->sent)
+        mp__shm_hooks_get()->sent(s->name);
+    return 0;
+}
+
+static void fs_unref(mp__fs_header *hd, const char *name)
+{
+    if (__atomic_sub_fetch(&hd->refcount, 1, __ATOMIC_ACQ_REL) == 0) {
+        mp__sys.shm_unlink(name);
+        if (mp__shm_hooks_get()->unlinked)
+            mp__shm_hooks_get()->unlinked(name);
+    }
+}
+
+/* A received FS handle's in-flight reference joins the cached segment s:
+ * adopted when this process holds none (s came through fork), else
+ * dropped, as this process already holds one. */
+static void fs_adopt(mp__segment *s)
+{
+    pid_t self = getpid(), owner = __atomic_load_n(&s->ref_pid, __ATOMIC_ACQUIRE);
+    while (owner != self)
+        if (__atomic_compare_exchange_n(&s->ref_pid, &owner, self, false, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE))
+            return;
+    fs_unref(s->map, s->name);
+}
+
+static int open_fd(mp__segment_handle *h, mp__segment **out)
+{
+    struct stat st;
+    mp__segment *s, *cached;
+    int fd = h->fd, seals, rc;
+    h->fd = -1; /* ours from here on */
+    if (mp__sys.fstat(fd, &st) != 0) {
+        rc = mp__errno_error(errno, "mp__segment_open: fstat of a received segment fd");
+        goto out_close;
+    }
+    s = mp__cache_lookup(st.st_dev, st.st_ino);
+    if (s) { /* the hot path: one fstat, one lookup, one close */
+        if (h->size > s->map_len) {
+            mp__segment_release(s);
+            rc = mp__error(MP_EPROTO, "mp__segment_open: handle claims %llu bytes of a "
+                           "%zu-byte segment", (unsigned long long)h->size, s->map_len);
+            goto out_close;
+        }
+        mp__close(fd);
+        *out = s;
+        return 0;
+    }
+    rc = MP_EPROTO;
+    if (!S_ISREG(st.st_mode) || st.st_size <= 0 || (uint64_t)st.st_size < h->size) {
+        mp__error(rc, "mp__segment_open: fd is not a segment of %llu bytes (a %lld-byte file)",
+                  (unsigned long long)h->size, (long long)st.st_size);
+        goto out_close;
+    }
+    seals = mp__sys.fcntl(fd, F_GET_SEALS, 0);
+    /* unsealable: only an unlinked POSIX segment (the no-memfd fallback) */
+    if (seals < 0 ? errno != EINVAL || st.st_nlink != 0 : !(seals & F_SEAL_SHRINK)) {
+        mp__error(rc, "mp__segment_open: fd is not a memfd sealed against shrinking");
+        goto out_close;
+    }
+    s = mp__segment_alloc(MP__STRATEGY_FD);
+    if (!s) {
+        rc = mp__error(MP_ENOMEM, "mp__segment_open: out of memory");
+        goto out_close;
+    }
+    s->map = mp__sys.mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (s->map == MAP_FAILED) {
+        rc = mp__errno_error(errno, "mp__segment_open: mmap(%lld bytes)", (long long)st.st_size);
+        free(s);
+        goto out_close;
+    }
+    s->map_len = (size_t)st.st_size;
+    s->data = s->map;
+    s->size = h->size;
+    s->fd = fd;
+    s->dev = st.st_dev;
+    s->ino = st.st_ino;
+    mp__segment_live_add();
+    cached = mp__cache_insert(s);
+    if (cached != s) /* another thread mapped it meanwhile: use that one */
+        mp__segment_destroy(s);
+    *out = cached;
+    return 0;
+out_close:
+    mp__close(fd);
+    return rc;
+}
+
+static bool valid_name(const char *name)
+{
+    size_t n = strnlen(name, MP__SHM_NAME_MAX), p = sizeof MP__SHM_PREFIX;
+    return n > p && n < MP__SHM_NAME_MAX && name[0] == '/' &&
+           strncmp(name + 1, MP__SHM_PREFIX, p - 1) == 0 && !strchr(name + 1, '/');
+}
+
+/* Maps a named segment and checks its header. */
+static int map_named(const mp__segment_handle *h, int fd, const struct stat *st,
+                     mp__segment **out)
+{
+    bool valid;
+    mp__segment *s;
+    mp__fs_header *hd;
+    size_t len = (size_t)st->st_size;
+    if (len < MP__FS_HEADER_SIZE || len - MP__FS_HEADER_SIZE < h->size)
+        return mp__error(MP_EPROTO, "mp__segment_open: %s has %zu bytes, too few for %llu",
+                         h->name, len, (unsigned long long)h->size);
+    s = mp__segment_alloc(MP__STRATEGY_FS);
+    if (!s)
+        return mp__error(MP_ENOMEM, "mp__segment_open: out of memory");
+    s->map = mp__sys.mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (s->map == MAP_FAILED) {
+        free(s);
+        return mp__errno_error(errno, "mp__segment_open: mmap(%s, %zu bytes)", h->name, len);
+    }
+    hd = s->map;
+    valid = __atomic_load_n(&hd->magic, __ATOMIC_ACQUIRE) == MP__FS_MAGIC &&
+             hd->version == MP__FS_VERSION;
+    if (!valid || hd->size < h->size || hd->size > len - MP__FS_HEADER_SIZE) {
+        mp__sys.munmap(s->map, len);
+        free(s);
+        return mp__error(MP_EPROTO, "mp__segment_open: %s has a bad header (magic, version "
+                         "or size %llu)", h->name, (unsigned long long)hd->size);
+    }
+    s->map_len = len;
+    s->data = (char *)s->map + MP__FS_HEADER_SIZE;
+    s->size = hd->size;
+    s->dev = st->st_dev;
+    s->ino = st->st_ino;
+    s->ref_pid = getpid(); /* adopts the in-flight reference */
+    memcpy(s->name, h->name, sizeof s->name);
+    *out = s;
+    return 0;
+}
+
+static int open_fs(mp__segment_handle *h, mp__segment **out)
+{
+    const mp__shm_hooks *hk = mp__shm_hooks_get();
+    struct stat st;
+    mp__segment *s = NULL, *cached;
+    int fd, rc;
+    if (!valid_name(h->name))
+        return mp__error(MP_EPROTO, "mp__segment_open: \"%.64s\" is not an mproc segment name",
+                         h->name);
+    fd = mp__sys.shm_open(h->name, O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0)
+        return mp__errno_error(errno, "mp__segment_open: shm_open(%s)", h->name);
+    if (mp__sys.fstat(fd, &st) != 0) {
+        rc = mp__errno_error(errno, "mp__segment_open: fstat(%s)", h->name);
+        goto out_close;
+    }
+    cached = mp__cache_lookup(st.st_dev, st.st_ino);
+    if (!cached) {
+        rc = map_named(h, fd, &st, &s);
+        if (rc < 0)
+            goto out_close;
+        mp__segment_live_add();
+        cached = mp__cache_insert(s);
+        if (hk->opened && cached == s)
+            hk->opened(s->name);
+        if (cached != s) { /* lost a race: fold our reference into the winner */
+            s->ref_pid = 0;
+            mp__segment_destroy(s);
+            fs_adopt(cached);
+        }
+    } else {
+        fs_adopt(cached);
+    }
+    mp__close(fd);
+    if (hk->received)
+        hk->received(h->name);
+    h->name[0] = '\0';
+    *out = cached;
+    return 0;
+out_close:
+    mp__close(fd);
+    return rc;
+}
+
+int mp__segment_open(mp__segment_handle *h, mp__segment **out)
+{
+    int rc;
+    if (!h || !out)
+        return mp__error(MP_EINVAL, "mp__segment_open: NULL handle or out");
+    *out = NULL;
+    if (h->size > (uint64_t)INT64_MAX) {
+        rc = mp__error(MP_EPROTO, "mp__segment_open: size %llu out of range",
+                       (unsigned long long)h->size);
+        mp__segment_handle_drop(h, true);
+        return rc;
+    }
+    if (h->strategy == MP__STRATEGY_FD) {
+        if (h->fd < 0)
+            return mp__error(MP_EPROTO, "mp__segment_open: file_descriptor handle without fd");
+        return open_fd(h, out);
+    }
+    if (h->strategy == MP__STRATEGY_FS) {
+        rc = open_fs(h, out);
+        if (rc < 0) {
+            int keep = rc;
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", mp_last_error());
+            mp__segment_handle_drop(h, true);
+            mp__error(keep, "%s", msg);
+        }
+        return rc;
+    }
+    rc = mp__error(MP_EPROTO, "mp__segment_open: unknown strategy %d", h->strategy);
+    mp__segment_handle_drop(h, true);
+    return rc;
+}
+
+/* Gives back the in-flight header reference of a named segment. */
+static void fs_drop(const char *name)
+{
+    mp__fs_header *hd;
+    int fd = mp__sys.shm_open(name, O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0)
+        return; /* already gone: nothing held */
+    hd = mp__sys.mmap(NULL, MP__FS_HEADER_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    mp__close(fd);
+    if (hd == MAP_FAILED)
+        return;
+    if (__atomic_load_n(&hd->magic, __ATOMIC_ACQUIRE) == MP__FS_MAGIC &&
+        hd->version == MP__FS_VERSION)
+        fs_unref(hd, name);
+    mp__sys.munmap(hd, MP__FS_HEADER_SIZE);
+}
+
+void mp__segment_handle_drop(mp__segment_handle *h, bool received)
+{
+    if (!h)
+        return;
+    if (h->strategy == MP__STRATEGY_FS) {
+        if (valid_name(h->name)) {
+            if (received && mp__shm_hooks_get()->received)
+                mp__shm_hooks_get()->received(h->name);
+            fs_drop(h->name);
+        }
+        h->name[0] = '\0';
+    } else if (received && h->fd >= 0) {
+        mp__close(h->fd); /* FD (or unknown): the received fd is ours */
+    }
+    h->fd = -1;
+}

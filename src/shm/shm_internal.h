@@ -1,0 +1,52 @@
+/* Inside src/shm: the segment object and the per-process mapping cache. */
+#ifndef MPROC_SHM_INTERNAL_H
+#define MPROC_SHM_INTERNAL_H
+
+#include "shm/shm.h"
+
+#include <stdatomic.h>
+#include <sys/stat.h>
+
+struct mp__segment {
+    atomic_long refs;       /* references in this process */
+    int strategy;           /* MP__STRATEGY_* */
+    int fd;                 /* FD: kept open while mapped; FS: -1 */
+    void *map;              /* FS: the header; FD: the data */
+    size_t map_len;
+    void *data;
+    size_t size;            /* data bytes */
+    dev_t dev;              /* cache key */
+    ino_t ino;
+    pid_t ref_pid;          /* FS: the process owning one header reference */
+    void *user;
+    struct mp__segment *next; /* hash chain */
+    char name[MP__SHM_NAME_MAX];
+};
+
+/* The cache: lookup retains (skipping segments being destroyed); insert
+ * returns the segment already cached under the same key, retained, instead
+ * of inserting when one exists (the caller then drops its own). */
+mp__segment *mp__cache_lookup(dev_t dev, ino_t ino);
+mp__segment *mp__cache_insert(mp__segment *s);
+/* Removes s (by pointer) if present. */
+void mp__cache_remove(mp__segment *s);
+int mp__cache_count(void);
+
+/* The hooks currently set (never NULL; members may be). */
+const mp__shm_hooks *mp__shm_hooks_get(void);
+
+/* "file_descriptor" / "file_system", NULL for anything else. */
+const char *mp__strategy_name(int strategy);
+
+/* Free bytes in /dev/shm (statvfs), or -1. */
+long long mp__shm_free_bytes(void);
+
+/* segment.c, for handle.c: a zeroed segment with one reference; destroy
+ * unmaps and frees one no longer cached; live_add counts a new mapping;
+ * random_name makes "/mproc-<pid>-<16 hex>". */
+mp__segment *mp__segment_alloc(int strategy);
+void mp__segment_destroy(mp__segment *s);
+void mp__segment_live_add(void);
+int mp__shm_random_name(char *name, size_t cap);
+
+#endif

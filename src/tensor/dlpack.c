@@ -1,0 +1,96 @@
+/* The DLPack bridge: export a view as a DLManagedTensor, import one without
+ * copying. */
+#include "tensor/tensor_priv.h"
+
+#include <stdlib.h>
+
+/* The exported tensor's shape and strides point into the mp_tensor, whose
+ * geometry never changes; the export holds a reference to it. */
+static void export_deleter(DLManagedTensor *m)
+{
+    mp_tensor *t = m->manager_ctx;
+    atomic_fetch_sub(&t->storage->exports, 1);
+    mp_tensor_release(t);
+    free(m);
+}
+
+int mp_tensor_to_dlpack(mp_tensor *t, DLManagedTensor **out)
+{
+    DLManagedTensor *m;
+    if (!t || !out)
+        return mp__error(MP_EINVAL, "mp_tensor_to_dlpack: NULL tensor or out");
+    m = calloc(1, sizeof *m);
+    if (!m)
+        return mp__error(MP_ENOMEM, "mp_tensor_to_dlpack: out of memory");
+    /* counted first: share_memory_ refuses to move a storage while exported */
+    atomic_fetch_add(&t->storage->exports, 1);
+    m->dl_tensor.data = t->storage->data;
+    m->dl_tensor.byte_offset = t->offset;
+    m->dl_tensor.device = t->storage->dev;
+    m->dl_tensor.ndim = t->ndim;
+    m->dl_tensor.dtype = mp_dtype_to_dlpack(t->dtype);
+    m->dl_tensor.shape = t->shape;
+    m->dl_tensor.strides = t->strides;
+    m->manager_ctx = mp_tensor_retain(t);
+    m->deleter = export_deleter;
+    *out = m;
+    return 0;
+}
+
+static void import_release(void *data, void *ctx)
+{
+    DLManagedTensor *m = ctx;
+    if (m->deleter)
+        m->deleter(m);
+}
+
+int mp_tensor_from_dlpack(DLManagedTensor *m, mp_tensor **out)
+{
+    int64_t contig[MP_MAX_NDIM], lo = 0, hi = 0, es;
+    const DLTensor *dl;
+    const int64_t *strides;
+    mp__storage *s;
+    mp_dtype dtype;
+    size_t nbytes;
+    int rc;
+    if (!m || !out)
+        return mp__error(MP_EINVAL, "mp_tensor_from_dlpack: NULL managed tensor or out");
+    *out = NULL;
+    dl = &m->dl_tensor;
+    rc = mp_dtype_from_dlpack(dl->dtype, &dtype);
+    if (rc == 0)
+        rc = mp__shape_nbytes("mp_tensor_from_dlpack", dtype, dl->ndim, dl->shape, &nbytes);
+    if (rc < 0)
+        return rc;
+    if (!dl->data && nbytes)
+        return mp__error(MP_EINVAL, "mp_tensor_from_dlpack: data is NULL");
+    strides = dl->strides;
+    if (!strides) { /* DLPack: NULL strides mean compact row-major */
+        mp__contiguous_strides(dl->ndim, dl->shape, contig);
+        strides = contig;
+    }
+    /* The foreign allocation's size is unknown: the storage is exactly the
+     * bytes the view reaches, which may start before data + byte_offset
+     * when strides are negative. */
+    es = (int64_t)mp_dtype_size(dtype);
+    for (int i = 0; nbytes && i < dl->ndim; i++) {
+        int64_t e;
+        if (__builtin_mul_overflow(dl->shape[i] - 1, strides[i], &e) ||
+            __builtin_add_overflow(e > 0 ? hi : lo, e, e > 0 ? &hi : &lo))
+            return mp__error(MP_EOVERFLOW, "mp_tensor_from_dlpack: strides overflow");
+    }
+    if (__builtin_mul_overflow(lo, es, &lo) || __builtin_add_overflow(hi, 1, &hi) ||
+        __builtin_mul_overflow(hi, es, &hi) || dl->byte_offset > (uint64_t)INT64_MAX)
+        return mp__error(MP_EOVERFLOW, "mp_tensor_from_dlpack: extent overflows");
+    if (!nbytes)
+        lo = hi = 0;
+    char *first = (char *)dl->data + dl->byte_offset + lo;
+    rc = mp__storage_wrap(first, (size_t)(hi - lo), dl->device, import_release, m, &s);
+    if (rc < 0)
+        return rc;
+    rc = mp__tensor_make(s, dtype, dl->ndim, dl->shape, strides, (uint64_t)-lo, out);
+    if (rc < 0)
+        s->release = NULL; /* on failure the caller still owns m */
+    mp__storage_release(s);
+    return rc;
+}

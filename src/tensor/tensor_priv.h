@@ -1,0 +1,45 @@
+/* Inside src/tensor: the tensor and storage structs. */
+#ifndef MPROC_TENSOR_PRIV_H
+#define MPROC_TENSOR_PRIV_H
+
+#include <stdatomic.h>
+
+#include "tensor/tensor_internal.h"
+
+enum { MP__ST_PRIVATE, MP__ST_WRAPPED, MP__ST_SEGMENT };
+
+struct mp__storage {
+    atomic_long refs;
+    atomic_int exports;     /* live DLPack exports: they hold raw pointers */
+    int kind;               /* MP__ST_* */
+    void *data;
+    size_t nbytes;
+    DLDevice dev;
+    mp__segment *seg;       /* MP__ST_SEGMENT */
+    mp_release_fn release;  /* MP__ST_WRAPPED */
+    void *ctx;
+    void *user;
+};
+
+struct mp_tensor {
+    atomic_long refs;
+    mp__storage *storage;
+    mp_dtype dtype;
+    int ndim;
+    int64_t shape[MP_MAX_NDIM];
+    int64_t strides[MP_MAX_NDIM];
+    uint64_t offset;        /* bytes into the storage */
+    mp_tensor *grad;
+};
+
+/* Zeroed private (64-byte aligned) storage of nbytes. */
+int mp__storage_alloc(size_t nbytes, mp__storage **out);
+/* Contiguous strides for shape. */
+void mp__contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
+/* numel * element size with overflow checks: MP_EINVAL / MP_EOVERFLOW. */
+int mp__shape_nbytes(const char *call, mp_dtype dtype, int ndim, const int64_t *shape,
+                     size_t *nbytes);
+/* Strided copy of equal shapes and dtypes (no overlap checks). */
+void mp__copy_strided(const mp_tensor *dst, const mp_tensor *src);
+
+#endif
