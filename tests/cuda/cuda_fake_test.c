@@ -7,6 +7,8 @@
  * in cuda_gpu_test.c. */
 #include "mp_test.h"
 
+#include <stdio.h>
+
 #ifdef MPROC_HAVE_CUDA
 #include "fake_device.h"
 #include "wire/wire.h"
