@@ -87,7 +87,10 @@ int mp__close(int fd);
 int mp__set_cloexec(int fd, bool on);
 
 /* futex wait/wake on a 32-bit word in (possibly shared) memory. wait returns
- * 0 when woken or the value differed, MP_ETIMEDOUT at the deadline. */
+ * 0 when woken, interrupted or the value differed (recheck and loop),
+ * MP_ETIMEDOUT at the deadline (absolute mp__now() seconds, < 0 forever).
+ * wake returns how many waiters it woke. shared: false for a word only this
+ * process maps (FUTEX_PRIVATE_FLAG), true for one in shared memory. */
 int mp__futex_wait(uint32_t *addr, uint32_t expected, double deadline, bool shared);
 int mp__futex_wake(uint32_t *addr, int count, bool shared);
 
@@ -95,10 +98,15 @@ int mp__futex_wake(uint32_t *addr, int count, bool shared);
 int mp__pidfd_open(pid_t pid);
 
 /* Sends len bytes plus nfds fds as one record (SOCK_SEQPACKET) on sock,
- * retrying EINTR, waiting for writability until deadline. */
+ * retrying EINTR, waiting for writability until deadline (< 0 forever; 0
+ * try once -> MP_EAGAIN; passed -> MP_ETIMEDOUT). len must be >= 1 (a
+ * zero-byte record reads as EOF) and nfds 0..253 (SCM_MAX_FD). The fds are
+ * borrowed (the kernel dups them). A closed peer is MP_ECLOSED (no SIGPIPE).
+ * One sendmsg in the common case; poll only after EAGAIN. */
 int mp__send_record(int sock, const void *buf, size_t len, const int *fds, int nfds,
                     double deadline);
-/* Receives one record of at most cap bytes and at most maxfds fds. On success
+/* Receives one record of at most cap bytes and at most maxfds fds (deadline
+ * as for send; MP_EAGAIN / MP_ETIMEDOUT). On success
  * *len and *nfds are set and the received fds are O_CLOEXEC and owned by the
  * caller. A record or fd list that was truncated by the kernel yields
  * MP_EPROTO with every received fd closed. An orderly EOF yields MP_ECLOSED.

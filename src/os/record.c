@@ -77,55 +77,51 @@ int mp__send_record(int sock, const void *buf, size_t len, const int *fds, int n
     }
 }
 
-static void close_all(const int *fds, int n)
-{
-    for (int i = 0; i < n; i++)
-        mp__close(fds[i]);
-}
-
-/* Collects the SCM_RIGHTS fds of msg into got (room for MAX_FDS). */
-static int collect_fds(struct msghdr *msg, int *got)
+/* Visits the SCM_RIGHTS fds the kernel installed for msg: counts them, and
+ * copies them to `out` or closes them (either may be NULL / false). They are
+ * read in place from the control buffer, so receiving needs no copy. */
+static int visit_fds(struct msghdr *msg, int *out, bool close_them)
 {
     int n = 0;
+    if (msg->msg_controllen == 0)
+        return 0;
     for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR(msg, c)) {
         size_t k;
         if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
             continue;
         k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        if (k > (size_t)(MAX_FDS - n))
-            k = (size_t)(MAX_FDS - n);
-        memcpy(got + n, CMSG_DATA(c), k * sizeof(int));
-        n += (int)k;
+        for (size_t i = 0; i < k; i++, n++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+            if (out)
+                out[n] = fd;
+            if (close_them)
+                mp__close(fd);
+        }
     }
     return n;
 }
 
 /* Checks one received message; closes every fd on failure. */
-static int check_received(struct msghdr *msg, ssize_t n, size_t cap, int *got, int ngot,
-                          int maxfds)
+static int check_received(struct msghdr *msg, ssize_t n, size_t cap, int ngot, int maxfds)
 {
-    if (msg->msg_flags & MSG_CTRUNC) {
+    int rc = 0;
+    if (msg->msg_flags & MSG_CTRUNC)
         /* Our buffer holds SCM_MAX_FD fds, so the kernel dropped fds it could
          * not install: the open-files limit (RLIMIT_NOFILE) was reached. */
-        close_all(got, ngot);
-        return mp__errno_error(EMFILE, "recvmsg: the record's fds did not fit (%d received, "
-                                       "the rest dropped by the kernel)", ngot);
-    }
-    if (msg->msg_flags & MSG_TRUNC) {
-        close_all(got, ngot);
-        return mp__error(MP_EPROTO, "recvmsg: record longer than the %zu-byte buffer "
-                                    "(%zd received)", cap, n);
-    }
-    if (ngot > maxfds) {
-        close_all(got, ngot);
-        return mp__error(MP_EPROTO, "recvmsg: record carried %d fds, at most %d expected",
-                         ngot, maxfds);
-    }
-    if (n == 0) {
-        close_all(got, ngot);
-        return mp__error(MP_ECLOSED, "recvmsg: the peer closed the connection");
-    }
-    return 0;
+        rc = mp__errno_error(EMFILE, "recvmsg: the record's fds did not fit (%d received, "
+                                     "the rest dropped by the kernel)", ngot);
+    else if (msg->msg_flags & MSG_TRUNC)
+        rc = mp__error(MP_EPROTO, "recvmsg: record longer than the %zu-byte buffer "
+                                  "(%zd received)", cap, n);
+    else if (ngot > maxfds)
+        rc = mp__error(MP_EPROTO, "recvmsg: record carried %d fds, at most %d expected",
+                       ngot, maxfds);
+    else if (n == 0)
+        rc = mp__error(MP_ECLOSED, "recvmsg: the peer closed the connection");
+    if (rc < 0)
+        visit_fds(msg, NULL, true);
+    return rc;
 }
 
 int mp__recv_record(int sock, void *buf, size_t cap, size_t *len, int *fds, int maxfds,
@@ -133,7 +129,6 @@ int mp__recv_record(int sock, void *buf, size_t cap, size_t *len, int *fds, int 
 {
     struct iovec iov = {.iov_base = buf, .iov_len = cap};
     fd_cmsg cbuf;
-    int got[MAX_FDS];
 
     if (sock < 0 || !buf || cap == 0 || !len || maxfds < 0 || (maxfds > 0 && !fds) || !nfds)
         return mp__error(MP_EINVAL, "mp__recv_record: need a socket, a buffer, len and "
@@ -153,12 +148,12 @@ int mp__recv_record(int sock, void *buf, size_t cap, size_t *len, int *fds, int 
                 return rc;
             continue;
         }
-        ngot = msg.msg_controllen > 0 ? collect_fds(&msg, got) : 0;
-        rc = check_received(&msg, n, cap, got, ngot, maxfds);
+        ngot = visit_fds(&msg, NULL, false);
+        rc = check_received(&msg, n, cap, ngot, maxfds);
         if (rc < 0)
             return rc;
         if (ngot > 0)
-            memcpy(fds, got, sizeof(int) * (size_t)ngot);
+            visit_fds(&msg, fds, false);
         *len = (size_t)n;
         *nfds = ngot;
         return 0;

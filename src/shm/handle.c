@@ -52,6 +52,20 @@ static void fs_adopt(mp__segment *s)
     fs_unref(s->map, s->name);
 }
 
+/* The no-memfd fallback cannot be sealed: accept an unsealed fd only when
+ * it is an unlinked mproc POSIX segment (checked on a cache miss only). */
+static bool unlinked_fallback(int fd, const struct stat *st)
+{
+    static const char want[] = "/dev/shm/" MP__SHM_PREFIX;
+    char link[64], path[256];
+    ssize_t n;
+    if (st->st_nlink != 0)
+        return false;
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    n = readlink(link, path, sizeof path - 1);
+    return n > 0 && strncmp(path, want, sizeof want - 1) == 0;
+}
+
 static int open_fd(mp__segment_handle *h, mp__segment **out)
 {
     struct stat st;
@@ -81,8 +95,7 @@ static int open_fd(mp__segment_handle *h, mp__segment **out)
         goto out_close;
     }
     seals = mp__sys.fcntl(fd, F_GET_SEALS, 0);
-    /* unsealable: only an unlinked POSIX segment (the no-memfd fallback) */
-    if (seals < 0 ? errno != EINVAL || st.st_nlink != 0 : !(seals & F_SEAL_SHRINK)) {
+    if ((seals < 0 || !(seals & F_SEAL_SHRINK)) && !unlinked_fallback(fd, &st)) {
         mp__error(rc, "mp__segment_open: fd is not a memfd sealed against shrinking");
         goto out_close;
     }
@@ -144,10 +157,11 @@ static int map_named(const mp__segment_handle *h, int fd, const struct stat *st,
     valid = __atomic_load_n(&hd->magic, __ATOMIC_ACQUIRE) == MP__FS_MAGIC &&
              hd->version == MP__FS_VERSION;
     if (!valid || hd->size < h->size || hd->size > len - MP__FS_HEADER_SIZE) {
+        unsigned long long size = hd->size;
         mp__sys.munmap(s->map, len);
         free(s);
         return mp__error(MP_EPROTO, "mp__segment_open: %s has a bad header (magic, version "
-                         "or size %llu)", h->name, (unsigned long long)hd->size);
+                         "or size %llu)", h->name, size);
     }
     s->map_len = len;
     s->data = (char *)s->map + MP__FS_HEADER_SIZE;

@@ -71,18 +71,18 @@ static int open_new_named(char *name, int *fd)
 
 /* Sizes fd to len bytes and reserves every page now, so a full /dev/shm is
  * an error here and not a SIGBUS at first touch. */
-static int size_file(int fd, size_t len, size_t nbytes)
+static int size_file(int fd, size_t len)
 {
     int err;
     if (mp__sys.ftruncate(fd, (off_t)len) != 0) {
         if (errno == ENOSPC)
-            return no_space("ftruncate", nbytes);
+            return no_space("ftruncate", len);
         return mp__errno_error(errno, "ftruncate(%zu bytes) of a shared segment", len);
     }
     /* posix_fallocate returns the error number; errno is untouched. */
     err = mp__sys.posix_fallocate(fd, 0, (off_t)len);
     if (err == ENOSPC)
-        return no_space("posix_fallocate", nbytes);
+        return no_space("posix_fallocate", len);
     if (err != 0)
         return mp__errno_error(err, "posix_fallocate(%zu bytes) of a shared segment", len);
     return 0;
@@ -120,7 +120,7 @@ static int create_fd(mp__segment *s, size_t nbytes, size_t len)
     } else if (fd < 0) {
         return mp__errno_error(errno, "memfd_create for a %zu-byte shared segment", nbytes);
     }
-    rc = size_file(fd, len, nbytes);
+    rc = size_file(fd, len);
     if (rc < 0)
         goto out_close;
     if (sealable && mp__sys.fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) {
@@ -156,7 +156,7 @@ static int create_fs(mp__segment *s, size_t nbytes, size_t len)
     /* report before anything else, so a crash from here on is reclaimable */
     if (h->created)
         h->created(s->name, nbytes);
-    rc = size_file(fd, len, nbytes);
+    rc = size_file(fd, len);
     if (rc < 0)
         goto out_unlink;
     rc = map_fd(s, fd, len);
@@ -195,7 +195,7 @@ int mp__segment_create(size_t nbytes, int strategy, mp__segment **out)
 {
     mp__segment *s, *cached;
     long long avail;
-    size_t len;
+    size_t len = 0;
     int rc;
     if (!out || (strategy != MP__STRATEGY_FD && strategy != MP__STRATEGY_FS))
         return mp__error(MP_EINVAL, "mp__segment_create: bad strategy %d or NULL out", strategy);

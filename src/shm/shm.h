@@ -35,7 +35,9 @@ typedef struct mp__fs_header {
 int mp__shm_strategy(void);
 
 /* Creates, sizes (posix_fallocate: a full /dev/shm is MP_ENOSPC with free and
- * needed bytes), seals (FD) and maps a zeroed segment of nbytes data bytes. */
+ * needed bytes), seals (FD) and maps a zeroed segment of nbytes data bytes.
+ * Under both strategies a request larger than statvfs("/dev/shm") reports
+ * free fails with MP_ENOSPC before any memory is touched. */
 int mp__segment_create(size_t nbytes, int strategy, mp__segment **out);
 mp__segment *mp__segment_retain(mp__segment *s);
 /* Last release unmaps; under FS it also drops this process's header
@@ -71,7 +73,9 @@ int mp__segment_export(mp__segment *s, mp__segment_handle *h);
  * ownership of h->fd (closed on hit or error); checks it is a memfd/shm file
  * sealed against shrinking, and that fstat's size covers h->size, else
  * MP_EPROTO. FS: opens by name, checks magic/version/size, adopts the
- * in-flight reference. */
+ * in-flight reference. On success and on failure the handle holds nothing
+ * afterwards (h->fd = -1, name cleared; a failed open gives the in-flight
+ * reference back), so mp__segment_handle_drop on it is a no-op. */
 int mp__segment_open(mp__segment_handle *h, mp__segment **out);
 /* Gives back what an undelivered handle holds (FD: closes a received fd;
  * FS: drops the in-flight reference). */

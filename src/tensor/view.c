@@ -41,7 +41,7 @@ static int view_args(const char *call, const mp_tensor *t, mp_tensor **out)
 int mp_tensor_narrow(const mp_tensor *t, int dim, int64_t start, int64_t length, mp_tensor **out)
 {
     int64_t shape[MP_MAX_NDIM];
-    uint64_t off;
+    uint64_t off = 0;
     int rc = view_args("mp_tensor_narrow", t, out);
     if (rc == 0)
         rc = norm_dim("mp_tensor_narrow", t, &dim);
@@ -63,7 +63,7 @@ int mp_tensor_slice(const mp_tensor *t, int dim, int64_t start, int64_t stop, in
                     mp_tensor **out)
 {
     int64_t shape[MP_MAX_NDIM], strides[MP_MAX_NDIM], n, len = 0;
-    uint64_t off;
+    uint64_t off = 0;
     int rc = view_args("mp_tensor_slice", t, out);
     if (rc == 0)
         rc = norm_dim("mp_tensor_slice", t, &dim);
@@ -95,7 +95,7 @@ int mp_tensor_slice(const mp_tensor *t, int dim, int64_t start, int64_t stop, in
 int mp_tensor_select(const mp_tensor *t, int dim, int64_t index, mp_tensor **out)
 {
     int64_t shape[MP_MAX_NDIM], strides[MP_MAX_NDIM];
-    uint64_t off;
+    uint64_t off = 0;
     int rc = view_args("mp_tensor_select", t, out);
     if (rc == 0)
         rc = norm_dim("mp_tensor_select", t, &dim);

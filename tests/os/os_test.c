@@ -335,15 +335,8 @@ static void test_record_emfile(void **state)
     mp__close(sv[1]);
 }
 
-static void *nothing(void *arg) { return arg; }
-
 int main(void)
 {
-    pthread_t th;
-    /* glibc caches a joined thread's stack: warm the cache before the leak
-     * snapshots so the futex test's thread adds no mapping. */
-    pthread_create(&th, NULL, nothing, NULL);
-    pthread_join(th, NULL);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_fault_injection, setup, teardown),
         cmocka_unit_test_setup_teardown(test_clock, setup, teardown),

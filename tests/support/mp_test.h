@@ -20,8 +20,8 @@
 
 typedef struct mp_test_snapshot {
     int fds;       /* entries in /proc/self/fd */
-    int shm;       /* /dev/shm entries whose name starts with "mproc-" */
-    int maps;      /* lines in /proc/self/maps */
+    int shm;       /* /dev/shm "mproc-" entries of this process, its children or the dead */
+    int maps;      /* shared-memory mappings (memfd, /dev/shm) in /proc/self/maps */
     int children;  /* live or zombie processes whose parent is us */
 } mp_test_snapshot;
 

@@ -1,6 +1,8 @@
 #include "mp_test.h"
 
 #include <dirent.h>
+#include <errno.h>
+#include <stdbool.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,16 +30,60 @@ static int count_dir(const char *path, const char *prefix)
 }
 
 int mp_test_count_fds(void) { return count_dir("/proc/self/fd", NULL) - 1; /* opendir's */ }
-int mp_test_count_shm(void) { return count_dir("/dev/shm", "mproc-"); }
+/* /dev/shm is shared by every process of the user, so count only the mproc
+ * segments that can be this test's: created by this process, by a live child,
+ * or by a process that is gone (a child that leaked and died). Segments of
+ * unrelated live processes (tests running in parallel) are not ours. */
+static bool shm_entry_ours(const char *name)
+{
+    char path[64], buf[512];
+    long pid;
+    FILE *f;
+    bool ours;
+    if (sscanf(name, "mproc-%ld-", &pid) != 1 || pid <= 0)
+        return true;
+    if (pid == (long)getpid() || (kill((pid_t)pid, 0) != 0 && errno == ESRCH))
+        return true;
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    f = fopen(path, "r");
+    if (!f)
+        return true;
+    ours = false;
+    if (fgets(buf, sizeof buf, f)) {
+        char *p = strrchr(buf, ')');
+        int ppid = 0;
+        ours = p && sscanf(p + 2, "%*c %d", &ppid) == 1 && ppid == getpid();
+    }
+    fclose(f);
+    return ours;
+}
 
+int mp_test_count_shm(void)
+{
+    DIR *d = opendir("/dev/shm");
+    struct dirent *e;
+    int n = 0;
+    if (!d)
+        return -1;
+    while ((e = readdir(d)))
+        if (strncmp(e->d_name, "mproc-", 6) == 0 && shm_entry_ours(e->d_name))
+            n++;
+    closedir(d);
+    return n;
+}
+
+/* Shared-memory mappings only (memfd and /dev/shm files): what mproc maps.
+ * Private mappings come and go with malloc arenas, thread stacks and the
+ * sanitizers' allocators, so counting them would only measure noise. */
 int mp_test_count_maps(void)
 {
     FILE *f = fopen("/proc/self/maps", "r");
-    int n = 0, c;
+    char line[4096];
+    int n = 0;
     if (!f)
         return -1;
-    while ((c = fgetc(f)) != EOF)
-        n += c == '\n';
+    while (fgets(line, sizeof line, f))
+        n += strstr(line, "/memfd:") || strstr(line, "/dev/shm/");
     fclose(f);
     return n;
 }
@@ -122,12 +168,13 @@ int mp_test_setup(void **state)
 
 int mp_test_teardown(void **state)
 {
-    mp_test_snapshot *s = *state;
+    mp_test_snapshot s = *(mp_test_snapshot *)*state;
     int children = mp_test_count_children();
+    free(*state); /* before any failure: fail_msg does not return */
+    *state = NULL;
     mp_test_kill_children();
-    if (children > s->children)
-        fail_msg("%d child process(es) outlived the test", children - s->children);
-    mp_test_assert_no_leaks(s);
-    free(s);
+    if (children > s.children)
+        fail_msg("%d child process(es) outlived the test", children - s.children);
+    mp_test_assert_no_leaks(&s);
     return 0;
 }
