@@ -18,6 +18,22 @@ static mp__pending pending;
 void mp__cuda_lock(void) { pthread_mutex_lock(&lock); }
 void mp__cuda_unlock(void) { pthread_mutex_unlock(&lock); }
 
+/* Drops the producer bookkeeping without touching device memory: at exit,
+ * or in a forked child that inherited its parent's (not its own to free). */
+static void forget_state(void)
+{
+    for (size_t i = 0; i < pending.n; i++) {
+        mp__cuda_alloc *a = pending.v[i].alloc;
+        mp__refseg_release(a->seg);
+        free(a);
+    }
+    mp__pending_clear(&pending);
+    free(owned);
+    owned = NULL;
+    mp__refseg_release(own);
+    own = NULL;
+}
+
 /* At exit the producer cannot keep its memory alive any longer: say how many
  * allocations other processes still use, and mark the segment so that they
  * fail with a clear error instead of touching freed memory unawares. */
@@ -34,6 +50,9 @@ static void at_exit(void)
                                  "before the producer exits)",
                     (int)getpid(), n, n == 1 ? " is" : "s are");
         mp__refseg_mark_exited(own);
+        /* The device memory goes with the process (the driver reclaims
+         * it); give back the bookkeeping too, so leak checkers stay quiet. */
+        forget_state();
     }
     pthread_mutex_unlock(&lock);
 }
@@ -44,9 +63,7 @@ int mp__cuda_own_segment(mp__refseg **out)
     int rc;
     if (own && !mp__refseg_is_owner(own)) {
         /* A forked child inherited its parent's: not ours to count in. */
-        own = NULL;
-        owned = NULL;
-        memset(&pending, 0, sizeof pending);
+        forget_state();
     }
     if (!own) {
         mp__cuda_alloc **table = calloc(OWN_SLOTS, sizeof *table);
