@@ -25,7 +25,10 @@ extern char **environ;
 
 /* ---- helper processes ---------------------------------------------------- */
 
-static void say(int fd, const char *what) { CHECK(mp__send_record(fd, what, 1, NULL, 0, -1) == 0); }
+static void say(int fd, const char *what)
+{
+    CHECK(mp__send_record(fd, what, 1, NULL, 0, -1) == 0);
+}
 
 static void hear(int fd, char want)
 {

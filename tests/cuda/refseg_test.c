@@ -164,9 +164,10 @@ static void test_dead_consumer(void **state)
     mp__refseg_release(seg);
 }
 
-/* A producer in another process: its segment arrives as an fd; once it has
- * exited, the consumer's next use of the count is a clear MP_ECLOSED. */
-static void test_producer_death(void **state)
+/* A producer in another process: it creates its segment, sends the fd, and
+ * on "x" marks it exited and exits (on anything else exits unmarked, and
+ * without a word stays until killed). Returns its pid; *seg is our mapping. */
+static pid_t start_producer(int *sock, mp__refseg **seg)
 {
     int sv[2], fd = -1, nfds = 0;
     size_t len;
@@ -180,11 +181,8 @@ static void test_producer_death(void **state)
         if (mp__refseg_create(4, 16, &own) < 0)
             _exit(1);
         int f = mp__refseg_fd(own);
-        if (mp__send_record(sv[1], "s", 1, &f, 1, -1) < 0)
+        if (mp__send_record(sv[1], "s", 1, &f, 1, -1) < 0 || read(sv[1], buf, 1) != 1)
             _exit(2);
-        /* Wait for the parent to say "exit". */
-        if (read(sv[1], buf, 1) != 1)
-            _exit(3);
         if (buf[0] == 'x')
             mp__refseg_mark_exited(own);
         _exit(0);
@@ -192,8 +190,18 @@ static void test_producer_death(void **state)
     close(sv[1]);
     assert_mp_ok(mp__recv_record(sv[0], buf, sizeof buf, &len, &fd, 1, &nfds, -1));
     assert_int_equal(nfds, 1);
+    assert_mp_ok(mp__refseg_open(fd, seg));
+    *sock = sv[0];
+    return pid;
+}
+
+/* Once the producer has exited, the consumer's next use of the count is a
+ * clear MP_ECLOSED. */
+static void test_producer_death(void **state)
+{
     mp__refseg *seg = NULL;
-    assert_mp_ok(mp__refseg_open(fd, &seg));
+    int sock, status;
+    pid_t pid = start_producer(&sock, &seg);
     assert_false(mp__refseg_is_owner(seg));
     assert_int_equal(mp__refseg_producer_pid(seg), (uint32_t)pid);
     assert_true(mp__refseg_producer_alive(seg));
@@ -201,8 +209,7 @@ static void test_producer_death(void **state)
     assert_mp_err(mp__refseg_slot_alloc(seg, &s, &g), MP_ESTATE);
     assert_mp_err(mp__refseg_scan(seg, NULL), MP_ESTATE);
     /* Clean exit: the mark alone is enough, even before the pid is gone. */
-    assert_int_equal(write(sv[0], "x", 1), 1);
-    int status;
+    assert_int_equal(write(sock, "x", 1), 1);
     assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_int_equal(WEXITSTATUS(status), 0);
     assert_false(mp__refseg_producer_alive(seg));
@@ -210,37 +217,21 @@ static void test_producer_death(void **state)
     assert_non_null(strstr(mp_last_error(), "has exited"));
     assert_non_null(strstr(mp_last_error(), "mp_tensor_cuda_share_count"));
     mp__refseg_release(seg);
-    close(sv[0]);
+    close(sock);
 }
 
+/* Killed without a chance to mark anything: its pid is gone. */
 static void test_killed_producer(void **state)
 {
-    int sv[2], fd = -1, nfds = 0;
-    size_t len;
-    char buf[8];
-    assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        mp__refseg *own = NULL;
-        close(sv[0]);
-        if (mp__refseg_create(4, 16, &own) < 0)
-            _exit(1);
-        int f = mp__refseg_fd(own);
-        mp__send_record(sv[1], "s", 1, &f, 1, -1);
-        pause();
-        _exit(0);
-    }
-    close(sv[1]);
-    assert_mp_ok(mp__recv_record(sv[0], buf, sizeof buf, &len, &fd, 1, &nfds, -1));
     mp__refseg *seg = NULL;
-    assert_mp_ok(mp__refseg_open(fd, &seg));
+    int sock;
+    pid_t pid = start_producer(&sock, &seg);
     assert_true(mp__refseg_producer_alive(seg));
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
     assert_mp_err(mp__refseg_check_producer(seg, "t"), MP_ECLOSED);
     mp__refseg_release(seg);
-    close(sv[0]);
+    close(sock);
 }
 
 /* What a hostile or confused peer might send instead of a segment. */
