@@ -6,6 +6,7 @@
 #include "mproc/tensor.h"
 #include "mproc/msg.h"
 #include "mproc/process.h"
+#include "mproc/sync.h"
 #include "mproc/cuda.h"
 
 #endif

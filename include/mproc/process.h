@@ -46,7 +46,7 @@ int mp_init(int *argc, char ***argv);
 /* Fails the calling child with a message that reaches the parent's error
  * record, then exits with status 1. In a process that is not an mproc child
  * it records the message and exits 1. Never returns. */
-_Noreturn void mp_raise(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+__attribute__((noreturn, format(printf, 1, 2))) void mp_raise(const char *fmt, ...);
 
 #ifdef __cplusplus
 }

@@ -69,8 +69,9 @@ int mp_tensor_empty(mp_dtype dtype, int ndim, const int64_t *shape, mp_tensor **
 int mp_tensor_empty_shared(mp_dtype dtype, int ndim, const int64_t *shape, mp_tensor **out);
 
 /* Borrows user memory: `data` holds nbytes; strides NULL means contiguous.
- * release(data, ctx) is called once when the last reference goes (may be
- * NULL). On failure release is NOT called and nothing is retained. */
+ * release(data, ctx) is called once when the last reference goes, or as soon
+ * as mp_tensor_share_memory_ has copied the bytes out (may be NULL). On
+ * failure release is NOT called and nothing is retained. */
 typedef void (*mp_release_fn)(void *data, void *ctx);
 int mp_tensor_from_blob(void *data, size_t nbytes, mp_dtype dtype, int ndim,
                         const int64_t *shape, const int64_t *strides,
@@ -133,7 +134,9 @@ mp_tensor *mp_tensor_grad(const mp_tensor *t);
  * share_memory_ moves t's storage (and its grad's) into shared memory under
  * the current sharing strategy: one copy, then every view of that storage,
  * in this process, sees the shared memory. A no-op when already shared.
- * Borrowed (from_blob) and DLPack-imported storages are copied too. */
+ * Borrowed (from_blob) and DLPack-imported storages are copied too, and their
+ * memory is handed back (release / deleter) right away. MP_ESTATE while the
+ * storage is exported through DLPack (a consumer holds its address). */
 int mp_tensor_share_memory_(mp_tensor *t);
 bool mp_tensor_is_shared(const mp_tensor *t);
 /* How many times this process copied a storage into shared memory (for

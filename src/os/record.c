@@ -45,8 +45,10 @@ int mp__send_record(int sock, const void *buf, size_t len, const int *fds, int n
 
     /* A zero-byte record would read as EOF at the receiver. */
     if (sock < 0 || !buf || len == 0 || nfds < 0 || nfds > MAX_FDS || (nfds > 0 && !fds))
-        return mp__error(MP_EINVAL, "mp__send_record: need a socket, 1+ bytes and "
-                                    "0..%d fds (got len %zu, nfds %d)", MAX_FDS, len, nfds);
+        return mp__error(MP_EINVAL,
+                         "mp__send_record: need a socket, 1+ bytes and "
+                         "0..%d fds (got len %zu, nfds %d)",
+                         MAX_FDS, len, nfds);
     if (nfds > 0) {
         struct cmsghdr *c;
         msg.msg_control = cbuf.buf;
@@ -63,8 +65,7 @@ int mp__send_record(int sock, const void *buf, size_t len, const int *fds, int n
         if (n >= 0) {
             /* SEQPACKET sends whole records or nothing. */
             if ((size_t)n != len)
-                return mp__error(MP_ESYS, "sendmsg: sent %zd of %zu bytes of a record",
-                                 n, len);
+                return mp__error(MP_ESYS, "sendmsg: sent %zd of %zu bytes of a record", n, len);
             return 0;
         }
         if (errno == EINTR)
@@ -109,14 +110,18 @@ static int check_received(struct msghdr *msg, ssize_t n, size_t cap, int ngot, i
     if (msg->msg_flags & MSG_CTRUNC)
         /* Our buffer holds SCM_MAX_FD fds, so the kernel dropped fds it could
          * not install: the open-files limit (RLIMIT_NOFILE) was reached. */
-        rc = mp__errno_error(EMFILE, "recvmsg: the record's fds did not fit (%d received, "
-                                     "the rest dropped by the kernel)", ngot);
+        rc = mp__errno_error(EMFILE,
+                             "recvmsg: the record's fds did not fit (%d received, "
+                             "the rest dropped by the kernel)",
+                             ngot);
     else if (msg->msg_flags & MSG_TRUNC)
-        rc = mp__error(MP_EPROTO, "recvmsg: record longer than the %zu-byte buffer "
-                                  "(%zd received)", cap, n);
+        rc = mp__error(MP_EPROTO,
+                       "recvmsg: record longer than the %zu-byte buffer "
+                       "(%zd received)",
+                       cap, n);
     else if (ngot > maxfds)
-        rc = mp__error(MP_EPROTO, "recvmsg: record carried %d fds, at most %d expected",
-                       ngot, maxfds);
+        rc = mp__error(MP_EPROTO, "recvmsg: record carried %d fds, at most %d expected", ngot,
+                       maxfds);
     else if (n == 0)
         rc = mp__error(MP_ECLOSED, "recvmsg: the peer closed the connection");
     if (rc < 0)
@@ -124,17 +129,21 @@ static int check_received(struct msghdr *msg, ssize_t n, size_t cap, int ngot, i
     return rc;
 }
 
-int mp__recv_record(int sock, void *buf, size_t cap, size_t *len, int *fds, int maxfds,
-                    int *nfds, double deadline)
+int mp__recv_record(int sock, void *buf, size_t cap, size_t *len, int *fds, int maxfds, int *nfds,
+                    double deadline)
 {
     struct iovec iov = {.iov_base = buf, .iov_len = cap};
     fd_cmsg cbuf;
 
     if (sock < 0 || !buf || cap == 0 || !len || maxfds < 0 || (maxfds > 0 && !fds) || !nfds)
-        return mp__error(MP_EINVAL, "mp__recv_record: need a socket, a buffer, len and "
-                                    "nfds (maxfds %d)", maxfds);
+        return mp__error(MP_EINVAL,
+                         "mp__recv_record: need a socket, a buffer, len and "
+                         "nfds (maxfds %d)",
+                         maxfds);
     for (;;) {
-        struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf.buf,
+        struct msghdr msg = {.msg_iov = &iov,
+                             .msg_iovlen = 1,
+                             .msg_control = cbuf.buf,
                              .msg_controllen = sizeof cbuf.buf};
         ssize_t n = mp__sys.recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
         int rc, ngot;

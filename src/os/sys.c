@@ -11,66 +11,70 @@
 
 /* fcntl is variadic and fstat/posix_fallocate may be inline or redirected
  * in some libcs, so the table points at plain functions of our own. */
-static int real_fcntl(int fd, int cmd, int arg) { return fcntl(fd, cmd, arg); }
-static int real_fstat(int fd, struct stat *st) { return fstat(fd, st); }
+static int real_fcntl(int fd, int cmd, int arg)
+{
+    return fcntl(fd, cmd, arg);
+}
+static int real_fstat(int fd, struct stat *st)
+{
+    return fstat(fd, st);
+}
 static int real_posix_fallocate(int fd, off_t off, off_t len)
 {
     return posix_fallocate(fd, off, len);
 }
 
-const mp__sys_table mp__sys_real = {
-    .memfd_create = memfd_create,
-    .shm_open = shm_open,
-    .shm_unlink = shm_unlink,
-    .ftruncate = ftruncate,
-    .posix_fallocate = real_posix_fallocate,
-    .mmap = mmap,
-    .munmap = munmap,
-    .sendmsg = sendmsg,
-    .recvmsg = recvmsg,
-    .socketpair = socketpair,
-    .fcntl = real_fcntl,
-    .fstat = real_fstat,
-    .close = close,
-    .dup = dup,
-};
+#define REAL_CALLS                                                                                 \
+    {                                                                                              \
+        .memfd_create = memfd_create, .shm_open = shm_open, .shm_unlink = shm_unlink,              \
+        .ftruncate = ftruncate, .posix_fallocate = real_posix_fallocate, .mmap = mmap,             \
+        .munmap = munmap, .sendmsg = sendmsg, .recvmsg = recvmsg, .socketpair = socketpair,        \
+        .fcntl = real_fcntl, .fstat = real_fstat, .close = close, .dup = dup,                      \
+    }
 
-mp__sys_table mp__sys = {
-    .memfd_create = memfd_create,
-    .shm_open = shm_open,
-    .shm_unlink = shm_unlink,
-    .ftruncate = ftruncate,
-    .posix_fallocate = real_posix_fallocate,
-    .mmap = mmap,
-    .munmap = munmap,
-    .sendmsg = sendmsg,
-    .recvmsg = recvmsg,
-    .socketpair = socketpair,
-    .fcntl = real_fcntl,
-    .fstat = real_fstat,
-    .close = close,
-    .dup = dup,
-};
+const mp__sys_table mp__sys_real = REAL_CALLS;
+mp__sys_table mp__sys = REAL_CALLS;
 
 /* ---- fault injection ---------------------------------------------------- */
 
 enum {
-    F_MEMFD_CREATE, F_SHM_OPEN, F_SHM_UNLINK, F_FTRUNCATE, F_POSIX_FALLOCATE, F_MMAP,
-    F_MUNMAP, F_SENDMSG, F_RECVMSG, F_SOCKETPAIR, F_FCNTL, F_FSTAT, F_CLOSE, F_DUP,
+    F_MEMFD_CREATE,
+    F_SHM_OPEN,
+    F_SHM_UNLINK,
+    F_FTRUNCATE,
+    F_POSIX_FALLOCATE,
+    F_MMAP,
+    F_MUNMAP,
+    F_SENDMSG,
+    F_RECVMSG,
+    F_SOCKETPAIR,
+    F_FCNTL,
+    F_FSTAT,
+    F_CLOSE,
+    F_DUP,
     F_COUNT
 };
 
-static struct fault {
-    const char *name;
-    int err, skip, count;
-} faults[F_COUNT] = {
-    [F_MEMFD_CREATE] = {"memfd_create"}, [F_SHM_OPEN] = {"shm_open"},
-    [F_SHM_UNLINK] = {"shm_unlink"}, [F_FTRUNCATE] = {"ftruncate"},
-    [F_POSIX_FALLOCATE] = {"posix_fallocate"}, [F_MMAP] = {"mmap"},
-    [F_MUNMAP] = {"munmap"}, [F_SENDMSG] = {"sendmsg"}, [F_RECVMSG] = {"recvmsg"},
-    [F_SOCKETPAIR] = {"socketpair"}, [F_FCNTL] = {"fcntl"}, [F_FSTAT] = {"fstat"},
-    [F_CLOSE] = {"close"}, [F_DUP] = {"dup"},
+static const char *const names[F_COUNT] = {
+    [F_MEMFD_CREATE] = "memfd_create",
+    [F_SHM_OPEN] = "shm_open",
+    [F_SHM_UNLINK] = "shm_unlink",
+    [F_FTRUNCATE] = "ftruncate",
+    [F_POSIX_FALLOCATE] = "posix_fallocate",
+    [F_MMAP] = "mmap",
+    [F_MUNMAP] = "munmap",
+    [F_SENDMSG] = "sendmsg",
+    [F_RECVMSG] = "recvmsg",
+    [F_SOCKETPAIR] = "socketpair",
+    [F_FCNTL] = "fcntl",
+    [F_FSTAT] = "fstat",
+    [F_CLOSE] = "close",
+    [F_DUP] = "dup",
 };
+
+static struct fault {
+    int err, skip, count;
+} faults[F_COUNT];
 
 /* True when this call must fail: skip the first `skip` calls, then fail
  * `count` of them; afterwards the wrapper passes everything through. */
@@ -155,25 +159,56 @@ static int f_close(int fd)
     }
     return mp__sys_real.close(fd);
 }
-static int f_dup(int fd) { return hit(F_DUP) ? -1 : mp__sys_real.dup(fd); }
+static int f_dup(int fd)
+{
+    return hit(F_DUP) ? -1 : mp__sys_real.dup(fd);
+}
 
 static void install(int i)
 {
     switch (i) {
-    case F_MEMFD_CREATE: mp__sys.memfd_create = f_memfd_create; break;
-    case F_SHM_OPEN: mp__sys.shm_open = f_shm_open; break;
-    case F_SHM_UNLINK: mp__sys.shm_unlink = f_shm_unlink; break;
-    case F_FTRUNCATE: mp__sys.ftruncate = f_ftruncate; break;
-    case F_POSIX_FALLOCATE: mp__sys.posix_fallocate = f_posix_fallocate; break;
-    case F_MMAP: mp__sys.mmap = f_mmap; break;
-    case F_MUNMAP: mp__sys.munmap = f_munmap; break;
-    case F_SENDMSG: mp__sys.sendmsg = f_sendmsg; break;
-    case F_RECVMSG: mp__sys.recvmsg = f_recvmsg; break;
-    case F_SOCKETPAIR: mp__sys.socketpair = f_socketpair; break;
-    case F_FCNTL: mp__sys.fcntl = f_fcntl; break;
-    case F_FSTAT: mp__sys.fstat = f_fstat; break;
-    case F_CLOSE: mp__sys.close = f_close; break;
-    case F_DUP: mp__sys.dup = f_dup; break;
+    case F_MEMFD_CREATE:
+        mp__sys.memfd_create = f_memfd_create;
+        break;
+    case F_SHM_OPEN:
+        mp__sys.shm_open = f_shm_open;
+        break;
+    case F_SHM_UNLINK:
+        mp__sys.shm_unlink = f_shm_unlink;
+        break;
+    case F_FTRUNCATE:
+        mp__sys.ftruncate = f_ftruncate;
+        break;
+    case F_POSIX_FALLOCATE:
+        mp__sys.posix_fallocate = f_posix_fallocate;
+        break;
+    case F_MMAP:
+        mp__sys.mmap = f_mmap;
+        break;
+    case F_MUNMAP:
+        mp__sys.munmap = f_munmap;
+        break;
+    case F_SENDMSG:
+        mp__sys.sendmsg = f_sendmsg;
+        break;
+    case F_RECVMSG:
+        mp__sys.recvmsg = f_recvmsg;
+        break;
+    case F_SOCKETPAIR:
+        mp__sys.socketpair = f_socketpair;
+        break;
+    case F_FCNTL:
+        mp__sys.fcntl = f_fcntl;
+        break;
+    case F_FSTAT:
+        mp__sys.fstat = f_fstat;
+        break;
+    case F_CLOSE:
+        mp__sys.close = f_close;
+        break;
+    case F_DUP:
+        mp__sys.dup = f_dup;
+        break;
     }
 }
 
@@ -183,7 +218,7 @@ int mp__sys_fault(const char *call, int err, int skip, int count)
         return mp__error(MP_EINVAL, "mp__sys_fault: need a call name, an errno > 0, "
                                     "skip >= 0 and count >= 0");
     for (int i = 0; i < F_COUNT; i++) {
-        if (strcmp(faults[i].name, call) == 0) {
+        if (strcmp(names[i], call) == 0) {
             faults[i].err = err;
             faults[i].skip = skip;
             faults[i].count = count;

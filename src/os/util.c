@@ -79,9 +79,12 @@ int mp__futex_wait(uint32_t *addr, uint32_t expected, double deadline, bool shar
         return 0;
     switch (errno) {
     case EAGAIN:
-    case EINTR: return 0; /* value changed or spurious: the caller rechecks */
-    case ETIMEDOUT: return mp__error(MP_ETIMEDOUT, "futex wait: deadline passed");
-    default: return mp__errno_error(errno, "futex(FUTEX_WAIT_BITSET)");
+    case EINTR:
+        return 0; /* value changed or spurious: the caller rechecks */
+    case ETIMEDOUT:
+        return mp__error(MP_ETIMEDOUT, "futex wait: deadline passed");
+    default:
+        return mp__errno_error(errno, "futex(FUTEX_WAIT_BITSET)");
     }
 }
 

@@ -14,9 +14,18 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 /* A fork while another thread holds the lock would leave the child's copy
  * locked forever: hold it across fork, release it on both sides. */
-static void before_fork(void) { pthread_mutex_lock(&lock); }
-static void after_fork(void) { pthread_mutex_unlock(&lock); }
-static void init(void) { pthread_atfork(before_fork, after_fork, after_fork); }
+static void before_fork(void)
+{
+    pthread_mutex_lock(&lock);
+}
+static void after_fork(void)
+{
+    pthread_mutex_unlock(&lock);
+}
+static void init(void)
+{
+    pthread_atfork(before_fork, after_fork, after_fork);
+}
 
 static size_t slot(dev_t dev, ino_t ino, size_t n)
 {

@@ -30,15 +30,6 @@ int mp__segment_export(mp__segment *s, mp__segment_handle *h)
     return 0;
 }
 
-static void fs_unref(mp__fs_header *hd, const char *name)
-{
-    if (__atomic_sub_fetch(&hd->refcount, 1, __ATOMIC_ACQ_REL) == 0) {
-        mp__sys.shm_unlink(name);
-        if (mp__shm_hooks_get()->unlinked)
-            mp__shm_hooks_get()->unlinked(name);
-    }
-}
-
 /* A received FS handle's in-flight reference joins the cached segment s:
  * adopted when this process holds none (s came through fork), else
  * dropped, as this process already holds one. */
@@ -49,7 +40,7 @@ static void fs_adopt(mp__segment *s)
         if (__atomic_compare_exchange_n(&s->ref_pid, &owner, self, false, __ATOMIC_ACQ_REL,
                                         __ATOMIC_ACQUIRE))
             return;
-    fs_unref(s->map, s->name);
+    mp__fs_unref(s->map, s->name);
 }
 
 /* The no-memfd fallback cannot be sealed: accept an unsealed fd only when
@@ -78,10 +69,14 @@ static int open_fd(mp__segment_handle *h, mp__segment **out)
     }
     s = mp__cache_lookup(st.st_dev, st.st_ino);
     if (s) { /* the hot path: one fstat, one lookup, one close */
+        if (fd == s->fd)
+            fd = -1; /* the segment's own fd handed back: never close it */
         if (h->size > s->map_len) {
             mp__segment_release(s);
-            rc = mp__error(MP_EPROTO, "mp__segment_open: handle claims %llu bytes of a "
-                           "%zu-byte segment", (unsigned long long)h->size, s->map_len);
+            rc = mp__error(MP_EPROTO,
+                           "mp__segment_open: handle claims %llu bytes of a "
+                           "%zu-byte segment",
+                           (unsigned long long)h->size, s->map_len);
             goto out_close;
         }
         mp__close(fd);
@@ -135,16 +130,15 @@ static bool valid_name(const char *name)
 }
 
 /* Maps a named segment and checks its header. */
-static int map_named(const mp__segment_handle *h, int fd, const struct stat *st,
-                     mp__segment **out)
+static int map_named(const mp__segment_handle *h, int fd, const struct stat *st, mp__segment **out)
 {
     bool valid;
     mp__segment *s;
     mp__fs_header *hd;
     size_t len = (size_t)st->st_size;
     if (len < MP__FS_HEADER_SIZE || len - MP__FS_HEADER_SIZE < h->size)
-        return mp__error(MP_EPROTO, "mp__segment_open: %s has %zu bytes, too few for %llu",
-                         h->name, len, (unsigned long long)h->size);
+        return mp__error(MP_EPROTO, "mp__segment_open: %s has %zu bytes, too few for %llu", h->name,
+                         len, (unsigned long long)h->size);
     s = mp__segment_alloc(MP__STRATEGY_FS);
     if (!s)
         return mp__error(MP_ENOMEM, "mp__segment_open: out of memory");
@@ -155,13 +149,15 @@ static int map_named(const mp__segment_handle *h, int fd, const struct stat *st,
     }
     hd = s->map;
     valid = __atomic_load_n(&hd->magic, __ATOMIC_ACQUIRE) == MP__FS_MAGIC &&
-             hd->version == MP__FS_VERSION;
+            hd->version == MP__FS_VERSION;
     if (!valid || hd->size < h->size || hd->size > len - MP__FS_HEADER_SIZE) {
         unsigned long long size = hd->size;
         mp__sys.munmap(s->map, len);
         free(s);
-        return mp__error(MP_EPROTO, "mp__segment_open: %s has a bad header (magic, version "
-                         "or size %llu)", h->name, size);
+        return mp__error(MP_EPROTO,
+                         "mp__segment_open: %s has a bad header (magic, version "
+                         "or size %llu)",
+                         h->name, size);
     }
     s->map_len = len;
     s->data = (char *)s->map + MP__FS_HEADER_SIZE;
@@ -264,7 +260,7 @@ static void fs_drop(const char *name)
         return;
     if (__atomic_load_n(&hd->magic, __ATOMIC_ACQUIRE) == MP__FS_MAGIC &&
         hd->version == MP__FS_VERSION)
-        fs_unref(hd, name);
+        mp__fs_unref(hd, name);
     mp__sys.munmap(hd, MP__FS_HEADER_SIZE);
 }
 

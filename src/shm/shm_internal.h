@@ -8,16 +8,16 @@
 #include <sys/stat.h>
 
 struct mp__segment {
-    atomic_long refs;       /* references in this process */
-    int strategy;           /* MP__STRATEGY_* */
-    int fd;                 /* FD: kept open while mapped; FS: -1 */
-    void *map;              /* FS: the header; FD: the data */
+    atomic_long refs; /* references in this process */
+    int strategy;     /* MP__STRATEGY_* */
+    int fd;           /* FD: kept open while mapped; FS: -1 */
+    void *map;        /* FS: the header; FD: the data */
     size_t map_len;
     void *data;
-    size_t size;            /* data bytes */
-    dev_t dev;              /* cache key */
+    size_t size; /* data bytes */
+    dev_t dev;   /* cache key */
     ino_t ino;
-    pid_t ref_pid;          /* FS: the process owning one header reference */
+    pid_t ref_pid; /* FS: the process owning one header reference */
     void *user;
     struct mp__segment *next; /* hash chain */
     char name[MP__SHM_NAME_MAX];
@@ -48,5 +48,8 @@ mp__segment *mp__segment_alloc(int strategy);
 void mp__segment_destroy(mp__segment *s);
 void mp__segment_live_add(void);
 int mp__shm_random_name(char *name, size_t cap);
+/* Drops one header reference of a named segment; the last unlinks it (and
+ * tells the `unlinked` hook). */
+void mp__fs_unref(mp__fs_header *hd, const char *name);
 
 #endif

@@ -20,7 +20,10 @@ void mp_get_all_sharing_strategies(const char *const **out, int *count)
         *count = (int)(sizeof names / sizeof names[0]);
 }
 
-const char *mp_get_sharing_strategy(void) { return names[atomic_load(&strategy)]; }
+const char *mp_get_sharing_strategy(void)
+{
+    return names[atomic_load(&strategy)];
+}
 
 int mp_set_sharing_strategy(const char *name)
 {
@@ -33,11 +36,16 @@ int mp_set_sharing_strategy(const char *name)
             return 0;
         }
     }
-    return mp__error(MP_ENOENT, "mp_set_sharing_strategy: unknown strategy \"%.64s\" (valid: "
-                                "\"file_descriptor\", \"file_system\")", name);
+    return mp__error(MP_ENOENT,
+                     "mp_set_sharing_strategy: unknown strategy \"%.64s\" (valid: "
+                     "\"file_descriptor\", \"file_system\")",
+                     name);
 }
 
-int mp__shm_strategy(void) { return atomic_load(&strategy); }
+int mp__shm_strategy(void)
+{
+    return atomic_load(&strategy);
+}
 
 const char *mp__strategy_name(int s)
 {
@@ -52,7 +60,10 @@ void mp__shm_set_hooks(const mp__shm_hooks *h)
         memset(&hooks, 0, sizeof hooks);
 }
 
-const mp__shm_hooks *mp__shm_hooks_get(void) { return &hooks; }
+const mp__shm_hooks *mp__shm_hooks_get(void)
+{
+    return &hooks;
+}
 
 long long mp__shm_free_bytes(void)
 {

@@ -12,9 +12,18 @@ static pthread_mutex_t user_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static atomic_ullong copies;
 
-static void before_fork(void) { pthread_mutex_lock(&user_lock); }
-static void after_fork(void) { pthread_mutex_unlock(&user_lock); }
-static void init(void) { pthread_atfork(before_fork, after_fork, after_fork); }
+static void before_fork(void)
+{
+    pthread_mutex_lock(&user_lock);
+}
+static void after_fork(void)
+{
+    pthread_mutex_unlock(&user_lock);
+}
+static void init(void)
+{
+    pthread_atfork(before_fork, after_fork, after_fork);
+}
 
 static mp__storage *storage_new(void *data, size_t nbytes, int kind)
 {
@@ -31,26 +40,28 @@ static mp__storage *storage_new(void *data, size_t nbytes, int kind)
 
 int mp__storage_alloc(size_t nbytes, mp__storage **out)
 {
-    size_t cap = nbytes ? (nbytes + 63) / 64 * 64 : 64;
-    void *data = NULL;
-    if (cap < nbytes || posix_memalign(&data, 64, cap) != 0)
+    /* calloc, not posix_memalign + memset: large blocks come zeroed from
+     * mmap, so an empty tensor costs no page touches until it is written.
+     * The 64-byte alignment is made by hand; ctx keeps the block. */
+    void *raw = nbytes <= SIZE_MAX - 64 ? calloc(1, nbytes + 64) : NULL, *data;
+    if (!raw)
         return mp__error(MP_ENOMEM, "mp_tensor_empty: cannot allocate %zu bytes", nbytes);
-    memset(data, 0, cap);
+    data = (void *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
     *out = storage_new(data, nbytes, MP__ST_PRIVATE);
     if (!*out) {
-        free(data);
+        free(raw);
         return mp__error(MP_ENOMEM, "mp_tensor_empty: out of memory");
     }
+    (*out)->ctx = raw;
     return 0;
 }
 
-int mp__storage_wrap(void *data, size_t nbytes, DLDevice dev, mp_release_fn release,
-                     void *ctx, mp__storage **out)
+int mp__storage_wrap(void *data, size_t nbytes, DLDevice dev, mp_release_fn release, void *ctx,
+                     mp__storage **out)
 {
     mp__storage *s;
     if (!out || (!data && nbytes))
-        return mp__error(MP_EINVAL, "mp__storage_wrap: NULL data of %zu bytes or NULL out",
-                         nbytes);
+        return mp__error(MP_EINVAL, "mp__storage_wrap: NULL data of %zu bytes or NULL out", nbytes);
     s = storage_new(data, nbytes, MP__ST_WRAPPED);
     if (!s)
         return mp__error(MP_ENOMEM, "mp__storage_wrap: out of memory");
@@ -72,7 +83,7 @@ mp__storage *mp__storage_retain(mp__storage *s)
 static void drop_memory(mp__storage *s)
 {
     if (s->kind == MP__ST_PRIVATE)
-        free(s->data);
+        free(s->ctx);
     else if (s->kind == MP__ST_WRAPPED && s->release)
         s->release(s->data, s->ctx);
     s->release = NULL;
@@ -95,15 +106,39 @@ void mp__storage_release(mp__storage *s)
     free(s);
 }
 
-mp__storage *mp__tensor_storage(const mp_tensor *t) { return t->storage; }
-void *mp__storage_data(const mp__storage *s) { return s->data; }
-size_t mp__storage_nbytes(const mp__storage *s) { return s->nbytes; }
-DLDevice mp__storage_device(const mp__storage *s) { return s->dev; }
-mp__segment *mp__storage_segment(const mp__storage *s) { return s->seg; }
-void *mp__storage_user(const mp__storage *s) { return s->user; }
-void mp__storage_set_user(mp__storage *s, void *user) { s->user = user; }
+mp__storage *mp__tensor_storage(const mp_tensor *t)
+{
+    return t->storage;
+}
+void *mp__storage_data(const mp__storage *s)
+{
+    return s->data;
+}
+size_t mp__storage_nbytes(const mp__storage *s)
+{
+    return s->nbytes;
+}
+DLDevice mp__storage_device(const mp__storage *s)
+{
+    return s->dev;
+}
+mp__segment *mp__storage_segment(const mp__storage *s)
+{
+    return s->seg;
+}
+void *mp__storage_user(const mp__storage *s)
+{
+    return s->user;
+}
+void mp__storage_set_user(mp__storage *s, void *user)
+{
+    s->user = user;
+}
 
-uint64_t mp_tensor_shared_copy_count(void) { return atomic_load(&copies); }
+uint64_t mp_tensor_shared_copy_count(void)
+{
+    return atomic_load(&copies);
+}
 
 int mp__storage_share(mp__storage *s)
 {
@@ -114,11 +149,13 @@ int mp__storage_share(mp__storage *s)
     if (s->seg)
         return 0;
     if (s->dev.device_type != kDLCPU)
-        return mp__error(MP_ENOTSUP, "mp_tensor_share_memory_: a device (type %d) storage "
-                         "is shared through CUDA IPC, not shared memory", s->dev.device_type);
+        return mp__error(MP_ENOTSUP,
+                         "mp_tensor_share_memory_: a device (type %d) storage "
+                         "is shared through CUDA IPC, not shared memory",
+                         s->dev.device_type);
     if (atomic_load(&s->exports) > 0)
         return mp__error(MP_ESTATE, "mp_tensor_share_memory_: the storage is exported through "
-                         "DLPack and its memory cannot move; share before exporting");
+                                    "DLPack and its memory cannot move; share before exporting");
     rc = mp__segment_create(s->nbytes, mp__shm_strategy(), &seg);
     if (rc < 0)
         return rc;

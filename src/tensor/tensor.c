@@ -6,6 +6,7 @@
 
 #define MUL(a, b, r) __builtin_mul_overflow(a, b, r)
 #define ADD(a, b, r) __builtin_add_overflow(a, b, r)
+#define SUB(a, b, r) __builtin_sub_overflow(a, b, r)
 
 static int check_header(const char *call, mp_dtype dtype, int ndim, const int64_t *shape)
 {
@@ -39,24 +40,30 @@ int mp__shape_nbytes(const char *call, mp_dtype dtype, int ndim, const int64_t *
     return 0;
 }
 
-/* Lowest and highest element index a view reaches (relative to element 0). */
-static int extent(int ndim, const int64_t *shape, const int64_t *strides, int64_t *lo,
-                  int64_t *hi)
+int mp__view_span(const char *call, mp_dtype dtype, int ndim, const int64_t *shape,
+                  const int64_t *strides, int64_t *lo, int64_t *end)
 {
-    *lo = *hi = 0;
+    int64_t es = (int64_t)mp_dtype_size(dtype), span;
+    *lo = *end = 0;
     for (int i = 0; i < ndim; i++) {
         int64_t e;
-        if (MUL(shape[i] - 1, strides[i], &e) || ADD(e > 0 ? *hi : *lo, e, e > 0 ? hi : lo))
-            return mp__error(MP_EOVERFLOW, "tensor view: dim %d's stride %lld times size %lld "
-                             "overflows", i, (long long)strides[i], (long long)shape[i]);
+        if (shape[i] == 0) { /* reaches nothing at all */
+            *lo = *end = 0;
+            return 0;
+        }
+        if (MUL(shape[i] - 1, strides[i], &e) || ADD(e > 0 ? *end : *lo, e, e > 0 ? end : lo))
+            return mp__error(MP_EOVERFLOW, "%s: dim %d's stride %lld times size %lld overflows",
+                             call, i, (long long)strides[i], (long long)shape[i]);
     }
+    if (MUL(*lo, es, lo) || ADD(*end, 1, end) || MUL(*end, es, end) || SUB(*end, *lo, &span))
+        return mp__error(MP_EOVERFLOW, "%s: the view's byte range overflows", call);
     return 0;
 }
 
 int mp__tensor_check_geometry(mp_dtype dtype, int ndim, const int64_t *shape,
                               const int64_t *strides, uint64_t byte_offset, size_t nbytes)
 {
-    int64_t lo, hi, first, end, es = (int64_t)mp_dtype_size(dtype);
+    int64_t lo, hi, first, end;
     size_t total;
     int rc = mp__shape_nbytes("tensor view", dtype, ndim, shape, &total);
     if (rc < 0)
@@ -68,22 +75,22 @@ int mp__tensor_check_geometry(mp_dtype dtype, int ndim, const int64_t *shape,
                          (unsigned long long)byte_offset);
     if (total == 0) { /* reaches no element */
         if (byte_offset > nbytes)
-            return mp__error(MP_EINVAL, "tensor view: byte offset %llu beyond the %zu-byte "
-                             "storage", (unsigned long long)byte_offset, nbytes);
+            return mp__error(MP_EINVAL, "tensor view: byte offset %llu beyond the %zu-byte storage",
+                             (unsigned long long)byte_offset, nbytes);
         return 0;
     }
-    rc = extent(ndim, shape, strides, &lo, &hi);
+    rc = mp__view_span("tensor view", dtype, ndim, shape, strides, &lo, &hi);
     if (rc < 0)
         return rc;
-    if (MUL(lo, es, &lo) || ADD(hi, 1, &hi) || MUL(hi, es, &hi) || ADD((int64_t)byte_offset, lo, &first) ||
-        ADD((int64_t)byte_offset, hi, &end))
+    if (ADD((int64_t)byte_offset, lo, &first) || ADD((int64_t)byte_offset, hi, &end))
         return mp__error(MP_EOVERFLOW, "tensor view: byte range overflows");
     if (first < 0)
-        return mp__error(MP_EINVAL, "tensor view: strides reach %lld bytes before the start "
-                         "of the storage", (long long)-first);
+        return mp__error(MP_EINVAL,
+                         "tensor view: strides reach %lld bytes before the start of the storage",
+                         (long long)-first);
     if ((uint64_t)end > nbytes)
-        return mp__error(MP_EINVAL, "tensor view: strides reach byte %lld of a %zu-byte "
-                         "storage", (long long)end, nbytes);
+        return mp__error(MP_EINVAL, "tensor view: strides reach byte %lld of a %zu-byte storage",
+                         (long long)end, nbytes);
     return 0;
 }
 
@@ -168,9 +175,8 @@ int mp_tensor_empty_shared(mp_dtype dtype, int ndim, const int64_t *shape, mp_te
     return rc < 0 ? rc : make_contiguous(s, dtype, ndim, shape, out);
 }
 
-int mp_tensor_from_blob(void *data, size_t nbytes, mp_dtype dtype, int ndim,
-                        const int64_t *shape, const int64_t *strides, mp_release_fn release,
-                        void *ctx, mp_tensor **out)
+int mp_tensor_from_blob(void *data, size_t nbytes, mp_dtype dtype, int ndim, const int64_t *shape,
+                        const int64_t *strides, mp_release_fn release, void *ctx, mp_tensor **out)
 {
     int64_t contig[MP_MAX_NDIM];
     mp__storage *s;
@@ -216,15 +222,42 @@ void mp_tensor_release(mp_tensor *t)
 
 /* ---- properties ---------------------------------------------------------- */
 
-mp_dtype mp_tensor_dtype(const mp_tensor *t) { return t->dtype; }
-int mp_tensor_ndim(const mp_tensor *t) { return t->ndim; }
-const int64_t *mp_tensor_shape(const mp_tensor *t) { return t->shape; }
-const int64_t *mp_tensor_strides(const mp_tensor *t) { return t->strides; }
-uint64_t mp_tensor_byte_offset(const mp_tensor *t) { return t->offset; }
-size_t mp_tensor_element_size(const mp_tensor *t) { return mp_dtype_size(t->dtype); }
-DLDevice mp_tensor_device(const mp_tensor *t) { return t->storage->dev; }
-void *mp_tensor_data(const mp_tensor *t) { return (char *)t->storage->data + t->offset; }
-size_t mp_tensor_storage_nbytes(const mp_tensor *t) { return t->storage->nbytes; }
+mp_dtype mp_tensor_dtype(const mp_tensor *t)
+{
+    return t->dtype;
+}
+int mp_tensor_ndim(const mp_tensor *t)
+{
+    return t->ndim;
+}
+const int64_t *mp_tensor_shape(const mp_tensor *t)
+{
+    return t->shape;
+}
+const int64_t *mp_tensor_strides(const mp_tensor *t)
+{
+    return t->strides;
+}
+uint64_t mp_tensor_byte_offset(const mp_tensor *t)
+{
+    return t->offset;
+}
+size_t mp_tensor_element_size(const mp_tensor *t)
+{
+    return mp_dtype_size(t->dtype);
+}
+DLDevice mp_tensor_device(const mp_tensor *t)
+{
+    return t->storage->dev;
+}
+void *mp_tensor_data(const mp_tensor *t)
+{
+    return (char *)t->storage->data + t->offset;
+}
+size_t mp_tensor_storage_nbytes(const mp_tensor *t)
+{
+    return t->storage->nbytes;
+}
 
 int64_t mp_tensor_size(const mp_tensor *t, int dim)
 {
@@ -275,12 +308,12 @@ int mp_tensor_set_grad(mp_tensor *t, mp_tensor *grad)
         if (grad->dtype != t->dtype || grad->ndim != t->ndim ||
             memcmp(grad->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim) != 0)
             return mp__error(MP_EINVAL, "mp_tensor_set_grad: grad's dtype or shape differs "
-                             "from the tensor's");
+                                        "from the tensor's");
         /* a cycle (t is grad's grad, ...) would keep both alive forever */
         for (mp_tensor *g = grad; g; g = g->grad)
             if (g == t)
                 return mp__error(MP_EINVAL, "mp_tensor_set_grad: grad is the tensor itself "
-                                 "or has it as a grad");
+                                            "or has it as a grad");
     }
     old = t->grad;
     t->grad = mp_tensor_retain(grad);
@@ -288,7 +321,10 @@ int mp_tensor_set_grad(mp_tensor *t, mp_tensor *grad)
     return 0;
 }
 
-mp_tensor *mp_tensor_grad(const mp_tensor *t) { return t ? t->grad : NULL; }
+mp_tensor *mp_tensor_grad(const mp_tensor *t)
+{
+    return t ? t->grad : NULL;
+}
 
 int mp_tensor_share_memory_(mp_tensor *t)
 {
@@ -301,7 +337,10 @@ int mp_tensor_share_memory_(mp_tensor *t)
     return rc;
 }
 
-bool mp_tensor_is_shared(const mp_tensor *t) { return t && t->storage->seg; }
+bool mp_tensor_is_shared(const mp_tensor *t)
+{
+    return t && t->storage->seg;
+}
 
 const char *mp_tensor_sharing_strategy(const mp_tensor *t)
 {

@@ -10,14 +10,14 @@ enum { MP__ST_PRIVATE, MP__ST_WRAPPED, MP__ST_SEGMENT };
 
 struct mp__storage {
     atomic_long refs;
-    atomic_int exports;     /* live DLPack exports: they hold raw pointers */
-    int kind;               /* MP__ST_* */
+    atomic_int exports; /* live DLPack exports: they hold raw pointers */
+    int kind;           /* MP__ST_* */
     void *data;
     size_t nbytes;
     DLDevice dev;
-    mp__segment *seg;       /* MP__ST_SEGMENT */
-    mp_release_fn release;  /* MP__ST_WRAPPED */
-    void *ctx;
+    mp__segment *seg;      /* MP__ST_SEGMENT */
+    mp_release_fn release; /* MP__ST_WRAPPED */
+    void *ctx;             /* WRAPPED: release's ctx; PRIVATE: the calloc'd block */
     void *user;
 };
 
@@ -28,12 +28,17 @@ struct mp_tensor {
     int ndim;
     int64_t shape[MP_MAX_NDIM];
     int64_t strides[MP_MAX_NDIM];
-    uint64_t offset;        /* bytes into the storage */
+    uint64_t offset; /* bytes into the storage */
     mp_tensor *grad;
 };
 
 /* Zeroed private (64-byte aligned) storage of nbytes. */
 int mp__storage_alloc(size_t nbytes, mp__storage **out);
+/* The bytes a view reaches, relative to element 0: [*lo, *end) with *lo <= 0
+ * (negative strides) and *end > 0; both 0 for a view with no elements.
+ * Sizes must be valid (>= 0); MP_EOVERFLOW names call. */
+int mp__view_span(const char *call, mp_dtype dtype, int ndim, const int64_t *shape,
+                  const int64_t *strides, int64_t *lo, int64_t *end);
 /* Contiguous strides for shape. */
 void mp__contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
 /* numel * element size with overflow checks: MP_EINVAL / MP_EOVERFLOW. */

@@ -48,9 +48,11 @@ int mp_tensor_narrow(const mp_tensor *t, int dim, int64_t start, int64_t length,
     if (rc < 0)
         return rc;
     if (start < 0 || length < 0 || start > t->shape[dim] || length > t->shape[dim] - start)
-        return mp__error(MP_EINVAL, "mp_tensor_narrow: [%lld, %lld + %lld) is outside dim %d "
-                         "of size %lld", (long long)start, (long long)start, (long long)length,
-                         dim, (long long)t->shape[dim]);
+        return mp__error(MP_EINVAL,
+                         "mp_tensor_narrow: [%lld, %lld + %lld) is outside dim %d "
+                         "of size %lld",
+                         (long long)start, (long long)start, (long long)length, dim,
+                         (long long)t->shape[dim]);
     rc = moved_offset("mp_tensor_narrow", t, length ? start : 0, t->strides[dim], &off);
     if (rc < 0)
         return rc;
@@ -102,8 +104,10 @@ int mp_tensor_select(const mp_tensor *t, int dim, int64_t index, mp_tensor **out
     if (rc < 0)
         return rc;
     if (index < -t->shape[dim] || index >= t->shape[dim])
-        return mp__error(MP_EINVAL, "mp_tensor_select: index %lld out of range for dim %d of "
-                         "size %lld", (long long)index, dim, (long long)t->shape[dim]);
+        return mp__error(MP_EINVAL,
+                         "mp_tensor_select: index %lld out of range for dim %d of "
+                         "size %lld",
+                         (long long)index, dim, (long long)t->shape[dim]);
     if (index < 0)
         index += t->shape[dim];
     rc = moved_offset("mp_tensor_select", t, index, t->strides[dim], &off);
@@ -125,8 +129,8 @@ int mp_tensor_reshape(const mp_tensor *t, int ndim, const int64_t *shape, mp_ten
     if (rc < 0)
         return rc;
     if (ndim < 0 || ndim > MP_MAX_NDIM || (ndim > 0 && !shape))
-        return mp__error(MP_EINVAL, "mp_tensor_reshape: ndim %d outside 0..%d or NULL shape",
-                         ndim, MP_MAX_NDIM);
+        return mp__error(MP_EINVAL, "mp_tensor_reshape: ndim %d outside 0..%d or NULL shape", ndim,
+                         MP_MAX_NDIM);
     if (!mp_tensor_is_contiguous(t))
         return mp__error(MP_EINVAL, "mp_tensor_reshape: the tensor is not contiguous "
                                     "(clone it first)");
@@ -137,22 +141,28 @@ int mp_tensor_reshape(const mp_tensor *t, int ndim, const int64_t *shape, mp_ten
             continue;
         }
         if (shape[i] < 0)
-            return mp__error(MP_EINVAL, "mp_tensor_reshape: bad size %lld at dim %d (one -1 "
-                             "at most)", (long long)shape[i], i);
+            return mp__error(MP_EINVAL,
+                             "mp_tensor_reshape: bad size %lld at dim %d (one -1 "
+                             "at most)",
+                             (long long)shape[i], i);
         if (__builtin_mul_overflow(known, shape[i], &known))
             return mp__error(MP_EOVERFLOW, "mp_tensor_reshape: the element count overflows");
     }
     numel = mp_tensor_numel(t);
     if (infer >= 0) {
         if (known == 0 || numel % known != 0)
-            return mp__error(MP_EINVAL, "mp_tensor_reshape: cannot infer dim %d: %lld elements "
-                             "do not divide by %lld", infer, (long long)numel, (long long)known);
+            return mp__error(MP_EINVAL,
+                             "mp_tensor_reshape: cannot infer dim %d: %lld elements "
+                             "do not divide by %lld",
+                             infer, (long long)numel, (long long)known);
         s[infer] = numel / known;
         known = numel;
     }
     if (known != numel)
-        return mp__error(MP_EINVAL, "mp_tensor_reshape: shape holds %lld elements, the tensor "
-                         "%lld", (long long)known, (long long)numel);
+        return mp__error(MP_EINVAL,
+                         "mp_tensor_reshape: shape holds %lld elements, the tensor "
+                         "%lld",
+                         (long long)known, (long long)numel);
     mp__contiguous_strides(ndim, s, strides);
     return mp__tensor_make(t->storage, t->dtype, ndim, s, strides, t->offset, out);
 }
@@ -169,8 +179,10 @@ int mp_tensor_permute(const mp_tensor *t, const int *dims, mp_tensor **out)
     for (int i = 0; i < t->ndim; i++) {
         int d = dims[i];
         if (d < 0 || d >= t->ndim || seen[d])
-            return mp__error(MP_EINVAL, "mp_tensor_permute: dims is not a permutation of "
-                             "0..%d (dims[%d] = %d)", t->ndim - 1, i, d);
+            return mp__error(MP_EINVAL,
+                             "mp_tensor_permute: dims is not a permutation of "
+                             "0..%d (dims[%d] = %d)",
+                             t->ndim - 1, i, d);
         seen[d] = true;
         shape[i] = t->shape[d];
         strides[i] = t->strides[d];
@@ -194,8 +206,8 @@ int mp_tensor_transpose(const mp_tensor *t, int dim0, int dim1, mp_tensor **out)
     return mp_tensor_permute(t, dims, out);
 }
 
-int mp_tensor_as_strided(const mp_tensor *t, int ndim, const int64_t *shape,
-                         const int64_t *strides, uint64_t byte_offset, mp_tensor **out)
+int mp_tensor_as_strided(const mp_tensor *t, int ndim, const int64_t *shape, const int64_t *strides,
+                         uint64_t byte_offset, mp_tensor **out)
 {
     int rc = view_args("mp_tensor_as_strided", t, out);
     if (rc < 0)
@@ -208,10 +220,18 @@ int mp_tensor_as_strided(const mp_tensor *t, int ndim, const int64_t *shape,
 static void copy_elem(char *d, const char *s, size_t es)
 {
     switch (es) {
-    case 1: *d = *s; break;
-    case 2: memcpy(d, s, 2); break;
-    case 4: memcpy(d, s, 4); break;
-    default: memcpy(d, s, 8); break;
+    case 1:
+        *d = *s;
+        break;
+    case 2:
+        memcpy(d, s, 2);
+        break;
+    case 4:
+        memcpy(d, s, 4);
+        break;
+    default:
+        memcpy(d, s, 8);
+        break;
     }
 }
 
@@ -270,9 +290,11 @@ int mp_tensor_copy_(mp_tensor *dst, const mp_tensor *src)
         return mp__error(MP_EINVAL, "mp_tensor_copy_: NULL tensor");
     if (dst->dtype != src->dtype || dst->ndim != src->ndim ||
         memcmp(dst->shape, src->shape, sizeof(int64_t) * (size_t)src->ndim) != 0)
-        return mp__error(MP_EINVAL, "mp_tensor_copy_: dtype or shape differs (%s vs %s, %d-d vs "
-                         "%d-d)", mp_dtype_name(dst->dtype), mp_dtype_name(src->dtype),
-                         dst->ndim, src->ndim);
+        return mp__error(MP_EINVAL,
+                         "mp_tensor_copy_: dtype or shape differs (%s vs %s, %d-d vs "
+                         "%d-d)",
+                         mp_dtype_name(dst->dtype), mp_dtype_name(src->dtype), dst->ndim,
+                         src->ndim);
     if (dst->storage->dev.device_type != kDLCPU || src->storage->dev.device_type != kDLCPU)
         return mp__error(MP_ENOTSUP, "mp_tensor_copy_: device tensors are not copied here");
     if (dst->storage == src->storage && dst != src) {

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -15,7 +16,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static int setup(void **state) { return mp_test_setup(state); }
+static int setup(void **state)
+{
+    return mp_test_setup(state);
+}
 static int teardown(void **state)
 {
     mp__sys_fault_reset();
@@ -232,8 +236,7 @@ static void test_record_errors(void **state)
 
     /* nothing to read: try once, then a deadline */
     assert_mp_err(mp__recv_record(sv[1], buf, sizeof buf, &len, got, 4, &nfds, 0), MP_EAGAIN);
-    assert_mp_err(mp__recv_record(sv[1], buf, sizeof buf, &len, got, 4, &nfds,
-                                  mp__deadline(0.05)),
+    assert_mp_err(mp__recv_record(sv[1], buf, sizeof buf, &len, got, 4, &nfds, mp__deadline(0.05)),
                   MP_ETIMEDOUT);
 
     /* a record longer than the buffer: MP_EPROTO, its fds closed */
@@ -241,22 +244,19 @@ static void test_record_errors(void **state)
         fds[i] = open("/dev/null", O_RDONLY | O_CLOEXEC);
     int before = mp__count_open_fds();
     assert_mp_ok(mp__send_record(sv[0], big, sizeof big, fds, 1, -1));
-    assert_mp_err(mp__recv_record(sv[1], buf, sizeof buf, &len, got, 4, &nfds, -1),
-                  MP_EPROTO);
+    assert_mp_err(mp__recv_record(sv[1], buf, sizeof buf, &len, got, 4, &nfds, -1), MP_EPROTO);
     assert_int_equal(mp__count_open_fds(), before);
 
     /* more fds than the caller wants: MP_EPROTO, all closed */
     assert_mp_ok(mp__send_record(sv[0], buf, 8, fds, 3, -1));
-    assert_mp_err(mp__recv_record(sv[1], buf, sizeof buf, &len, got, 2, &nfds, -1),
-                  MP_EPROTO);
+    assert_mp_err(mp__recv_record(sv[1], buf, sizeof buf, &len, got, 2, &nfds, -1), MP_EPROTO);
     assert_int_equal(mp__count_open_fds(), before);
     for (int i = 0; i < 3; i++)
         mp__close(fds[i]);
 
     /* orderly EOF */
     mp__close(sv[0]);
-    assert_mp_err(mp__recv_record(sv[1], buf, sizeof buf, &len, got, 4, &nfds, -1),
-                  MP_ECLOSED);
+    assert_mp_err(mp__recv_record(sv[1], buf, sizeof buf, &len, got, 4, &nfds, -1), MP_ECLOSED);
     mp__close(sv[1]);
     /* send to a closed peer */
     pair(sv);
@@ -282,8 +282,7 @@ static void test_record_eintr_and_faults(void **state)
     assert_mp_err(mp__send_record(sv[0], "abc", 3, NULL, 0, -1), MP_ENOMEM);
     assert_non_null(strstr(mp_last_error(), "sendmsg"));
     assert_mp_ok(mp__sys_fault("recvmsg", EMFILE, 0, 1));
-    assert_mp_err(mp__recv_record(sv[1], buf, sizeof buf, &len, got, 2, &nfds, -1),
-                  MP_EMFILE);
+    assert_mp_err(mp__recv_record(sv[1], buf, sizeof buf, &len, got, 2, &nfds, -1), MP_EMFILE);
     assert_non_null(strstr(mp_last_error(), "ulimit"));
     mp__close(sv[0]);
     mp__close(sv[1]);
@@ -335,6 +334,52 @@ static void test_record_emfile(void **state)
     mp__close(sv[1]);
 }
 
+/* The kernel's maximum of 253 fds in one record round-trips whole. */
+static void test_record_max_fds(void **state)
+{
+    int sv[2], fds[253], *got = malloc(253 * sizeof(int)), nfds;
+    char buf[4] = "max";
+    size_t len;
+    pair(sv);
+    for (int i = 0; i < 253; i++)
+        fds[i] = i % 2 ? sv[0] : sv[1];
+    assert_mp_ok(mp__send_record(sv[0], buf, sizeof buf, fds, 253, -1));
+    assert_mp_ok(mp__recv_record(sv[1], buf, sizeof buf, &len, got, 253, &nfds, -1));
+    assert_int_equal(nfds, 253);
+    for (int i = 0; i < 253; i++) {
+        assert_true(fcntl(got[i], F_GETFD) & FD_CLOEXEC);
+        mp__close(got[i]);
+    }
+    free(got);
+    mp__close(sv[0]);
+    mp__close(sv[1]);
+}
+
+/* A peer killed mid-conversation: the waiting side gets MP_ECLOSED at once
+ * (no hang), on receive and on send. */
+static void test_record_peer_killed(void **state)
+{
+    int sv[2], nfds, fds[1], status;
+    char buf[8];
+    size_t len;
+    pid_t pid;
+    pair(sv);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        mp__close(sv[0]);
+        pause();
+        _exit(0);
+    }
+    mp__close(sv[1]);
+    kill(pid, SIGKILL);
+    assert_mp_err(mp__recv_record(sv[0], buf, sizeof buf, &len, fds, 1, &nfds, mp__deadline(30)),
+                  MP_ECLOSED);
+    assert_mp_err(mp__send_record(sv[0], "x", 1, NULL, 0, mp__deadline(30)), MP_ECLOSED);
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    mp__close(sv[0]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -349,6 +394,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_record_eintr_and_faults, setup, teardown),
         cmocka_unit_test_setup_teardown(test_record_full_socket, setup, teardown),
         cmocka_unit_test_setup_teardown(test_record_emfile, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_record_max_fds, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_record_peer_killed, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -124,6 +124,12 @@ static void test_handles_fd(void **state)
     assert_int_equal(h.fd, -1);
     assert_int_equal(mp__segment_count(), 1);
     mp__segment_release(o);
+    /* the segment's own fd handed back as if received: never closed */
+    assert_mp_ok(mp__segment_export(s, &h));
+    assert_mp_ok(mp__segment_open(&h, &o));
+    assert_ptr_equal(o, s);
+    assert_true(fcntl(mp__segment_fd(s), F_GETFD) >= 0);
+    mp__segment_release(o);
     /* a handle claiming more than the file holds */
     assert_mp_ok(mp__segment_export(s, &h));
     h.fd = dup(h.fd);
@@ -153,12 +159,45 @@ static void test_handles_fd(void **state)
 }
 
 static int events[6];
-static void ev_created(const char *n, uint64_t size) { events[0]++; }
-static void ev_opened(const char *n) { events[1]++; }
-static void ev_closed(const char *n) { events[2]++; }
-static void ev_unlinked(const char *n) { events[3]++; }
-static void ev_sent(const char *n) { events[4]++; }
-static void ev_received(const char *n) { events[5]++; }
+static char order[64]; /* one letter per event: c o C u s r */
+static void note(char c)
+{
+    size_t n = strlen(order);
+    if (n + 1 < sizeof order) {
+        order[n] = c;
+        order[n + 1] = '\0';
+    }
+}
+static void ev_created(const char *n, uint64_t size)
+{
+    events[0]++;
+    note('c');
+}
+static void ev_opened(const char *n)
+{
+    events[1]++;
+    note('o');
+}
+static void ev_closed(const char *n)
+{
+    events[2]++;
+    note('C');
+}
+static void ev_unlinked(const char *n)
+{
+    events[3]++;
+    note('u');
+}
+static void ev_sent(const char *n)
+{
+    events[4]++;
+    note('s');
+}
+static void ev_received(const char *n)
+{
+    events[5]++;
+    note('r');
+}
 
 static void test_handles_fs_and_hooks(void **state)
 {
@@ -168,6 +207,7 @@ static void test_handles_fs_and_hooks(void **state)
     mp__fs_header *hd;
     int base = mp_test_count_shm();
     memset(events, 0, sizeof events);
+    order[0] = '\0';
     mp__shm_set_hooks(&hooks);
     assert_mp_ok(mp__segment_create(64, MP__STRATEGY_FS, &s));
     assert_int_equal(events[0], 1);
@@ -200,6 +240,15 @@ static void test_handles_fs_and_hooks(void **state)
     assert_int_equal(mp__segment_size(o), 64);
     mp__segment_release(o);
     assert_int_equal(events[3], 1);
+    assert_int_equal(mp_test_count_shm(), base);
+    /* create, send+receive (adopted), send+drop, send, closed, open, closed+unlinked */
+    assert_string_equal(order, "csrssCorCu");
+    /* a received message that cannot be delivered gives its reference back */
+    assert_mp_ok(mp__segment_create(64, MP__STRATEGY_FS, &s));
+    assert_mp_ok(mp__segment_export(s, &h2));
+    mp__segment_release(s);
+    assert_int_equal(mp_test_count_shm(), base + 1);
+    mp__segment_handle_drop(&h2, true);
     assert_int_equal(mp_test_count_shm(), base);
     /* FD segments have no names and call no hooks */
     memset(events, 0, sizeof events);
@@ -330,8 +379,9 @@ static void test_real_enospc(void **state)
         assert_null(t);
         const char *needs = strstr(mp_last_error(), "needs ");
         long long need = 0, avail = -1;
-        if (!needs || sscanf(needs, "needs %lld bytes, /dev/shm has %lld free", &need,
-                             &avail) != 2 || need < n || avail < 0 || avail >= need)
+        if (!needs ||
+            sscanf(needs, "needs %lld bytes, /dev/shm has %lld free", &need, &avail) != 2 ||
+            need < n || avail < 0 || avail >= need)
             fail_msg("bad sentence: \"%s\"", mp_last_error());
         assert_int_equal(mp_test_count_shm(), base);
     }
@@ -380,8 +430,7 @@ static void test_cache_threads(void **state)
 {
     pthread_t th[4];
     for (int k = 0; k < 2; k++) {
-        assert_mp_ok(mp__segment_create(4096, k ? MP__STRATEGY_FS : MP__STRATEGY_FD,
-                                        &shared_seg));
+        assert_mp_ok(mp__segment_create(4096, k ? MP__STRATEGY_FS : MP__STRATEGY_FD, &shared_seg));
         for (int i = 0; i < 4; i++)
             assert_int_equal(pthread_create(&th[i], NULL, open_release_loop, NULL), 0);
         for (int i = 0; i < 4; i++) {
@@ -391,8 +440,10 @@ static void test_cache_threads(void **state)
         }
         assert_int_equal(mp__segment_count(), 1);
         if (k)
-            assert_int_equal(((mp__fs_header *)((char *)mp__segment_data(shared_seg) -
-                                                MP__FS_HEADER_SIZE))->refcount, 1);
+            assert_int_equal(
+                ((mp__fs_header *)((char *)mp__segment_data(shared_seg) - MP__FS_HEADER_SIZE))
+                    ->refcount,
+                1);
         mp__segment_release(shared_seg);
     }
 }

@@ -23,14 +23,20 @@ static int group_fs(void **state)
     strategy = "file_system";
     return mp_set_sharing_strategy(strategy);
 }
-static int setup(void **state) { return mp_test_setup(state); }
+static int setup(void **state)
+{
+    return mp_test_setup(state);
+}
 static int teardown(void **state)
 {
     assert_int_equal(mp__segment_count(), 0);
     return mp_test_teardown(state);
 }
 
-static bool fs(void) { return strcmp(strategy, "file_system") == 0; }
+static bool fs(void)
+{
+    return strcmp(strategy, "file_system") == 0;
+}
 
 static void fill(mp_tensor *t, int32_t v)
 {
@@ -214,20 +220,28 @@ static mp_tensor *receive_tensor(int sock)
     return t;
 }
 
-static void test_send_segment_to_other_process(void **state)
+/* Forks a child running child_send; returns its pid, *sock our end. */
+static pid_t fork_sender(bool exit_early, int *sock)
 {
     int sv[2];
     pid_t pid;
-    mp_tensor *t;
     assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
     pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
         mp__close(sv[0]);
-        _exit(child_send(sv[1], false));
+        _exit(child_send(sv[1], exit_early));
     }
     mp__close(sv[1]);
-    t = receive_tensor(sv[0]);
+    *sock = sv[0];
+    return pid;
+}
+
+static void test_send_segment_to_other_process(void **state)
+{
+    int sv[1];
+    pid_t pid = fork_sender(false, &sv[0]);
+    mp_tensor *t = receive_tensor(sv[0]);
     assert_true(mp_tensor_is_shared(t));
     assert_string_equal(mp_tensor_sharing_strategy(t), strategy);
     assert_true(holds(t, 7));
@@ -244,22 +258,13 @@ static void test_send_segment_to_other_process(void **state)
  * and the receiver's release then frees it for good. */
 static void test_segment_outlives_sender(void **state)
 {
-    int sv[2];
-    pid_t pid;
+    int sock;
     mp_tensor *t;
-    assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
-    pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        mp__close(sv[0]);
-        _exit(child_send(sv[1], true));
-    }
-    mp__close(sv[1]);
-    wait_ok(pid);
-    t = receive_tensor(sv[0]);
+    wait_ok(fork_sender(true, &sock));
+    t = receive_tensor(sock);
     assert_true(holds(t, 7));
     mp_tensor_release(t);
-    mp__close(sv[0]);
+    mp__close(sock);
 }
 
 /* Receiving one segment twice maps it once and wraps it in one storage. */
@@ -327,8 +332,8 @@ static void test_child_receives_inherited(void **state)
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     assert_true(holds(t, 4));
     if (fs())
-        assert_int_equal(((mp__fs_header *)((char *)mp__segment_data(seg) -
-                                            MP__FS_HEADER_SIZE))->refcount, 1);
+        assert_int_equal(
+            ((mp__fs_header *)((char *)mp__segment_data(seg) - MP__FS_HEADER_SIZE))->refcount, 1);
     mp_tensor_release(t);
     mp__close(sv[0]);
 }

@@ -5,8 +5,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int setup(void **state) { return mp_test_setup(state); }
-static int teardown(void **state) { return mp_test_teardown(state); }
+static int setup(void **state)
+{
+    return mp_test_setup(state);
+}
+static int teardown(void **state)
+{
+    return mp_test_teardown(state);
+}
 
 static void test_dtypes(void **state)
 {
@@ -128,17 +134,19 @@ static void test_from_blob(void **state)
         buf[i] = (float)i;
     released = 0;
     /* failures: release not called, nothing retained */
-    assert_mp_err(mp_tensor_from_blob(buf, 48, MP_FLOAT32, 2, shape, bad, on_release,
-                                      &released, &t), MP_EINVAL);
+    assert_mp_err(
+        mp_tensor_from_blob(buf, 48, MP_FLOAT32, 2, shape, bad, on_release, &released, &t),
+        MP_EINVAL);
     assert_non_null(strstr(mp_last_error(), "storage"));
-    assert_mp_err(mp_tensor_from_blob(buf, 44, MP_FLOAT32, 2, shape, NULL, on_release,
-                                      &released, &t), MP_EINVAL);
+    assert_mp_err(
+        mp_tensor_from_blob(buf, 44, MP_FLOAT32, 2, shape, NULL, on_release, &released, &t),
+        MP_EINVAL);
     assert_mp_err(mp_tensor_from_blob(NULL, 48, MP_FLOAT32, 2, shape, NULL, NULL, NULL, &t),
                   MP_EINVAL);
     assert_int_equal(released, 0);
     /* column-major */
-    assert_mp_ok(mp_tensor_from_blob(buf, 48, MP_FLOAT32, 2, shape, strides, on_release,
-                                     &released, &t));
+    assert_mp_ok(
+        mp_tensor_from_blob(buf, 48, MP_FLOAT32, 2, shape, strides, on_release, &released, &t));
     assert_ptr_equal(mp_tensor_data(t), buf);
     assert_false(mp_tensor_is_contiguous(t));
     assert_mp_ok(mp_tensor_transpose(t, 0, 1, &v));
@@ -333,7 +341,7 @@ static void test_grad(void **state)
     assert_mp_ok(mp_tensor_set_grad(t, g));
     assert_ptr_equal(mp_tensor_grad(t), g);
     assert_mp_err(mp_tensor_set_grad(g, t), MP_EINVAL); /* a cycle */
-    mp_tensor_release(g); /* t holds it */
+    mp_tensor_release(g);                               /* t holds it */
     ((float *)mp_tensor_data(mp_tensor_grad(t)))[0] = 2.5f;
     assert_mp_ok(mp_tensor_empty(MP_FLOAT32, 1, shape, &g2));
     assert_mp_ok(mp_tensor_set_grad(t, g2));
@@ -382,7 +390,10 @@ typedef struct foreign {
     int deleted;
 } foreign;
 
-static void foreign_deleter(DLManagedTensor *m) { ((foreign *)m->manager_ctx)->deleted++; }
+static void foreign_deleter(DLManagedTensor *m)
+{
+    ((foreign *)m->manager_ctx)->deleted++;
+}
 
 static void test_dlpack_import_shares(void **state)
 {
@@ -415,6 +426,10 @@ static void test_dlpack_import_shares(void **state)
     f.m.dl_tensor.ndim = 17;
     assert_mp_err(mp_tensor_from_dlpack(&f.m, &t), MP_EINVAL);
     assert_mp_err(mp_tensor_from_dlpack(NULL, &t), MP_EINVAL);
+    f.m.dl_tensor.ndim = 1;
+    f.strides[0] = INT64_MAX / 2;
+    assert_mp_err(mp_tensor_from_dlpack(&f.m, &t), MP_EOVERFLOW);
+    f.m.dl_tensor.ndim = 17;
     assert_int_equal(f.deleted, 1);
     /* NULL strides: compact row-major */
     f.m.dl_tensor.ndim = 1;

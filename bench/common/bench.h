@@ -1,0 +1,59 @@
+/* Shared timing helpers for the programs in bench/ (linked into every
+ * build/bench_<name>). Each benchmark measures mproc's operation beside the
+ * bare OS primitive in the same run, several repetitions after a warm-up, and
+ * prints one JSON line per figure on stdout (bench_emit); human text goes to
+ * stderr. bench_all runs every bench_* program and collects those lines.
+ *
+ *   bench_opts o;
+ *   if (bench_parse_args(argc, argv, "what this measures", &o) != 0) return 2;
+ *   double m = bench_measure_us(my_op, &ctx, bench_iters(&o, 10000), &o);
+ *   double p = bench_measure_us(raw_op, &ctx, bench_iters(&o, 10000), &o);
+ *   bench_emit("queue handoff 4 KiB", m, "socketpair SCM_RIGHTS", p);
+ */
+#ifndef MPROC_BENCH_H
+#define MPROC_BENCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct bench_opts {
+    bool quick;   /* --quick: tiny counts, a smoke test (figures meaningless) */
+    int reps;     /* --reps N: timed repetitions (default 7, quick 2) */
+    int warmup;   /* untimed repetitions before them (default 1) */
+} bench_opts;
+
+/* Parses --quick, --reps N and --help (which prints `what` and the flags to
+ * stderr). Returns 0, 1 after --help (exit 0), or -1 on a bad flag (message
+ * on stderr; exit 2). Unknown flags are errors. */
+int bench_parse_args(int argc, char **argv, const char *what, bench_opts *o);
+
+/* full under a normal run, a tiny count (>= 1) under --quick. */
+size_t bench_iters(const bench_opts *o, size_t full);
+
+/* Monotonic clock in nanoseconds. */
+uint64_t bench_now_ns(void);
+
+/* Median of n values (n >= 1); sorts v in place. 0 when n == 0. */
+double bench_median(double *v, size_t n);
+
+/* One repetition: perform the operation iters times. Returns 0, or non-zero
+ * to abort the measurement (the function says why on stderr). */
+typedef int (*bench_fn)(void *ctx, size_t iters);
+
+/* Runs fn o->warmup times untimed, then o->reps times timed; returns the
+ * median time per operation in microseconds, or a negative value if fn
+ * failed. */
+double bench_measure_us(bench_fn fn, void *ctx, size_t iters, const bench_opts *o);
+
+/* Prints the JSON line of the brief on stdout and flushes:
+ * {"op":...,"unit":"us","mproc":...,"primitive_name":...,"primitive":...,"ratio":...}
+ * Strings are JSON-escaped; a primitive of 0 gives ratio 0. */
+void bench_emit(const char *op, double mproc_us, const char *primitive_name,
+                double primitive_us);
+
+/* Writes s as a JSON string literal (quotes included) into buf; returns the
+ * length, truncating (but still quoting) when buf is too small. */
+size_t bench_json_string(char *buf, size_t cap, const char *s);
+
+#endif
