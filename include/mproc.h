@@ -5,6 +5,7 @@
 #include "mproc/error.h"
 #include "mproc/tensor.h"
 #include "mproc/msg.h"
+#include "mproc/queue.h"
 #include "mproc/process.h"
 #include "mproc/sync.h"
 #include "mproc/cuda.h"

@@ -1,0 +1,235 @@
+/* Pipe / Connection: one end of a SOCK_SEQPACKET socket pair. */
+#include <errno.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "ipc/ipc.h"
+
+enum { CONN_READ = 1, CONN_WRITE = 2 };
+
+struct mp_conn {
+    _Atomic int refs;
+    int sock;
+    int mode;   /* CONN_READ | CONN_WRITE */
+};
+
+static int conn_new(int sock, int mode, mp_conn **out)
+{
+    mp_conn *c = calloc(1, sizeof *c);
+    if (!c)
+        return mp__error(MP_ENOMEM, "mp_pipe: out of memory");
+    atomic_init(&c->refs, 1);
+    c->sock = sock;
+    c->mode = mode;
+    *out = c;
+    return 0;
+}
+
+int mp_pipe(bool duplex, mp_conn **a, mp_conn **b)
+{
+    int sv[2] = {-1, -1}, rc;
+    if (!a || !b)
+        return mp__error(MP_EINVAL, "mp_pipe: a or b is NULL");
+    *a = *b = NULL;
+    if (mp__sys.socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+        return mp__errno_error(errno, "mp_pipe: socketpair");
+    if ((rc = conn_new(sv[0], duplex ? CONN_READ | CONN_WRITE : CONN_READ, a)) < 0)
+        goto out_socks;
+    if ((rc = conn_new(sv[1], duplex ? CONN_READ | CONN_WRITE : CONN_WRITE, b)) < 0) {
+        free(*a);
+        *a = NULL;
+        goto out_socks;
+    }
+    if (!duplex) {
+        /* A write on the read end would otherwise queue silently forever. */
+        shutdown(sv[0], SHUT_WR);
+        shutdown(sv[1], SHUT_RD);
+    }
+    return 0;
+out_socks:
+    mp__close(sv[0]);
+    mp__close(sv[1]);
+    return rc;
+}
+
+mp_conn *mp_conn_retain(mp_conn *c)
+{
+    if (c)
+        atomic_fetch_add(&c->refs, 1);
+    return c;
+}
+
+void mp_conn_release(mp_conn *c)
+{
+    if (!c || atomic_fetch_sub(&c->refs, 1) != 1)
+        return;
+    mp__close(c->sock);
+    free(c);
+}
+
+static int usable(mp_conn *c, int mode, const char *fn)
+{
+    if (!c)
+        return mp__error(MP_EINVAL, "%s: connection is NULL", fn);
+    if (c->sock < 0)
+        return mp__error(MP_ECLOSED, "%s: this connection was closed", fn);
+    if (!(c->mode & mode))
+        return mp__error(MP_ESTATE, "%s: this end of a one-way pipe only %s", fn,
+                         mode == CONN_READ ? "sends" : "receives");
+    return 0;
+}
+
+int mp_conn_send(mp_conn *c, const mp_msg *m, double timeout)
+{
+    int rc = usable(c, CONN_WRITE, "mp_conn_send");
+    if (rc < 0)
+        return rc;
+    if (!m)
+        return mp__error(MP_EINVAL, "mp_conn_send: message is NULL");
+    return mp__wire_send(c->sock, m, mp__ipc_deadline(timeout));
+}
+
+int mp_conn_recv(mp_conn *c, mp_msg **out, double timeout)
+{
+    int rc;
+    if (out)
+        *out = NULL;
+    if ((rc = usable(c, CONN_READ, "mp_conn_recv")) < 0)
+        return rc;
+    if (!out)
+        return mp__error(MP_EINVAL, "mp_conn_recv: out is NULL");
+    return mp__wire_recv(c->sock, out, mp__ipc_deadline(timeout));
+}
+
+int mp_conn_send_bytes(mp_conn *c, const void *buf, size_t len, double timeout)
+{
+    mp_msg *m = NULL;
+    int rc = usable(c, CONN_WRITE, "mp_conn_send_bytes");
+    if (rc < 0)
+        return rc;
+    if (len && !buf)
+        return mp__error(MP_EINVAL, "mp_conn_send_bytes: buf is NULL");
+    if ((rc = mp_msg_create(&m)) < 0)
+        return rc;
+    if ((rc = mp_msg_set_payload(m, buf, len)) == 0)
+        rc = mp__wire_send(c->sock, m, mp__ipc_deadline(timeout));
+    mp_msg_destroy(m);
+    return rc;
+}
+
+int mp_conn_recv_bytes(mp_conn *c, void **out, size_t *len, double timeout)
+{
+    mp_msg *m = NULL;
+    const void *p;
+    int rc;
+    if (out)
+        *out = NULL;
+    if (len)
+        *len = 0;
+    if (!out || !len)
+        return mp__error(MP_EINVAL, "mp_conn_recv_bytes: out or len is NULL");
+    if ((rc = mp_conn_recv(c, &m, timeout)) < 0)
+        return rc;
+    if (mp_msg_count(m)) {
+        rc = mp__error(MP_EPROTO, "mp_conn_recv_bytes: the message has %zu attachments "
+                                  "(it was dropped); use mp_conn_recv", mp_msg_count(m));
+    } else if ((p = mp_msg_payload(m, len)) && *len) {
+        if (!(*out = malloc(*len))) {
+            rc = mp__error(MP_ENOMEM, "mp_conn_recv_bytes: cannot allocate %zu bytes", *len);
+            *len = 0;
+        } else {
+            memcpy(*out, p, *len);
+        }
+    }
+    mp_msg_destroy(m);
+    return rc;
+}
+
+int mp_conn_poll(mp_conn *c, double timeout)
+{
+    double deadline = mp__ipc_deadline(timeout);
+    struct pollfd p;
+    int rc = usable(c, CONN_READ, "mp_conn_poll");
+    if (rc < 0)
+        return rc;
+    p = (struct pollfd){.fd = c->sock, .events = POLLIN};
+    for (;;) {
+        int n = poll(&p, 1, deadline == 0 ? 0 : mp__poll_ms(deadline));
+        if (n >= 0)
+            return n > 0;
+        if (errno != EINTR)
+            return mp__errno_error(errno, "mp_conn_poll: poll");
+    }
+}
+
+int mp_conn_close(mp_conn *c)
+{
+    if (!c)
+        return mp__error(MP_EINVAL, "mp_conn_close: connection is NULL");
+    c->sock = mp__close(c->sock);
+    return 0;
+}
+
+/* ---- as an attachment: 1 fd plus the mode --------------------------------- */
+
+static void *conn_retain(void *o) { return mp_conn_retain(o); }
+static void conn_release(void *o) { mp_conn_release(o); }
+
+static int conn_encode(void *obj, void *buf, size_t cap, size_t *len, int *fds, int maxfds,
+                       int *nfds)
+{
+    mp_conn *c = obj;
+    uint32_t mode = (uint32_t)c->mode;
+    if (c->sock < 0)
+        return mp__error(MP_ECLOSED, "mp_msg: cannot send a closed connection");
+    if (cap < sizeof mode || maxfds < 1)
+        return mp__error(MP_EOVERFLOW, "mp_msg: no room for a connection attachment");
+    memcpy(buf, &mode, sizeof mode);
+    *len = sizeof mode;
+    fds[0] = c->sock;
+    *nfds = 1;
+    return 0;
+}
+
+static int conn_decode(const void *buf, size_t len, int *fds, int nfds, void **obj)
+{
+    uint32_t mode = 0;
+    mp_conn *c = NULL;
+    int rc;
+    *obj = NULL;
+    if (len != sizeof mode || nfds != 1) {
+        rc = mp__error(MP_EPROTO, "connection attachment: %zu bytes and %d fds (want 4 and 1)",
+                       len, nfds);
+        goto out_fds;
+    }
+    memcpy(&mode, buf, sizeof mode);
+    if (mode == 0 || mode > (CONN_READ | CONN_WRITE)) {
+        rc = mp__error(MP_EPROTO, "connection attachment: bad mode %u", mode);
+        goto out_fds;
+    }
+    if ((rc = mp__check_seqpacket(fds[0], "connection attachment")) < 0 ||
+        (rc = conn_new(fds[0], (int)mode, &c)) < 0)
+        goto out_fds;
+    *obj = c;
+    return 0;
+out_fds:
+    for (int i = 0; i < nfds; i++)
+        fds[i] = mp__close(fds[i]);
+    return rc;
+}
+
+const mp__objkind mp__conn_kind = {MP_ATTACH_CONN, "connection", conn_retain, conn_release,
+                                   conn_encode, conn_decode};
+
+int mp_msg_add_conn(mp_msg *m, const char *name, mp_conn *c)
+{
+    return mp__msg_add_object(m, name, MP_ATTACH_CONN, c);
+}
+
+int mp_msg_get_conn(const mp_msg *m, size_t index, mp_conn **out)
+{
+    return mp__msg_get_object(m, index, MP_ATTACH_CONN, (void **)out);
+}

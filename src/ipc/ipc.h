@@ -1,0 +1,62 @@
+/* What Connection, SimpleQueue, Queue and JoinableQueue share: a socket
+ * pair, and (queues) a small control segment in shared memory holding the
+ * reader lock, the counters and the closed flag. */
+#ifndef MPROC_IPC_H
+#define MPROC_IPC_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "mproc/queue.h"
+#include "shm/shm.h"
+#include "wire/wire.h"
+
+#define MP__QCTL_MAGIC 0x6c7463716f72706dull /* "mproqctl" */
+#define MP__QCTL_VERSION 1u
+
+/* Lives in a sealed memfd segment that every process holding the queue maps. */
+typedef struct mp__qctl {
+    uint64_t magic;
+    uint32_t version;
+    uint32_t kind;                  /* mp_attach_kind of the queue */
+    int64_t maxsize;                /* <= 0: unbounded */
+    pthread_mutex_t rlock;          /* robust, process-shared: one reader at a time */
+    _Atomic int64_t count;          /* put and not yet taken (approximate) */
+    _Atomic int64_t unfinished;     /* JoinableQueue: put and not yet task_done */
+    _Atomic uint32_t closed;
+    _Atomic uint32_t space_seq;     /* futex: bumped when a slot frees or on close */
+    _Atomic uint32_t space_waiters;
+    _Atomic uint32_t join_seq;      /* futex: bumped when unfinished reaches 0 */
+} mp__qctl;
+
+/* One process's handle of a queue of any of the three kinds. */
+typedef struct mp__queue {
+    _Atomic int refs;
+    int kind;
+    int rsock;                      /* gets read here */
+    int wsock;                      /* puts write here */
+    mp__segment *seg;
+    mp__qctl *ctl;
+} mp__queue;
+
+struct mp_queue { mp__queue q; };
+struct mp_simple_queue { mp__queue q; };
+
+int mp__queue_create(int kind, int64_t maxsize, mp__queue **out);
+mp__queue *mp__queue_retain(mp__queue *q);
+void mp__queue_release(mp__queue *q);
+int mp__queue_put(mp__queue *q, const mp_msg *m, double deadline, const char *fn);
+int mp__queue_get(mp__queue *q, mp_msg **out, double deadline, const char *fn);
+int mp__queue_close(mp__queue *q);
+bool mp__queue_empty(mp__queue *q);
+
+/* Deadline for the wire layer: 0 stays 0 ("try once"). */
+static inline double mp__ipc_deadline(double timeout)
+{
+    return timeout == 0 ? 0 : mp__deadline(timeout);
+}
+
+/* Checks that fd is an AF_UNIX SOCK_SEQPACKET socket (for decoders). */
+int mp__check_seqpacket(int fd, const char *what);
+
+#endif

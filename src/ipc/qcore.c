@@ -1,0 +1,220 @@
+/* The engine under SimpleQueue, Queue and JoinableQueue. A queue is one
+ * SOCK_SEQPACKET socket pair (puts write one end, gets read the other; every
+ * process holds both, so a queued message outlives its producer) plus a
+ * control segment. Readers take a robust process-shared mutex around
+ * mp__wire_recv, whose peek-then-consume must not interleave with another
+ * reader's; a reader killed while holding it leaves the mutex EOWNERDEAD,
+ * and the next reader makes it consistent and goes on (the peeked record
+ * is still queued). Writers need no lock: the kernel keeps records whole. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "ipc/ipc.h"
+#include "wire/frame.h"
+
+static int init_ctl(mp__qctl *c, int kind, int64_t maxsize)
+{
+    pthread_mutexattr_t a;
+    int err;
+    c->magic = MP__QCTL_MAGIC;
+    c->version = MP__QCTL_VERSION;
+    c->kind = (uint32_t)kind;
+    c->maxsize = maxsize > 0 ? maxsize : 0;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+    err = pthread_mutex_init(&c->rlock, &a);
+    pthread_mutexattr_destroy(&a);
+    return err ? mp__errno_error(err, "mp_queue_create: pthread_mutex_init") : 0;
+}
+
+int mp__queue_create(int kind, int64_t maxsize, mp__queue **out)
+{
+    mp__queue *q;
+    int sv[2] = {-1, -1}, rc;
+    *out = NULL;
+    if (!(q = calloc(1, sizeof *q)))
+        return mp__error(MP_ENOMEM, "mp_queue_create: out of memory");
+    q->rsock = q->wsock = -1;
+    if (mp__sys.socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+        rc = mp__errno_error(errno, "mp_queue_create: socketpair");
+        goto out_free;
+    }
+    q->wsock = sv[0];
+    q->rsock = sv[1];
+    /* The control block always uses a memfd: it travels as one more fd. */
+    if ((rc = mp__segment_create(sizeof(mp__qctl), MP__STRATEGY_FD, &q->seg)) < 0)
+        goto out_socks;
+    q->ctl = mp__segment_data(q->seg);
+    if ((rc = init_ctl(q->ctl, kind, maxsize)) < 0)
+        goto out_seg;
+    q->kind = kind;
+    atomic_init(&q->refs, 1);
+    *out = q;
+    return 0;
+out_seg:
+    mp__segment_release(q->seg);
+out_socks:
+    mp__close(q->wsock);
+    mp__close(q->rsock);
+out_free:
+    free(q);
+    return rc;
+}
+
+mp__queue *mp__queue_retain(mp__queue *q)
+{
+    if (q)
+        atomic_fetch_add(&q->refs, 1);
+    return q;
+}
+
+void mp__queue_release(mp__queue *q)
+{
+    if (!q || atomic_fetch_sub(&q->refs, 1) != 1)
+        return;
+    mp__close(q->rsock);
+    mp__close(q->wsock);
+    mp__segment_release(q->seg);
+    free(q);
+}
+
+static void wake_space(mp__qctl *c)
+{
+    atomic_fetch_add(&c->space_seq, 1);
+    if (atomic_load(&c->space_waiters))
+        mp__futex_wake((uint32_t *)&c->space_seq, 1 << 30, true);
+}
+
+/* Reserves one of maxsize slots, waiting for a get to free one. */
+static int reserve_slot(mp__qctl *c, double deadline, const char *fn)
+{
+    for (;;) {
+        int64_t n = atomic_load(&c->count);
+        uint32_t seq;
+        int rc;
+        if (atomic_load(&c->closed))
+            return mp__error(MP_ECLOSED, "%s: the queue is closed", fn);
+        if (c->maxsize == 0 || n < c->maxsize) {
+            if (atomic_compare_exchange_weak(&c->count, &n, n + 1))
+                return 0;
+            continue;
+        }
+        if (deadline == 0)
+            return mp__error(MP_EAGAIN, "%s: the queue is full (maxsize %lld)", fn,
+                             (long long)c->maxsize);
+        seq = atomic_load(&c->space_seq);
+        if (atomic_load(&c->count) < c->maxsize || atomic_load(&c->closed))
+            continue;
+        atomic_fetch_add(&c->space_waiters, 1);
+        rc = mp__futex_wait((uint32_t *)&c->space_seq, seq, deadline, true);
+        atomic_fetch_sub(&c->space_waiters, 1);
+        if (rc == MP_ETIMEDOUT)
+            return mp__error(MP_ETIMEDOUT, "%s: timed out: the queue stayed full (maxsize "
+                                           "%lld)", fn, (long long)c->maxsize);
+    }
+}
+
+int mp__queue_put(mp__queue *q, const mp_msg *m, double deadline, const char *fn)
+{
+    mp__qctl *c;
+    int rc;
+    if (!q || !m)
+        return mp__error(MP_EINVAL, "%s: %s is NULL", fn, q ? "message" : "queue");
+    c = q->ctl;
+    if ((rc = reserve_slot(c, deadline, fn)) < 0)
+        return rc;
+    /* Counted before it is sent, so join() never sees zero while it flies. */
+    if (q->kind == MP_ATTACH_JOINABLE_QUEUE)
+        atomic_fetch_add(&c->unfinished, 1);
+    rc = mp__wire_send(q->wsock, m, deadline);
+    if (rc < 0) {
+        if (q->kind == MP_ATTACH_JOINABLE_QUEUE && atomic_fetch_sub(&c->unfinished, 1) == 1) {
+            atomic_fetch_add(&c->join_seq, 1);
+            mp__futex_wake((uint32_t *)&c->join_seq, 1 << 30, true);
+        }
+        atomic_fetch_sub(&c->count, 1);
+        wake_space(c);
+    }
+    return rc;
+}
+
+static int lock_readers(mp__qctl *c, double deadline, const char *fn)
+{
+    int err;
+    if (deadline < 0) {
+        err = pthread_mutex_lock(&c->rlock);
+    } else if (deadline == 0) {
+        err = pthread_mutex_trylock(&c->rlock);
+        if (err == EBUSY)
+            return mp__error(MP_EAGAIN, "%s: another consumer is receiving", fn);
+    } else {
+        struct timespec ts;
+        double s = floor(deadline);
+        ts.tv_sec = (time_t)s;
+        ts.tv_nsec = (long)((deadline - s) * 1e9);
+        if (ts.tv_nsec > 999999999L)
+            ts.tv_nsec = 999999999L;
+        err = pthread_mutex_clocklock(&c->rlock, CLOCK_MONOTONIC, &ts);
+        if (err == ETIMEDOUT)
+            return mp__error(MP_ETIMEDOUT, "%s: timed out waiting for a message", fn);
+    }
+    if (err == EOWNERDEAD) {
+        /* A consumer died inside get. The peeked record is still queued; a
+         * record it had already consumed was delivered to it and is gone. */
+        pthread_mutex_consistent(&c->rlock);
+        err = 0;
+    }
+    return err ? mp__errno_error(err, "%s: locking the reader lock", fn) : 0;
+}
+
+int mp__queue_get(mp__queue *q, mp_msg **out, double deadline, const char *fn)
+{
+    mp__qctl *c;
+    int rc;
+    if (out)
+        *out = NULL;
+    if (!q || !out)
+        return mp__error(MP_EINVAL, "%s: %s is NULL", fn, q ? "out" : "queue");
+    c = q->ctl;
+    if ((rc = lock_readers(c, deadline, fn)) < 0)
+        return rc;
+    /* Once closed, nothing more can arrive: never wait for it. */
+    rc = mp__wire_recv(q->rsock, out, atomic_load(&c->closed) ? 0 : deadline);
+    pthread_mutex_unlock(&c->rlock);
+    if (rc == 0 || rc == MP_EPROTO) {
+        atomic_fetch_sub(&c->count, 1);
+        if (c->maxsize)
+            wake_space(c);
+    } else if (rc == MP_EAGAIN && atomic_load(&c->closed)) {
+        rc = mp__error(MP_ECLOSED, "%s: the queue is closed and drained", fn);
+    } else if (rc == MP_ECLOSED) {
+        rc = mp__error(MP_ECLOSED, "%s: the queue is closed and drained", fn);
+    } else if (rc == MP_EAGAIN) {
+        rc = mp__error(MP_EAGAIN, "%s: the queue is empty", fn);
+    } else if (rc == MP_ETIMEDOUT) {
+        rc = mp__error(MP_ETIMEDOUT, "%s: timed out waiting for a message", fn);
+    }
+    return rc;
+}
+
+int mp__queue_close(mp__queue *q)
+{
+    mp__qctl *c;
+    if (!q)
+        return mp__error(MP_EINVAL, "mp_queue_close: queue is NULL");
+    c = q->ctl;
+    if (atomic_exchange(&c->closed, 1))
+        return 0;
+    wake_space(c);
+    /* Wakes a consumer blocked in get. When the socket is full this may not
+     * fit; then consumers are not blocked, and they see the flag instead. */
+    mp__wire_send_closed(q->wsock, 0);
+    return 0;
+}
+
+bool mp__queue_empty(mp__queue *q) { return !q || atomic_load(&q->ctl->count) <= 0; }

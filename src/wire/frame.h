@@ -1,0 +1,91 @@
+/* The frame layout (docs/wire-format.md is the prose version). Host byte
+ * order: both ends of an AF_UNIX socket are on one machine. Every section
+ * starts on an 8-byte boundary. */
+#ifndef MPROC_WIRE_FRAME_H
+#define MPROC_WIRE_FRAME_H
+
+#include "shm/shm.h"
+#include "wire/msg_impl.h"
+
+#define MP__FRAME_MAGIC 0x4657504du   /* "MPWF" read as bytes */
+#define MP__FRAME_VERSION 1u
+
+enum {
+    MP__FRAME_SPILLED = 1u << 0,  /* the body lives in the last fd, a sealed memfd */
+    MP__FRAME_CLOSED = 1u << 1,   /* queue end-of-stream marker: no body, no fds */
+    MP__FRAME_KNOWN_FLAGS = MP__FRAME_SPILLED | MP__FRAME_CLOSED
+};
+
+/* Bodies up to this many bytes travel inline in the record; larger ones are
+ * spilled, so a record never exceeds the socket buffer. */
+#define MP__WIRE_INLINE_MAX (60u * 1024u)
+/* A sane upper bound on what a peer may ask us to map for one body. */
+#define MP__WIRE_BODY_MAX ((uint64_t)1 << 40)
+
+typedef struct mp__frame_header {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t flags;
+    uint32_t nfds;        /* fds that must arrive with the record */
+    uint32_t nstorages;
+    uint32_t nattach;
+    uint32_t reserved;    /* 0 */
+    uint64_t body_len;    /* bytes after the header (inline) or in the spill fd */
+    uint64_t payload_len;
+} mp__frame_header;
+
+/* One storage: strategy, then the fd index (file_descriptor) or the name
+ * length (file_system; the name follows, padded), then the data bytes. */
+typedef struct mp__frame_storage {
+    uint32_t strategy;
+    uint32_t ref;         /* fd index, or name length */
+    uint64_t size;
+} mp__frame_storage;
+
+#define MP__FRAME_NO_NAME 0xffffu
+typedef struct mp__frame_attach {
+    uint16_t kind;
+    uint16_t name_len;    /* MP__FRAME_NO_NAME for an unnamed attachment */
+    uint32_t body_len;
+} mp__frame_attach;
+
+enum { MP__FRAME_TENSOR_GRAD = 1u };
+typedef struct mp__frame_tensor {
+    uint32_t storage;     /* index into the storage table */
+    uint32_t dtype;
+    uint32_t ndim;
+    uint32_t flags;       /* MP__FRAME_TENSOR_GRAD: the grad's record follows */
+    uint64_t byte_offset;
+    /* int64 shape[ndim], int64 strides[ndim] */
+} mp__frame_tensor;
+
+typedef struct mp__frame_object {
+    uint32_t fd_first;    /* this object's fds are fds[fd_first .. fd_first+nfds) */
+    uint32_t nfds;
+    /* object bytes: the rest of the attachment body */
+} mp__frame_object;
+
+static inline uint64_t mp__pad8(uint64_t n) { return (n + 7u) & ~(uint64_t)7u; }
+
+/* An encoded message waiting to be sent: the record bytes, the fds that go
+ * with it, and what must be undone if it is never sent. */
+typedef struct mp__frame_out {
+    void *buf;            /* the record: header + inline body */
+    size_t len;
+    int fds[MP__WIRE_MAX_FDS];
+    int nfds;
+    mp__segment *spill;   /* body segment when spilled (its fd is the last fd) */
+    mp__segment_handle handles[MP__WIRE_MAX_FDS];
+    int nhandles;         /* exported storages (FS: in-flight references) */
+} mp__frame_out;
+
+/* Encodes m; on success the caller must call mp__frame_out_done(), passing
+ * sent = whether the record reached the socket. */
+int mp__frame_encode(const mp_msg *m, mp__frame_out *out);
+void mp__frame_out_done(mp__frame_out *out, bool sent);
+
+/* Sends a queue's end-of-stream marker; mp__wire_recv answers MP_ECLOSED
+ * when it is at the head and leaves it there for the other readers. */
+int mp__wire_send_closed(int sock, double deadline);
+
+#endif

@@ -1,0 +1,250 @@
+/* mp_msg: payload bytes plus an ordered list of named attachments. The
+ * message holds one reference on everything it attaches. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tensor/tensor_internal.h"
+#include "wire/msg_impl.h"
+
+int mp_msg_create(mp_msg **out)
+{
+    mp_msg *m;
+    if (!out)
+        return mp__error(MP_EINVAL, "mp_msg_create: out is NULL");
+    *out = NULL;
+    m = calloc(1, sizeof *m);
+    if (!m)
+        return mp__error(MP_ENOMEM, "mp_msg_create: out of memory");
+    *out = m;
+    return 0;
+}
+
+static void attach_drop(mp__attach *a)
+{
+    if (a->kind == MP_ATTACH_TENSOR) {
+        mp_tensor_release(a->u.tensor);
+    } else {
+        const mp__objkind *k = mp__objkind_lookup(a->kind);
+        if (k && a->u.obj)
+            k->release(a->u.obj);
+    }
+    free(a->name);
+}
+
+void mp_msg_destroy(mp_msg *m)
+{
+    if (!m)
+        return;
+    for (size_t i = 0; i < m->count; i++)
+        attach_drop(&m->att[i]);
+    free(m->att);
+    free(m->payload);
+    free(m);
+}
+
+void mp__msg_adopt_payload(mp_msg *m, void *payload, size_t len)
+{
+    free(m->payload);
+    m->payload = payload;
+    m->len = len;
+}
+
+int mp_msg_set_payload(mp_msg *m, const void *data, size_t len)
+{
+    void *copy = NULL;
+    if (!m)
+        return mp__error(MP_EINVAL, "mp_msg_set_payload: message is NULL");
+    if (len && !data)
+        return mp__error(MP_EINVAL, "mp_msg_set_payload: data is NULL but len is %zu", len);
+    if (len) {
+        copy = malloc(len);
+        if (!copy)
+            return mp__error(MP_ENOMEM, "mp_msg_set_payload: cannot allocate %zu bytes", len);
+        memcpy(copy, data, len);
+    }
+    mp__msg_adopt_payload(m, copy, len);
+    return 0;
+}
+
+const void *mp_msg_payload(const mp_msg *m, size_t *len)
+{
+    if (len)
+        *len = m ? m->len : 0;
+    return m ? m->payload : NULL;
+}
+
+size_t mp_msg_count(const mp_msg *m) { return m ? m->count : 0; }
+
+int mp_msg_kind(const mp_msg *m, size_t index)
+{
+    if (!m || index >= m->count)
+        return mp__error(MP_EINVAL, "mp_msg_kind: index %zu out of range (%zu attachments)",
+                         index, m ? m->count : 0);
+    return m->att[index].kind;
+}
+
+const char *mp_msg_name(const mp_msg *m, size_t index)
+{
+    if (!m || index >= m->count)
+        return NULL;
+    return m->att[index].name;
+}
+
+int mp_msg_find(const mp_msg *m, const char *name)
+{
+    if (!m || !name)
+        return mp__error(MP_EINVAL, "mp_msg_find: %s is NULL", m ? "name" : "message");
+    for (size_t i = 0; i < m->count; i++)
+        if (m->att[i].name && strcmp(m->att[i].name, name) == 0)
+            return (int)i;
+    return mp__error(MP_ENOENT, "mp_msg_find: no attachment called \"%s\"", name);
+}
+
+static int check_name(const char *fn, const char *name, size_t *len)
+{
+    *len = 0;
+    if (!name)
+        return 0;
+    *len = strnlen(name, MP_MSG_NAME_MAX + 1);
+    if (*len > MP_MSG_NAME_MAX)
+        return mp__error(MP_EINVAL, "%s: name longer than %d bytes", fn, MP_MSG_NAME_MAX);
+    return 0;
+}
+
+int mp__msg_push(mp_msg *m, int kind, const char *name, size_t name_len, void *ref)
+{
+    mp__attach *a;
+    if (m->count == m->cap) {
+        size_t cap = m->cap ? m->cap * 2 : 4;
+        mp__attach *grown = realloc(m->att, cap * sizeof *grown);
+        if (!grown)
+            return mp__error(MP_ENOMEM, "mp_msg: cannot grow to %zu attachments", cap);
+        m->att = grown;
+        m->cap = cap;
+    }
+    a = &m->att[m->count];
+    a->kind = kind;
+    a->name = NULL;
+    a->u.obj = ref;
+    if (name) {
+        a->name = malloc(name_len + 1);
+        if (!a->name)
+            return mp__error(MP_ENOMEM, "mp_msg: cannot copy an attachment name");
+        memcpy(a->name, name, name_len);
+        a->name[name_len] = '\0';
+    }
+    m->count++;
+    return 0;
+}
+
+int mp_msg_add_tensor(mp_msg *m, const char *name, mp_tensor *t)
+{
+    size_t len;
+    int rc;
+    if (!m || !t)
+        return mp__error(MP_EINVAL, "mp_msg_add_tensor: %s is NULL", m ? "tensor" : "message");
+    if ((rc = check_name("mp_msg_add_tensor", name, &len)) < 0)
+        return rc;
+    if (mp__storage_device(mp__tensor_storage(t)).device_type != kDLCPU)
+        return mp__error(MP_EINVAL, "mp_msg_add_tensor: tensor is not on the CPU; attach CUDA "
+                                    "tensors with mp_msg_add_cuda_tensor");
+    rc = mp__msg_push(m, MP_ATTACH_TENSOR, name, len, mp_tensor_retain(t));
+    if (rc < 0)
+        mp_tensor_release(t);
+    return rc;
+}
+
+int mp_msg_get_tensor(const mp_msg *m, size_t index, mp_tensor **out)
+{
+    if (!out)
+        return mp__error(MP_EINVAL, "mp_msg_get_tensor: out is NULL");
+    *out = NULL;
+    if (!m || index >= m->count)
+        return mp__error(MP_EINVAL, "mp_msg_get_tensor: index %zu out of range (%zu "
+                                    "attachments)", index, m ? m->count : 0);
+    if (m->att[index].kind != MP_ATTACH_TENSOR)
+        return mp__error(MP_EINVAL, "mp_msg_get_tensor: attachment %zu is not a tensor "
+                                    "(kind %d)", index, m->att[index].kind);
+    *out = mp_tensor_retain(m->att[index].u.tensor);
+    return 0;
+}
+
+int mp_msg_find_tensor(const mp_msg *m, const char *name, mp_tensor **out)
+{
+    int i;
+    if (!out)
+        return mp__error(MP_EINVAL, "mp_msg_find_tensor: out is NULL");
+    *out = NULL;
+    if (!m || !name)
+        return mp__error(MP_EINVAL, "mp_msg_find_tensor: %s is NULL", m ? "name" : "message");
+    for (i = 0; (size_t)i < m->count; i++)
+        if (m->att[i].kind == MP_ATTACH_TENSOR && m->att[i].name &&
+            strcmp(m->att[i].name, name) == 0)
+            return mp_msg_get_tensor(m, (size_t)i, out);
+    return mp__error(MP_ENOENT, "mp_msg_find_tensor: no tensor called \"%s\"", name);
+}
+
+int mp_msg_from_state_dict(size_t n, const char *const *names, mp_tensor *const *tensors,
+                           mp_msg **out)
+{
+    mp_msg *m = NULL;
+    int rc;
+    if (!out)
+        return mp__error(MP_EINVAL, "mp_msg_from_state_dict: out is NULL");
+    *out = NULL;
+    if (n && (!names || !tensors))
+        return mp__error(MP_EINVAL, "mp_msg_from_state_dict: names or tensors is NULL");
+    for (size_t i = 0; i < n; i++) {
+        if (!names[i] || !tensors[i])
+            return mp__error(MP_EINVAL, "mp_msg_from_state_dict: entry %zu has a NULL %s", i,
+                             names[i] ? "tensor" : "name");
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(names[i], names[j]) == 0)
+                return mp__error(MP_EINVAL, "mp_msg_from_state_dict: name \"%s\" appears "
+                                            "twice (entries %zu and %zu)", names[i], j, i);
+    }
+    if ((rc = mp_msg_create(&m)) < 0)
+        return rc;
+    for (size_t i = 0; i < n; i++) {
+        if ((rc = mp_msg_add_tensor(m, names[i], tensors[i])) < 0) {
+            mp_msg_destroy(m);
+            return rc;
+        }
+    }
+    *out = m;
+    return 0;
+}
+
+int mp__msg_add_object(mp_msg *m, const char *name, int kind, void *obj)
+{
+    const mp__objkind *k = mp__objkind_lookup(kind);
+    size_t len;
+    int rc;
+    if (!m || !obj)
+        return mp__error(MP_EINVAL, "mp_msg_add: %s is NULL", m ? "object" : "message");
+    if (!k)
+        return mp__error(MP_EINVAL, "mp_msg_add: attachment kind %d is not an object kind "
+                                    "this build knows", kind);
+    if ((rc = check_name("mp_msg_add", name, &len)) < 0)
+        return rc;
+    rc = mp__msg_push(m, kind, name, len, k->retain(obj));
+    if (rc < 0)
+        k->release(obj);
+    return rc;
+}
+
+int mp__msg_get_object(const mp_msg *m, size_t index, int kind, void **obj)
+{
+    const mp__objkind *k = mp__objkind_lookup(kind);
+    if (!obj)
+        return mp__error(MP_EINVAL, "mp_msg_get: out is NULL");
+    *obj = NULL;
+    if (!m || index >= m->count)
+        return mp__error(MP_EINVAL, "mp_msg_get: index %zu out of range (%zu attachments)",
+                         index, m ? m->count : 0);
+    if (!k || m->att[index].kind != kind)
+        return mp__error(MP_EINVAL, "mp_msg_get: attachment %zu is of kind %d, not %s", index,
+                         m->att[index].kind, k ? k->name : "a known object kind");
+    *obj = k->retain(m->att[index].u.obj);
+    return 0;
+}

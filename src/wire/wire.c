@@ -1,0 +1,184 @@
+/* Send and receive one message as one SOCK_SEQPACKET record.
+ *
+ * Receiving peeks first. A plain recvmsg that hits the open-files limit
+ * while the kernel installs the fds sets MSG_CTRUNC, drops the fds it could
+ * not install and consumes the record: the message would be lost. So the
+ * record is read with MSG_PEEK (which installs copies of its fds without
+ * consuming it); if that runs out of fds, the copies are closed, the call
+ * fails with MP_EMFILE and the message stays queued. Otherwise a second,
+ * zero-length recvmsg without a control buffer consumes the record, and the
+ * kernel drops that call's second set of fd references. Cost: one more
+ * system call per message; the data is copied once. The two calls are one
+ * atomic step only if a single reader uses the socket at a time: queues hold
+ * their reader lock around mp__wire_recv; a Connection has one reader. */
+#include <errno.h>
+#include <poll.h>
+#include <stdalign.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+
+#include "wire/frame.h"
+
+typedef union {
+    struct cmsghdr align;
+    char buf[CMSG_SPACE(sizeof(int) * MP__WIRE_MAX_FDS)];
+} fd_cmsg;
+
+/* Room for the largest inline record plus one byte, so a longer record shows
+ * up as MSG_TRUNC. Per thread: receivers in several threads do not share. */
+static _Thread_local alignas(8) unsigned char rbuf[sizeof(mp__frame_header) +
+                                                   MP__WIRE_INLINE_MAX + 8];
+
+int mp__wire_send(int sock, const mp_msg *m, double deadline)
+{
+    mp__frame_out o;
+    int rc;
+    if (sock < 0 || !m)
+        return mp__error(MP_EINVAL, "mp_wire_send: %s", sock < 0 ? "bad socket" : "NULL message");
+    if ((rc = mp__frame_encode(m, &o)) < 0)
+        return rc;
+    rc = mp__send_record(sock, o.buf, o.len, o.fds, o.nfds, deadline);
+    mp__frame_out_done(&o, rc == 0);
+    return rc;
+}
+
+static int collect_fds(struct msghdr *mh, int *fds)
+{
+    int n = 0;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c)) {
+        size_t k;
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+            continue;
+        k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < k && n < MP__WIRE_MAX_FDS; i++)
+            memcpy(&fds[n++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+    }
+    return n;
+}
+
+static void close_fds(int *fds, int n)
+{
+    for (int i = 0; i < n; i++)
+        fds[i] = mp__close(fds[i]);
+}
+
+static int emfile_error(const unsigned char *buf, size_t len, int got)
+{
+    struct rlimit rl = {0, 0};
+    mp__frame_header h = {0};
+    if (len >= sizeof h)
+        memcpy(&h, buf, sizeof h);
+    getrlimit(RLIMIT_NOFILE, &rl);
+    return mp__error(MP_EMFILE,
+                     "mp_wire_recv: the message carries %u fds but only %d fit under the "
+                     "open-files limit (RLIMIT_NOFILE = %llu); the message stays queued. "
+                     "Raise the limit (ulimit -n, setrlimit) or switch to the file_system "
+                     "strategy (mp_set_sharing_strategy(\"file_system\"))",
+                     h.nfds, got, (unsigned long long)rl.rlim_cur);
+}
+
+static int wait_readable(int sock, double deadline)
+{
+    struct pollfd p = {.fd = sock, .events = POLLIN};
+    for (;;) {
+        int ms, n;
+        if (deadline == 0)
+            return mp__error(MP_EAGAIN, "mp_wire_recv: no message ready");
+        if ((ms = mp__poll_ms(deadline)) == 0)
+            return mp__error(MP_ETIMEDOUT, "mp_wire_recv: timed out waiting for a message");
+        n = poll(&p, 1, ms);
+        if (n > 0)
+            return 0;
+        if (n < 0 && errno != EINTR)
+            return mp__errno_error(errno, "mp_wire_recv: poll");
+    }
+}
+
+/* Peeks the next record: its bytes into rbuf, copies of its fds into fds. */
+static ssize_t peek(int sock, int *fds, int *nfds, int *mflags, double deadline)
+{
+    fd_cmsg cbuf;
+    struct iovec iov = {.iov_base = rbuf, .iov_len = sizeof rbuf};
+    for (;;) {
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf.buf,
+                            .msg_controllen = sizeof cbuf.buf};
+        ssize_t n = mp__sys.recvmsg(sock, &mh, MSG_PEEK | MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        int rc;
+        if (n >= 0) {
+            *nfds = collect_fds(&mh, fds);
+            *mflags = mh.msg_flags;
+            return n;
+        }
+        if (errno == EINTR)
+            continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK)
+            return mp__errno_error(errno, "mp_wire_recv: recvmsg");
+        if ((rc = wait_readable(sock, deadline)) < 0)
+            return rc;
+    }
+}
+
+/* Consumes the record just peeked; the kernel drops its fd references. */
+static int consume(int sock)
+{
+    char byte;
+    struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+    for (;;) {
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+        ssize_t n = mp__sys.recvmsg(sock, &mh, MSG_DONTWAIT);
+        if (n >= 0)
+            return 0;
+        if (n < 0 && errno == EINTR)
+            continue;
+        return mp__error(MP_ESTATE, "mp_wire_recv: the peeked message vanished: another "
+                                    "reader took it (one reader at a time per socket)");
+    }
+}
+
+int mp__wire_recv(int sock, mp_msg **out, double deadline)
+{
+    int fds[MP__WIRE_MAX_FDS];
+    int nfds = 0, mflags = 0, rc;
+    ssize_t n;
+    if (out)
+        *out = NULL;
+    if (sock < 0 || !out)
+        return mp__error(MP_EINVAL, "mp_wire_recv: %s", sock < 0 ? "bad socket" : "out is NULL");
+    n = peek(sock, fds, &nfds, &mflags, deadline);
+    if (n < 0)
+        return (int)n;
+    if (n == 0 && nfds == 0)
+        return mp__error(MP_ECLOSED, "mp_wire_recv: the peer closed the connection");
+    if (mflags & MSG_CTRUNC) {
+        rc = emfile_error(rbuf, (size_t)n, nfds);
+        close_fds(fds, nfds);
+        return rc;
+    }
+    if ((size_t)n >= sizeof(mp__frame_header)) {
+        mp__frame_header h;
+        memcpy(&h, rbuf, sizeof h);
+        /* The end-of-stream marker stays queued for every other reader. */
+        if (h.magic == MP__FRAME_MAGIC && (h.flags & MP__FRAME_CLOSED) && nfds == 0 &&
+            (size_t)n == sizeof h) {
+            return mp__error(MP_ECLOSED, "mp_wire_recv: closed and drained");
+        }
+    }
+    if ((rc = consume(sock)) < 0) {
+        close_fds(fds, nfds);
+        return rc;
+    }
+    if (mflags & MSG_TRUNC) {
+        close_fds(fds, nfds);
+        return mp__error(MP_EPROTO, "mp_wire_recv: malformed frame: record longer than the "
+                                    "%zu bytes a frame may have inline", sizeof rbuf - 8);
+    }
+    return mp__wire_decode(rbuf, (size_t)n, fds, nfds, out);
+}
+
+int mp__wire_send_closed(int sock, double deadline)
+{
+    mp__frame_header h = {.magic = MP__FRAME_MAGIC, .version = MP__FRAME_VERSION,
+                          .flags = MP__FRAME_CLOSED};
+    return mp__send_record(sock, &h, sizeof h, NULL, 0, deadline);
+}
