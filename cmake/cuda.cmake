@@ -24,17 +24,26 @@ elseif(NOT MPROC_CUDA STREQUAL "OFF")
 endif()
 
 file(GLOB mproc_cuda_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/cuda/*.c)
+# The library's sources as a build without CUDA has them (the stub instead of
+# gpu_*.c), for targets compiled outside CMake's toolchain setup, such as the
+# libFuzzer build in tests/fuzz/fuzz.cmake.
+set(mproc_cuda_host ${mproc_cuda_sources})
+list(FILTER mproc_cuda_host EXCLUDE REGEX "/gpu_[^/]*\\.c$")
+set(MPROC_HOST_SOURCES ${MPROC_SOURCES} ${mproc_cuda_host})
 if(MPROC_CUDA_ENABLED)
   list(FILTER mproc_cuda_sources EXCLUDE REGEX "/cuda_stub\\.c$")
   list(APPEND MPROC_LIBS CUDA::cudart)
   # The object library is built before MPROC_LIBS is linked anywhere, so it
   # needs the toolkit's headers directly.
   include_directories(${CUDAToolkit_INCLUDE_DIRS})
+  # For mproc.pc (cmake/install.cmake): static links need the runtime too.
+  set(MPROC_PC_EXTRA_LIBS " ${CUDA_cudart_LIBRARY}")
   # Seen by every target that links mproc (tests, examples, bench), so they
   # can tell a CUDA build from a stub build at compile time.
   add_compile_definitions(MPROC_HAVE_CUDA=1)
   message(STATUS "mproc: CUDA support ON (toolkit ${CUDAToolkit_VERSION})")
 else()
+  set(MPROC_PC_EXTRA_LIBS "")
   list(FILTER mproc_cuda_sources EXCLUDE REGEX "/gpu_[^/]*\\.c$")
   message(STATUS "mproc: CUDA support OFF (rebuild with -DMPROC_CUDA=ON and the CUDA toolkit)")
 endif()
