@@ -74,8 +74,10 @@ int mp__cuda_own_segment(mp__refseg **out)
             return rc;
         }
         owned = table;
-        if (!registered && atexit(at_exit) == 0)
+        if (!registered && atexit(at_exit) == 0) {
+            mp__cuda_set_exit_hook(at_exit); /* for children that leave by _exit */
             registered = true;
+        }
     }
     *out = own;
     return 0;

@@ -9,6 +9,7 @@
 #include "os/os.h"
 
 static atomic_bool real_init;
+static void (*_Atomic exit_hook)(void);
 static atomic_bool simulated;
 
 bool mp__cuda_initialized(void)
@@ -28,4 +29,13 @@ int mp__cuda_fork_check(const char *caller)
                                 "does not survive fork; start the child with the spawn or "
                                 "forkserver start method instead of fork",
                      caller ? caller : "starting a process");
+}
+
+void mp__cuda_set_exit_hook(void (*fn)(void)) { atomic_store(&exit_hook, fn); }
+
+void mp__cuda_on_exit(void)
+{
+    void (*fn)(void) = atomic_load(&exit_hook);
+    if (fn)
+        fn();
 }
