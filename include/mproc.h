@@ -7,5 +7,7 @@
 #include "mproc/msg.h"
 #include "mproc/queue.h"
 #include "mproc/process.h"
+#include "mproc/sync.h"
+#include "mproc/cuda.h"
 
 #endif

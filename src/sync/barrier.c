@@ -1,0 +1,229 @@
+/* Barrier: a generation counter under a robust guard, and a token per
+ * member thread. A sleeper waits on `seq` and on every other member's
+ * token at once, so a member's death wakes it and breaks the barrier. */
+#include "sync/sync_internal.h"
+
+#include <limits.h>
+#include <unistd.h>
+
+struct mp_barrier {
+    mp__sync s;
+};
+
+typedef struct barrier_shared {
+    mp__sync_hdr hdr;
+    pthread_mutex_t guard;
+    _Atomic uint32_t seq; /* bumped on every completion, break and reset: the futex word */
+    uint32_t parties;
+    uint32_t count;    /* arrived in this generation */
+    uint32_t gen;      /* generation number */
+    uint32_t broken;   /* the barrier is broken until reset */
+    /* Bit g % 64 tells whether generation g ended by completing (set) or by
+     * a reset (clear), for waiters that look after it ended. */
+    uint64_t ended_ok;
+    mp__token members[MP_SYNC_HOLDERS_MAX];
+} barrier_shared;
+
+static barrier_shared *bar(const mp_barrier *b) { return b->s.base; }
+
+static void unmap_hook(mp__sync *s)
+{
+    barrier_shared *sh = s->base;
+    mp__guard_lock(&sh->guard);
+    int others = mp__tokens_leave(sh->members, MP_SYNC_HOLDERS_MAX);
+    mp__guard_unlock(&sh->guard);
+    if (others) {
+        mp__log(MP_LOG_WARN, "mp_barrier_destroy: %d other thread(s) of this process are "
+                "members; the mapping is kept", others);
+        s->base = NULL;
+    }
+}
+
+void *mp__barrier_obj_retain(void *obj)
+{
+    mp__sync_retain(obj);
+    return obj;
+}
+void mp__barrier_obj_release(void *obj) { mp__sync_release(obj, unmap_hook); }
+
+int mp_barrier_create(unsigned parties, mp_barrier **out)
+{
+    mp__sync *s;
+    barrier_shared *sh;
+    int rc;
+    if (!out)
+        return mp__error(MP_EINVAL, "mp_barrier_create: out is NULL");
+    *out = NULL;
+    if (parties == 0 || parties > MP_SYNC_HOLDERS_MAX)
+        return mp__error(MP_EINVAL, "mp_barrier_create: parties = %u, want 1 .. %d", parties,
+                         MP_SYNC_HOLDERS_MAX);
+    rc = mp__sync_new(MP_ATTACH_BARRIER, sizeof(barrier_shared), "mp_barrier_create", &s);
+    if (rc)
+        return rc;
+    sh = s->base;
+    rc = mp__robust_init(&sh->guard, MP__MUTEX_NORMAL, "mp_barrier_create");
+    if (!rc)
+        rc = mp__tokens_init(sh->members, MP_SYNC_HOLDERS_MAX, "mp_barrier_create");
+    if (rc) {
+        mp__sync_release(s, NULL);
+        return rc;
+    }
+    sh->parties = parties;
+    *out = (mp_barrier *)s;
+    return 0;
+}
+
+mp_barrier *mp_barrier_retain(mp_barrier *b)
+{
+    if (b)
+        mp__sync_retain(&b->s);
+    return b;
+}
+
+void mp_barrier_destroy(mp_barrier *b) { mp__sync_release(b ? &b->s : NULL, unmap_hook); }
+
+static void wake_all(barrier_shared *sh)
+{
+    atomic_fetch_add(&sh->seq, 1);
+    mp__futex_wake((uint32_t *)&sh->seq, INT_MAX, true);
+}
+
+/* Guard held. Waiters of the current generation fail; later ones too. */
+static void do_break(barrier_shared *sh)
+{
+    if (!sh->broken) {
+        sh->broken = 1;
+        wake_all(sh);
+    }
+}
+
+/* Guard held. Ends the current generation, completed or not. */
+static void next_gen(barrier_shared *sh, bool ok)
+{
+    uint64_t bit = 1ull << (sh->gen % 64);
+    sh->ended_ok = ok ? sh->ended_ok | bit : sh->ended_ok & ~bit;
+    sh->gen++;
+    sh->count = 0;
+    wake_all(sh);
+}
+
+/* Guard held, after waking or timing out: 1 when our generation completed,
+ * MP_EBROKEN when it failed, 0 when it still waits. */
+static int outcome(barrier_shared *sh, uint32_t my_gen)
+{
+    if (sh->gen != my_gen)
+        return (sh->ended_ok >> (my_gen % 64)) & 1 ? 1 : MP_EBROKEN;
+    return sh->broken ? MP_EBROKEN : 0;
+}
+
+int mp_barrier_wait(mp_barrier *b, double timeout, unsigned *index)
+{
+    MP__CHECK_HANDLE(b, "mp_barrier_wait");
+    int rc = mp__check_timeout(timeout, "mp_barrier_wait");
+    if (rc)
+        return rc;
+    barrier_shared *sh = bar(b);
+    double deadline = mp__deadline(timeout);
+    uint32_t my_gen, arrival;
+
+    mp__guard_lock(&sh->guard);
+    if (mp__tokens_reap(sh->members, MP_SYNC_HOLDERS_MAX, NULL) > 0)
+        do_break(sh);
+    if (sh->broken) {
+        rc = mp__error(MP_EBROKEN, "mp_barrier_wait: the barrier is broken (a member died, "
+                       "timed out or aborted); mp_barrier_reset makes it usable again");
+        goto out;
+    }
+    if (mp__token_self(sh->members, MP_SYNC_HOLDERS_MAX) < 0 &&
+        mp__token_claim(sh->members, MP_SYNC_HOLDERS_MAX) < 0) {
+        rc = mp__error(MP_EOVERFLOW, "mp_barrier_wait: %d member threads already "
+                       "(MP_SYNC_HOLDERS_MAX)", MP_SYNC_HOLDERS_MAX);
+        goto out;
+    }
+    arrival = sh->count++;
+    if (index)
+        *index = arrival;
+    if (sh->count == sh->parties) {
+        next_gen(sh, true);
+        goto out;
+    }
+    my_gen = sh->gen;
+    for (;;) {
+        uint32_t seq = atomic_load(&sh->seq);
+        rc = mp__sync_sleep(&sh->guard, &sh->seq, seq, sh->members, MP_SYNC_HOLDERS_MAX,
+                            deadline);
+        if (mp__tokens_reap(sh->members, MP_SYNC_HOLDERS_MAX, NULL) > 0 &&
+            sh->gen == my_gen)
+            do_break(sh);
+        int o = outcome(sh, my_gen);
+        if (o == 1) {
+            rc = 0;
+            break;
+        }
+        if (o < 0) {
+            rc = mp__error(MP_EBROKEN, "mp_barrier_wait: the barrier broke while waiting "
+                           "(a member died, timed out, or it was aborted or reset)");
+            break;
+        }
+        if (rc == MP_ETIMEDOUT) {
+            do_break(sh);
+            rc = mp__error(MP_ETIMEDOUT, "mp_barrier_wait: %u of %u parties arrived within "
+                           "%g s; the barrier is now broken", sh->count, sh->parties, timeout);
+            break;
+        }
+        if (rc)
+            break;
+    }
+out:
+    mp__guard_unlock(&sh->guard);
+    return rc;
+}
+
+int mp_barrier_abort(mp_barrier *b)
+{
+    MP__CHECK_HANDLE(b, "mp_barrier_abort");
+    barrier_shared *sh = bar(b);
+    mp__guard_lock(&sh->guard);
+    do_break(sh);
+    mp__guard_unlock(&sh->guard);
+    return 0;
+}
+
+int mp_barrier_reset(mp_barrier *b)
+{
+    MP__CHECK_HANDLE(b, "mp_barrier_reset");
+    barrier_shared *sh = bar(b);
+    mp__guard_lock(&sh->guard);
+    /* The dead are forgotten: a reset barrier gets new members. */
+    mp__tokens_reap(sh->members, MP_SYNC_HOLDERS_MAX, NULL);
+    sh->broken = 0;
+    next_gen(sh, false);
+    mp__guard_unlock(&sh->guard);
+    return 0;
+}
+
+int mp_barrier_parties(const mp_barrier *b)
+{
+    MP__CHECK_HANDLE(b, "mp_barrier_parties");
+    return (int)bar(b)->parties;
+}
+
+int mp_barrier_n_waiting(const mp_barrier *b)
+{
+    MP__CHECK_HANDLE(b, "mp_barrier_n_waiting");
+    barrier_shared *sh = bar(b);
+    mp__guard_lock(&sh->guard);
+    int n = sh->broken ? 0 : (int)sh->count;
+    mp__guard_unlock(&sh->guard);
+    return n;
+}
+
+int mp_barrier_broken(const mp_barrier *b)
+{
+    MP__CHECK_HANDLE(b, "mp_barrier_broken");
+    barrier_shared *sh = bar(b);
+    mp__guard_lock(&sh->guard);
+    int broken = sh->broken ? 1 : 0;
+    mp__guard_unlock(&sh->guard);
+    return broken;
+}

@@ -1,0 +1,243 @@
+/* Lock and RLock: a robust, error-checking, process-shared pthread mutex
+ * plus the owner and depth written beside it, so that misuse (release of an
+ * unheld lock, release by another thread) gets a precise sentence and an
+ * RLock counts its depth without a second mutex. */
+#include "sync/sync_internal.h"
+
+#include <errno.h>
+#include <math.h>
+#include <unistd.h>
+
+struct mp_lock {
+    mp__sync s;
+};
+struct mp_rlock {
+    mp__sync s;
+};
+
+typedef struct lock_shared {
+    mp__sync_hdr hdr;
+    mp__olock lock;
+} lock_shared;
+
+int mp__check_timeout(double timeout, const char *call)
+{
+    if (isnan(timeout))
+        return mp__error(MP_EINVAL, "%s: timeout is NaN (negative waits forever)", call);
+    return 0;
+}
+
+/* ---- the owned lock ----------------------------------------------------- */
+
+int mp__olock_init(mp__olock *l, const char *call)
+{
+    return mp__robust_init(&l->mutex, MP__MUTEX_ERRORCHECK, call);
+}
+
+bool mp__olock_mine(const mp__olock *l)
+{
+    return atomic_load_explicit(&l->owner_tid, memory_order_relaxed) == mp__sync_tid() &&
+           atomic_load_explicit(&l->owner_pid, memory_order_relaxed) == mp__sync_pid();
+}
+
+static void set_owner(mp__olock *l, pid_t pid, pid_t tid)
+{
+    atomic_store_explicit(&l->owner_pid, pid, memory_order_relaxed);
+    atomic_store_explicit(&l->owner_tid, tid, memory_order_relaxed);
+}
+
+int mp__olock_acquire(mp__olock *l, bool recursive, double timeout, const char *call)
+{
+    int err, dead_pid;
+    if (mp__olock_mine(l)) {
+        if (!recursive)
+            return mp__error(MP_ESTATE, "%s: the calling thread holds this lock already; "
+                             "it is not recursive (use an RLock)", call);
+        if (l->depth == UINT32_MAX)
+            return mp__error(MP_EOVERFLOW, "%s: recursion depth overflow", call);
+        l->depth++;
+        return 0;
+    }
+    dead_pid = atomic_load_explicit(&l->owner_pid, memory_order_relaxed);
+    err = mp__robust_lock(&l->mutex, mp__deadline(timeout));
+    switch (err) {
+    case 0:
+    case EOWNERDEAD:
+        set_owner(l, mp__sync_pid(), mp__sync_tid());
+        l->depth = 1;
+        if (err == 0)
+            return 0;
+        l->inconsistent = 1;
+        return mp__error(MP_EOWNERDEAD, "%s: acquired, but the previous holder (pid %d) "
+                         "died holding it; repair what it protects, then mark it "
+                         "consistent", call, dead_pid);
+    case ETIMEDOUT:
+        return mp__error(MP_ETIMEDOUT, "%s: not acquired within %g s", call, timeout);
+    case ENOTRECOVERABLE:
+        return mp__error(MP_EBROKEN, "%s: the lock is unrecoverable: after its holder died "
+                         "it was released without being marked consistent", call);
+    case EDEADLK:
+        return mp__error(MP_ESTATE, "%s: the calling thread holds this lock already", call);
+    default:
+        return mp__errno_error(err, "%s: pthread_mutex_clocklock", call);
+    }
+}
+
+int mp__olock_release(mp__olock *l, const char *call)
+{
+    int err;
+    if (!mp__olock_mine(l)) {
+        pid_t pid = atomic_load_explicit(&l->owner_pid, memory_order_relaxed);
+        if (atomic_load_explicit(&l->owner_tid, memory_order_relaxed) == 0 ||
+            !mp__mutex_held(&l->mutex))
+            return mp__error(MP_ESTATE, "%s: the lock is not held", call);
+        return mp__error(MP_EPERM, "%s: the lock is held by another thread (pid %d); only "
+                         "the thread that acquired it may release it", call, pid);
+    }
+    if (--l->depth > 0)
+        return 0;
+    set_owner(l, 0, 0);
+    err = pthread_mutex_unlock(&l->mutex);
+    if (err)
+        return mp__errno_error(err, "%s: pthread_mutex_unlock", call);
+    return 0;
+}
+
+int mp__olock_consistent(mp__olock *l, const char *call)
+{
+    int err;
+    if (!mp__olock_mine(l))
+        return mp__error(MP_ESTATE, "%s: the calling thread does not hold the lock", call);
+    if (!l->inconsistent)
+        return mp__error(MP_ESTATE, "%s: the lock is not inconsistent (only after "
+                         "MP_EOWNERDEAD)", call);
+    err = pthread_mutex_consistent(&l->mutex);
+    if (err)
+        return mp__errno_error(err, "%s: pthread_mutex_consistent", call);
+    l->inconsistent = 0;
+    return 0;
+}
+
+/* ---- Lock ------------------------------------------------------------------ */
+
+static mp__olock *olock_of(const mp__sync *s) { return &((lock_shared *)s->base)->lock; }
+
+static int create(int kind, const char *call, mp__sync **out)
+{
+    mp__sync *s;
+    int rc;
+    if (!out)
+        return mp__error(MP_EINVAL, "%s: out is NULL", call);
+    *out = NULL;
+    rc = mp__sync_new(kind, sizeof(lock_shared), call, &s);
+    if (rc)
+        return rc;
+    rc = mp__olock_init(olock_of(s), call);
+    if (rc) {
+        mp__sync_release(s, NULL);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+/* A handle dropped while its thread holds the lock would leave a robust
+ * list entry pointing into an unmapped page: release it first. */
+static void unmap_hook(mp__sync *s)
+{
+    mp__olock *l = olock_of(s);
+    if (mp__olock_mine(l)) {
+        l->depth = 1;
+        mp__olock_release(l, "destroy");
+    }
+}
+
+void *mp__lock_obj_retain(void *obj)
+{
+    mp__sync_retain(obj);
+    return obj;
+}
+void mp__lock_obj_release(void *obj) { mp__sync_release(obj, unmap_hook); }
+void *mp__rlock_obj_retain(void *obj) { return mp__lock_obj_retain(obj); }
+void mp__rlock_obj_release(void *obj) { mp__sync_release(obj, unmap_hook); }
+
+int mp_lock_create(mp_lock **out)
+{
+    return create(MP_ATTACH_LOCK, "mp_lock_create", (mp__sync **)out);
+}
+
+mp_lock *mp_lock_retain(mp_lock *l)
+{
+    if (l)
+        mp__sync_retain(&l->s);
+    return l;
+}
+
+void mp_lock_destroy(mp_lock *l) { mp__sync_release(l ? &l->s : NULL, unmap_hook); }
+
+int mp_lock_acquire(mp_lock *l, double timeout)
+{
+    MP__CHECK_HANDLE(l, "mp_lock_acquire");
+    int rc = mp__check_timeout(timeout, "mp_lock_acquire");
+    return rc ? rc : mp__olock_acquire(olock_of(&l->s), false, timeout, "mp_lock_acquire");
+}
+
+int mp_lock_release(mp_lock *l)
+{
+    MP__CHECK_HANDLE(l, "mp_lock_release");
+    return mp__olock_release(olock_of(&l->s), "mp_lock_release");
+}
+
+int mp_lock_consistent(mp_lock *l)
+{
+    MP__CHECK_HANDLE(l, "mp_lock_consistent");
+    return mp__olock_consistent(olock_of(&l->s), "mp_lock_consistent");
+}
+
+int mp_lock_locked(const mp_lock *l)
+{
+    MP__CHECK_HANDLE(l, "mp_lock_locked");
+    return mp__mutex_held(&olock_of(&l->s)->mutex) ? 1 : 0;
+}
+
+/* ---- RLock ----------------------------------------------------------------- */
+
+int mp_rlock_create(mp_rlock **out)
+{
+    return create(MP_ATTACH_RLOCK, "mp_rlock_create", (mp__sync **)out);
+}
+
+mp_rlock *mp_rlock_retain(mp_rlock *l)
+{
+    if (l)
+        mp__sync_retain(&l->s);
+    return l;
+}
+
+void mp_rlock_destroy(mp_rlock *l) { mp__sync_release(l ? &l->s : NULL, unmap_hook); }
+
+int mp_rlock_acquire(mp_rlock *l, double timeout)
+{
+    MP__CHECK_HANDLE(l, "mp_rlock_acquire");
+    int rc = mp__check_timeout(timeout, "mp_rlock_acquire");
+    return rc ? rc : mp__olock_acquire(olock_of(&l->s), true, timeout, "mp_rlock_acquire");
+}
+
+int mp_rlock_release(mp_rlock *l)
+{
+    MP__CHECK_HANDLE(l, "mp_rlock_release");
+    return mp__olock_release(olock_of(&l->s), "mp_rlock_release");
+}
+
+int mp_rlock_consistent(mp_rlock *l)
+{
+    MP__CHECK_HANDLE(l, "mp_rlock_consistent");
+    return mp__olock_consistent(olock_of(&l->s), "mp_rlock_consistent");
+}
+
+int mp_rlock_depth(const mp_rlock *l)
+{
+    MP__CHECK_HANDLE(l, "mp_rlock_depth");
+    const mp__olock *o = olock_of(&l->s);
+    return mp__olock_mine(o) ? (int)o->depth : 0;
+}

@@ -1,0 +1,196 @@
+/* One sealed memfd segment per sync object: creation, the per-process
+ * handle, and how it crosses the wire (the fd plus kind and size). */
+#include "sync/sync_internal.h"
+#include "wire/wire.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+
+static size_t page_round(size_t n)
+{
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    return (n + pg - 1) / pg * pg;
+}
+
+static int handle_new(int kind, int fd, size_t size, void *base, mp__sync **out)
+{
+    mp__sync *s = calloc(1, sizeof *s);
+    if (!s)
+        return MP_ENOMEM;
+    atomic_init(&s->refs, 1);
+    s->kind = kind;
+    s->fd = fd;
+    s->size = size;
+    s->base = base;
+    *out = s;
+    return 0;
+}
+
+int mp__sync_new(int kind, size_t size, const char *call, mp__sync **out)
+{
+    int fd = -1, rc, err;
+    void *base = MAP_FAILED;
+    mp__sync_hdr *h;
+
+    size = page_round(size);
+    fd = mp__sys.memfd_create("mproc-sync", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0) {
+        rc = mp__errno_error(errno, "%s: memfd_create", call);
+        goto out;
+    }
+    /* fallocate, so a full /dev/shm is an error now and not a SIGBUS later */
+    err = mp__sys.posix_fallocate(fd, 0, (off_t)size);
+    if (err) {
+        rc = mp__errno_error(err, "%s: posix_fallocate(%zu bytes)", call, size);
+        goto out_close;
+    }
+    if (mp__sys.fcntl(fd, F_ADD_SEALS, SEALS) < 0) {
+        rc = mp__errno_error(errno, "%s: fcntl(F_ADD_SEALS)", call);
+        goto out_close;
+    }
+    base = mp__sys.mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) {
+        rc = mp__errno_error(errno, "%s: mmap(%zu bytes)", call, size);
+        goto out_close;
+    }
+    h = base;
+    h->magic = MP__SYNC_MAGIC;
+    h->version = MP__SYNC_VERSION;
+    h->kind = (uint32_t)kind;
+    h->size = size;
+    rc = handle_new(kind, fd, size, base, out);
+    if (rc) {
+        mp__error(rc, "%s: out of memory for the handle", call);
+        goto out_unmap;
+    }
+    return 0;
+
+out_unmap:
+    mp__sys.munmap(base, size);
+out_close:
+    mp__close(fd);
+out:
+    return rc;
+}
+
+void mp__sync_retain(mp__sync *s)
+{
+    atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
+}
+
+void mp__sync_release(mp__sync *s, void (*unmap_hook)(mp__sync *s))
+{
+    if (!s || atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    if (unmap_hook)
+        unmap_hook(s);
+    if (s->base)
+        mp__sys.munmap(s->base, s->size);
+    mp__close(s->fd);
+    free(s);
+}
+
+/* ---- wire --------------------------------------------------------------- */
+
+typedef struct wire_desc {
+    uint32_t kind;
+    uint32_t reserved;
+    uint64_t size;
+} wire_desc;
+
+static int sync_encode(void *obj, void *buf, size_t cap, size_t *len, int *fds, int maxfds,
+                       int *nfds)
+{
+    mp__sync *s = obj;
+    wire_desc d = {(uint32_t)s->kind, 0, s->size};
+    if (cap < sizeof d || maxfds < 1)
+        return mp__error(MP_EOVERFLOW, "sync object encode: no room for its handle");
+    memcpy(buf, &d, sizeof d);
+    *len = sizeof d;
+    fds[0] = s->fd;
+    *nfds = 1;
+    return 0;
+}
+
+/* Checks that fd is a sealed segment of the announced size, maps it and
+ * checks the header. Takes ownership of fd. */
+static int sync_decode_kind(int kind, const void *buf, size_t len, int *fds, int nfds,
+                            void **obj)
+{
+    wire_desc d;
+    struct stat st;
+    int fd = nfds == 1 ? fds[0] : -1, seals, rc;
+    void *base = MAP_FAILED;
+    const mp__sync_hdr *h;
+
+    for (int i = 1; i < nfds; i++)
+        mp__close(fds[i]);
+    if (fd < 0 || len != sizeof d) {
+        rc = mp__error(MP_EPROTO, "sync object decode: want 1 fd and %zu bytes, got %d "
+                       "and %zu", sizeof d, nfds, len);
+        goto out_close;
+    }
+    memcpy(&d, buf, sizeof d);
+    if (d.kind != (uint32_t)kind || d.size == 0 || d.size > (1u << 20)) {
+        rc = mp__error(MP_EPROTO, "sync object decode: bad kind %u or size %llu", d.kind,
+                       (unsigned long long)d.size);
+        goto out_close;
+    }
+    seals = mp__sys.fcntl(fd, F_GET_SEALS, 0);
+    if (mp__sys.fstat(fd, &st) < 0 || seals < 0 || (seals & F_SEAL_SHRINK) == 0 ||
+        (uint64_t)st.st_size != d.size) {
+        rc = mp__error(MP_EPROTO, "sync object decode: the fd is not a sealed segment of "
+                       "%llu bytes", (unsigned long long)d.size);
+        goto out_close;
+    }
+    base = mp__sys.mmap(NULL, d.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) {
+        rc = mp__errno_error(errno, "sync object decode: mmap");
+        goto out_close;
+    }
+    h = base;
+    if (h->magic != MP__SYNC_MAGIC || h->version != MP__SYNC_VERSION ||
+        h->kind != (uint32_t)kind || h->size != d.size) {
+        rc = mp__error(MP_EPROTO, "sync object decode: segment header does not match");
+        goto out_unmap;
+    }
+    rc = handle_new(kind, fd, d.size, base, (mp__sync **)obj);
+    if (rc) {
+        mp__error(rc, "sync object decode: out of memory");
+        goto out_unmap;
+    }
+    return 0;
+
+out_unmap:
+    mp__sys.munmap(base, d.size);
+out_close:
+    mp__close(fd);
+    return rc;
+}
+
+/* One descriptor per kind; retain/release come from each kind's file so
+ * that its last release runs the kind's own clean-up. */
+#define SYNC_KIND(NAME, KIND, STR)                                                          \
+    void *mp__##NAME##_obj_retain(void *obj);                                               \
+    void mp__##NAME##_obj_release(void *obj);                                               \
+    static int NAME##_decode(const void *buf, size_t len, int *fds, int nfds, void **obj)   \
+    {                                                                                       \
+        return sync_decode_kind(KIND, buf, len, fds, nfds, obj);                            \
+    }                                                                                       \
+    const mp__objkind mp__##NAME##_kind = {KIND, STR, mp__##NAME##_obj_retain,              \
+                                           mp__##NAME##_obj_release, sync_encode,           \
+                                           NAME##_decode};
+
+SYNC_KIND(lock, MP_ATTACH_LOCK, "lock")
+SYNC_KIND(rlock, MP_ATTACH_RLOCK, "rlock")
+SYNC_KIND(semaphore, MP_ATTACH_SEMAPHORE, "semaphore")
+SYNC_KIND(event, MP_ATTACH_EVENT, "event")
+SYNC_KIND(condition, MP_ATTACH_CONDITION, "condition")
+SYNC_KIND(barrier, MP_ATTACH_BARRIER, "barrier")
