@@ -13,7 +13,8 @@ endif()
 
 # Tests that create file_system segments, or count them in /dev/shm for leak
 # checks, must not overlap under ctest -j: the count is machine-wide.
-set(mproc_shm_tests wire_test mpmc_test queue_test emfile_test pipe_test malformed_test)
+set(mproc_shm_tests wire_test mpmc_test queue_test emfile_test pipe_test malformed_test
+    start_methods_test)
 if(MPROC_BUILD_EXAMPLES)
   list(APPEND mproc_shm_tests example_producer_consumer_file_system
        example_producer_consumer_file_descriptor example_buffer_reuse)
