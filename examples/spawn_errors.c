@@ -25,9 +25,11 @@ static void nap_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-/* A deliberate invalid write (a low, non-NULL address, so sanitizers see a
- * plain SIGSEGV rather than a null-pointer report). */
-static void corrupt_batch(volatile int *where) { *where = 7; }
+/* A deliberate invalid write to a low, non-NULL address (so sanitizers see a
+ * plain SIGSEGV rather than a null-pointer report), read from a volatile so
+ * the compiler cannot prove it wrong at build time. */
+static volatile uintptr_t bad_address = 16;
+static void corrupt_batch(void) { *(volatile int *)bad_address = 7; }
 
 MP_ENTRY(worker)
 {
@@ -37,7 +39,7 @@ MP_ENTRY(worker)
         mp_raise("worker: expected an int mode, got %zu bytes", len);
     for (int step = 0; step < 20; step++) {
         if (rank == 2 && step == 3 && *mode == MODE_SEGV)
-            corrupt_batch((volatile int *)(uintptr_t)16);
+            corrupt_batch();
         if (rank == 2 && step == 3 && *mode == MODE_RAISE)
             mp_raise("bad batch %d", 7);
         nap_ms(*mode == MODE_OK ? 5 : 100); /* the healthy ranks keep looping */
@@ -47,7 +49,7 @@ MP_ENTRY(worker)
 
 static int parse(int argc, char **argv, int *mode, const char **method)
 {
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) {
         const char *v = i + 1 < argc ? argv[i + 1] : "";
         if (strcmp(argv[i], "--mode") == 0 && strcmp(v, "segv") == 0)
             *mode = MODE_SEGV;
@@ -59,7 +61,6 @@ static int parse(int argc, char **argv, int *mode, const char **method)
             *method = v;
         else
             return -1;
-        i++;
     }
     return 0;
 }
