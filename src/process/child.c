@@ -1,5 +1,6 @@
 /* The child runtime (mp_init, mp_raise, the fatal-signal handler) and both
  * ends of the per-child status channel. */
+#include "cuda/cuda_internal.h"
 #include "process/process_internal.h"
 #include "wire/wire.h"
 
@@ -156,6 +157,7 @@ _Noreturn void mp__child_run(int chan)
                    mp_last_error());
     rc = fn(boot.rank, args);
     mp_msg_destroy(args);
+    mp__cuda_on_exit(); /* _exit skips atexit: the CUDA producer's warning */
     fflush(NULL);
     _exit(exit_status(rc));
 }

@@ -1,4 +1,5 @@
 /* Entry registry, start methods, contexts and the fork-with-threads guard. */
+#include "cuda/cuda_internal.h"
 #include "process/process_internal.h"
 
 #include <dirent.h>
@@ -199,6 +200,9 @@ int mp__fork_check(const char *call)
 {
     bool hazard;
     int n;
+    int rc = mp__cuda_fork_check(call); /* the CUDA runtime does not survive fork */
+    if (rc < 0)
+        return rc;
     if (!atomic_load(&refuse_threads))
         return 0;
     if (mp_fork_hazard(&hazard, &n) < 0 || !hazard)
