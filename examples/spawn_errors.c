@@ -29,7 +29,10 @@ static void nap_ms(int ms)
  * plain SIGSEGV rather than a null-pointer report), read from a volatile so
  * the compiler cannot prove it wrong at build time. */
 static volatile uintptr_t bad_address = 16;
-static void corrupt_batch(void) { *(volatile int *)bad_address = 7; }
+static void corrupt_batch(void)
+{
+    *(volatile int *)bad_address = 7;
+}
 
 MP_ENTRY(worker)
 {
@@ -77,8 +80,10 @@ int main(int argc, char **argv)
     if (mp_init(&argc, &argv) != 0)
         return 2;
     if (parse(argc, argv, &mode, &method) < 0) {
-        fprintf(stderr, "usage: %s [--mode segv|raise|ok] "
-                        "[--start-method fork|spawn|forkserver]\n", argv[0]);
+        fprintf(stderr,
+                "usage: %s [--mode segv|raise|ok] "
+                "[--start-method fork|spawn|forkserver]\n",
+                argv[0]);
         return 2;
     }
     if (mp_msg_create(&args) != 0 || mp_msg_set_payload(args, &mode, sizeof mode) != 0) {
@@ -97,8 +102,7 @@ int main(int argc, char **argv)
         return 2;
     }
     printf("child failed: %s\n", mp_last_error());
-    printf("  rank      %d\n  pid       %d\n  exitcode  %d\n", e.rank, (int)e.pid,
-           e.exitcode);
+    printf("  rank      %d\n  pid       %d\n  exitcode  %d\n", e.rank, (int)e.pid, e.exitcode);
     if (e.signal)
         printf("  signal    %d (%s)\n", e.signal, e.signal_name);
     if (e.message[0])

@@ -43,12 +43,12 @@ int mp_register_entry(const char *name, mp_entry_fn fn);
 
 /* Defines and registers an entry called NAME:
  *   MP_ENTRY(worker) { ... use rank, args ...; return 0; } */
-#define MP_ENTRY(NAME)                                                          \
-    static int NAME(int rank, mp_msg *args);                                    \
-    __attribute__((constructor)) static void mp__register_entry_##NAME(void)    \
-    {                                                                           \
-        mp_register_entry(#NAME, NAME);                                         \
-    }                                                                           \
+#define MP_ENTRY(NAME)                                                                             \
+    static int NAME(int rank, mp_msg *args);                                                       \
+    __attribute__((constructor)) static void mp__register_entry_##NAME(void)                       \
+    {                                                                                              \
+        mp_register_entry(#NAME, NAME);                                                            \
+    }                                                                                              \
     static int NAME(int rank, mp_msg *args)
 
 /* See the file comment. Returns 0 in the parent; never returns in a child
@@ -124,7 +124,7 @@ void mp_process_options_init(mp_process_options *opts);
 /* A failed child's record (also filled for a successful one). The strings
  * belong to the process (or spawn context) and live as long as it. */
 typedef struct mp_child_error {
-    int rank;                /* index under mp_spawn; 0 for an mp_process */
+    int rank; /* index under mp_spawn; 0 for an mp_process */
     pid_t pid;
     int exitcode;            /* as exitcode: status, or -signal */
     int signal;              /* the signal that killed it, or 0 */

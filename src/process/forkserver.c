@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 typedef struct fs_rec {
-    char type;     /* 'F' fork request, 'P' its reply (+ pidfd), 'X' a child exited */
+    char type; /* 'F' fork request, 'P' its reply (+ pidfd), 'X' a child exited */
     int32_t pid;
     int32_t value; /* 'P': errno of a failed fork, 'X': the wait status */
 } fs_rec;
@@ -31,8 +31,8 @@ typedef struct fs_exit {
 
 static struct {
     pthread_mutex_t lock;
-    pid_t pid;      /* the server; 0 when none */
-    pid_t owner;    /* the process that started it */
+    pid_t pid;   /* the server; 0 when none */
+    pid_t owner; /* the process that started it */
     int pidfd;
     int ctl;
     fs_exit *exits; /* statuses relayed before anyone asked */
@@ -41,8 +41,14 @@ static struct {
 
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
-static void atfork_prepare(void) { pthread_mutex_lock(&fs.lock); }
-static void atfork_parent(void) { pthread_mutex_unlock(&fs.lock); }
+static void atfork_prepare(void)
+{
+    pthread_mutex_lock(&fs.lock);
+}
+static void atfork_parent(void)
+{
+    pthread_mutex_unlock(&fs.lock);
+}
 static void atfork_child(void)
 {
     /* The server belongs to the parent. Drop our copy of its connection, or
@@ -56,9 +62,15 @@ static void atfork_child(void)
     pthread_mutex_unlock(&fs.lock);
 }
 
-static void register_atfork(void) { pthread_atfork(atfork_prepare, atfork_parent, atfork_child); }
+static void register_atfork(void)
+{
+    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+}
 
-static bool running_locked(void) { return fs.pid > 0 && fs.owner == getpid(); }
+static bool running_locked(void)
+{
+    return fs.pid > 0 && fs.owner == getpid();
+}
 
 /* Closes the connection and reaps the server (SIGKILL after 2 s). */
 static void stop_locked(void)
@@ -205,8 +217,10 @@ int mp__forkserver_status(pid_t pid, double deadline, int *wstatus)
             goto out_unlock;
         }
     if (!running_locked()) {
-        rc = mp__error(MP_ECLOSED, "forkserver: the server is gone; its child %d died "
-                                   "with it", (int)pid);
+        rc = mp__error(MP_ECLOSED,
+                       "forkserver: the server is gone; its child %d died "
+                       "with it",
+                       (int)pid);
         goto out_unlock;
     }
     rc = read_until_locked('X', pid, deadline, &r, NULL);

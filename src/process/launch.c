@@ -81,8 +81,8 @@ typedef struct exec_plan {
     const char *path;
     char *const *argv;
     char **envp;
-    int chan;    /* >= 10, becomes fd 3 */
-    int errfd;   /* >= 10, becomes fd 4, O_CLOEXEC */
+    int chan;  /* >= 10, becomes fd 3 */
+    int errfd; /* >= 10, becomes fd 4, O_CLOEXEC */
     pid_t parent;
     sigset_t mask; /* the parent's mask, restored before exec */
 } exec_plan;
@@ -153,16 +153,18 @@ static int check_exec(pid_t child, int errread, const char *path)
         return 0; /* closed by exec: the program runs */
     waitpid(child, NULL, 0);
     if (n != (ssize_t)sizeof err)
-        return mp__error(MP_ESYS, "mp_process_start: exec of %s failed (no error code)",
-                         path);
+        return mp__error(MP_ESYS, "mp_process_start: exec of %s failed (no error code)", path);
     return mp__errno_error((int)err, "mp_process_start: exec of %s failed", path);
 }
 
 int mp__launch_exec(int chan, const char *var, pid_t *pid, int *pidfd)
 {
     char value[64];
-    exec_plan pl = {.path = mp__exec_path, .argv = mp__saved_argv(), .chan = -1,
-                    .errfd = -1, .parent = getpid()};
+    exec_plan pl = {.path = mp__exec_path,
+                    .argv = mp__saved_argv(),
+                    .chan = -1,
+                    .errfd = -1,
+                    .parent = getpid()};
     int errpipe[2] = {-1, -1}, rc = 0;
     sigset_t all;
     pid_t child;

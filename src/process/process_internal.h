@@ -53,11 +53,11 @@ typedef struct mp__boot {
 /* What the parent learned from a child's status channel. */
 typedef struct mp__status {
     char message[MP__MESSAGE_MAX];
-    char *backtrace;   /* malloc'd, NUL-terminated; NULL until a line came */
+    char *backtrace; /* malloc'd, NUL-terminated; NULL until a line came */
     size_t bt_len;
-    int fatal_signal;  /* from an MP__REC_SIGNAL record */
+    int fatal_signal; /* from an MP__REC_SIGNAL record */
     bool in_backtrace;
-    bool failed;       /* a raise or signal record arrived */
+    bool failed; /* a raise or signal record arrived */
     bool eof;
 } mp__status;
 
@@ -103,8 +103,8 @@ int mp__forkserver_status(pid_t pid, double deadline, int *wstatus);
 _Noreturn void mp__forkserver_main(int ctl);
 
 /* ---- processes (process.c), used by mp_spawn ----------------------------- */
-int mp__process_create(const char *entry, mp_msg *args, const mp_process_options *opts,
-                       int rank, mp_process **out);
+int mp__process_create(const char *entry, mp_msg *args, const mp_process_options *opts, int rank,
+                       mp_process **out);
 int mp__process_pidfd(const mp_process *p);
 int mp__process_chan(const mp_process *p);
 bool mp__process_reaped(const mp_process *p);

@@ -17,7 +17,7 @@
 /* ---- entries ------------------------------------------------------------- */
 
 typedef struct targ {
-    int op;    /* what the child does */
+    int op; /* what the child does */
     int value;
     int rank_to_fail;
     int stubborn; /* the ranks that hang ignore SIGTERM */
@@ -35,16 +35,26 @@ static void sleep_ms(int ms)
 static int do_op(const targ *a)
 {
     switch (a->op) {
-    case OP_RETURN: return a->value;
-    case OP_SIGNAL: raise(a->value); return 99;
+    case OP_RETURN:
+        return a->value;
+    case OP_SIGNAL:
+        raise(a->value);
+        return 99;
     case OP_HANG:
         for (;;)
             pause();
-    case OP_RAISE: mp_raise("bad batch %d", a->value);
-    case OP_SEGV: raise(SIGSEGV); return 98;
-    case OP_FD_CLOSED: return fcntl(a->value, F_GETFD) < 0 && errno == EBADF ? 0 : 3;
-    case OP_SLEEP_MS: sleep_ms(a->value); return 0;
-    default: return 97;
+    case OP_RAISE:
+        mp_raise("bad batch %d", a->value);
+    case OP_SEGV:
+        raise(SIGSEGV);
+        return 98;
+    case OP_FD_CLOSED:
+        return fcntl(a->value, F_GETFD) < 0 && errno == EBADF ? 0 : 3;
+    case OP_SLEEP_MS:
+        sleep_ms(a->value);
+        return 0;
+    default:
+        return 97;
     }
 }
 
@@ -90,7 +100,10 @@ MP_ENTRY(t_tensor)
 }
 
 /* Registered in main after mp_init: children started by exec lack it. */
-static int t_late(int rank, mp_msg *args) { return 0; }
+static int t_late(int rank, mp_msg *args)
+{
+    return 0;
+}
 
 /* ---- fixtures ------------------------------------------------------------ */
 
@@ -119,7 +132,10 @@ static int teardown(void **state)
     return rc;
 }
 
-static const char *method_of(void **state) { return ((tstate *)*state)->method; }
+static const char *method_of(void **state)
+{
+    return ((tstate *)*state)->method;
+}
 
 static mp_msg *make_args(targ a)
 {
@@ -651,10 +667,10 @@ static void test_daemon_at_exit(void **state)
     close(pfd[0]);
 }
 
-#define EACH(t)                                                                 \
-    cmocka_unit_test_prestate_setup_teardown(t, setup, teardown, (void *)"fork"),  \
-    cmocka_unit_test_prestate_setup_teardown(t, setup, teardown, (void *)"spawn"), \
-    cmocka_unit_test_prestate_setup_teardown(t, setup, teardown, (void *)"forkserver")
+#define EACH(t)                                                                                    \
+    cmocka_unit_test_prestate_setup_teardown(t, setup, teardown, (void *)"fork"),                  \
+        cmocka_unit_test_prestate_setup_teardown(t, setup, teardown, (void *)"spawn"),             \
+        cmocka_unit_test_prestate_setup_teardown(t, setup, teardown, (void *)"forkserver")
 #define ONCE(t) cmocka_unit_test_prestate_setup_teardown(t, setup, teardown, (void *)"fork")
 
 /* Sanitizer allocators map size classes on first use: exercise every path
@@ -684,22 +700,14 @@ static void warm_up(void)
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
-        EACH(test_exitcodes),
-        EACH(test_tensor_arg),
-        EACH(test_raise_and_segv),
-        EACH(test_misuse_and_timeout),
-        EACH(test_unknown_entry),
-        EACH(test_spawn_ok),
-        EACH(test_spawn_failures),
-        EACH(test_spawn_join_mode_failure),
-        EACH(test_spawn_grace_period),
-        EACH(test_start_faults),
-        EACH(test_parent_killed),
-        EACH(test_no_fd_inherited),
-        ONCE(test_exec_failure),
-        ONCE(test_start_methods),
-        ONCE(test_context_and_default),
-        ONCE(test_fork_hazard),
+        EACH(test_exitcodes),           EACH(test_tensor_arg),
+        EACH(test_raise_and_segv),      EACH(test_misuse_and_timeout),
+        EACH(test_unknown_entry),       EACH(test_spawn_ok),
+        EACH(test_spawn_failures),      EACH(test_spawn_join_mode_failure),
+        EACH(test_spawn_grace_period),  EACH(test_start_faults),
+        EACH(test_parent_killed),       EACH(test_no_fd_inherited),
+        ONCE(test_exec_failure),        ONCE(test_start_methods),
+        ONCE(test_context_and_default), ONCE(test_fork_hazard),
         ONCE(test_daemon_at_exit),
     };
     if (mp_init(&argc, &argv) != 0)
