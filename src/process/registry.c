@@ -37,6 +37,22 @@ static entry *find_locked(const char *name)
     return NULL;
 }
 
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static void atfork_prepare(void)
+{
+    pthread_mutex_lock(&registry_lock);
+}
+static void atfork_release(void)
+{
+    pthread_mutex_unlock(&registry_lock);
+}
+/* A fork child looks its entry up: the lock must not be held by a thread
+ * that fork left behind. */
+static void register_atfork(void)
+{
+    pthread_atfork(atfork_prepare, atfork_release, atfork_release);
+}
+
 int mp_register_entry(const char *name, mp_entry_fn fn)
 {
     int rc = 0;
@@ -45,6 +61,7 @@ int mp_register_entry(const char *name, mp_entry_fn fn)
                          "mp_register_entry: need a name of 1..%d bytes and a "
                          "function",
                          MP_ENTRY_NAME_MAX);
+    pthread_once(&atfork_once, register_atfork);
     pthread_mutex_lock(&registry_lock);
     if (find_locked(name)) {
         rc = mp__error(MP_EINVAL,
