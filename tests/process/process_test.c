@@ -3,6 +3,7 @@
 #include "mp_test.h"
 #include "process/process_internal.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -404,6 +405,52 @@ static void test_spawn_join_mode_failure(void **state)
     mp_msg_destroy(m);
 }
 
+/* The first child of ours found in /proc, or 0. */
+static pid_t find_child(void)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    pid_t found = 0;
+    while (d && !found && (e = readdir(d))) {
+        char path[300], buf[512];
+        int ppid = 0;
+        FILE *f;
+        if (atoi(e->d_name) <= 0)
+            continue;
+        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+        if (!(f = fopen(path, "r")))
+            continue;
+        if (fgets(buf, sizeof buf, f)) {
+            char *p = strrchr(buf, ')');
+            if (p && sscanf(p + 2, "%*c %d", &ppid) == 1 && ppid == getpid())
+                found = atoi(e->d_name);
+        }
+        fclose(f);
+    }
+    if (d)
+        closedir(d);
+    return found;
+}
+
+/* A forkserver that died (killed) is replaced on the next start. */
+static void test_forkserver_restart(void **state)
+{
+    mp_process *p;
+    pid_t server;
+    int st;
+    assert_mp_ok(mp_forkserver_start());
+    assert_mp_ok(mp_forkserver_start()); /* idempotent */
+    server = find_child();
+    assert_true(server > 0);
+    assert_int_equal(kill(server, SIGKILL), 0);
+    assert_int_equal(waitpid(server, &st, 0), server); /* as a careless test would */
+    p = run_op("forkserver", (targ){OP_RETURN, 6, 0, 0});
+    assert_int_equal(exitcode_of(p), 6);
+    assert_mp_ok(mp_process_destroy(p));
+    assert_mp_ok(mp_forkserver_stop());
+    assert_mp_ok(mp_forkserver_stop()); /* no-op */
+}
+
 /* A sibling that ignores SIGTERM is SIGKILLed after the grace period. */
 static void test_spawn_grace_period(void **state)
 {
@@ -700,15 +747,15 @@ static void warm_up(void)
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
-        EACH(test_exitcodes),           EACH(test_tensor_arg),
-        EACH(test_raise_and_segv),      EACH(test_misuse_and_timeout),
-        EACH(test_unknown_entry),       EACH(test_spawn_ok),
-        EACH(test_spawn_failures),      EACH(test_spawn_join_mode_failure),
-        EACH(test_spawn_grace_period),  EACH(test_start_faults),
-        EACH(test_parent_killed),       EACH(test_no_fd_inherited),
-        ONCE(test_exec_failure),        ONCE(test_start_methods),
-        ONCE(test_context_and_default), ONCE(test_fork_hazard),
-        ONCE(test_daemon_at_exit),
+        EACH(test_exitcodes),          EACH(test_tensor_arg),
+        EACH(test_raise_and_segv),     EACH(test_misuse_and_timeout),
+        EACH(test_unknown_entry),      EACH(test_spawn_ok),
+        EACH(test_spawn_failures),     EACH(test_spawn_join_mode_failure),
+        EACH(test_spawn_grace_period), EACH(test_start_faults),
+        EACH(test_parent_killed),      EACH(test_no_fd_inherited),
+        ONCE(test_exec_failure),       ONCE(test_forkserver_restart),
+        ONCE(test_start_methods),      ONCE(test_context_and_default),
+        ONCE(test_fork_hazard),        ONCE(test_daemon_at_exit),
     };
     if (mp_init(&argc, &argv) != 0)
         return 1;
