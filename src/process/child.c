@@ -218,7 +218,9 @@ int mp_init(int *argc, char ***argv)
         mp__child_run(fd);
     }
     if (parse_boot_var("MPROC_FORKSERVER", &fd, &ppid)) {
-        mp__child_die_with_parent(ppid);
+        /* No PDEATHSIG (see forkserver.c): EOF on fd says the parent died. */
+        if (getppid() != ppid)
+            _exit(1);
         mp__forkserver_main(fd);
     }
     return 0;

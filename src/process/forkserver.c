@@ -4,7 +4,13 @@
  * fd. The children are the server's, not ours, so the server relays each
  * child's wait status back; it also sends a pidfd per child, which the
  * parent polls and signals exactly like one of its own children. The
- * server dies with its parent (PR_SET_PDEATHSIG) and its children with it. */
+ * server dies with its parent and its children with it (PR_SET_PDEATHSIG
+ * on the server's one thread). The server itself watches its connection
+ * instead: it is started by whichever thread first needs it, and a
+ * PDEATHSIG would fire when that thread exits, not the process. When the
+ * parent dies, the kernel closes the connection and the server sees EOF.
+ * Nobody else holds the parent's end: it is O_CLOEXEC and forked copies
+ * close it (pthread_atfork). */
 #include "process/process_internal.h"
 
 #include <errno.h>
@@ -96,7 +102,7 @@ static int start_locked(void)
         return 0;
     if (mp__sys.socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
         return mp__errno_error(errno, "mp_forkserver_start: socketpair");
-    rc = mp__launch_exec(sv[1], "MPROC_FORKSERVER", &fs.pid, &fs.pidfd);
+    rc = mp__launch_exec(sv[1], "MPROC_FORKSERVER", false, &fs.pid, &fs.pidfd);
     mp__close(sv[1]);
     if (rc < 0) {
         fs.pid = 0;

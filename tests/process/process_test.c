@@ -78,10 +78,23 @@ MP_ENTRY(t_rank)
         mp_raise("t_rank: payload of %zu bytes", len);
     if (a->rank_to_fail < 0)
         return rank == 0 ? 0 : do_op(&(targ){.op = OP_SLEEP_MS, .value = 20 * rank});
-    if (rank != a->rank_to_fail && a->stubborn)
-        signal(SIGTERM, SIG_IGN);
-    else if (rank == a->rank_to_fail && a->stubborn)
-        sleep_ms(50); /* let the others ignore SIGTERM first */
+    if (a->stubborn) {
+        /* "ready" (shared int32[1]): the others ignore SIGTERM before the
+         * failing rank fails. */
+        mp_tensor *t = NULL;
+        volatile int32_t *ready;
+        if (mp_msg_find_tensor(args, "ready", &t) != 0)
+            mp_raise("t_rank: no ready tensor");
+        ready = mp_tensor_data(t);
+        if (rank != a->rank_to_fail) {
+            signal(SIGTERM, SIG_IGN);
+            __atomic_fetch_add(ready, 1, __ATOMIC_SEQ_CST);
+        } else {
+            for (int i = 0; i < 2000 && __atomic_load_n(ready, __ATOMIC_SEQ_CST) == 0; i++)
+                sleep_ms(5);
+        }
+        mp_tensor_release(t);
+    }
     return do_op(rank == a->rank_to_fail ? a : &hang);
 }
 
@@ -457,8 +470,12 @@ static void test_spawn_grace_period(void **state)
     mp_msg *m = make_args((targ){OP_RAISE, 1, 0, 1});
     mp_spawn_options o;
     mp_spawn_context *ctx = NULL;
+    mp_tensor *ready = NULL;
+    int64_t one = 1;
     pid_t sibling;
     double t0;
+    assert_mp_ok(mp_tensor_empty_shared(MP_INT32, 1, &one, &ready));
+    assert_mp_ok(mp_msg_add_tensor(m, "ready", ready));
     mp_spawn_options_init(&o);
     o.nprocs = 2;
     o.join = false;
@@ -473,6 +490,7 @@ static void test_spawn_grace_period(void **state)
     assert_mp_err(mp_spawn_context_set_grace_period(ctx, -1), MP_EINVAL);
     mp_spawn_context_destroy(ctx);
     mp_msg_destroy(m);
+    mp_tensor_release(ready);
 }
 
 /* A failing system call leaves no child, fd or socket behind, and the
@@ -657,6 +675,55 @@ static void test_fork_hazard(void **state)
     close(pfd[0]);
 }
 
+/* Several threads start and join processes at once: the forkserver
+ * connection, its relayed exit statuses and the live list are shared. */
+typedef struct thread_job {
+    const char *method;
+    int base;
+    int bad; /* exit codes that came back wrong */
+    char why[256];
+} thread_job;
+
+static void *start_many(void *arg)
+{
+    thread_job *j = arg;
+    mp_process_options o;
+    mp_process_options_init(&o);
+    o.start_method = j->method;
+    for (int i = 0; i < 5; i++) {
+        targ a = {OP_RETURN, j->base + i, 0, 0};
+        mp_msg *m = NULL;
+        mp_process *p = NULL;
+        int code = -1;
+        if (mp_msg_create(&m) || mp_msg_set_payload(m, &a, sizeof a) ||
+            mp_process_create("t_op", m, &o, &p) || mp_process_start(p) || mp_process_join(p, 20) ||
+            mp_process_exitcode(p, &code) || code != j->base + i) {
+            if (!j->bad++)
+                snprintf(j->why, sizeof j->why, "%s: exit %d: %s", j->method, code,
+                         mp_last_error());
+        }
+        mp_process_destroy(p);
+        mp_msg_destroy(m);
+    }
+    return NULL;
+}
+
+static void test_threads(void **state)
+{
+    thread_job jobs[4] = {{"fork", 10, 0, ""},
+                          {"spawn", 20, 0, ""},
+                          {"forkserver", 30, 0, ""},
+                          {"forkserver", 40, 0, ""}};
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, start_many, &jobs[i]), 0);
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        if (jobs[i].bad)
+            fail_msg("%d failures, first: %s", jobs[i].bad, jobs[i].why);
+    }
+}
+
 /* At normal exit, a daemon child gets SIGTERM (not the PDEATHSIG SIGKILL). */
 static int daemon_fd = -1;
 static void on_term(int sig)
@@ -755,7 +822,8 @@ int main(int argc, char **argv)
         EACH(test_parent_killed),      EACH(test_no_fd_inherited),
         ONCE(test_exec_failure),       ONCE(test_forkserver_restart),
         ONCE(test_start_methods),      ONCE(test_context_and_default),
-        ONCE(test_fork_hazard),        ONCE(test_daemon_at_exit),
+        ONCE(test_fork_hazard),        ONCE(test_threads),
+        ONCE(test_daemon_at_exit),
     };
     if (mp_init(&argc, &argv) != 0)
         return 1;
