@@ -107,7 +107,12 @@ int mp_fork_hazard(bool *hazard, int *nthreads);
  * default) it proceeds silently. Thread-safe. */
 void mp_set_fork_refuse_threads(bool refuse);
 
-/* ---- Process ------------------------------------------------------------- */
+/* ---- Process -------------------------------------------------------------
+ * Thread safety: one thread at a time per process object; different objects
+ * may be used from different threads at once. Fork safety: only the process
+ * that started a child may wait for or signal it (MP_ESTATE in a forked
+ * copy). Only start and join block (start: for a spawn exec, a few ms); the
+ * getters, is_alive, terminate and kill never block. */
 
 typedef struct mp_process mp_process;
 
@@ -171,7 +176,9 @@ int mp_process_kill(mp_process *p);
  * is still running: join, terminate or kill it first. */
 int mp_process_destroy(mp_process *p);
 
-/* ---- mp_spawn ------------------------------------------------------------ */
+/* ---- mp_spawn ------------------------------------------------------------
+ * A spawn context, like a process, is used by one thread at a time and only
+ * by the process that created it. */
 
 typedef struct mp_spawn_context mp_spawn_context;
 
