@@ -8,12 +8,15 @@
 
 #define TASKS_MAX 256
 
+/* Readers take no lock: a worker forked while another thread registers or
+ * looks up must not inherit a held mutex. An entry is complete before the
+ * count that publishes it is stored (release/acquire). */
 static struct {
     char name[MP__TASK_NAME_MAX + 1];
     mp_task_fn fn;
 } tasks[TASKS_MAX];
-static int ntasks;
-static pthread_mutex_t tasks_mu = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int ntasks;
+static pthread_mutex_t tasks_mu = PTHREAD_MUTEX_INITIALIZER; /* writers */
 
 int mp_register_task(const char *name, mp_task_fn fn)
 {
@@ -23,14 +26,15 @@ int mp_register_task(const char *name, mp_task_fn fn)
         return mp__error(MP_EINVAL, "mp_register_task: want a function and a name of 1..%d "
                          "bytes", MP__TASK_NAME_MAX);
     pthread_mutex_lock(&tasks_mu);
-    for (int i = 0; i < ntasks; i++)
-        if (strcmp(tasks[i].name, name) == 0)
-            rc = mp__error(MP_EINVAL, "mp_register_task: '%s' is registered already", name);
-    if (!rc && ntasks == TASKS_MAX)
+    int n = atomic_load_explicit(&ntasks, memory_order_relaxed);
+    if (mp__task_lookup(name))
+        rc = mp__error(MP_EINVAL, "mp_register_task: '%s' is registered already", name);
+    else if (n == TASKS_MAX)
         rc = mp__error(MP_EOVERFLOW, "mp_register_task: more than %d tasks", TASKS_MAX);
     if (!rc) {
-        memcpy(tasks[ntasks].name, name, len + 1);
-        tasks[ntasks++].fn = fn;
+        memcpy(tasks[n].name, name, len + 1);
+        tasks[n].fn = fn;
+        atomic_store_explicit(&ntasks, n + 1, memory_order_release);
     }
     pthread_mutex_unlock(&tasks_mu);
     return rc;
@@ -38,13 +42,11 @@ int mp_register_task(const char *name, mp_task_fn fn)
 
 mp_task_fn mp__task_lookup(const char *name)
 {
-    mp_task_fn fn = NULL;
-    pthread_mutex_lock(&tasks_mu);
-    for (int i = 0; i < ntasks && !fn; i++)
+    int n = atomic_load_explicit(&ntasks, memory_order_acquire);
+    for (int i = 0; i < n; i++)
         if (strcmp(tasks[i].name, name) == 0)
-            fn = tasks[i].fn;
-    pthread_mutex_unlock(&tasks_mu);
-    return fn;
+            return tasks[i].fn;
+    return NULL;
 }
 
 /* Runs one item; records its outcome in the result pack. */
