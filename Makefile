@@ -3,6 +3,7 @@ JOBS ?= $(shell nproc)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 CMAKE_FLAGS ?=
+CTEST_FLAGS ?=
 
 .PHONY: all deps build asan-build test test-normal asan demo bench install format clean
 
@@ -24,11 +25,11 @@ asan-build: deps
 test: test-normal asan
 
 test-normal: build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_FLAGS)
 
 asan: asan-build
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
-	    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS) -LE noasan
+	    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS) -LE noasan $(CTEST_FLAGS)
 
 demo: build
 	$(BUILD)/tensor_share
@@ -37,6 +38,7 @@ bench: build
 	@mkdir -p bench/results
 	$(BUILD)/bench_all
 
+# make install PREFIX=/opt/mproc (default: the configured prefix, /usr/local); DESTDIR works.
 install: build
 	cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX),)
 

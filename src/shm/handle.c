@@ -30,15 +30,6 @@ int mp__segment_export(mp__segment *s, mp__segment_handle *h)
     return 0;
 }
 
-static void fs_unref(mp__fs_header *hd, const char *name)
-{
-    if (__atomic_sub_fetch(&hd->refcount, 1, __ATOMIC_ACQ_REL) == 0) {
-        mp__sys.shm_unlink(name);
-        if (mp__shm_hooks_get()->unlinked)
-            mp__shm_hooks_get()->unlinked(name);
-    }
-}
-
 /* A received FS handle's in-flight reference joins the cached segment s:
  * adopted when this process holds none (s came through fork), else
  * dropped, as this process already holds one. */
@@ -49,7 +40,7 @@ static void fs_adopt(mp__segment *s)
         if (__atomic_compare_exchange_n(&s->ref_pid, &owner, self, false, __ATOMIC_ACQ_REL,
                                         __ATOMIC_ACQUIRE))
             return;
-    fs_unref(s->map, s->name);
+    mp__fs_unref(s->map, s->name);
 }
 
 /* The no-memfd fallback cannot be sealed: accept an unsealed fd only when
@@ -269,7 +260,7 @@ static void fs_drop(const char *name)
         return;
     if (__atomic_load_n(&hd->magic, __ATOMIC_ACQUIRE) == MP__FS_MAGIC &&
         hd->version == MP__FS_VERSION)
-        fs_unref(hd, name);
+        mp__fs_unref(hd, name);
     mp__sys.munmap(hd, MP__FS_HEADER_SIZE);
 }
 

@@ -148,6 +148,12 @@ static void unlink_name(const char *name)
         h->unlinked(name);
 }
 
+void mp__fs_unref(mp__fs_header *hd, const char *name)
+{
+    if (__atomic_sub_fetch(&hd->refcount, 1, __ATOMIC_ACQ_REL) == 0)
+        unlink_name(name);
+}
+
 static int create_fs(mp__segment *s, size_t nbytes, size_t len)
 {
     const mp__shm_hooks *h = mp__shm_hooks_get();
@@ -236,26 +242,24 @@ mp__segment *mp__segment_retain(mp__segment *s)
     return s;
 }
 
-/* Drops this process's header reference; the last one unlinks the name. */
-static void fs_unref(mp__fs_header *hd, const char *name)
-{
-    if (__atomic_sub_fetch(&hd->refcount, 1, __ATOMIC_ACQ_REL) == 0)
-        unlink_name(name);
-}
-
-/* Unmaps and frees s (its refs are gone and it is out of the cache). */
+/* Unmaps and frees s (its refs are gone and it is out of the cache). Under
+ * FS it drops this process's header reference first; the last one unlinks
+ * the name, after the `closed` hook has run. */
 void mp__segment_destroy(mp__segment *s)
 {
     const mp__shm_hooks *h = mp__shm_hooks_get();
+    bool fs = s->strategy == MP__STRATEGY_FS, last = false;
     /* A forked child inherits the mapping but not the header reference,
      * which stays with the process that took it. */
-    bool owner = s->strategy == MP__STRATEGY_FS && s->ref_pid == getpid();
-    if (owner)
-        fs_unref(s->map, s->name);
+    if (fs && s->ref_pid == getpid())
+        last = __atomic_sub_fetch(&((mp__fs_header *)s->map)->refcount, 1,
+                                  __ATOMIC_ACQ_REL) == 0;
     mp__sys.munmap(s->map, s->map_len);
     mp__close(s->fd);
-    if (s->strategy == MP__STRATEGY_FS && h->closed)
+    if (fs && h->closed)
         h->closed(s->name);
+    if (last)
+        unlink_name(s->name);
     atomic_fetch_sub(&live, 1);
     free(s);
 }

@@ -48,5 +48,8 @@ mp__segment *mp__segment_alloc(int strategy);
 void mp__segment_destroy(mp__segment *s);
 void mp__segment_live_add(void);
 int mp__shm_random_name(char *name, size_t cap);
+/* Drops one header reference of a named segment; the last unlinks it (and
+ * tells the `unlinked` hook). */
+void mp__fs_unref(mp__fs_header *hd, const char *name);
 
 #endif

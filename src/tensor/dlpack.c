@@ -46,7 +46,8 @@ static void import_release(void *data, void *ctx)
 
 int mp_tensor_from_dlpack(DLManagedTensor *m, mp_tensor **out)
 {
-    int64_t contig[MP_MAX_NDIM], lo = 0, hi = 0, es;
+    int64_t contig[MP_MAX_NDIM], lo, end;
+    char *first;
     const DLTensor *dl;
     const int64_t *strides;
     mp__storage *s;
@@ -72,20 +73,13 @@ int mp_tensor_from_dlpack(DLManagedTensor *m, mp_tensor **out)
     /* The foreign allocation's size is unknown: the storage is exactly the
      * bytes the view reaches, which may start before data + byte_offset
      * when strides are negative. */
-    es = (int64_t)mp_dtype_size(dtype);
-    for (int i = 0; nbytes && i < dl->ndim; i++) {
-        int64_t e;
-        if (__builtin_mul_overflow(dl->shape[i] - 1, strides[i], &e) ||
-            __builtin_add_overflow(e > 0 ? hi : lo, e, e > 0 ? &hi : &lo))
-            return mp__error(MP_EOVERFLOW, "mp_tensor_from_dlpack: strides overflow");
-    }
-    if (__builtin_mul_overflow(lo, es, &lo) || __builtin_add_overflow(hi, 1, &hi) ||
-        __builtin_mul_overflow(hi, es, &hi) || dl->byte_offset > (uint64_t)INT64_MAX)
-        return mp__error(MP_EOVERFLOW, "mp_tensor_from_dlpack: extent overflows");
-    if (!nbytes)
-        lo = hi = 0;
-    char *first = (char *)dl->data + dl->byte_offset + lo;
-    rc = mp__storage_wrap(first, (size_t)(hi - lo), dl->device, import_release, m, &s);
+    rc = mp__view_span("mp_tensor_from_dlpack", dtype, dl->ndim, dl->shape, strides, &lo, &end);
+    if (rc < 0)
+        return rc;
+    if (dl->byte_offset > (uint64_t)INT64_MAX)
+        return mp__error(MP_EOVERFLOW, "mp_tensor_from_dlpack: byte offset out of range");
+    first = (char *)dl->data + dl->byte_offset + lo;
+    rc = mp__storage_wrap(first, (size_t)(end - lo), dl->device, import_release, m, &s);
     if (rc < 0)
         return rc;
     rc = mp__tensor_make(s, dtype, dl->ndim, dl->shape, strides, (uint64_t)-lo, out);

@@ -6,6 +6,7 @@
 
 #define MUL(a, b, r) __builtin_mul_overflow(a, b, r)
 #define ADD(a, b, r) __builtin_add_overflow(a, b, r)
+#define SUB(a, b, r) __builtin_sub_overflow(a, b, r)
 
 static int check_header(const char *call, mp_dtype dtype, int ndim, const int64_t *shape)
 {
@@ -39,25 +40,30 @@ int mp__shape_nbytes(const char *call, mp_dtype dtype, int ndim, const int64_t *
     return 0;
 }
 
-/* Lowest and highest element index a view reaches (relative to element 0). */
-static int extent(int ndim, const int64_t *shape, const int64_t *strides, int64_t *lo, int64_t *hi)
+int mp__view_span(const char *call, mp_dtype dtype, int ndim, const int64_t *shape,
+                  const int64_t *strides, int64_t *lo, int64_t *end)
 {
-    *lo = *hi = 0;
+    int64_t es = (int64_t)mp_dtype_size(dtype), span;
+    *lo = *end = 0;
     for (int i = 0; i < ndim; i++) {
         int64_t e;
-        if (MUL(shape[i] - 1, strides[i], &e) || ADD(e > 0 ? *hi : *lo, e, e > 0 ? hi : lo))
-            return mp__error(MP_EOVERFLOW,
-                             "tensor view: dim %d's stride %lld times size %lld "
-                             "overflows",
-                             i, (long long)strides[i], (long long)shape[i]);
+        if (shape[i] == 0) { /* reaches nothing at all */
+            *lo = *end = 0;
+            return 0;
+        }
+        if (MUL(shape[i] - 1, strides[i], &e) || ADD(e > 0 ? *end : *lo, e, e > 0 ? end : lo))
+            return mp__error(MP_EOVERFLOW, "%s: dim %d's stride %lld times size %lld overflows",
+                             call, i, (long long)strides[i], (long long)shape[i]);
     }
+    if (MUL(*lo, es, lo) || ADD(*end, 1, end) || MUL(*end, es, end) || SUB(*end, *lo, &span))
+        return mp__error(MP_EOVERFLOW, "%s: the view's byte range overflows", call);
     return 0;
 }
 
 int mp__tensor_check_geometry(mp_dtype dtype, int ndim, const int64_t *shape,
                               const int64_t *strides, uint64_t byte_offset, size_t nbytes)
 {
-    int64_t lo, hi, first, end, es = (int64_t)mp_dtype_size(dtype);
+    int64_t lo, hi, first, end;
     size_t total;
     int rc = mp__shape_nbytes("tensor view", dtype, ndim, shape, &total);
     if (rc < 0)
@@ -69,27 +75,21 @@ int mp__tensor_check_geometry(mp_dtype dtype, int ndim, const int64_t *shape,
                          (unsigned long long)byte_offset);
     if (total == 0) { /* reaches no element */
         if (byte_offset > nbytes)
-            return mp__error(MP_EINVAL,
-                             "tensor view: byte offset %llu beyond the %zu-byte "
-                             "storage",
+            return mp__error(MP_EINVAL, "tensor view: byte offset %llu beyond the %zu-byte storage",
                              (unsigned long long)byte_offset, nbytes);
         return 0;
     }
-    rc = extent(ndim, shape, strides, &lo, &hi);
+    rc = mp__view_span("tensor view", dtype, ndim, shape, strides, &lo, &hi);
     if (rc < 0)
         return rc;
-    if (MUL(lo, es, &lo) || ADD(hi, 1, &hi) || MUL(hi, es, &hi) ||
-        ADD((int64_t)byte_offset, lo, &first) || ADD((int64_t)byte_offset, hi, &end))
+    if (ADD((int64_t)byte_offset, lo, &first) || ADD((int64_t)byte_offset, hi, &end))
         return mp__error(MP_EOVERFLOW, "tensor view: byte range overflows");
     if (first < 0)
         return mp__error(MP_EINVAL,
-                         "tensor view: strides reach %lld bytes before the start "
-                         "of the storage",
+                         "tensor view: strides reach %lld bytes before the start of the storage",
                          (long long)-first);
     if ((uint64_t)end > nbytes)
-        return mp__error(MP_EINVAL,
-                         "tensor view: strides reach byte %lld of a %zu-byte "
-                         "storage",
+        return mp__error(MP_EINVAL, "tensor view: strides reach byte %lld of a %zu-byte storage",
                          (long long)end, nbytes);
     return 0;
 }

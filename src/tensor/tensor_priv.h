@@ -34,6 +34,11 @@ struct mp_tensor {
 
 /* Zeroed private (64-byte aligned) storage of nbytes. */
 int mp__storage_alloc(size_t nbytes, mp__storage **out);
+/* The bytes a view reaches, relative to element 0: [*lo, *end) with *lo <= 0
+ * (negative strides) and *end > 0; both 0 for a view with no elements.
+ * Sizes must be valid (>= 0); MP_EOVERFLOW names call. */
+int mp__view_span(const char *call, mp_dtype dtype, int ndim, const int64_t *shape,
+                  const int64_t *strides, int64_t *lo, int64_t *end);
 /* Contiguous strides for shape. */
 void mp__contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
 /* numel * element size with overflow checks: MP_EINVAL / MP_EOVERFLOW. */

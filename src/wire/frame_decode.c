@@ -12,6 +12,15 @@
 
 #define BAD(...) mp__error(MP_EPROTO, "mp_wire_recv: malformed frame: " __VA_ARGS__)
 
+/* MP_EPROTO whose sentence is ctx followed by the sentence a lower layer
+ * just recorded (copied first: mp__error writes the same buffer). */
+static int bad_because(const char *ctx)
+{
+    char why[256];
+    snprintf(why, sizeof why, "%s", mp_last_error());
+    return BAD("%s: %s", ctx, why);
+}
+
 typedef struct reader {
     const unsigned char *p;
     uint64_t len;
@@ -159,7 +168,7 @@ static int parse_tensor_attach(dec *d, reader *r, uint32_t index, mp_tensor **ou
     if (rc == 0 && g)
         rc = mp_tensor_set_grad(t, g);
     if (rc == MP_EINVAL)
-        rc = BAD("attachment %u: grad does not match its tensor: %s", index, mp_last_error());
+        rc = bad_because("a grad that does not match its tensor");
     mp_tensor_release(g);
     if (rc < 0)
         mp_tensor_release(t);
@@ -172,11 +181,12 @@ static int parse_object(dec *d, reader *r, uint32_t index, const mp__objkind *k,
 {
     mp__frame_object fo;
     int objfds[MP__WIRE_MAX_FDS];
-    uint64_t len = r->len - r->off;
-    const unsigned char *q = take(r, len);
+    uint64_t len = r->len - r->off;   /* the rest of the attachment body */
+    const unsigned char *q = r->p + r->off;
     int rc;
     if (len < sizeof fo)
         return BAD("attachment %u: %s record truncated", index, k->name);
+    r->off = r->len;
     memcpy(&fo, q, sizeof fo);
     if (!d->m)
         return claim_fds(d, fo.fd_first, fo.nfds, "attachment", index);
@@ -187,7 +197,7 @@ static int parse_object(dec *d, reader *r, uint32_t index, const mp__objkind *k,
     }
     rc = k->decode(q + sizeof fo, len - sizeof fo, objfds, (int)fo.nfds, out);
     if (rc == MP_EINVAL)
-        rc = BAD("attachment %u: %s", index, mp_last_error());
+        rc = bad_because(k->name);
     return rc;
 }
 
@@ -281,7 +291,7 @@ static int open_spill(mp__frame_header *h, int *fds, int nfds, mp__segment **spi
     fds[nfds - 1] = -1;
     rc = mp__segment_open(&sh, spill);
     if (rc == MP_EPROTO)
-        rc = BAD("spill fd: %s", mp_last_error());
+        rc = bad_because("spill fd");
     return rc;
 }
 
@@ -299,7 +309,7 @@ static int open_storages(dec *d)
         d->opened[i] = true;   /* mp__segment_open owns the handle from here */
         if ((rc = mp__segment_open(h, &seg)) < 0) {
             if (rc == MP_EPROTO)
-                rc = BAD("storage %u: %s", i, mp_last_error());
+                rc = bad_because("storage fd");
             return rc;
         }
         rc = mp__storage_from_segment(seg, &d->storages[i]);

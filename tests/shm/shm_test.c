@@ -159,29 +159,44 @@ static void test_handles_fd(void **state)
 }
 
 static int events[6];
+static char order[64]; /* one letter per event: c o C u s r */
+static void note(char c)
+{
+    size_t n = strlen(order);
+    if (n + 1 < sizeof order) {
+        order[n] = c;
+        order[n + 1] = '\0';
+    }
+}
 static void ev_created(const char *n, uint64_t size)
 {
     events[0]++;
+    note('c');
 }
 static void ev_opened(const char *n)
 {
     events[1]++;
+    note('o');
 }
 static void ev_closed(const char *n)
 {
     events[2]++;
+    note('C');
 }
 static void ev_unlinked(const char *n)
 {
     events[3]++;
+    note('u');
 }
 static void ev_sent(const char *n)
 {
     events[4]++;
+    note('s');
 }
 static void ev_received(const char *n)
 {
     events[5]++;
+    note('r');
 }
 
 static void test_handles_fs_and_hooks(void **state)
@@ -192,6 +207,7 @@ static void test_handles_fs_and_hooks(void **state)
     mp__fs_header *hd;
     int base = mp_test_count_shm();
     memset(events, 0, sizeof events);
+    order[0] = '\0';
     mp__shm_set_hooks(&hooks);
     assert_mp_ok(mp__segment_create(64, MP__STRATEGY_FS, &s));
     assert_int_equal(events[0], 1);
@@ -224,6 +240,15 @@ static void test_handles_fs_and_hooks(void **state)
     assert_int_equal(mp__segment_size(o), 64);
     mp__segment_release(o);
     assert_int_equal(events[3], 1);
+    assert_int_equal(mp_test_count_shm(), base);
+    /* create, send+receive (adopted), send+drop, send, closed, open, closed+unlinked */
+    assert_string_equal(order, "csrssCorCu");
+    /* a received message that cannot be delivered gives its reference back */
+    assert_mp_ok(mp__segment_create(64, MP__STRATEGY_FS, &s));
+    assert_mp_ok(mp__segment_export(s, &h2));
+    mp__segment_release(s);
+    assert_int_equal(mp_test_count_shm(), base + 1);
+    mp__segment_handle_drop(&h2, true);
     assert_int_equal(mp_test_count_shm(), base);
     /* FD segments have no names and call no hooks */
     memset(events, 0, sizeof events);

@@ -20,7 +20,7 @@
 
 typedef struct mp_test_snapshot {
     int fds;       /* entries in /proc/self/fd */
-    int shm;       /* /dev/shm "mproc-" entries of this process, its children or the dead */
+    int shm;       /* /dev/shm "mproc-" entries created by this process or its children */
     int maps;      /* shared-memory mappings (memfd, /dev/shm) in /proc/self/maps */
     int children;  /* live or zombie processes whose parent is us */
 } mp_test_snapshot;

@@ -1,12 +1,13 @@
 #include "mp_test.h"
 
 #include <dirent.h>
-#include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -33,25 +34,53 @@ int mp_test_count_fds(void)
 {
     return count_dir("/proc/self/fd", NULL) - 1; /* opendir's */
 }
-/* /dev/shm is shared by every process of the user, so count only the mproc
- * segments that can be this test's: created by this process, by a live child,
- * or by a process that is gone (a child that leaked and died). Segments of
- * unrelated live processes (tests running in parallel) are not ours. */
-static bool shm_entry_ours(const char *name)
+/* /dev/shm is shared by every process of the user (and by tests running in
+ * parallel), so only the mproc segments this test's processes created count:
+ * names carry the creator's pid, and every process forked from here records
+ * its pid in a shared log (an atfork handler, inherited by grandchildren).
+ * A segment whose creator is gone but was one of ours still counts (a child
+ * that leaked and died); one of an unrelated process never does. */
+#define PIDLOG_MAX 4096
+static struct pidlog {
+    unsigned n;
+    pid_t pids[PIDLOG_MAX];
+} *pidlog;
+static pthread_once_t pidlog_once = PTHREAD_ONCE_INIT;
+
+static void pidlog_child(void)
+{
+    unsigned i = __atomic_fetch_add(&pidlog->n, 1, __ATOMIC_RELAXED);
+    pidlog->pids[i % PIDLOG_MAX] = getpid();
+}
+
+static void pidlog_init(void)
+{
+    void *p = mmap(NULL, sizeof *pidlog, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                   -1, 0);
+    if (p == MAP_FAILED)
+        return;
+    pidlog = p;
+    pthread_atfork(NULL, NULL, pidlog_child);
+}
+
+static bool pid_ours(pid_t pid)
 {
     char path[64], buf[512];
-    long pid;
     FILE *f;
-    bool ours;
-    if (sscanf(name, "mproc-%ld-", &pid) != 1 || pid <= 0)
+    bool ours = false;
+    if (pid == getpid())
         return true;
-    if (pid == (long)getpid() || (kill((pid_t)pid, 0) != 0 && errno == ESRCH))
-        return true;
-    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    if (pidlog) {
+        unsigned n = __atomic_load_n(&pidlog->n, __ATOMIC_RELAXED);
+        for (unsigned i = 0; i < n && i < PIDLOG_MAX; i++)
+            if (pidlog->pids[i] == pid)
+                return true;
+    }
+    /* a live child started some other way (clone, posix_spawn) */
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
     f = fopen(path, "r");
     if (!f)
-        return true;
-    ours = false;
+        return false;
     if (fgets(buf, sizeof buf, f)) {
         char *p = strrchr(buf, ')');
         int ppid = 0;
@@ -59,6 +88,15 @@ static bool shm_entry_ours(const char *name)
     }
     fclose(f);
     return ours;
+}
+
+static bool shm_entry_ours(const char *name)
+{
+    long pid;
+    pthread_once(&pidlog_once, pidlog_init);
+    if (sscanf(name, "mproc-%ld-", &pid) != 1 || pid <= 0)
+        return true;
+    return pid_ours((pid_t)pid);
 }
 
 int mp_test_count_shm(void)
@@ -167,6 +205,7 @@ void mp_test_assert_no_leaks(const mp_test_snapshot *before)
 
 int mp_test_setup(void **state)
 {
+    pthread_once(&pidlog_once, pidlog_init);
     mp_test_snapshot *s = malloc(sizeof *s);
     if (!s)
         return -1;

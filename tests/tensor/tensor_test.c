@@ -426,6 +426,10 @@ static void test_dlpack_import_shares(void **state)
     f.m.dl_tensor.ndim = 17;
     assert_mp_err(mp_tensor_from_dlpack(&f.m, &t), MP_EINVAL);
     assert_mp_err(mp_tensor_from_dlpack(NULL, &t), MP_EINVAL);
+    f.m.dl_tensor.ndim = 1;
+    f.strides[0] = INT64_MAX / 2;
+    assert_mp_err(mp_tensor_from_dlpack(&f.m, &t), MP_EOVERFLOW);
+    f.m.dl_tensor.ndim = 17;
     assert_int_equal(f.deleted, 1);
     /* NULL strides: compact row-major */
     f.m.dl_tensor.ndim = 1;

@@ -1,0 +1,105 @@
+/* "Send the buffers back" (PyTorch's multiprocessing best practices): a
+ * worker fills a few buffers and sends them to the consumer, which uses each
+ * and returns it through a second queue for the worker to refill. Only the
+ * first send of each buffer copies it into shared memory; every later
+ * message reuses the shared storage.
+ *
+ *   buffer_reuse [--buffers K] [--messages N] [--size BYTES]
+ *
+ * Prints how many copies into shared memory happened, and exits non-zero
+ * unless that is one per buffer. The worker is started with fork(). */
+#include <getopt.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <mproc.h>
+
+static int fail(const char *who, int rc)
+{
+    fprintf(stderr, "%s: %s: %s\n", who, mp_err_name(rc), mp_last_error());
+    return 1;
+}
+
+/* Worker: K private buffers first, then whatever comes back on `free_q`. */
+static int worker(mp_queue *full_q, mp_queue *free_q, int k, long n, int64_t elems)
+{
+    uint64_t copies0 = mp_tensor_shared_copy_count();
+    for (long i = 0; i < n; i++) {
+        mp_tensor *buf = NULL;
+        int rc = i < k ? mp_tensor_empty(MP_INT64, 1, &elems, &buf)
+                       : mp_queue_get_tensor(free_q, &buf, 30);
+        if (rc)
+            return fail("worker: getting a buffer", rc);
+        int64_t *d = mp_tensor_data(buf);
+        for (int64_t j = 0; j < elems; j++)
+            d[j] = i * 1000003 + j;
+        if ((rc = mp_queue_put_tensor(full_q, buf, 30)))
+            return fail("worker: put", rc);
+        mp_tensor_release(buf);
+    }
+    uint64_t copies = mp_tensor_shared_copy_count() - copies0;
+    printf("worker: %ld messages over %d buffers: %llu copies into shared memory "
+           "(%s)\n", n, k, (unsigned long long)copies,
+           copies == (uint64_t)k ? "one per buffer" : "WRONG: expected one per buffer");
+    fflush(stdout);   /* the caller leaves with _exit */
+    return copies == (uint64_t)k ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+    int k = 4, opt, status, bad = 0;
+    long n = 2000;
+    int64_t size = 1 << 20;
+    static const struct option opts[] = {
+        {"buffers", 1, 0, 'k'}, {"messages", 1, 0, 'n'}, {"size", 1, 0, 's'}, {0, 0, 0, 0}};
+    while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (opt) {
+        case 'k': k = atoi(optarg); break;
+        case 'n': n = atol(optarg); break;
+        case 's': size = atol(optarg); break;
+        default:
+            fprintf(stderr, "usage: %s [--buffers K] [--messages N] [--size BYTES]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (k < 1 || n < k || size < 8) {
+        fprintf(stderr, "bad arguments\n");
+        return 2;
+    }
+    int64_t elems = size / 8;
+    mp_queue *full_q = NULL, *free_q = NULL;
+    int rc = mp_queue_create(0, &full_q);
+    if (rc || (rc = mp_queue_create(0, &free_q)))
+        return fail("main", rc);
+    uint64_t copies0 = mp_tensor_shared_copy_count();
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(worker(full_q, free_q, k, n, elems));
+    for (long i = 0; i < n && !bad; i++) {
+        mp_tensor *buf = NULL;
+        if ((rc = mp_queue_get_tensor(full_q, &buf, 30))) {
+            bad = fail("consumer: get", rc);
+            break;
+        }
+        const int64_t *d = mp_tensor_data(buf);
+        if (d[0] != i * 1000003 || d[elems - 1] != i * 1000003 + elems - 1) {
+            fprintf(stderr, "consumer: message %ld has the wrong contents\n", i);
+            bad = 1;
+        }
+        /* Give it back; the last K stay with us as the worker stops. */
+        if (i + k < n && (rc = mp_queue_put_tensor(free_q, buf, 30)))
+            bad = fail("consumer: returning a buffer", rc);
+        mp_tensor_release(buf);
+    }
+    if (waitpid(pid, &status, 0) != pid || status != 0)
+        bad = 1;
+    printf("consumer: %ld messages of %lld bytes checked, %llu copies into shared memory "
+           "here\n", n, (long long)size,
+           (unsigned long long)(mp_tensor_shared_copy_count() - copies0));
+    mp_queue_release(full_q);
+    mp_queue_release(free_q);
+    return bad;
+}

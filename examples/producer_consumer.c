@@ -1,0 +1,192 @@
+/* Many producers, many consumers, one mp_queue; each message carries one
+ * fresh tensor of --size bytes whose checksum travels in the payload.
+ *
+ *   producer_consumer --producers P --consumers C --count N --size BYTES
+ *                     --strategy file_descriptor|file_system
+ *
+ * Consumers verify every checksum and mark every message in a shared table;
+ * the program prints messages/s and GB/s and exits non-zero on any loss,
+ * duplicate or corruption. Processes are started with fork(). */
+#include <getopt.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <mproc.h>
+
+typedef struct header {
+    uint32_t producer;
+    uint32_t seq;
+    uint64_t checksum;
+} header;
+
+static uint64_t fill(uint8_t *p, size_t n, uint64_t seed)
+{
+    uint64_t sum = 1469598103934665603ull, x = seed * 0x9e3779b97f4a7c15ull + 1;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        memcpy(p + i, &x, 8);
+        sum = (sum ^ x) * 1099511628211ull;
+    }
+    for (; i < n; i++) {
+        p[i] = (uint8_t)(seed + i);
+        sum = (sum ^ p[i]) * 1099511628211ull;
+    }
+    return sum;
+}
+
+static uint64_t checksum(const uint8_t *p, size_t n)
+{
+    uint64_t sum = 1469598103934665603ull, x;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        memcpy(&x, p + i, 8);
+        sum = (sum ^ x) * 1099511628211ull;
+    }
+    for (; i < n; i++)
+        sum = (sum ^ p[i]) * 1099511628211ull;
+    return sum;
+}
+
+static int produce(mp_queue *q, uint32_t id, long n, size_t size)
+{
+    int64_t shape[1] = {(int64_t)size};
+    for (long i = 0; i < n; i++) {
+        mp_tensor *t = NULL;
+        mp_msg *m = NULL;
+        header h = {id, (uint32_t)i, 0};
+        int rc = mp_tensor_empty(MP_UINT8, 1, shape, &t);
+        if (rc == 0) {
+            h.checksum = fill(mp_tensor_data(t), size, ((uint64_t)id << 32) | (uint64_t)i);
+            rc = mp_msg_create(&m);
+        }
+        if (rc == 0 && (rc = mp_msg_set_payload(m, &h, sizeof h)) == 0 &&
+            (rc = mp_msg_add_tensor(m, NULL, t)) == 0)
+            rc = mp_queue_put(q, m, 60);
+        mp_msg_destroy(m);
+        mp_tensor_release(t);
+        if (rc) {
+            fprintf(stderr, "producer %u: %s: %s\n", id, mp_err_name(rc), mp_last_error());
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int consume(mp_queue *q, _Atomic uint8_t *seen, long per, int producers, size_t size)
+{
+    for (;;) {
+        mp_msg *m = NULL;
+        mp_tensor *t = NULL;
+        header h;
+        size_t len = 0;
+        const void *p;
+        int rc = mp_queue_get(q, &m, 60);
+        if (rc == MP_ECLOSED)
+            return 0;
+        if (rc) {
+            fprintf(stderr, "consumer: %s: %s\n", mp_err_name(rc), mp_last_error());
+            return 1;
+        }
+        p = mp_msg_payload(m, &len);
+        if (len != sizeof h || mp_msg_get_tensor(m, 0, &t) != 0) {
+            fprintf(stderr, "consumer: malformed message\n");
+            return 2;
+        }
+        memcpy(&h, p, sizeof h);
+        if (h.producer >= (uint32_t)producers || h.seq >= per ||
+            mp_tensor_nbytes(t) != size || checksum(mp_tensor_data(t), size) != h.checksum) {
+            fprintf(stderr, "consumer: corrupted message %u/%u\n", h.producer, h.seq);
+            return 3;
+        }
+        atomic_fetch_add(&seen[(size_t)h.producer * (size_t)per + h.seq], 1);
+        mp_tensor_release(t);
+        mp_msg_destroy(m);
+    }
+}
+
+static int wait_all(pid_t *pids, int n, const char *what)
+{
+    int bad = 0, status;
+    for (int i = 0; i < n; i++) {
+        if (waitpid(pids[i], &status, 0) != pids[i] || status != 0) {
+            fprintf(stderr, "%s %d failed (status 0x%x)\n", what, i, status);
+            bad = 1;
+        }
+    }
+    return bad;
+}
+
+int main(int argc, char **argv)
+{
+    int producers = 2, consumers = 2, bad, opt;
+    long count = 100000, lost = 0, dups = 0;
+    size_t size = 4096;
+    const char *strategy = "file_descriptor";
+    static const struct option opts[] = {
+        {"producers", 1, 0, 'p'}, {"consumers", 1, 0, 'c'}, {"count", 1, 0, 'n'},
+        {"size", 1, 0, 's'}, {"strategy", 1, 0, 'S'}, {0, 0, 0, 0}};
+    while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (opt) {
+        case 'p': producers = atoi(optarg); break;
+        case 'c': consumers = atoi(optarg); break;
+        case 'n': count = atol(optarg); break;
+        case 's': size = (size_t)atol(optarg); break;
+        case 'S': strategy = optarg; break;
+        default:
+            fprintf(stderr, "usage: %s --producers P --consumers C --count N --size BYTES "
+                            "--strategy file_descriptor|file_system\n", argv[0]);
+            return 2;
+        }
+    }
+    if (producers < 1 || consumers < 1 || count < producers || size < 1 ||
+        producers > 256 || consumers > 256) {
+        fprintf(stderr, "bad arguments\n");
+        return 2;
+    }
+    if (mp_set_sharing_strategy(strategy) != 0) {
+        fprintf(stderr, "%s\n", mp_last_error());
+        return 2;
+    }
+    long per = count / producers;
+    size_t cells = (size_t)per * (size_t)producers;
+    _Atomic uint8_t *seen = mmap(NULL, cells, PROT_READ | PROT_WRITE,
+                                 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    pid_t prod[256], cons[256];
+    mp_queue *q = NULL;
+    struct timespec t0, t1;
+    if (seen == MAP_FAILED || mp_queue_create(1024, &q) != 0) {
+        fprintf(stderr, "setup failed: %s\n", mp_last_error());
+        return 1;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; i < consumers; i++)
+        if ((cons[i] = fork()) == 0)
+            _exit(consume(q, seen, per, producers, size));
+    for (int i = 0; i < producers; i++)
+        if ((prod[i] = fork()) == 0)
+            _exit(produce(q, (uint32_t)i, per, size));
+    bad = wait_all(prod, producers, "producer");
+    mp_queue_close(q);
+    bad |= wait_all(cons, consumers, "consumer");
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    for (size_t i = 0; i < cells; i++) {
+        lost += seen[i] == 0;
+        dups += seen[i] > 1;
+    }
+    double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    printf("%s: %d producers, %d consumers, %zu messages of %zu bytes in %.3f s: "
+           "%.0f messages/s, %.3f GB/s; lost %ld, duplicated %ld\n",
+           strategy, producers, consumers, cells, size, s, (double)cells / s,
+           (double)cells * (double)size / s / 1e9, lost, dups);
+    munmap((void *)seen, cells);
+    mp_queue_release(q);
+    return bad || lost || dups ? 1 : 0;
+}

@@ -1,0 +1,323 @@
+/* Queue, JoinableQueue, SimpleQueue in one process and across fork:
+ * nowait/timeouts, maxsize, close semantics, task_done/join, convenience
+ * calls, producer exiting before get, SIGKILL of a consumer mid-stream,
+ * queues passed as attachments. */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "mp_test.h"
+
+static int setup(void **state) { return mp_test_setup(state); }
+static int teardown(void **state) { return mp_test_teardown(state); }
+
+static mp_msg *msg_u32(uint32_t v)
+{
+    mp_msg *m = NULL;
+    assert_mp_ok(mp_msg_create(&m));
+    assert_mp_ok(mp_msg_set_payload(m, &v, sizeof v));
+    return m;
+}
+
+static uint32_t msg_value(const mp_msg *m)
+{
+    uint32_t v = 0;
+    size_t len = 0;
+    const void *p = mp_msg_payload(m, &len);
+    assert_int_equal(len, sizeof v);
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static void put_u32(mp_queue *q, uint32_t v)
+{
+    mp_msg *m = msg_u32(v);
+    assert_mp_ok(mp_queue_put(q, m, 5));
+    mp_msg_destroy(m);
+}
+
+static uint32_t get_u32(mp_queue *q)
+{
+    mp_msg *m = NULL;
+    assert_mp_ok(mp_queue_get(q, &m, 5));
+    uint32_t v = msg_value(m);
+    mp_msg_destroy(m);
+    return v;
+}
+
+static void test_basics(void **state)
+{
+    mp_queue *q = NULL;
+    mp_msg *m = msg_u32(1), *r = NULL;
+    (void)state;
+    assert_mp_err(mp_queue_create(0, NULL), MP_EINVAL);
+    assert_mp_ok(mp_queue_create(2, &q));
+    assert_int_equal(mp_queue_maxsize(q), 2);
+    assert_true(mp_queue_empty(q));
+    assert_mp_err(mp_queue_get_nowait(q, &r), MP_EAGAIN);
+    assert_mp_err(mp_queue_get(q, &r, 0.05), MP_ETIMEDOUT);
+    assert_mp_err(mp_queue_put(q, NULL, 1), MP_EINVAL);
+    assert_mp_ok(mp_queue_put_nowait(q, m));
+    put_u32(q, 2);
+    assert_true(mp_queue_full(q));
+    assert_int_equal(mp_queue_qsize(q), 2);
+    assert_mp_err(mp_queue_put_nowait(q, m), MP_EAGAIN);
+    assert_mp_err(mp_queue_put(q, m, 0.05), MP_ETIMEDOUT);
+    assert_int_equal(get_u32(q), 1);
+    assert_int_equal(get_u32(q), 2);
+    assert_mp_err(mp_queue_task_done(q), MP_ESTATE);
+    assert_mp_err(mp_queue_join(q, 0), MP_ESTATE);
+    /* close: puts fail, gets drain then fail */
+    put_u32(q, 3);
+    assert_mp_ok(mp_queue_close(q));
+    assert_mp_ok(mp_queue_close(q));
+    assert_mp_err(mp_queue_put(q, m, 1), MP_ECLOSED);
+    assert_int_equal(get_u32(q), 3);
+    assert_mp_err(mp_queue_get(q, &r, -1), MP_ECLOSED);
+    assert_mp_err(mp_queue_get_nowait(q, &r), MP_ECLOSED);
+    mp_msg_destroy(m);
+    mp_queue_release(q);
+}
+
+static void test_convenience(void **state)
+{
+    mp_queue *q = NULL;
+    mp_tensor *t = NULL, *got = NULL, *ts[2];
+    mp_msg *sd = NULL;
+    int64_t shape[1] = {16};
+    const char *names[2] = {"weight", "bias"};
+    (void)state;
+    assert_mp_ok(mp_queue_create(0, &q));
+    assert_mp_ok(mp_tensor_empty(MP_FLOAT64, 1, shape, &t));
+    ((double *)mp_tensor_data(t))[3] = 2.5;
+    assert_mp_ok(mp_queue_put_tensor(q, t, 1));
+    assert_mp_ok(mp_queue_get_tensor(q, &got, 1));
+    assert_true(mp_tensor_same_storage(got, t));
+    assert_true(((double *)mp_tensor_data(got))[3] == 2.5);
+    ts[0] = t;
+    ts[1] = got;
+    got = NULL;
+    assert_mp_ok(mp_queue_put_state_dict(q, 2, names, ts, 1));
+    assert_mp_err(mp_queue_get_tensor(q, &got, 1), MP_EPROTO);   /* two tensors: dropped */
+    assert_null(got);
+    assert_mp_ok(mp_queue_put_state_dict(q, 2, names, ts, 1));
+    assert_mp_ok(mp_queue_get_state_dict(q, &sd, 1));
+    assert_mp_ok(mp_msg_find_tensor(sd, "bias", &got));
+    assert_true(mp_tensor_same_storage(got, t));
+    mp_tensor_release(got);
+    mp_msg_destroy(sd);
+    mp_tensor_release(ts[1]);
+    mp_tensor_release(t);
+    mp_queue_release(q);
+}
+
+static void test_joinable(void **state)
+{
+    mp_queue *q = NULL;
+    pid_t pid;
+    int status;
+    (void)state;
+    assert_mp_ok(mp_joinable_queue_create(0, &q));
+    assert_true(mp_queue_is_joinable(q));
+    assert_mp_ok(mp_queue_join(q, 0));
+    for (uint32_t i = 0; i < 5; i++)
+        put_u32(q, i);
+    assert_mp_err(mp_queue_join(q, 0.05), MP_ETIMEDOUT);
+    pid = fork();
+    if (pid == 0) {
+        for (int i = 0; i < 5; i++) {
+            mp_msg *m = NULL;
+            if (mp_queue_get(q, &m, 10) || mp_queue_task_done(q))
+                _exit(1);
+            mp_msg_destroy(m);
+            usleep(2000);
+        }
+        _exit(0);
+    }
+    assert_mp_ok(mp_queue_join(q, 20));
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_int_equal(status, 0);
+    assert_mp_err(mp_queue_task_done(q), MP_ESTATE);
+    mp_queue_release(q);
+}
+
+static void test_simple_queue(void **state)
+{
+    mp_simple_queue *q = NULL;
+    mp_msg *m = msg_u32(7), *r = NULL;
+    (void)state;
+    assert_mp_ok(mp_simple_queue_create(&q));
+    assert_true(mp_simple_queue_empty(q));
+    assert_mp_ok(mp_simple_queue_put(q, m));
+    assert_false(mp_simple_queue_empty(q));
+    assert_mp_ok(mp_simple_queue_get(q, &r));
+    assert_int_equal(msg_value(r), 7);
+    mp_msg_destroy(r);
+    assert_mp_ok(mp_simple_queue_close(q));
+    assert_mp_err(mp_simple_queue_put(q, m), MP_ECLOSED);
+    assert_mp_err(mp_simple_queue_get(q, &r), MP_ECLOSED);
+    mp_msg_destroy(m);
+    mp_simple_queue_release(q);
+}
+
+/* A blocked get wakes with MP_ECLOSED when another process closes. */
+static void test_close_wakes_getter(void **state)
+{
+    mp_queue *q = NULL;
+    mp_msg *r = NULL;
+    pid_t pid;
+    int status;
+    (void)state;
+    assert_mp_ok(mp_queue_create(0, &q));
+    pid = fork();
+    if (pid == 0) {
+        usleep(50000);
+        _exit(mp_queue_close(q) ? 1 : 0);
+    }
+    assert_mp_err(mp_queue_get(q, &r, 20), MP_ECLOSED);
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_int_equal(status, 0);
+    mp_queue_release(q);
+}
+
+/* The producer puts a tensor and exits; the message is still whole. */
+static void test_producer_exits(void **state)
+{
+    mp_queue *q = NULL;
+    mp_tensor *t = NULL;
+    pid_t pid;
+    int status;
+    (void)state;
+    assert_mp_ok(mp_queue_create(0, &q));
+    pid = fork();
+    if (pid == 0) {
+        int64_t shape[1] = {1024};
+        mp_tensor *x = NULL;
+        if (mp_tensor_empty(MP_INT32, 1, shape, &x))
+            _exit(1);
+        for (int i = 0; i < 1024; i++)
+            ((int32_t *)mp_tensor_data(x))[i] = i * 3;
+        _exit(mp_queue_put_tensor(q, x, 5) ? 2 : 0);
+    }
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_int_equal(status, 0);
+    assert_mp_ok(mp_queue_get_tensor(q, &t, 5));
+    for (int i = 0; i < 1024; i++)
+        assert_int_equal(((int32_t *)mp_tensor_data(t))[i], i * 3);
+    mp_tensor_release(t);
+    mp_queue_release(q);
+}
+
+/* A consumer SIGKILLed while it holds the reader lock (blocked in get) does
+ * not stop the others. */
+static void test_consumer_killed(void **state)
+{
+    mp_queue *q = NULL;
+    int p[2], status;
+    char c;
+    pid_t victim, other;
+    (void)state;
+    assert_mp_ok(mp_queue_create(0, &q));
+    assert_int_equal(pipe(p), 0);
+    for (uint32_t i = 0; i < 10; i++)
+        put_u32(q, i);
+    victim = fork();
+    if (victim == 0) {
+        mp_msg *m = NULL;
+        for (int i = 0; i < 10; i++) {
+            if (mp_queue_get(q, &m, 5))
+                _exit(1);
+            mp_msg_destroy(m);
+        }
+        if (write(p[1], "k", 1) != 1)
+            _exit(2);
+        mp_queue_get(q, &m, -1);   /* blocks holding the reader lock */
+        _exit(3);
+    }
+    assert_int_equal(read(p[0], &c, 1), 1);
+    usleep(20000);
+    kill(victim, SIGKILL);
+    assert_int_equal(waitpid(victim, &status, 0), victim);
+    assert_true(WIFSIGNALED(status));
+    other = fork();
+    if (other == 0) {
+        for (uint32_t i = 100; i < 200; i++) {
+            mp_msg *m = NULL;
+            if (mp_queue_get(q, &m, 10) || msg_value(m) != i)
+                _exit(1);
+            mp_msg_destroy(m);
+        }
+        _exit(0);
+    }
+    for (uint32_t i = 100; i < 200; i++)
+        put_u32(q, i);
+    assert_int_equal(waitpid(other, &status, 0), other);
+    assert_int_equal(status, 0);
+    close(p[0]);
+    close(p[1]);
+    mp_queue_release(q);
+}
+
+/* Queues as attachments: a joinable queue and a simple queue travel over a
+ * plain queue to a forked child that uses them. */
+static void test_queue_attachment(void **state)
+{
+    mp_queue *carrier = NULL, *jq = NULL;
+    mp_simple_queue *sq = NULL;
+    mp_msg *m = NULL, *r = NULL;
+    pid_t pid;
+    int status;
+    (void)state;
+    assert_mp_ok(mp_queue_create(0, &carrier));
+    assert_mp_ok(mp_joinable_queue_create(4, &jq));
+    assert_mp_ok(mp_simple_queue_create(&sq));
+    pid = fork();
+    if (pid == 0) {
+        mp_msg *in = NULL, *one = msg_u32(42);
+        mp_queue *j = NULL;
+        mp_simple_queue *s = NULL;
+        if (mp_queue_get(carrier, &in, 10) || mp_msg_get_queue(in, 0, &j) ||
+            mp_msg_get_simple_queue(in, 1, &s) || !mp_queue_is_joinable(j) ||
+            mp_queue_maxsize(j) != 4 || mp_queue_put(j, one, 5) || mp_simple_queue_put(s, one))
+            _exit(1);
+        mp_msg_destroy(one);
+        mp_msg_destroy(in);
+        mp_queue_release(j);
+        mp_simple_queue_release(s);
+        _exit(0);
+    }
+    assert_mp_ok(mp_msg_create(&m));
+    assert_mp_ok(mp_msg_add_queue(m, "jobs", jq));
+    assert_mp_ok(mp_msg_add_simple_queue(m, "done", sq));
+    assert_int_equal(mp_msg_kind(m, 0), MP_ATTACH_JOINABLE_QUEUE);
+    assert_mp_ok(mp_queue_put(carrier, m, 5));
+    assert_int_equal(get_u32(jq), 42);
+    assert_mp_ok(mp_queue_task_done(jq));
+    assert_mp_ok(mp_queue_join(jq, 5));
+    assert_mp_ok(mp_simple_queue_get(sq, &r));
+    assert_int_equal(msg_value(r), 42);
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_int_equal(status, 0);
+    mp_msg_destroy(r);
+    mp_msg_destroy(m);
+    mp_queue_release(carrier);
+    mp_queue_release(jq);
+    mp_simple_queue_release(sq);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_basics, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_convenience, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_joinable, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_simple_queue, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_close_wakes_getter, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_producer_exits, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_consumer_killed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_queue_attachment, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

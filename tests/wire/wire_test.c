@@ -1,0 +1,245 @@
+/* Messages and the wire: attachments, names, state_dicts, send/recv across
+ * fork under both strategies, dedup of views, grads, spilled payloads, and
+ * a received tensor sent back travelling as the same storage. */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "mp_test.h"
+#include "tensor/tensor_internal.h"
+#include "wire/wire.h"
+
+static int setup(void **state) { return mp_test_setup(state); }
+static int teardown(void **state)
+{
+    mp_set_sharing_strategy("file_descriptor");
+    return mp_test_teardown(state);
+}
+
+static mp_tensor *iota(int64_t rows, int64_t cols, float base)
+{
+    int64_t shape[2] = {rows, cols};
+    mp_tensor *t = NULL;
+    assert_mp_ok(mp_tensor_empty(MP_FLOAT32, 2, shape, &t));
+    float *p = mp_tensor_data(t);
+    for (int64_t i = 0; i < rows * cols; i++)
+        p[i] = base + (float)i;
+    return t;
+}
+
+static void test_msg_basics(void **state)
+{
+    mp_msg *m = NULL;
+    mp_tensor *a = iota(2, 3, 0), *b = iota(4, 1, 10), *got = NULL;
+    size_t len = 1;
+    (void)state;
+    assert_mp_err(mp_msg_create(NULL), MP_EINVAL);
+    assert_mp_ok(mp_msg_create(&m));
+    assert_null(mp_msg_payload(m, &len));
+    assert_int_equal(len, 0);
+    assert_mp_ok(mp_msg_set_payload(m, "hello", 5));
+    assert_memory_equal(mp_msg_payload(m, &len), "hello", 5);
+    assert_int_equal(len, 5);
+    assert_mp_err(mp_msg_set_payload(m, NULL, 3), MP_EINVAL);
+    assert_mp_ok(mp_msg_add_tensor(m, "a", a));
+    assert_mp_ok(mp_msg_add_tensor(m, NULL, b));
+    assert_mp_err(mp_msg_add_tensor(m, "x", NULL), MP_EINVAL);
+    char longname[300];
+    memset(longname, 'n', sizeof longname - 1);
+    longname[sizeof longname - 1] = '\0';
+    assert_mp_err(mp_msg_add_tensor(m, longname, a), MP_EINVAL);
+    assert_int_equal(mp_msg_count(m), 2);
+    assert_int_equal(mp_msg_kind(m, 0), MP_ATTACH_TENSOR);
+    assert_mp_err(mp_msg_kind(m, 2), MP_EINVAL);
+    assert_string_equal(mp_msg_name(m, 0), "a");
+    assert_null(mp_msg_name(m, 1));
+    assert_int_equal(mp_msg_find(m, "a"), 0);
+    assert_mp_err(mp_msg_find(m, "zz"), MP_ENOENT);
+    assert_mp_ok(mp_msg_get_tensor(m, 1, &got));
+    assert_ptr_equal(got, b);
+    mp_tensor_release(got);
+    assert_mp_err(mp_msg_get_tensor(m, 5, &got), MP_EINVAL);
+    assert_null(got);
+    assert_mp_ok(mp_msg_find_tensor(m, "a", &got));
+    assert_ptr_equal(got, a);
+    mp_tensor_release(got);
+    assert_mp_err(mp__msg_add_object(m, "q", 99, a), MP_EINVAL);
+    mp_msg_destroy(m);
+    mp_msg_destroy(NULL);
+
+    const char *names[] = {"w", "w"};
+    mp_tensor *ts[] = {a, b};
+    assert_mp_err(mp_msg_from_state_dict(2, names, ts, &m), MP_EINVAL);
+    names[1] = "b";
+    assert_mp_ok(mp_msg_from_state_dict(2, names, ts, &m));
+    assert_mp_ok(mp_msg_find_tensor(m, "b", &got));
+    assert_ptr_equal(got, b);
+    mp_tensor_release(got);
+    mp_msg_destroy(m);
+    mp_tensor_release(a);
+    mp_tensor_release(b);
+}
+
+/* Child: receives the message the parent built in send_views, checks it,
+ * doubles every element of "w" in place, and sends "w" back. */
+static int child_views(int sock)
+{
+    mp_msg *m = NULL, *back = NULL;
+    mp_tensor *w = NULL, *wt = NULL, *row = NULL;
+    size_t len;
+    int bad = 0;
+    if (mp__wire_recv(sock, &m, mp__deadline(10)) < 0)
+        return 10;
+    if (mp_msg_find_tensor(m, "w", &w) || mp_msg_find_tensor(m, "wt", &wt) ||
+        mp_msg_find_tensor(m, "row", &row))
+        return 11;
+    bad |= !mp_tensor_same_storage(w, wt) << 0;
+    bad |= !mp_tensor_same_storage(w, row) << 1;
+    bad |= (mp_tensor_size(wt, 0) != 4 || mp_tensor_size(wt, 1) != 3) << 2;
+    bad |= (((float *)mp_tensor_data(row))[0] != 4.0f) << 3;   /* row 1 of iota(3,4) */
+    bad |= (!mp_tensor_grad(w) || ((float *)mp_tensor_data(mp_tensor_grad(w)))[5] != 105.0f) << 4;
+    bad |= (strcmp(mp_msg_payload(m, &len), "payload") != 0) << 5;
+    if (bad)
+        return 20 + bad;
+    float *p = mp_tensor_data(w);
+    for (int i = 0; i < 12; i++)
+        p[i] *= 2;
+    if (mp_msg_create(&back) || mp_msg_add_tensor(back, "w", w) ||
+        mp__wire_send(sock, back, mp__deadline(10)))
+        return 12;
+    mp_msg_destroy(back);
+    mp_tensor_release(w);
+    mp_tensor_release(wt);
+    mp_tensor_release(row);
+    mp_msg_destroy(m);
+    return 0;
+}
+
+static void roundtrip(const char *strategy)
+{
+    int sv[2], status;
+    mp_tensor *w = iota(3, 4, 0), *wt = NULL, *row = NULL, *g = iota(3, 4, 100), *back = NULL;
+    mp_msg *m = NULL, *r = NULL;
+    uint64_t copies;
+    pid_t pid;
+    assert_mp_ok(mp_set_sharing_strategy(strategy));
+    assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    assert_mp_ok(mp_tensor_transpose(w, 0, 1, &wt));
+    assert_mp_ok(mp_tensor_select(w, 0, 1, &row));
+    assert_mp_ok(mp_tensor_set_grad(w, g));
+    assert_mp_ok(mp_msg_create(&m));
+    assert_mp_ok(mp_msg_set_payload(m, "payload", 8));
+    assert_mp_ok(mp_msg_add_tensor(m, "w", w));
+    assert_mp_ok(mp_msg_add_tensor(m, "wt", wt));
+    assert_mp_ok(mp_msg_add_tensor(m, "row", row));
+    assert_false(mp_tensor_is_shared(w));
+    pid = fork();
+    if (pid == 0) {
+        close(sv[0]);
+        _exit(child_views(sv[1]));
+    }
+    close(sv[1]);
+    copies = mp_tensor_shared_copy_count();
+    assert_mp_ok(mp__wire_send(sv[0], m, mp__deadline(10)));
+    /* storage + grad: two copies, views of w cost nothing */
+    assert_int_equal(mp_tensor_shared_copy_count() - copies, 2);
+    assert_true(mp_tensor_is_shared(w));
+    assert_mp_ok(mp__wire_recv(sv[0], &r, mp__deadline(10)));
+    assert_mp_ok(mp_msg_find_tensor(r, "w", &back));
+    /* the child's "w" came back as our storage: same memory, no new copy */
+    assert_true(mp_tensor_same_storage(back, w));
+    assert_int_equal(mp_tensor_shared_copy_count() - copies, 2);
+    assert_true(((float *)mp_tensor_data(w))[11] == 22.0f);
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    close(sv[0]);
+    mp_msg_destroy(r);
+    mp_msg_destroy(m);
+    mp_tensor_release(back);
+    mp_tensor_release(w);
+    mp_tensor_release(wt);
+    mp_tensor_release(row);
+    mp_tensor_release(g);
+}
+
+static void test_roundtrip_fd(void **state) { (void)state; roundtrip("file_descriptor"); }
+static void test_roundtrip_fs(void **state) { (void)state; roundtrip("file_system"); }
+
+static void test_spill(void **state)
+{
+    size_t n = 3u << 20, len = 0;
+    unsigned char *big = malloc(n);
+    mp_msg *m = NULL, *r = NULL;
+    mp_tensor *t = iota(2, 2, 1), *got = NULL;
+    int sv[2];
+    (void)state;
+    for (size_t i = 0; i < n; i++)
+        big[i] = (unsigned char)(i * 7 + 3);
+    assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    assert_mp_ok(mp_msg_create(&m));
+    assert_mp_ok(mp_msg_set_payload(m, big, n));
+    assert_mp_ok(mp_msg_add_tensor(m, "t", t));
+    assert_mp_ok(mp__wire_send(sv[0], m, 0));
+    assert_mp_ok(mp__wire_recv(sv[1], &r, 0));
+    const unsigned char *p = mp_msg_payload(r, &len);
+    assert_int_equal(len, n);
+    assert_memory_equal(p, big, n);
+    assert_mp_ok(mp_msg_find_tensor(r, "t", &got));
+    assert_true(mp_tensor_same_storage(got, t));
+    mp_msg_destroy(r);
+    assert_mp_err(mp__wire_recv(sv[1], &r, 0), MP_EAGAIN);
+    assert_null(r);
+    close(sv[0]);
+    assert_mp_err(mp__wire_recv(sv[1], &r, 0), MP_ECLOSED);
+    close(sv[1]);
+    mp_tensor_release(got);
+    mp_tensor_release(t);
+    mp_msg_destroy(m);
+    free(big);
+}
+
+static void test_encode_decode(void **state)
+{
+    mp_msg *m = NULL, *r = NULL;
+    mp_tensor *t = iota(5, 5, 0), *v = NULL, *got = NULL;
+    void *buf = NULL;
+    size_t len = 0;
+    int fds[MP__WIRE_MAX_FDS], nfds = 0;
+    (void)state;
+    assert_mp_ok(mp_tensor_narrow(t, 1, 1, 3, &v));
+    assert_mp_ok(mp_msg_create(&m));
+    assert_mp_ok(mp_msg_add_tensor(m, "t", t));
+    assert_mp_ok(mp_msg_add_tensor(m, "", v));
+    assert_mp_ok(mp__wire_encode(m, &buf, &len, fds, &nfds));
+    assert_int_equal(nfds, 1);
+    fds[0] = dup(fds[0]);   /* encode lends the storage's own fd */
+    assert_mp_ok(mp__wire_decode(buf, len, fds, nfds, &r));
+    assert_int_equal(mp_msg_count(r), 2);
+    assert_string_equal(mp_msg_name(r, 1), "");
+    assert_mp_ok(mp_msg_get_tensor(r, 1, &got));
+    assert_true(mp_tensor_same_storage(got, t));
+    assert_int_equal(mp_tensor_byte_offset(got), 4);
+    assert_int_equal(mp_tensor_strides(got)[0], 5);
+    mp_tensor_release(got);
+    mp_msg_destroy(r);
+    mp_msg_destroy(m);
+    free(buf);
+    mp_tensor_release(v);
+    mp_tensor_release(t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_msg_basics, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_roundtrip_fd, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_roundtrip_fs, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_spill, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_encode_decode, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
