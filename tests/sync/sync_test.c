@@ -211,6 +211,19 @@ static int rlock_and_die(void *p)
     return 3;
 }
 
+/* The pipe a dying child writes its byte to once it holds the object. */
+static void open_pipe(struct die_arg *a, int p[2])
+{
+    assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+    a->fd = p[1];
+}
+
+static void close_pipe(int p[2])
+{
+    close(p[0]);
+    close(p[1]);
+}
+
 static void wait_byte(int fd)
 {
     char c;
@@ -223,8 +236,7 @@ static void test_lock_owner_dead(void **state)
     int p[2];
     double t0;
     pid_t pid;
-    assert_int_equal(pipe2(p, O_CLOEXEC), 0);
-    a.fd = p[1];
+    open_pipe(&a, p);
     assert_mp_ok(mp_lock_create((mp_lock **)&a.obj));
     pid = fork_child(lock_and_die, &a);
     wait_byte(p[0]);
@@ -248,8 +260,7 @@ static void test_lock_owner_dead(void **state)
     assert_mp_ok(mp_lock_release(a.obj));
     assert_mp_err(mp_lock_acquire(a.obj, 0), MP_EBROKEN);
     mp_lock_destroy(a.obj);
-    close(p[0]);
-    close(p[1]);
+    close_pipe(p);
 }
 
 static void test_rlock_owner_dead(void **state)
@@ -257,8 +268,7 @@ static void test_rlock_owner_dead(void **state)
     struct die_arg a = {NULL, -1, 0};
     int p[2];
     pid_t pid;
-    assert_int_equal(pipe2(p, O_CLOEXEC), 0);
-    a.fd = p[1];
+    open_pipe(&a, p);
     assert_mp_ok(mp_rlock_create((mp_rlock **)&a.obj));
     pid = fork_child(rlock_and_die, &a);
     wait_byte(p[0]);
@@ -269,8 +279,7 @@ static void test_rlock_owner_dead(void **state)
     assert_mp_ok(mp_rlock_release(a.obj));
     assert_int_equal(mp_rlock_depth(a.obj), 0);
     mp_rlock_destroy(a.obj);
-    close(p[0]);
-    close(p[1]);
+    close_pipe(p);
 }
 
 /* ---- Semaphore ------------------------------------------------------------- */
@@ -323,8 +332,7 @@ static void test_semaphore_processes(void **state)
     int p[2];
     double t0;
     pid_t pid;
-    assert_int_equal(pipe2(p, O_CLOEXEC), 0);
-    a.fd = p[1];
+    open_pipe(&a, p);
     assert_mp_ok(mp_semaphore_create(0, (mp_semaphore **)&a.obj));
     pid = fork_child(sem_release_later, a.obj);
     assert_mp_ok(mp_semaphore_acquire(a.obj, 10)); /* the child's permit */
@@ -345,8 +353,7 @@ static void test_semaphore_processes(void **state)
     assert_mp_ok(mp_semaphore_release(a.obj));
     assert_int_equal(mp_semaphore_value(a.obj), 2);
     mp_semaphore_destroy(a.obj);
-    close(p[0]);
-    close(p[1]);
+    close_pipe(p);
 }
 
 /* ---- Event ------------------------------------------------------------------ */
