@@ -532,6 +532,11 @@ void mp_pool_destroy(mp_pool *p)
 {
     if (!p)
         return;
+    if (pthread_equal(pthread_self(), p->thread)) {
+        /* From a callback the handler would free itself: refuse (and leak). */
+        mp__log(MP_LOG_ERROR, "mp_pool_destroy: called from a callback; ignored");
+        return;
+    }
     pthread_mutex_lock(&p->mu);
     bool run = p->state == MP__POOL_RUN;
     pthread_mutex_unlock(&p->mu);
