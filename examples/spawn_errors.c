@@ -25,10 +25,9 @@ static void nap_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-/* A deliberate invalid write to a low, non-NULL address (so sanitizers see a
- * plain SIGSEGV rather than a null-pointer report), read from a volatile so
- * the compiler cannot prove it wrong at build time. */
-static volatile uintptr_t bad_address = 16;
+/* A deliberate invalid write (a low, non-NULL address, so sanitizers see a
+ * plain SIGSEGV rather than a null-pointer report). */
+static volatile uintptr_t bad_address = 16; /* volatile: the compiler cannot see it */
 static void corrupt_batch(void) { *(volatile int *)bad_address = 7; }
 
 MP_ENTRY(worker)
@@ -49,7 +48,7 @@ MP_ENTRY(worker)
 
 static int parse(int argc, char **argv, int *mode, const char **method)
 {
-    for (int i = 1; i < argc; i += 2) {
+    for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : "";
         if (strcmp(argv[i], "--mode") == 0 && strcmp(v, "segv") == 0)
             *mode = MODE_SEGV;
@@ -61,6 +60,7 @@ static int parse(int argc, char **argv, int *mode, const char **method)
             *method = v;
         else
             return -1;
+        i++;
     }
     return 0;
 }
