@@ -56,6 +56,8 @@ static void send_record(char type, const char *text, size_t len)
 
 static _Noreturn void child_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+_Thread_local void (*mp__raise_hook)(const char *text);
+
 static _Noreturn void child_vfail(const char *fmt, va_list ap)
 {
     char text[MP__MESSAGE_MAX];
@@ -64,6 +66,8 @@ static _Noreturn void child_vfail(const char *fmt, va_list ap)
         n = 0;
     if ((size_t)n >= sizeof text)
         n = (int)sizeof text - 1;
+    if (mp__raise_hook)
+        mp__raise_hook(text);
     if (is_child()) {
         send_record(MP__REC_RAISE, text, (size_t)n);
         fflush(NULL);

@@ -42,6 +42,11 @@ int mp__fork_check(const char *call);
 #define MP__REC_END 'E'
 #define MP__BOOT_MAGIC 0x6d70626fu /* "mpbo" */
 #define MP__MESSAGE_MAX 2048
+
+/* Set by a thread that catches mp_raise (a pool worker, to fail one task
+ * and carry on): mp_raise first calls it with the formatted text; the hook
+ * does not return (it longjmps back to its caller). NULL: no catcher. */
+extern _Thread_local void (*mp__raise_hook)(const char *text);
 #define MP__BACKTRACE_MAX 8192
 
 typedef struct mp__boot {
