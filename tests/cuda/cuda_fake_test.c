@@ -294,6 +294,29 @@ static void test_producer_exits_first(void **state)
     close(go[1]);
 }
 
+/* A tensor still in flight when its producer exits cannot be received: a
+ * clear MP_ECLOSED, the fds closed, nothing left mapped. */
+static void test_producer_gone_before_receive(void **state)
+{
+    int sv[2];
+    mp_tensor *t = NULL;
+    pair(sv);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(sv[0]);
+        mp_tensor *d = iota_cuda(0, 1, 8);
+        CHECK(d && send_tensor(sv[1], d) == 0);
+        _exit(0);
+    }
+    close(sv[1]);
+    reap(pid, 0);
+    assert_mp_err(recv_tensor(sv[0], &t), MP_ECLOSED);
+    assert_non_null(strstr(mp_last_error(), "has exited"));
+    assert_null(t);
+    assert_int_equal(mp__refseg_open_count(), 1);
+    close(sv[0]);
+}
+
 /* 1000 tensors sent and released (to ourselves: the producer's own path,
  * no IPC open) with the pending list back to empty. */
 static void test_thousand_to_self(void **state)
@@ -402,6 +425,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_resend, setup, teardown),
         cmocka_unit_test_setup_teardown(test_killed_consumer, setup, teardown),
         cmocka_unit_test_setup_teardown(test_producer_exits_first, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_producer_gone_before_receive, setup, teardown),
         cmocka_unit_test_setup_teardown(test_thousand_to_self, setup, teardown),
         cmocka_unit_test_setup_teardown(test_repeated_sends, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),

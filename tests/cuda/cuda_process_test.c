@@ -101,7 +101,14 @@ MP_ENTRY(t_producer)
         mp_conn_send(c, m, 10) < 0)
         mp_raise("send: %s", mp_last_error());
     mp_msg_destroy(m);
-    /* Returns holding t; the runtime's exit path warns through the hook. */
+    /* Wait until the parent has mapped it (a tensor whose producer is gone
+     * before it was received cannot be opened), then return holding t: the
+     * runtime's exit path warns through the hook. */
+    void *ack = NULL;
+    size_t len = 0;
+    if (mp_conn_recv_bytes(c, &ack, &len, 30) < 0)
+        mp_raise("ack: %s", mp_last_error());
+    free(ack);
     return 0;
 }
 
@@ -141,6 +148,7 @@ static void test_producer_exit_warning(void **state)
     assert_mp_ok(mp_conn_recv(a, &m, 30));
     assert_mp_ok(mp_msg_get_cuda_tensor(m, 0, &t));
     mp_msg_destroy(m);
+    assert_mp_ok(mp_conn_send_bytes(a, "k", 1, 5));
     assert_mp_ok(mp_conn_recv_bytes(a, &line, &len, 30));
     if (!strstr(line, "1 CUDA allocation is still shared"))
         fail_msg("warning: %.*s", (int)len, (char *)line);
