@@ -45,3 +45,7 @@ install(FILES ${PROJECT_BINARY_DIR}/mproc.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}
 target_compile_definitions(mproc_objects PRIVATE
   MPROC_BUILD_BINDIR="${PROJECT_BINARY_DIR}"
   MPROC_INSTALL_BINDIR="${CMAKE_INSTALL_FULL_BINDIR}")
+
+# src/shm/manager_client.c installs the shm-manager hooks from a constructor;
+# a static link keeps that object only if something references it.
+target_link_options(mproc_static INTERFACE "LINKER:--undefined=mp__mgr_client_anchor")

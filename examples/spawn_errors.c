@@ -27,7 +27,8 @@ static void nap_ms(int ms)
 
 /* A deliberate invalid write (a low, non-NULL address, so sanitizers see a
  * plain SIGSEGV rather than a null-pointer report). */
-static void corrupt_batch(volatile int *where) { *where = 7; }
+static volatile uintptr_t bad_address = 16; /* volatile: the compiler cannot see it */
+static void corrupt_batch(void) { *(volatile int *)bad_address = 7; }
 
 MP_ENTRY(worker)
 {
@@ -37,7 +38,7 @@ MP_ENTRY(worker)
         mp_raise("worker: expected an int mode, got %zu bytes", len);
     for (int step = 0; step < 20; step++) {
         if (rank == 2 && step == 3 && *mode == MODE_SEGV)
-            corrupt_batch((volatile int *)(uintptr_t)16);
+            corrupt_batch();
         if (rank == 2 && step == 3 && *mode == MODE_RAISE)
             mp_raise("bad batch %d", 7);
         nap_ms(*mode == MODE_OK ? 5 : 100); /* the healthy ranks keep looping */

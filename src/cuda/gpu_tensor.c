@@ -33,7 +33,7 @@ int mp_tensor_empty_cuda(int device, mp_dtype dtype, int ndim, const int64_t *sh
     const char *who = "mp_tensor_empty_cuda";
     int64_t strides[MP_MAX_NDIM];
     mp__storage *s = NULL;
-    size_t nbytes;
+    size_t nbytes = 0;
     void *base = NULL;
     int prev, rc;
     cudaError_t e;

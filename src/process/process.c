@@ -4,6 +4,7 @@
 #include "wire/wire.h"
 
 #include <errno.h>
+#include <execinfo.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -93,6 +94,10 @@ static void atfork_child(void) { pthread_mutex_unlock(&list_lock); }
 
 static void init_once_fn(void)
 {
+    void *frame;
+    /* Load libgcc_s for backtrace() once here, so fork children inherit it
+     * instead of each paying for the dlopen. */
+    backtrace(&frame, 1);
     atexit(at_exit);
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
 }

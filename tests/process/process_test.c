@@ -20,6 +20,7 @@ typedef struct targ {
     int op;    /* what the child does */
     int value;
     int rank_to_fail;
+    int stubborn; /* the ranks that hang ignore SIGTERM */
 } targ;
 
 enum { OP_RETURN, OP_SIGNAL, OP_HANG, OP_RAISE, OP_SEGV, OP_FD_CLOSED, OP_SLEEP_MS };
@@ -66,6 +67,10 @@ MP_ENTRY(t_rank)
         mp_raise("t_rank: payload of %zu bytes", len);
     if (a->rank_to_fail < 0)
         return rank == 0 ? 0 : do_op(&(targ){.op = OP_SLEEP_MS, .value = 20 * rank});
+    if (rank != a->rank_to_fail && a->stubborn)
+        signal(SIGTERM, SIG_IGN);
+    else if (rank == a->rank_to_fail && a->stubborn)
+        sleep_ms(50); /* let the others ignore SIGTERM first */
     return do_op(rank == a->rank_to_fail ? a : &hang);
 }
 
@@ -168,7 +173,7 @@ static bool pid_gone(pid_t pid)
 static void test_exitcodes(void **state)
 {
     const char *m = method_of(state);
-    mp_process *p = run_op(m, (targ){OP_RETURN, 7, 0});
+    mp_process *p = run_op(m, (targ){OP_RETURN, 7, 0, 0});
     mp_child_error e;
     assert_int_equal(exitcode_of(p), 7);
     assert_false(mp_process_is_alive(p));
@@ -178,17 +183,17 @@ static void test_exitcodes(void **state)
     assert_string_equal(e.message, "");
     assert_mp_ok(mp_process_destroy(p));
 
-    p = run_op(m, (targ){OP_RETURN, 0, 0});
+    p = run_op(m, (targ){OP_RETURN, 0, 0, 0});
     assert_int_equal(exitcode_of(p), 0);
     assert_mp_ok(mp_process_destroy(p));
 
-    p = run_op(m, (targ){OP_SIGNAL, SIGTERM, 0});
+    p = run_op(m, (targ){OP_SIGNAL, SIGTERM, 0, 0});
     assert_int_equal(exitcode_of(p), -SIGTERM);
     assert_mp_ok(mp_process_error(p, &e));
     assert_string_equal(e.signal_name, "SIGTERM");
     assert_mp_ok(mp_process_destroy(p));
 
-    p = run_op(m, (targ){OP_SIGNAL, SIGKILL, 0});
+    p = run_op(m, (targ){OP_SIGNAL, SIGKILL, 0, 0});
     assert_int_equal(exitcode_of(p), -SIGKILL);
     assert_mp_ok(mp_process_destroy(p));
 }
@@ -237,13 +242,13 @@ static void test_raise_and_segv(void **state)
 {
     const char *m = method_of(state);
     mp_child_error e;
-    mp_process *p = run_op(m, (targ){OP_RAISE, 7, 0});
+    mp_process *p = run_op(m, (targ){OP_RAISE, 7, 0, 0});
     assert_int_equal(exitcode_of(p), 1);
     assert_mp_ok(mp_process_error(p, &e));
     assert_string_equal(e.message, "bad batch 7");
     assert_mp_ok(mp_process_destroy(p));
 
-    p = run_op(m, (targ){OP_SEGV, 0, 0});
+    p = run_op(m, (targ){OP_SEGV, 0, 0, 0});
     assert_int_equal(exitcode_of(p), -SIGSEGV);
     assert_mp_ok(mp_process_error(p, &e));
     assert_string_equal(e.signal_name, "SIGSEGV");
@@ -256,7 +261,7 @@ static void test_misuse_and_timeout(void **state)
 {
     mp_process_options o;
     mp_process *p = NULL;
-    mp_msg *m = make_args((targ){OP_HANG, 0, 0});
+    mp_msg *m = make_args((targ){OP_HANG, 0, 0, 0});
     int code;
     mp_process_options_init(&o);
     o.start_method = method_of(state);
@@ -311,7 +316,7 @@ static void test_unknown_entry(void **state)
 
 static void test_spawn_ok(void **state)
 {
-    mp_msg *m = make_args((targ){OP_RETURN, 0, -1});
+    mp_msg *m = make_args((targ){OP_RETURN, 0, -1, 0});
     mp_spawn_context *ctx = NULL;
     assert_mp_ok(mp_spawn("t_rank", m, 4, true, false, method_of(state), &ctx));
     assert_null(ctx);
@@ -363,14 +368,14 @@ static void spawn_failure(const char *method, targ a, int want_exit, const char 
 static void test_spawn_failures(void **state)
 {
     const char *m = method_of(state);
-    spawn_failure(m, (targ){OP_RAISE, 7, 1}, 1, "bad batch 7");
-    spawn_failure(m, (targ){OP_SEGV, 0, 1}, -SIGSEGV, "");
-    spawn_failure(m, (targ){OP_RETURN, 5, 1}, 5, "");
+    spawn_failure(m, (targ){OP_RAISE, 7, 1, 0}, 1, "bad batch 7");
+    spawn_failure(m, (targ){OP_SEGV, 0, 1, 0}, -SIGSEGV, "");
+    spawn_failure(m, (targ){OP_RETURN, 5, 1, 0}, 5, "");
 }
 
 static void test_spawn_join_mode_failure(void **state)
 {
-    mp_msg *m = make_args((targ){OP_RAISE, 3, 2});
+    mp_msg *m = make_args((targ){OP_RAISE, 3, 2, 0});
     mp_spawn_context *ctx = NULL;
     mp_child_error e;
     assert_mp_err(mp_spawn("t_rank", m, 3, true, false, method_of(state), NULL), MP_ECHILD);
@@ -380,6 +385,53 @@ static void test_spawn_join_mode_failure(void **state)
     assert_mp_ok(mp_spawn_context_error(ctx, &e));
     assert_int_equal(e.rank, 2);
     mp_spawn_context_destroy(ctx);
+    mp_msg_destroy(m);
+}
+
+/* A sibling that ignores SIGTERM is SIGKILLed after the grace period. */
+static void test_spawn_grace_period(void **state)
+{
+    mp_msg *m = make_args((targ){OP_RAISE, 1, 0, 1});
+    mp_spawn_options o;
+    mp_spawn_context *ctx = NULL;
+    pid_t sibling;
+    double t0;
+    mp_spawn_options_init(&o);
+    o.nprocs = 2;
+    o.join = false;
+    o.start_method = method_of(state);
+    o.grace_period = 0.3;
+    assert_mp_ok(mp_spawn_ex("t_rank", m, &o, &ctx));
+    sibling = mp_spawn_context_pid(ctx, 1);
+    t0 = mp__now();
+    assert_mp_err(mp_spawn_context_join(ctx, 20), MP_ECHILD);
+    assert_true(mp__now() - t0 >= 0.3);
+    assert_true(pid_gone(sibling) || kill(sibling, 0) < 0);
+    assert_mp_err(mp_spawn_context_set_grace_period(ctx, -1), MP_EINVAL);
+    mp_spawn_context_destroy(ctx);
+    mp_msg_destroy(m);
+}
+
+/* A failing system call leaves no child, fd or socket behind, and the
+ * process can be started afterwards. */
+static void test_start_faults(void **state)
+{
+    mp_process_options o;
+    mp_process *p = NULL;
+    mp_msg *m = make_args((targ){OP_RETURN, 4, 0, 0});
+    mp_process_options_init(&o);
+    o.start_method = method_of(state);
+    assert_mp_ok(mp_process_create("t_op", m, &o, &p));
+    assert_mp_ok(mp__sys_fault("socketpair", EMFILE, 0, 1));
+    assert_mp_err(mp_process_start(p), MP_EMFILE);
+    assert_mp_ok(mp__sys_fault("sendmsg", ENOBUFS, 0, 1));
+    assert_true(mp_process_start(p) < 0);
+    mp__sys_fault_reset();
+    assert_int_equal(mp_process_pid(p), 0);
+    assert_mp_ok(mp_process_start(p));
+    assert_mp_ok(mp_process_join(p, 20));
+    assert_int_equal(exitcode_of(p), 4);
+    assert_mp_ok(mp_process_destroy(p));
     mp_msg_destroy(m);
 }
 
@@ -395,7 +447,7 @@ static void test_parent_killed(void **state)
         mp_process_options o;
         mp_process *p = NULL;
         mp_msg *m = NULL;
-        targ a = {OP_HANG, 0, 0};
+        targ a = {OP_HANG, 0, 0, 0};
         mp_process_options_init(&o);
         o.start_method = method_of(state);
         if (mp_msg_create(&m) || mp_msg_set_payload(m, &a, sizeof a) ||
@@ -427,7 +479,7 @@ static void test_no_fd_inherited(void **state)
     mp_process *p;
     close(fd0);
     assert_true(fd >= 0);
-    p = run_op(method, (targ){OP_FD_CLOSED, fd, 0});
+    p = run_op(method, (targ){OP_FD_CLOSED, fd, 0, 0});
     /* fork copies every fd; spawn and forkserver children get none. */
     assert_int_equal(exitcode_of(p), strcmp(method, "fork") == 0 ? 3 : 0);
     assert_mp_ok(mp_process_destroy(p));
@@ -478,9 +530,9 @@ static void test_context_and_default(void **state)
     mp_process_options o;
     mp_process *p = NULL;
     mp_context *ctx = NULL;
-    mp_msg *m = make_args((targ){OP_FD_CLOSED, 0, 0});
+    mp_msg *m = make_args((targ){OP_FD_CLOSED, 0, 0, 0});
     int fd0 = open("/dev/null", O_RDONLY), fd = fcntl(fd0, F_DUPFD, 20);
-    targ a = {OP_FD_CLOSED, fd, 0};
+    targ a = {OP_FD_CLOSED, fd, 0, 0};
     close(fd0);
     assert_mp_ok(mp_msg_set_payload(m, &a, sizeof a));
     assert_mp_ok(mp_get_context("spawn", &ctx));
@@ -614,7 +666,7 @@ static void warm_up(void)
         mp_spawn_context *ctx = NULL;
         static const int ops[] = {OP_RETURN, OP_RAISE, OP_SEGV};
         for (int k = 0; k < 3; k++) {
-            targ a = {ops[k], 1, ops[k] == OP_RETURN ? -1 : 1};
+            targ a = {ops[k], 1, ops[k] == OP_RETURN ? -1 : 1, 0};
             mp_msg *m = NULL;
             mp_msg_create(&m);
             mp_msg_set_payload(m, &a, sizeof a);
@@ -640,6 +692,8 @@ int main(int argc, char **argv)
         EACH(test_spawn_ok),
         EACH(test_spawn_failures),
         EACH(test_spawn_join_mode_failure),
+        EACH(test_spawn_grace_period),
+        EACH(test_start_faults),
         EACH(test_parent_killed),
         EACH(test_no_fd_inherited),
         ONCE(test_exec_failure),

@@ -1,0 +1,113 @@
+/* The shm manager: what the library client (manager_client.c), the daemon
+ * (tools/shm-manager/) and the CLI (tools/mproc/) share — where the daemon
+ * lives, its protocol, and how a /dev/shm/mproc-* segment is inspected.
+ *
+ * Protocol. Library clients send reports as datagrams to the daemon's
+ * SOCK_DGRAM socket, one socket per report call (no fd stays open in the
+ * client, so nothing is inherited across fork and leak checks see nothing);
+ * the kernel attaches the sender's verified pid/uid (SCM_CREDENTIALS) and
+ * keeps one queue in send order. Text lines "<verb> [args]\n":
+ *
+ *   HELLO <protocol> <pid>   first datagram of a client (and after a daemon restart)
+ *   C <name> <size>          created        O <name>   opened
+ *   X <name>                 closed (this process unmapped it)
+ *   U <name>                 unlinked       S <name>   a message carrying it was sent
+ *   R <name>                 a message carrying it was received
+ *
+ * A client is alive while its pidfd is not readable. Control connections
+ * (the CLI) use the SOCK_STREAM socket: one of STATUS, LIST or STOP; the
+ * daemon answers lines ending in "END\n" and closes. A peer of another uid
+ * gets "ERR ...\n" (stream) or is ignored and logged (datagram). Names are
+ * "/mproc-..." as in shm.h; anything else is rejected, so the daemon never
+ * unlinks a file outside the mproc namespace. */
+#ifndef MPROC_SHM_MANAGER_H
+#define MPROC_SHM_MANAGER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "shm/shm.h"
+
+#define MP__MGR_PROTOCOL 1
+#define MP__MGR_SOCKET "shm-manager.sock"   /* control: SOCK_STREAM */
+#define MP__MGR_DGRAM "shm-manager.dgram"   /* reports: SOCK_DGRAM */
+#define MP__MGR_LOCK "shm-manager.lock"
+#define MP__MGR_LOG "shm-manager.log"
+#define MP__MGR_LINE_MAX 256
+/* Default grace period (seconds) after the last client is gone; override with
+ * $MPROC_SHM_MANAGER_GRACE or the daemon's --grace. */
+#define MP__MGR_GRACE_DEFAULT 2.0
+
+/* The private runtime directory: $MPROC_RUNTIME_DIR, else
+ * $XDG_RUNTIME_DIR/mproc, else /tmp/mproc-<uid>. With create it is made mode
+ * 0700 when missing. It must be a real directory (not a symlink) owned by us
+ * with no group/other access, else MP_EPERM naming the problem. */
+int mp__mgr_runtime_dir(char *buf, size_t cap, bool create);
+/* <runtime dir>/<file>. */
+int mp__mgr_path(char *buf, size_t cap, const char *file, bool create);
+
+/* Connects to the daemon's socket (SOCK_CLOEXEC, blocking). MP_ENOENT when
+ * no daemon listens there. */
+int mp__mgr_connect(int *fd);
+/* Sends "<cmd>\n" on a fresh control connection and reads the reply up to
+ * the "END" line into a malloc'd string. MP_ENOENT when no daemon runs. */
+int mp__mgr_control(const char *cmd, char **reply, double timeout);
+
+/* The daemon binary: $MPROC_SHM_MANAGER, the build tree's, the install
+ * bindir's, else "mproc-shm-manager" for a $PATH lookup. */
+const char *mp__mgr_binary(char *buf, size_t cap);
+/* Starts the daemon (it detaches itself) with one optional argument (e.g.
+ * "--persistent", or NULL) and waits for it to be ready or to find another
+ * one already running. Returns 0 or a negative mp_err. */
+int mp__mgr_spawn(const char *arg, double timeout);
+
+/* A valid segment name: "/mproc-" or "mproc-" then [A-Za-z0-9_-], shorter
+ * than MP__SHM_NAME_MAX. */
+bool mp__mgr_name_ok(const char *name);
+
+/* What `mproc shm ls`, gc and the daemon learn about one segment without
+ * mapping it. */
+typedef struct mp__seg_info {
+    char name[MP__SHM_NAME_MAX];   /* "/mproc-..." */
+    uint64_t file_size;            /* st_size */
+    uint64_t size;                 /* header's data bytes (0 if no header) */
+    bool has_header;               /* magic and version match */
+    pid_t creator;                 /* header's pid, else the pid in the name, else 0 */
+    bool creator_alive;
+    uint32_t refcount;             /* header's, 0 without a header */
+    int users;                     /* live processes mapping it or holding an fd */
+    double age;                    /* seconds since its last status change */
+} mp__seg_info;
+
+/* Which mproc segments live processes use: one walk over /proc/<pid>/maps
+ * and /proc/<pid>/fd (processes we may not read are skipped). */
+typedef struct mp__seg_users {
+    char (*names)[MP__SHM_NAME_MAX];
+    int *counts;
+    int n, cap;
+} mp__seg_users;
+int mp__seg_users_collect(mp__seg_users *u);
+int mp__seg_users_count(const mp__seg_users *u, const char *name);
+void mp__seg_users_free(mp__seg_users *u);
+
+/* Fills *info for /dev/shm/<name> (name with or without the leading '/');
+ * users from u (-1 when u is NULL). MP_ENOENT when it does not exist. */
+int mp__seg_inspect(const char *name, const mp__seg_users *u, mp__seg_info *info);
+/* Calls fn for each /dev/shm/mproc-* file of this uid; stops when fn
+ * returns non-zero. Returns the number visited or a negative mp_err. */
+int mp__seg_each(int (*fn)(const char *name, void *ctx), void *ctx);
+/* Whether a process with this pid exists (kill 0; EPERM counts as alive). */
+bool mp__pid_alive(pid_t pid);
+
+/* The library client's hook table (installed at load time), exposed so
+ * tests can drive it without the shm layer. */
+const mp__shm_hooks *mp__mgr_client_hooks(void);
+/* Forgets the daemon this process registered with (the held set is kept
+ * and re-registered at the next report) and the cached runtime directory.
+ * For tests that change $MPROC_RUNTIME_DIR. */
+void mp__mgr_client_reset(void);
+/* Number of segments this process holds, as the client knows it. */
+int mp__mgr_client_held(void);
+
+#endif

@@ -1,0 +1,251 @@
+/* The library's side of mproc-shm-manager: the shm layer's hooks report
+ * every file_system segment this process creates, opens, closes, unlinks,
+ * sends and receives.
+ *
+ * Each report is one datagram to the daemon's SOCK_DGRAM socket, sent from
+ * a socket made for the call and closed at once: the process keeps no fd
+ * (nothing for fork to duplicate, nothing for leak checks to see), and the
+ * kernel stamps each datagram with our verified pid. No reply is awaited;
+ * sendto only enqueues, so a report made before a name leaves the process
+ * ("sent" runs before the message goes out) is in the daemon's queue before
+ * any other process can name the segment, even if we are SIGKILLed next.
+ *
+ * The daemon is started on demand at the first report, and again when it is
+ * gone. A process registers ("HELLO" plus every segment it holds) at its
+ * first report, again when the daemon's socket is a new one (the daemon was
+ * restarted), and in a forked child (it inherited the mappings). Failures
+ * never reach the caller (the hooks return void): segments keep working,
+ * only the leak protection is lost, and a line goes to the log hook.
+ * $MPROC_SHM_MANAGER=none turns the client off. */
+#include "shm/manager.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SEND_TIMEOUT_S 2        /* a daemon this slow is treated as gone */
+#define START_TIMEOUT 5.0
+#define RETRY_AFTER 1.0         /* after a failed start, drop reports this long */
+#define CHUNK 3072              /* registration datagrams stay small */
+
+typedef struct held_seg {
+    char name[MP__SHM_NAME_MAX];
+    uint64_t size;
+} held_seg;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pid_t reg_pid;           /* registered as this pid ... */
+static dev_t reg_dev;           /* ... with the daemon whose socket is this inode */
+static ino_t reg_ino;
+static held_seg *held;          /* segments this process maps now */
+static int nheld, held_cap;
+static double retry_after;
+static int disabled = -1;       /* from $MPROC_SHM_MANAGER, read once */
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* One datagram; blocks (bounded) only when the daemon's queue is full. */
+static int send_dgram(int fd, const struct sockaddr_un *sa, const char *buf, size_t len)
+{
+    for (;;) {
+        if (sendto(fd, buf, len, MSG_NOSIGNAL, (const struct sockaddr *)sa, sizeof *sa) ==
+            (ssize_t)len)
+            return 0;
+        if (errno != EINTR)
+            return -errno;
+    }
+}
+
+static int send_register(int fd, const struct sockaddr_un *sa)
+{
+    char buf[CHUNK + MP__MGR_LINE_MAX];
+    size_t len = (size_t)snprintf(buf, sizeof buf, "HELLO %d %d\n", MP__MGR_PROTOCOL,
+                                  (int)getpid());
+    int rc;
+    for (int i = 0; i < nheld; i++) {
+        len += (size_t)snprintf(buf + len, sizeof buf - len, "O %s\n", held[i].name);
+        if (len >= CHUNK) {
+            if ((rc = send_dgram(fd, sa, buf, len)) < 0)
+                return rc;
+            len = 0;
+        }
+    }
+    return len ? send_dgram(fd, sa, buf, len) : 0;
+}
+
+/* Sends line, registering first when needed. Returns 0 or -errno. */
+static int deliver(int fd, const struct sockaddr_un *sa, const char *line)
+{
+    struct stat st;
+    int rc;
+    if (stat(sa->sun_path, &st) != 0)
+        return -errno;
+    if (reg_pid != getpid() || reg_dev != st.st_dev || reg_ino != st.st_ino) {
+        if ((rc = send_register(fd, sa)) < 0)
+            return rc;
+        reg_pid = getpid();
+        reg_dev = st.st_dev;
+        reg_ino = st.st_ino;
+    }
+    return send_dgram(fd, sa, line, strlen(line));
+}
+
+static void report_locked(const char *line)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    struct timeval tv = {SEND_TIMEOUT_S, 0};
+    int fd, rc, spawn_rc = 0;
+    bool spawned = false;
+
+    if (now() < retry_after)
+        return;
+    if (mp__mgr_path(sa.sun_path, sizeof sa.sun_path, MP__MGR_DGRAM, true) < 0)
+        goto out_fail;
+    fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        mp__errno_error(errno, "shm manager client: socket");
+        goto out_fail;
+    }
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    rc = deliver(fd, &sa, line);
+    if (rc == -ENOENT || rc == -ECONNREFUSED) {
+        spawned = true;
+        /* No daemon (never started, exited, or killed): start one. Another
+         * starter may win the lock; its daemon binds shortly. */
+        if ((spawn_rc = mp__mgr_spawn(NULL, START_TIMEOUT)) == 0) {
+            double end = now() + START_TIMEOUT;
+            while ((rc = deliver(fd, &sa, line)) == -ENOENT || rc == -ECONNREFUSED) {
+                if (now() > end)
+                    break;
+                usleep(2000);
+            }
+        }
+    }
+    close(fd);
+    if (rc == 0)
+        return;
+    if (spawn_rc == 0)
+        mp__errno_error(-rc, "shm manager client: sendto(%s)%s", sa.sun_path,
+                        spawned ? " after starting the daemon" : "");
+out_fail:
+    mp__log(MP_LOG_WARN, "file_system segments are not protected against leaks: %s",
+            mp_last_error());
+    retry_after = now() + RETRY_AFTER;
+}
+
+static void held_update(const char *name, uint64_t size, bool add)
+{
+    for (int i = 0; i < nheld; i++)
+        if (strcmp(held[i].name, name) == 0) {
+            if (!add)
+                held[i] = held[--nheld];
+            return;
+        }
+    if (!add)
+        return;
+    if (nheld == held_cap) {
+        int cap = held_cap ? held_cap * 2 : 16;
+        held_seg *nh = realloc(held, (size_t)cap * sizeof *nh);
+        if (!nh)
+            return; /* only re-registration after a daemon restart misses it */
+        held = nh;
+        held_cap = cap;
+    }
+    snprintf(held[nheld].name, sizeof held[nheld].name, "%s", name);
+    held[nheld++].size = size;
+}
+
+static bool is_disabled(void)
+{
+    if (disabled < 0) {
+        const char *e = getenv("MPROC_SHM_MANAGER");
+        disabled = e && strcmp(e, "none") == 0;
+    }
+    return disabled;
+}
+
+static void report(char verb, const char *name, uint64_t size, int held_change)
+{
+    char line[MP__MGR_LINE_MAX];
+    int err = errno; /* hooks run inside library calls: leave errno alone */
+    if (!mp__mgr_name_ok(name) || is_disabled())
+        return;
+    if (verb == 'C')
+        snprintf(line, sizeof line, "C %s %llu\n", name, (unsigned long long)size);
+    else
+        snprintf(line, sizeof line, "%c %s\n", verb, name);
+    pthread_mutex_lock(&lock);
+    report_locked(line);
+    if (held_change)
+        held_update(name, size, held_change > 0);
+    pthread_mutex_unlock(&lock);
+    errno = err;
+}
+
+static void on_created(const char *name, uint64_t size) { report('C', name, size, 1); }
+static void on_opened(const char *name) { report('O', name, 0, 1); }
+static void on_closed(const char *name) { report('X', name, 0, -1); }
+static void on_unlinked(const char *name) { report('U', name, 0, -1); }
+static void on_sent(const char *name) { report('S', name, 0, 0); }
+static void on_received(const char *name) { report('R', name, 0, 0); }
+
+static const mp__shm_hooks client_hooks = {
+    .created = on_created,
+    .opened = on_opened,
+    .closed = on_closed,
+    .unlinked = on_unlinked,
+    .sent = on_sent,
+    .received = on_received,
+};
+
+const mp__shm_hooks *mp__mgr_client_hooks(void) { return &client_hooks; }
+
+void mp__mgr_client_reset(void)
+{
+    pthread_mutex_lock(&lock);
+    reg_pid = 0;
+    retry_after = 0;
+    pthread_mutex_unlock(&lock);
+}
+
+int mp__mgr_client_held(void)
+{
+    pthread_mutex_lock(&lock);
+    int n = nheld;
+    pthread_mutex_unlock(&lock);
+    return n;
+}
+
+/* A child forked while another thread reported must not inherit a locked
+ * mutex. (It re-registers at its first report: reg_pid differs.) */
+static void atfork_prepare(void) { pthread_mutex_lock(&lock); }
+static void atfork_parent(void) { pthread_mutex_unlock(&lock); }
+static void atfork_child(void) { pthread_mutex_unlock(&lock); }
+
+/* The shm layer may be absent from a static link that never creates
+ * segments: then there is nothing to report, and the weak reference keeps
+ * this file from pulling it in. */
+extern void mp__shm_set_hooks(const mp__shm_hooks *hooks) __attribute__((weak));
+
+/* Referenced by -Wl,--undefined (cmake/install.cmake) so that a static link
+ * keeps this file, whose constructor installs the hooks. */
+const int mp__mgr_client_anchor = 1;
+
+__attribute__((constructor)) static void client_install(void)
+{
+    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    if (mp__shm_set_hooks)
+        mp__shm_set_hooks(&client_hooks);
+}

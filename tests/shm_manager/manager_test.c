@@ -1,0 +1,366 @@
+/* mproc-shm-manager and its library client: start on demand, one daemon for
+ * concurrent starters, reclaiming by the rule (holders, messages in flight),
+ * restart and re-adoption, dead owners at start, another uid refused. */
+#include <linux/capability.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+
+#include "mgr_test.h"
+
+typedef struct child {
+    pid_t pid;
+    int to, from; /* pipe ends: parent -> child, child -> parent */
+} child;
+
+/* Forks a child running fn(to_read, from_write); it _exits with fn's value. */
+static child child_start(int (*fn)(int in, int out, void *arg), void *arg)
+{
+    int a[2], b[2];
+    child c = {-1, -1, -1};
+    assert_int_equal(pipe2(a, O_CLOEXEC), 0);
+    assert_int_equal(pipe2(b, O_CLOEXEC), 0);
+    c.pid = fork();
+    assert_true(c.pid >= 0);
+    if (c.pid == 0) {
+        close(a[1]);
+        close(b[0]);
+        _exit(fn(a[0], b[1], arg));
+    }
+    close(a[0]);
+    close(b[1]);
+    c.to = a[1];
+    c.from = b[0];
+    return c;
+}
+
+static void child_end(child *c, bool kill_it)
+{
+    int status = 0;
+    if (kill_it)
+        kill(c->pid, SIGKILL);
+    waitpid(c->pid, &status, 0);
+    close(c->to);
+    close(c->from);
+    if (!kill_it && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+        fail_msg("child %d ended with status 0x%x", (int)c->pid, (unsigned)status);
+}
+
+/* Child: creates `n` segments, says 'r' and waits; 'y' creates one more. */
+static int creator(int in, int out, void *arg)
+{
+    mp__segment *s[8];
+    int n = (int)(intptr_t)arg, k = 0;
+    for (; k < n; k++)
+        if (mp__segment_create(4096, MP__STRATEGY_FS, &s[k]) != 0)
+            return 10;
+    mgr_put(out, 'r');
+    for (;;) {
+        char c = mgr_get(in, 30);
+        if (c == 'y' && k < 8) {
+            if (mp__segment_create(4096, MP__STRATEGY_FS, &s[k++]) != 0)
+                return 11;
+            mgr_put(out, 'r');
+        } else if (c == 'q') {
+            while (k > 0)
+                mp__segment_release(s[--k]);
+            return 0;
+        } else if (c == 'f') { /* fork a grandchild that keeps the mappings */
+            pid_t g = fork();
+            if (g == 0) {
+                mp__segment *t;
+                if (mp__segment_create(4096, MP__STRATEGY_FS, &t) != 0)
+                    _exit(12);
+                mgr_put(out, 'g');
+                mgr_get(in, 30); /* until killed */
+                _exit(0);
+            }
+            (void)!write(out, &g, sizeof g);
+        } else {
+            return 0;
+        }
+    }
+}
+
+static void test_sigkill_after_create(void **state)
+{
+    child c = child_start(creator, (void *)(intptr_t)3);
+    assert_int_equal(mgr_get(c.from, 10), 'r');
+    assert_true(mgr_shm_of(c.pid));
+    assert_true(mgr_daemon_pid() > 0); /* started on demand */
+    child_end(&c, true);
+    assert_true(mgr_wait_clean(&c.pid, 1, MGR_GRACE + 1));
+}
+
+static void test_release_and_exit(void **state)
+{
+    child c = child_start(creator, (void *)(intptr_t)2);
+    assert_int_equal(mgr_get(c.from, 10), 'r');
+    mgr_put(c.to, 'q');
+    child_end(&c, false);
+    assert_false(mgr_shm_of(c.pid));
+}
+
+static int starter(int in, int out, void *arg)
+{
+    mgr_get(in, 10); /* all start at once: the parent closes the pipe */
+    return mp__mgr_spawn(NULL, 10) == 0 ? 0 : 1;
+}
+
+static void test_two_starters_one_daemon(void **state)
+{
+    for (int round = 0; round < 2; round++) {
+        child c[4];
+        mgr_kill_daemon();
+        for (int i = 0; i < 4; i++)
+            c[i] = child_start(starter, NULL);
+        for (int i = 0; i < 4; i++)
+            close(c[i].to), c[i].to = -1;
+        for (int i = 0; i < 4; i++) {
+            c[i].to = open("/dev/null", O_RDONLY | O_CLOEXEC);
+            child_end(&c[i], false);
+        }
+        assert_int_equal(mgr_count_daemons(), 1);
+        assert_true(mgr_daemon_pid() > 0);
+    }
+    /* The same through the client: four processes create at once. */
+    mgr_kill_daemon();
+    child c[4];
+    pid_t pids[4];
+    for (int i = 0; i < 4; i++) {
+        c[i] = child_start(creator, (void *)(intptr_t)1);
+        pids[i] = c[i].pid;
+    }
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(mgr_get(c[i].from, 10), 'r');
+    assert_int_equal(mgr_count_daemons(), 1);
+    assert_true(mgr_wait_stat("clients", 4, 5));
+    for (int i = 0; i < 4; i++)
+        child_end(&c[i], true);
+    assert_true(mgr_wait_clean(pids, 4, MGR_GRACE + 1));
+}
+
+/* Child: creates a segment, exports it (the "sent" report: a message now
+ * carries it), gives the name to the parent, releases its own reference. */
+static int sender(int in, int out, void *arg)
+{
+    mp__segment *s;
+    mp__segment_handle h;
+    if (mp__segment_create(4096, MP__STRATEGY_FS, &s) != 0 || mp__segment_export(s, &h) != 0)
+        return 10;
+    ((char *)mp__segment_data(s))[0] = 42;
+    mp__segment_release(s);
+    (void)!write(out, h.name, sizeof h.name);
+    mgr_get(in, 30);
+    return 0;
+}
+
+/* Child: receives the name from the parent, opens it (the "received" and
+ * "opened" reports), checks the byte, releases it. */
+static int receiver(int in, int out, void *arg)
+{
+    mp__segment_handle h = {.strategy = MP__STRATEGY_FS, .fd = -1, .size = 4096};
+    mp__segment *s = NULL;
+    int ok;
+    if (read(in, h.name, sizeof h.name) != (ssize_t)sizeof h.name)
+        return 10;
+    if (mp__segment_open(&h, &s) != 0)
+        return 11;
+    ok = ((char *)mp__segment_data(s))[0] == 42;
+    mp__segment_release(s);
+    return ok ? 0 : 12;
+}
+
+static void test_in_flight_kept_until_received(void **state)
+{
+    char name[MP__SHM_NAME_MAX];
+    child keeper = child_start(creator, (void *)(intptr_t)1); /* a live client */
+    child c = child_start(sender, NULL), r;
+
+    assert_int_equal(mgr_get(keeper.from, 10), 'r');
+    assert_int_equal(read(c.from, name, sizeof name), (ssize_t)sizeof name);
+    child_end(&c, true);
+    /* The creator is dead and holds nothing, but the message is in flight. */
+    mgr_sleep(MGR_GRACE + 0.5);
+    assert_true(mgr_exists(name));
+    r = child_start(receiver, NULL);
+    assert_int_equal(write(r.to, name, sizeof name), (ssize_t)sizeof name);
+    child_end(&r, false);
+    assert_true(mgr_wait_clean(&c.pid, 1, MGR_GRACE + 1));
+    assert_false(mgr_exists(name));
+    child_end(&keeper, true);
+}
+
+static void test_daemon_killed_readopts(void **state)
+{
+    child c = child_start(creator, (void *)(intptr_t)2);
+    pid_t first;
+    assert_int_equal(mgr_get(c.from, 10), 'r');
+    first = mgr_daemon_pid();
+    assert_true(first > 0);
+    mgr_kill_daemon();
+    mgr_put(c.to, 'y'); /* the next report restarts it and re-registers */
+    assert_int_equal(mgr_get(c.from, 10), 'r');
+    assert_true(mgr_daemon_pid() > 0 && mgr_daemon_pid() != first);
+    assert_true(mgr_wait_stat("segments", 3, 5));
+    /* Re-registered, not merely adopted: it reclaims at once, no grace. */
+    child_end(&c, true);
+    assert_true(mgr_wait_clean(&c.pid, 1, MGR_GRACE + 1));
+}
+
+/* Writes a file_system segment by hand, as a process `creator` would. */
+static void make_segment(const char *name, pid_t creator, uint32_t refs)
+{
+    char path[128];
+    mp__fs_header h = {MP__FS_MAGIC, MP__FS_VERSION, (uint32_t)creator, 100, refs, 0};
+    int fd;
+    snprintf(path, sizeof path, "/dev/shm%s", name);
+    fd = open(path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, MP__FS_HEADER_SIZE + 4096), 0);
+    assert_int_equal(pwrite(fd, &h, sizeof h, 0), (ssize_t)sizeof h);
+    close(fd);
+}
+
+static pid_t dead_pid(void)
+{
+    pid_t p = fork();
+    if (p == 0)
+        _exit(0);
+    waitpid(p, NULL, 0);
+    return p;
+}
+
+static void test_dead_owner_reclaimed_at_start(void **state)
+{
+    char dead[64], alive[64];
+    pid_t d = dead_pid();
+    mgr_kill_daemon();
+    snprintf(dead, sizeof dead, "/mproc-%d-0123456789abcdef", (int)d);
+    snprintf(alive, sizeof alive, "/mproc-%d-fedcba9876543210", (int)getpid());
+    make_segment(dead, d, 2);     /* refcount left by killed users */
+    make_segment(alive, getpid(), 1);
+    assert_mp_ok(mp__mgr_spawn(NULL, 10));
+    for (int i = 0; i < 100 && mgr_exists(dead); i++)
+        mgr_sleep(0.01);
+    assert_false(mgr_exists(dead));
+    mgr_sleep(MGR_GRACE + 0.5); /* its creator lives: adopted, kept */
+    assert_true(mgr_exists(alive));
+    assert_int_equal(shm_unlink(alive), 0);
+}
+
+static void test_fork_child_registers_inherited(void **state)
+{
+    child c = child_start(creator, (void *)(intptr_t)1);
+    pid_t g, pids[2];
+    assert_int_equal(mgr_get(c.from, 10), 'r');
+    mgr_put(c.to, 'f');
+    assert_int_equal(read(c.from, &g, sizeof g), (ssize_t)sizeof g);
+    assert_int_equal(mgr_get(c.from, 10), 'g');
+    pids[0] = c.pid;
+    pids[1] = g;
+    kill(c.pid, SIGKILL); /* the grandchild still maps the child's segment */
+    mgr_sleep(MGR_GRACE + 0.3);
+    assert_true(mgr_shm_of(c.pid));
+    kill(g, SIGKILL);
+    child_end(&c, true);
+    assert_true(mgr_wait_clean(pids, 2, MGR_GRACE + 1));
+}
+
+static void test_grace_exit(void **state)
+{
+    child c = child_start(creator, (void *)(intptr_t)1);
+    pid_t daemon;
+    assert_int_equal(mgr_get(c.from, 10), 'r');
+    daemon = mgr_daemon_pid();
+    assert_true(daemon > 0);
+    child_end(&c, true);
+    for (int i = 0; i < 150 && mp__pid_alive(daemon); i++)
+        mgr_sleep(0.01);
+    assert_false(mp__pid_alive(daemon));
+    assert_false(mgr_shm_of(c.pid));
+}
+
+/* In a child: drop to uid 65534 but keep CAP_DAC_OVERRIDE, so the 0700
+ * directory does not stop us and only the daemon's own check can. */
+static int other_uid(int in, int out, void *arg)
+{
+    struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct data[2] = {{0}};
+    char reply[256], *dummy = NULL, msg[] = "C /mproc-1-0000000000000001 1\n";
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int fd, rc;
+    if (prctl(PR_SET_KEEPCAPS, 1) != 0 || setgid(65534) != 0 || setuid(65534) != 0)
+        return 20;
+    data[0].effective = data[0].permitted = 1u << CAP_DAC_OVERRIDE;
+    if (syscall(SYS_capset, &hdr, data) != 0)
+        return 21;
+    /* Raw, since our own client would already refuse the root-owned dir. */
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s/%s", mgr_dir, MP__MGR_SOCKET);
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0)
+        return 22;
+    (void)!send(fd, "STATUS\n", 7, MSG_NOSIGNAL); /* it may have hung up already */
+    memset(reply, 0, sizeof reply);
+    for (size_t len = 0; len < sizeof reply - 1;) {
+        ssize_t r = read(fd, reply + len, sizeof reply - 1 - len);
+        if (r <= 0)
+            break;
+        len += (size_t)r;
+    }
+    close(fd);
+    if (strncmp(reply, "ERR uid 65534 refused", 21) != 0)
+        return 23;
+    rc = mp__mgr_control("STATUS", &dummy, 5); /* and the client refuses the dir */
+    free(dummy);
+    if (rc != MP_EPERM || !strstr(mp_last_error(), "belongs to uid 0"))
+        return 24;
+    /* Reports from another uid are ignored (and logged). */
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s/%s", mgr_dir, MP__MGR_DGRAM);
+    fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (sendto(fd, msg, strlen(msg), 0, (struct sockaddr *)&sa, sizeof sa) < 0)
+        return 25;
+    close(fd);
+    return 0;
+}
+
+static void test_other_uid_refused(void **state)
+{
+    child keeper;
+    if (geteuid() != 0) {
+        fprintf(stderr, "skipped: needs root to switch uid in a child\n");
+        skip();
+    }
+    keeper = child_start(creator, (void *)(intptr_t)1);
+    assert_int_equal(mgr_get(keeper.from, 10), 'r');
+    child c = child_start(other_uid, NULL);
+    child_end(&c, false);
+    mgr_sleep(0.1);
+    assert_int_equal(mgr_stat("segments"), 1); /* the foreign report was ignored */
+    child_end(&keeper, true);
+    assert_true(mgr_wait_clean(&keeper.pid, 1, MGR_GRACE + 1));
+}
+
+static int setup(void **state) { return mp_test_setup(state); }
+static int teardown(void **state) { return mp_test_teardown(state); }
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_sigkill_after_create, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_release_and_exit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_two_starters_one_daemon, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_in_flight_kept_until_received, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_daemon_killed_readopts, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dead_owner_reclaimed_at_start, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fork_child_registers_inherited, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_grace_exit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_other_uid_refused, setup, teardown),
+    };
+    int rc;
+    mgr_test_env();
+    rc = cmocka_run_group_tests(tests, NULL, NULL);
+    mgr_test_cleanup();
+    return rc;
+}

@@ -1,0 +1,243 @@
+/* Helpers for the shm-manager tests (header-only: every *_test.c is its own
+ * binary). Each binary runs its own daemon in a private runtime directory
+ * with a short grace period, so tests neither see nor disturb the user's. */
+#ifndef MGR_TEST_H
+#define MGR_TEST_H
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mp_test.h"
+#include "shm/manager.h"
+#include "shm/shm.h"
+
+#define MGR_GRACE 0.5
+static char mgr_dir[64];          /* private runtime directory */
+static char mgr_bindir[PATH_MAX]; /* where the test binary, the daemon and mproc are */
+
+static double mgr_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void mgr_sleep(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/* Call first in main. */
+static void mgr_test_env(void)
+{
+    char exe[PATH_MAX], path[PATH_MAX + 32], grace[16];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0)
+        abort();
+    exe[n] = 0;
+    snprintf(mgr_bindir, sizeof mgr_bindir, "%s", dirname(exe));
+    snprintf(mgr_dir, sizeof mgr_dir, "/tmp/mproc-test.XXXXXX");
+    if (!mkdtemp(mgr_dir))
+        abort();
+    snprintf(path, sizeof path, "%s/mproc-shm-manager", mgr_bindir);
+    snprintf(grace, sizeof grace, "%g", MGR_GRACE);
+    setenv("MPROC_RUNTIME_DIR", mgr_dir, 1);
+    setenv("MPROC_SHM_MANAGER", path, 1);
+    setenv("MPROC_SHM_MANAGER_GRACE", grace, 1);
+}
+
+/* Stops our daemon (if any) and removes the runtime directory. */
+static void mgr_test_cleanup(void)
+{
+    char *reply = NULL;
+    char path[PATH_MAX + 32];
+    if (mp__mgr_control("STOP", &reply, 2.0) == 0)
+        free(reply);
+    for (int i = 0; i < 200; i++) {
+        int fd;
+        if (mp__mgr_connect(&fd) != 0)
+            break;
+        close(fd);
+        mgr_sleep(0.01);
+    }
+    const char *files[] = {MP__MGR_LOCK, MP__MGR_LOG, MP__MGR_SOCKET, MP__MGR_DGRAM};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", mgr_dir, files[i]);
+        unlink(path);
+    }
+    rmdir(mgr_dir);
+}
+
+/* The daemon's pid from the lock file, if that process is alive; else 0. */
+static pid_t mgr_daemon_pid(void)
+{
+    char path[PATH_MAX + 32];
+    int pid = 0;
+    FILE *f;
+    snprintf(path, sizeof path, "%s/%s", mgr_dir, MP__MGR_LOCK);
+    if (!(f = fopen(path, "re")))
+        return 0;
+    if (fscanf(f, "%d", &pid) != 1)
+        pid = 0;
+    fclose(f);
+    return pid > 0 && mp__pid_alive(pid) ? (pid_t)pid : 0;
+}
+
+/* Daemons serving our runtime directory, counted from /proc (environ). */
+static int mgr_count_daemons(void)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    char want[PATH_MAX + 32];
+    int n = 0;
+    snprintf(want, sizeof want, "MPROC_RUNTIME_DIR=%s", mgr_dir);
+    while (d && (e = readdir(d))) {
+        char path[300], comm[64] = "", env[8192];
+        int pid = atoi(e->d_name), fd;
+        FILE *f;
+        ssize_t len;
+        if (pid <= 0 || !mp__pid_alive(pid))
+            continue;
+        snprintf(path, sizeof path, "/proc/%d/comm", pid);
+        if (!(f = fopen(path, "re")))
+            continue;
+        if (!fgets(comm, sizeof comm, f))
+            comm[0] = 0;
+        fclose(f);
+        if (strncmp(comm, "mproc-shm-manag", 15) != 0)
+            continue;
+        snprintf(path, sizeof path, "/proc/%d/environ", pid);
+        if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+            continue;
+        len = read(fd, env, sizeof env - 1);
+        close(fd);
+        for (ssize_t i = 0; i < len; i += (ssize_t)strlen(env + i) + 1) {
+            env[len] = 0;
+            if (strcmp(env + i, want) == 0) {
+                n++;
+                break;
+            }
+        }
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* Whether /dev/shm holds a segment named after pid ("mproc-<pid>-..."). */
+static bool mgr_shm_of(pid_t pid)
+{
+    char prefix[32];
+    DIR *d = opendir("/dev/shm");
+    struct dirent *e;
+    bool found = false;
+    snprintf(prefix, sizeof prefix, "mproc-%d-", (int)pid);
+    while (d && !found && (e = readdir(d)))
+        found = strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+    if (d)
+        closedir(d);
+    return found;
+}
+
+/* Waits until no segment of any of the pids remains; false at the timeout. */
+static bool mgr_wait_clean(const pid_t *pids, int n, double timeout)
+{
+    double end = mgr_now() + timeout;
+    for (;;) {
+        bool any = false;
+        for (int i = 0; i < n && !any; i++)
+            any = mgr_shm_of(pids[i]);
+        if (!any)
+            return true;
+        if (mgr_now() > end)
+            return false;
+        mgr_sleep(0.01);
+    }
+}
+
+static bool mgr_exists(const char *name)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/dev/shm/%s", name[0] == '/' ? name + 1 : name);
+    return access(path, F_OK) == 0;
+}
+
+/* A daemon statistic from STATUS ("clients", "segments"); -1 if none runs. */
+static int mgr_stat(const char *key)
+{
+    char *reply = NULL, *p, want[64];
+    int v = -1;
+    if (mp__mgr_control("STATUS", &reply, 2.0) != 0)
+        return -1;
+    snprintf(want, sizeof want, "\n%s ", key);
+    if ((p = strstr(reply, want)))
+        v = atoi(p + strlen(want));
+    free(reply);
+    return v;
+}
+
+/* Waits for the condition mgr_stat(key) == want. */
+static bool mgr_wait_stat(const char *key, int want, double timeout)
+{
+    double end = mgr_now() + timeout;
+    while (mgr_stat(key) != want)
+        if (mgr_now() > end)
+            return false;
+        else
+            mgr_sleep(0.01);
+    return true;
+}
+
+/* Kills our daemon (SIGKILL) and waits until it is gone. */
+static void mgr_kill_daemon(void)
+{
+    pid_t pid = mgr_daemon_pid();
+    if (pid > 0) {
+        kill(pid, SIGKILL);
+        for (int i = 0; i < 500 && mp__pid_alive(pid); i++)
+            mgr_sleep(0.01);
+    }
+}
+
+/* Pipe helpers: a one-byte "go"/"ready" between parent and child. */
+static void mgr_put(int fd, char c)
+{
+    while (write(fd, &c, 1) < 0 && errno == EINTR)
+        ;
+}
+
+static char mgr_get(int fd, double timeout)
+{
+    char c = 0;
+    struct timespec ts = {0, 1000000};
+    double end = mgr_now() + timeout;
+    int fl = fcntl(fd, F_GETFL);
+    fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+    for (;;) {
+        ssize_t r = read(fd, &c, 1);
+        if (r == 1 || r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
+            break;
+        if (mgr_now() > end)
+            break;
+        nanosleep(&ts, NULL);
+    }
+    fcntl(fd, F_SETFL, fl);
+    return c;
+}
+
+#endif

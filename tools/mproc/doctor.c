@@ -1,0 +1,235 @@
+/* mproc doctor: the system limits mproc depends on, each with its fix. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "shm/manager.h"
+
+enum { OK, INFO, WARN, FAIL };
+static const char *const status_name[] = {"ok", "info", "warn", "fail"};
+
+typedef struct check {
+    const char *name;
+    int status;
+    char detail[400];
+    char fix[400];
+} check;
+
+static check checks[8];
+static int nchecks;
+
+static check *add(const char *name, int status, const char *fix, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static check *add(const char *name, int status, const char *fix, const char *fmt, ...)
+{
+    check *c = &checks[nchecks++];
+    va_list ap;
+    c->name = name;
+    c->status = status;
+    snprintf(c->fix, sizeof c->fix, "%s", fix ? fix : "");
+    va_start(ap, fmt);
+    vsnprintf(c->detail, sizeof c->detail, fmt, ap);
+    va_end(ap);
+    return c;
+}
+
+static long read_long(const char *path)
+{
+    FILE *f = fopen(path, "re");
+    long v = -1;
+    if (f) {
+        if (fscanf(f, "%ld", &v) != 1)
+            v = -1;
+        fclose(f);
+    }
+    return v;
+}
+
+/* file_descriptor: each shared storage a process holds is one fd (plus the
+ * ones in flight); 64 for everything else. */
+static void check_nofile(long tensors)
+{
+    struct rlimit rl;
+    long need = tensors + 64;
+    char fix[400];
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+        add("open_files", FAIL, NULL, "getrlimit(RLIMIT_NOFILE): %s", strerror(errno));
+        return;
+    }
+    snprintf(fix, sizeof fix,
+             rl.rlim_max != RLIM_INFINITY && (long)rl.rlim_max < need
+                 ? "raise the hard limit (limits.conf nofile, systemd LimitNOFILE=, docker "
+                   "--ulimit nofile=%ld), or mp_set_sharing_strategy(\"file_system\")"
+                 : "run `ulimit -n %ld` (or setrlimit in main), or "
+                   "mp_set_sharing_strategy(\"file_system\")",
+             need);
+    if (rl.rlim_cur != RLIM_INFINITY && (long)rl.rlim_cur < need)
+        add("open_files", WARN, fix,
+            "open-files limit is %llu (soft) / %llu (hard): too low for %ld shared tensors "
+            "under file_descriptor, which need about %ld fds",
+            (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max, tensors, need);
+    else
+        add("open_files", OK, NULL,
+            "open-files limit is %llu (soft) / %llu (hard): enough for %ld shared tensors "
+            "(about %ld fds)",
+            (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max, tensors, need);
+}
+
+static void check_dev_shm(void)
+{
+    struct statvfs v;
+    unsigned long long total, avail;
+    if (statvfs("/dev/shm", &v) != 0) {
+        add("dev_shm", FAIL, "mount a tmpfs on /dev/shm (mount -t tmpfs -o size=1g tmpfs /dev/shm)",
+            "/dev/shm: %s", strerror(errno));
+        return;
+    }
+    total = (unsigned long long)v.f_blocks * v.f_frsize;
+    avail = (unsigned long long)v.f_bavail * v.f_frsize;
+    if (total <= 64ull << 20)
+        add("dev_shm", WARN,
+            "give the container more: docker run --shm-size=2g (or --ipc=host); Kubernetes: "
+            "an emptyDir with medium: Memory mounted on /dev/shm",
+            "/dev/shm is %llu MiB (%llu MiB free): this looks like a container's 64 MiB "
+            "default, too small for real tensors",
+            total >> 20, avail >> 20);
+    else if (avail < total / 10)
+        add("dev_shm", WARN, "free space: `mproc shm gc` removes leaked mproc segments",
+            "/dev/shm is %llu MiB with only %llu MiB free", total >> 20, avail >> 20);
+    else
+        add("dev_shm", OK, NULL, "/dev/shm is %llu MiB, %llu MiB free", total >> 20,
+            avail >> 20);
+}
+
+static void check_memfd(void)
+{
+    int fd = memfd_create("mproc-doctor", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0) {
+        add("memfd", WARN,
+            "use a kernel >= 3.17 without a seccomp filter on memfd_create; mproc falls back "
+            "to unlinked POSIX segments, which cannot be sealed",
+            "memfd_create: %s", strerror(errno));
+        return;
+    }
+    if (ftruncate(fd, 4096) != 0 ||
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+        add("memfd", WARN, "receivers cannot be protected against a peer truncating a segment",
+            "memfd sealing: %s", strerror(errno));
+    else
+        add("memfd", OK, NULL, "memfd_create and sealing (shrink, grow) work");
+    close(fd);
+}
+
+static void check_scm_rights(void)
+{
+    long optmem = read_long("/proc/sys/net/core/optmem_max");
+    /* SCM_MAX_FD is 253 per message; the control buffer also counts against
+     * optmem_max (253 fds need a little over 1 KiB). */
+    if (optmem >= 0 && optmem < 2048)
+        add("scm_rights", WARN, "sysctl -w net.core.optmem_max=20480",
+            "net.core.optmem_max is %ld bytes: messages with many tensors may fail", optmem);
+    else
+        add("scm_rights", OK, NULL,
+            "up to 253 fds per message (SCM_MAX_FD); net.core.optmem_max %ld bytes", optmem);
+}
+
+static void check_manager(void)
+{
+    char *reply = NULL, dir[256] = "?";
+    int rc = mp__mgr_control("STATUS", &reply, 2.0);
+    mp__mgr_runtime_dir(dir, sizeof dir, false);
+    if (rc == 0) {
+        int pid = 0, clients = 0, segs = 0;
+        char *p;
+        if ((p = strstr(reply, "pid ")))
+            pid = atoi(p + 4);
+        if ((p = strstr(reply, "clients ")))
+            clients = atoi(p + 8);
+        if ((p = strstr(reply, "segments ")))
+            segs = atoi(p + 9);
+        add("shm_manager", OK, NULL, "mproc-shm-manager runs (pid %d, %d clients, %d segments) in %s",
+            pid, clients, segs, dir);
+    } else if (rc == MP_ENOENT) {
+        add("shm_manager", INFO,
+            "nothing to do: the library starts it when a process first uses file_system "
+            "(or run `mproc shm-manager start`)",
+            "mproc-shm-manager is not running (runtime directory %s)", dir);
+    } else {
+        add("shm_manager", FAIL, "see the log in the runtime directory; `mproc shm-manager stop`",
+            "mproc-shm-manager does not answer: %s", mp_last_error());
+    }
+    free(reply);
+}
+
+static void check_ptrace(void)
+{
+    long scope = read_long("/proc/sys/kernel/yama/ptrace_scope");
+    if (scope < 0)
+        add("ptrace_scope", OK, NULL, "no Yama ptrace restrictions");
+    else if (scope >= 2)
+        add("ptrace_scope", WARN, "sysctl -w kernel.yama.ptrace_scope=1",
+            "kernel.yama.ptrace_scope is %ld: debuggers cannot attach to worker processes", scope);
+    else
+        add("ptrace_scope", OK, NULL, "kernel.yama.ptrace_scope is %ld", scope);
+}
+
+int cmd_doctor(int argc, char **argv)
+{
+    bool json = false;
+    long tensors = 1000;
+    int worst = OK;
+    if (cli_wants_help(argc, argv))
+        return cli_usage(stdout, "doctor"), EXIT_OK;
+    for (int i = 1; i < argc; i++) {
+        char *end;
+        if (strcmp(argv[i], "--json") == 0) {
+            json = true;
+        } else if (strcmp(argv[i], "--tensors") == 0 && i + 1 < argc) {
+            tensors = strtol(argv[++i], &end, 10);
+            if (*end || tensors < 0)
+                return cli_bad_usage("doctor", "bad --tensors \"%s\"", argv[i]);
+        } else {
+            return cli_bad_usage("doctor", "unexpected argument \"%s\"", argv[i]);
+        }
+    }
+    nchecks = 0;
+    check_nofile(tensors);
+    check_dev_shm();
+    check_memfd();
+    check_scm_rights();
+    check_manager();
+    check_ptrace();
+    for (int i = 0; i < nchecks; i++)
+        worst = checks[i].status > worst ? checks[i].status : worst;
+    if (json) {
+        printf("{\"ok\":%s,\"checks\":[", worst >= WARN ? "false" : "true");
+        for (int i = 0; i < nchecks; i++) {
+            printf("%s\n{\"name\":\"%s\",\"status\":\"%s\",\"detail\":", i ? "," : "",
+                   checks[i].name, status_name[checks[i].status]);
+            json_string(stdout, checks[i].detail);
+            printf(",\"fix\":");
+            if (checks[i].fix[0])
+                json_string(stdout, checks[i].fix);
+            else
+                printf("null");
+            printf("}");
+        }
+        printf("\n]}\n");
+    } else {
+        for (int i = 0; i < nchecks; i++) {
+            char tag[8];
+            snprintf(tag, sizeof tag, "[%s]", status_name[checks[i].status]);
+            printf("%-6s %-12s %s\n", tag, checks[i].name, checks[i].detail);
+            if (checks[i].status != OK && checks[i].fix[0])
+                printf("%-6s %-12s fix: %s\n", "", "", checks[i].fix);
+        }
+    }
+    return worst >= WARN ? EXIT_FAIL : EXIT_OK;
+}

@@ -1,0 +1,287 @@
+/* mproc shm ls / gc: this user's segments, seen from outside. */
+#include <dirent.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "shm/manager.h"
+
+typedef struct seg {
+    mp__seg_info info;
+    bool fd_strategy;      /* a memfd seen in live processes */
+    long long in_flight;   /* sent - received per the daemon; 0 if unknown */
+    int daemon_holders;    /* -1 when the daemon does not track it */
+    bool leaked;
+} seg;
+
+typedef struct seglist {
+    seg *v;
+    int n, cap;
+    const char *prefix;
+    const mp__seg_users *users;
+} seglist;
+
+static seg *push(seglist *l)
+{
+    if (l->n == l->cap) {
+        int cap = l->cap ? l->cap * 2 : 32;
+        seg *nv = realloc(l->v, (size_t)cap * sizeof *nv);
+        if (!nv)
+            return NULL;
+        l->v = nv;
+        l->cap = cap;
+    }
+    memset(&l->v[l->n], 0, sizeof l->v[0]);
+    l->v[l->n].daemon_holders = -1;
+    return &l->v[l->n++];
+}
+
+static int add_fs(const char *name, void *ctx)
+{
+    seglist *l = ctx;
+    char full[MP__SHM_NAME_MAX + 1];
+    seg *s;
+    snprintf(full, sizeof full, "/%s", name);
+    if (l->prefix && strncmp(full, l->prefix, strlen(l->prefix)) != 0)
+        return 0;
+    if (!(s = push(l)))
+        return 1;
+    if (mp__seg_inspect(name, l->users, &s->info) != 0)
+        l->n--; /* vanished meanwhile */
+    return 0;
+}
+
+/* file_descriptor segments: memfds named "mproc" held by live processes. */
+static void add_memfds(seglist *l)
+{
+    DIR *proc = opendir("/proc");
+    struct dirent *p;
+    if (!proc)
+        return;
+    while ((p = readdir(proc))) {
+        char dir[300], link[600], target[256];
+        DIR *fds;
+        struct dirent *f;
+        if (p->d_name[0] < '1' || p->d_name[0] > '9')
+            continue;
+        snprintf(dir, sizeof dir, "/proc/%s/fd", p->d_name);
+        if (!(fds = opendir(dir)))
+            continue;
+        while ((f = readdir(fds))) {
+            struct stat st;
+            ssize_t n;
+            seg *s = NULL;
+            snprintf(link, sizeof link, "%s/%s", dir, f->d_name);
+            n = readlink(link, target, sizeof target - 1);
+            if (n <= 0)
+                continue;
+            target[n] = 0;
+            if (strncmp(target, "/memfd:mproc", 12) != 0 || stat(link, &st) != 0 ||
+                st.st_uid != geteuid())
+                continue;
+            for (int i = 0; i < l->n && !s; i++)
+                if (l->v[i].fd_strategy && l->v[i].info.file_size == (uint64_t)st.st_ino)
+                    s = &l->v[i];
+            if (s) {
+                s->info.users++;
+                continue;
+            }
+            if (!(s = push(l)))
+                break;
+            s->fd_strategy = true;
+            snprintf(s->info.name, sizeof s->info.name, "memfd:mproc@%lu",
+                     (unsigned long)st.st_ino);
+            s->info.file_size = (uint64_t)st.st_ino; /* key while scanning */
+            s->info.size = (uint64_t)st.st_size;
+            s->info.creator = (pid_t)atoi(p->d_name);
+            s->info.creator_alive = true;
+            s->info.users = 1;
+        }
+        closedir(fds);
+    }
+    closedir(proc);
+}
+
+/* What the daemon knows: holders and messages in flight. */
+static void merge_daemon(seglist *l)
+{
+    char *reply = NULL, *line, *save = NULL;
+    if (mp__mgr_control("LIST", &reply, 2.0) != 0)
+        return;
+    for (line = strtok_r(reply, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        char name[MP__SHM_NAME_MAX + 1];
+        unsigned long long size;
+        int creator, holders;
+        long long sent, received;
+        if (sscanf(line, "SEG %64s %llu %d %d %lld %lld", name, &size, &creator, &holders,
+                   &sent, &received) != 6)
+            continue;
+        for (int i = 0; i < l->n; i++)
+            if (!l->v[i].fd_strategy && strcmp(l->v[i].info.name, name) == 0) {
+                l->v[i].daemon_holders = holders;
+                l->v[i].in_flight = sent > received ? sent - received : 0;
+            }
+    }
+    free(reply);
+}
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(((const seg *)a)->info.name, ((const seg *)b)->info.name);
+}
+
+static int collect(seglist *l, mp__seg_users *users)
+{
+    int rc = mp__seg_users_collect(users);
+    if (rc < 0)
+        return rc;
+    l->users = users;
+    if ((rc = mp__seg_each(add_fs, l)) < 0)
+        return rc;
+    if (!l->prefix)
+        add_memfds(l);
+    merge_daemon(l);
+    for (int i = 0; i < l->n; i++) {
+        seg *s = &l->v[i];
+        if (!s->fd_strategy && s->info.users <= 0 && !s->info.creator_alive &&
+            s->in_flight == 0 && s->daemon_holders <= 0)
+            s->leaked = true;
+    }
+    qsort(l->v, (size_t)l->n, sizeof *l->v, by_name);
+    return 0;
+}
+
+static uint64_t seg_size(const seg *s)
+{
+    return s->info.has_header || s->fd_strategy ? s->info.size : s->info.file_size;
+}
+
+static void print_text(const seglist *l)
+{
+    printf("%-36s %12s %-15s %8s %-5s %4s %5s %s\n", "NAME", "SIZE", "STRATEGY", "CREATOR",
+           "ALIVE", "REFS", "USERS", "LEAKED");
+    for (int i = 0; i < l->n; i++) {
+        const seg *s = &l->v[i];
+        char refs[16] = "-";
+        if (!s->fd_strategy && s->info.has_header)
+            snprintf(refs, sizeof refs, "%u", s->info.refcount);
+        printf("%-36s %12llu %-15s %8d %-5s %4s %5d %s\n", s->info.name,
+               (unsigned long long)seg_size(s),
+               s->fd_strategy ? "file_descriptor" : "file_system", (int)s->info.creator,
+               s->info.creator_alive ? "yes" : "no", refs, s->info.users,
+               s->leaked ? "yes" : "no");
+    }
+}
+
+static void print_json(const seglist *l)
+{
+    printf("{\"segments\":[");
+    for (int i = 0; i < l->n; i++) {
+        const seg *s = &l->v[i];
+        printf("%s\n{\"name\":", i ? "," : "");
+        json_string(stdout, s->info.name);
+        printf(",\"size\":%llu,\"strategy\":\"%s\",\"creator\":%d,\"creator_alive\":%s,",
+               (unsigned long long)seg_size(s),
+               s->fd_strategy ? "file_descriptor" : "file_system", (int)s->info.creator,
+               s->info.creator_alive ? "true" : "false");
+        if (!s->fd_strategy && s->info.has_header)
+            printf("\"refcount\":%u,", s->info.refcount);
+        else
+            printf("\"refcount\":null,");
+        printf("\"users\":%d,\"in_flight\":%lld,\"leaked\":%s}", s->info.users, s->in_flight,
+               s->leaked ? "true" : "false");
+    }
+    printf("%s]}\n", l->n ? "\n" : "");
+}
+
+static int parse(int argc, char **argv, const char *topic, const char *flag, bool *flag_on,
+                 const char **prefix)
+{
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], flag) == 0) {
+            *flag_on = true;
+        } else if (strcmp(argv[i], "--prefix") == 0 && i + 1 < argc) {
+            *prefix = argv[++i];
+        } else {
+            return cli_bad_usage(topic, "unexpected argument \"%s\"", argv[i]);
+        }
+    }
+    return EXIT_OK;
+}
+
+static int shm_ls(int argc, char **argv)
+{
+    bool json = false;
+    seglist l = {0};
+    mp__seg_users users = {0};
+    int rc = parse(argc, argv, "shm ls", "--json", &json, &l.prefix);
+    if (rc != EXIT_OK)
+        return rc;
+    if (collect(&l, &users) < 0) {
+        fprintf(stderr, "mproc shm ls: %s\n", mp_last_error());
+        rc = EXIT_FAIL;
+    } else if (json) {
+        print_json(&l);
+    } else {
+        print_text(&l);
+    }
+    mp__seg_users_free(&users);
+    free(l.v);
+    return rc;
+}
+
+static int shm_gc(int argc, char **argv)
+{
+    bool dry = false;
+    seglist l = {0};
+    mp__seg_users users = {0};
+    unsigned long long bytes = 0;
+    int freed = 0, rc = parse(argc, argv, "shm gc", "--dry-run", &dry, &l.prefix);
+    if (rc != EXIT_OK)
+        return rc;
+    if (collect(&l, &users) < 0) {
+        fprintf(stderr, "mproc shm gc: %s\n", mp_last_error());
+        rc = EXIT_FAIL;
+        goto out;
+    }
+    for (int i = 0; i < l.n; i++) {
+        const seg *s = &l.v[i];
+        if (!s->leaked)
+            continue;
+        if (!dry && shm_unlink(s->info.name) != 0 && errno != ENOENT) {
+            fprintf(stderr, "mproc shm gc: shm_unlink(%s): %s\n", s->info.name,
+                    strerror(errno));
+            rc = EXIT_FAIL;
+            continue;
+        }
+        printf("%s %s (%llu bytes, creator %d dead)\n", dry ? "would free" : "freed",
+               s->info.name, (unsigned long long)s->info.file_size, (int)s->info.creator);
+        freed++;
+        bytes += s->info.file_size;
+    }
+    printf("%s %d segment%s, %llu bytes\n", dry ? "would free" : "freed", freed,
+           freed == 1 ? "" : "s", bytes);
+out:
+    mp__seg_users_free(&users);
+    free(l.v);
+    return rc;
+}
+
+int cmd_shm(int argc, char **argv)
+{
+    if (argc < 2)
+        return cli_bad_usage("shm", "shm needs a subcommand: ls or gc");
+    if (strcmp(argv[1], "ls") == 0)
+        return cli_wants_help(argc, argv) ? (cli_usage(stdout, "shm ls"), EXIT_OK)
+                                          : shm_ls(argc - 1, argv + 1);
+    if (strcmp(argv[1], "gc") == 0)
+        return cli_wants_help(argc, argv) ? (cli_usage(stdout, "shm gc"), EXIT_OK)
+                                          : shm_gc(argc - 1, argv + 1);
+    if (cli_wants_help(argc, argv))
+        return cli_usage(stdout, "shm"), EXIT_OK;
+    return cli_bad_usage("shm", "unknown shm subcommand \"%s\"", argv[1]);
+}

@@ -1,0 +1,51 @@
+/* mproc-shm-manager internals: the segment table and its reclaiming rule
+ * (table.c), the event loop (main.c). See docs/cli.md for the rule. */
+#ifndef MPROC_SHM_DAEMON_H
+#define MPROC_SHM_DAEMON_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#include "shm/manager.h"
+
+/* One tracked segment. holders are ids of live client connections that
+ * created or opened it and have not closed it. sent/received count the
+ * messages carrying its name, as reported by any client. */
+typedef struct dseg {
+    char name[MP__SHM_NAME_MAX];
+    uint64_t size;
+    pid_t creator;
+    uint64_t *holders;
+    int nholders, holders_cap;
+    int64_t sent, received;
+    bool adopted;      /* found in /dev/shm at start, not reported to us */
+    bool candidate;    /* looked reclaimable at the previous check */
+} dseg;
+
+/* The daemon's log (stderr, which is the log file once detached). */
+void dlog(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Applies one report line of client `id` (pid for messages). Returns 0, or
+ * -1 for a malformed line (logged and ignored). */
+int table_report(uint64_t id, pid_t pid, const char *line);
+/* A client is gone: forget what it held. */
+void table_client_gone(uint64_t id, pid_t pid);
+/* Two-phase reclaim (see table.c): unlinks the segments that were already
+ * candidates at the previous call and still qualify, marks new candidates.
+ * Returns how many are candidates now (the caller checks again soon). */
+int table_reclaim(bool clients_alive);
+/* Unlinks every tracked segment (grace expired) and untracked ones of dead
+ * creators that no live process uses. */
+void table_reclaim_all(void);
+/* Start-up: reclaims segments of dead creators that nobody uses, adopts the
+ * rest. Also re-run for pids of dead clients (pid > 0: only their names). */
+void table_scan(pid_t only_pid);
+/* Number of tracked segments; LIST output. */
+int table_count(void);
+void table_list(FILE *f);
+/* Whether an adopted segment needs a periodic re-check. */
+bool table_has_adopted(void);
+
+#endif

@@ -1,0 +1,422 @@
+/* The daemon's event loop: one poll over the listening socket, a signalfd,
+ * each connection and each client's pidfd. Single-threaded. */
+#include "loop.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon.h"
+
+/* A library client: a process that sent reports, alive until its pidfd
+ * is readable. Its id names it in the table's holder lists (a pid can be
+ * reused; an id is not). */
+typedef struct client {
+    pid_t pid;
+    int pidfd;          /* -1: pidfd_open unsupported; checked each round */
+    uint64_t id;
+    bool gone;
+} client;
+
+/* A control connection (the CLI): one command, one answer. */
+typedef struct conn {
+    int fd;
+    bool gone;
+    size_t in_len;
+    char in[MP__MGR_LINE_MAX];
+} conn;
+
+static client *clients;
+static int nclients, clients_cap;
+static conn **conns;
+static int nconns;
+static uint64_t next_id = 1;
+static double started;
+static const loop_config *config;
+static bool stop_requested;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int bind_at(const char *path, int type)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int one = 1, fd = socket(AF_UNIX, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    if (fd < 0)
+        return -1;
+    if (type == SOCK_DGRAM) {
+        int rcv = 4 << 20;
+        setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof one);
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv);
+    }
+    unlink(path); /* a stale socket of a killed daemon; we hold the lock */
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+        (type == SOCK_STREAM && listen(fd, 128) != 0)) {
+        dlog("bind %s: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static int clients_alive(void)
+{
+    int n = 0;
+    for (int i = 0; i < nclients; i++)
+        n += !clients[i].gone;
+    return n;
+}
+
+static client *client_of(pid_t pid)
+{
+    for (int i = 0; i < nclients; i++)
+        if (clients[i].pid == pid && !clients[i].gone)
+            return &clients[i];
+    if (nclients == clients_cap) {
+        int cap = clients_cap ? clients_cap * 2 : 16;
+        client *nc = realloc(clients, (size_t)cap * sizeof *nc);
+        if (!nc)
+            return NULL;
+        clients = nc;
+        clients_cap = cap;
+    }
+    client *c = &clients[nclients++];
+    c->pid = pid;
+    c->id = next_id++;
+    c->gone = false;
+    c->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (c->pidfd < 0 && errno == ESRCH)
+        c->gone = true; /* already dead: apply its last reports, then forget it */
+    return c;
+}
+
+static void report_lines(client *c, char *buf)
+{
+    for (char *line = buf, *nl; *line; line = nl + 1) {
+        if (!(nl = strchr(line, '\n')))
+            break;
+        *nl = 0;
+        if (strncmp(line, "HELLO ", 6) == 0) {
+            int proto = atoi(line + 6);
+            if (proto != MP__MGR_PROTOCOL)
+                dlog("pid %d speaks protocol %d, we speak %d", (int)c->pid, proto,
+                     MP__MGR_PROTOCOL);
+            continue;
+        }
+        table_report(c->id, c->pid, line);
+    }
+}
+
+/* Reads every queued report, each stamped by the kernel with its sender. */
+static void drain_reports(int dfd)
+{
+    static char buf[65536 + 1];
+    for (;;) {
+        char ctl[CMSG_SPACE(sizeof(struct ucred))];
+        struct iovec iov = {buf, sizeof buf - 1};
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl,
+                            .msg_controllen = sizeof ctl};
+        struct ucred *cred = NULL;
+        ssize_t r = recvmsg(dfd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return;
+        buf[r] = 0;
+        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+            if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_CREDENTIALS)
+                cred = (struct ucred *)CMSG_DATA(cm);
+        if (!cred || cred->uid != geteuid()) {
+            dlog("ignored reports from pid %d uid %d: this shm manager serves uid %u only",
+                 cred ? (int)cred->pid : -1, cred ? (int)cred->uid : -1,
+                 (unsigned)geteuid());
+            continue;
+        }
+        client *c = client_of(cred->pid);
+        if (c)
+            report_lines(c, buf);
+        else
+            dlog("out of memory: reports of pid %d lost", (int)cred->pid);
+    }
+}
+
+static void accept_all(int lfd)
+{
+    for (;;) {
+        struct ucred cred;
+        socklen_t len = sizeof cred;
+        int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        conn *c;
+        if (fd < 0)
+            return;
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
+            cred.uid != geteuid()) {
+            char msg[160];
+            int n = snprintf(msg, sizeof msg,
+                             "ERR uid %u refused: this shm manager serves uid %u only\n",
+                             (unsigned)cred.uid, (unsigned)geteuid());
+            (void)!send(fd, msg, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
+            dlog("refused a connection from pid %d uid %u", (int)cred.pid, (unsigned)cred.uid);
+            close(fd);
+            continue;
+        }
+        conn **nc = realloc(conns, (size_t)(nconns + 1) * sizeof *nc);
+        if (!nc || !(c = calloc(1, sizeof *c))) {
+            if (nc)
+                conns = nc;
+            dlog("out of memory: dropping a connection");
+            close(fd);
+            continue;
+        }
+        conns = nc;
+        c->fd = fd;
+        conns[nconns++] = c;
+    }
+}
+
+static void reply(conn *c, const char *cmd)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    char dir[256] = "";
+    c->gone = true;
+    if (!f)
+        return;
+    mp__mgr_runtime_dir(dir, sizeof dir, false);
+    if (strcmp(cmd, "STATUS") == 0) {
+        fprintf(f, "pid %d\nprotocol %d\nclients %d\nsegments %d\ngrace %g\nuptime %.1f\n"
+                   "runtime_dir %s\n",
+                (int)getpid(), MP__MGR_PROTOCOL, clients_alive(), table_count(), config->grace,
+                now() - started, dir);
+    } else if (strcmp(cmd, "LIST") == 0) {
+        table_list(f);
+    } else if (strcmp(cmd, "STOP") == 0) {
+        fprintf(f, "OK stopping\n");
+        stop_requested = true;
+    } else {
+        fprintf(f, "ERR unknown command \"%.32s\"\n", cmd);
+    }
+    fprintf(f, "END\n");
+    fclose(f);
+    /* Replies are small and the reader waits for them: block a little. */
+    for (size_t off = 0; off < len;) {
+        ssize_t w = send(c->fd, buf + off, len - off, MSG_NOSIGNAL);
+        if (w < 0 && errno == EAGAIN) {
+            struct pollfd p = {.fd = c->fd, .events = POLLOUT};
+            if (poll(&p, 1, 1000) > 0)
+                continue;
+        }
+        if (w <= 0)
+            break;
+        off += (size_t)w;
+    }
+    free(buf);
+}
+
+static void drain_control(conn *c)
+{
+    while (!c->gone) {
+        ssize_t r = recv(c->fd, c->in + c->in_len, sizeof c->in - c->in_len - 1, MSG_DONTWAIT);
+        char *nl;
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 && errno == EAGAIN)
+            return;
+        if (r <= 0) {
+            c->gone = true;
+            return;
+        }
+        c->in_len += (size_t)r;
+        c->in[c->in_len] = 0;
+        if ((nl = strchr(c->in, '\n'))) {
+            *nl = 0;
+            reply(c, c->in);
+        } else if (c->in_len == sizeof c->in - 1) {
+            c->gone = true;
+        }
+    }
+}
+
+static void close_gone(void)
+{
+    for (int i = 0; i < nconns; i++) {
+        if (!conns[i]->gone)
+            continue;
+        close(conns[i]->fd);
+        free(conns[i]);
+        conns[i--] = conns[--nconns];
+    }
+    for (int i = 0; i < nclients; i++) {
+        client *c = &clients[i];
+        if (!c->gone && c->pidfd < 0 && !mp__pid_alive(c->pid))
+            c->gone = true;
+        if (!c->gone)
+            continue;
+        table_client_gone(c->id, c->pid);
+        table_scan(c->pid); /* what it created but could not report */
+        if (c->pidfd >= 0)
+            close(c->pidfd);
+        clients[i--] = clients[--nclients];
+    }
+}
+
+/* One poll round. Returns the number of reclaim candidates. */
+static int serve(int lfd, int dfd, int sfd, int timeout_ms)
+{
+    int nc = nconns, ncl = nclients, np = 0;
+    struct pollfd *p = calloc((size_t)(3 + nc + ncl), sizeof *p);
+    if (!p) {
+        usleep(10000);
+        return 1;
+    }
+    p[np++] = (struct pollfd){.fd = lfd, .events = POLLIN};
+    p[np++] = (struct pollfd){.fd = dfd, .events = POLLIN};
+    p[np++] = (struct pollfd){.fd = sfd, .events = POLLIN};
+    for (int i = 0; i < nc; i++)
+        p[np++] = (struct pollfd){.fd = conns[i]->fd, .events = POLLIN};
+    for (int i = 0; i < ncl; i++)
+        p[np++] = (struct pollfd){.fd = clients[i].pidfd, .events = POLLIN};
+    if (poll(p, (nfds_t)np, timeout_ms) > 0) {
+        if (p[2].revents) {
+            struct signalfd_siginfo si;
+            if (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
+                dlog("signal %u: stopping", si.ssi_signo);
+                stop_requested = true;
+            }
+        }
+        /* Always read the whole queue: a candidate marked at the previous
+         * round must see every report written before now, and a client
+         * seen dead below has all its reports in the queue already. */
+        drain_reports(dfd);
+        for (int i = 0; i < nc; i++)
+            drain_control(conns[i]);
+        for (int i = 0; i < ncl; i++)
+            if (p[3 + nc + i].revents)
+                clients[i].gone = true;
+        if (p[0].revents)
+            accept_all(lfd);
+    } else {
+        drain_reports(dfd);
+    }
+    free(p);
+    close_gone();
+    return table_reclaim(clients_alive() > 0);
+}
+
+/* Binds both sockets at their paths (replacing stale ones). */
+static int bind_both(const char *spath, const char *dpath, int *lfd, int *dfd)
+{
+    if ((*lfd = bind_at(spath, SOCK_STREAM)) < 0)
+        return -1;
+    if ((*dfd = bind_at(dpath, SOCK_DGRAM)) < 0) {
+        close(*lfd);
+        return -1;
+    }
+    return 0;
+}
+
+static void close_both(const char *spath, const char *dpath, int lfd, int dfd)
+{
+    unlink(dpath);
+    unlink(spath);
+    close(lfd);
+    close(dfd);
+}
+
+int loop_run(const loop_config *cfg, int ready_fd)
+{
+    char spath[sizeof(((struct sockaddr_un *)0)->sun_path)], dpath[sizeof spath];
+    sigset_t sigs;
+    int lfd = -1, dfd = -1, sfd, candidates = 0;
+    double grace_end = 0;
+    bool idle_reclaimed = false;
+
+    config = cfg;
+    started = now();
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGHUP);
+    sigprocmask(SIG_BLOCK, &sigs, NULL);
+    sfd = signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (mp__mgr_path(spath, sizeof spath, MP__MGR_SOCKET, true) < 0 ||
+        mp__mgr_path(dpath, sizeof dpath, MP__MGR_DGRAM, true) < 0 || sfd < 0 ||
+        bind_both(spath, dpath, &lfd, &dfd) < 0) {
+        dlog("cannot listen: %s", mp_last_error());
+        if (ready_fd >= 0)
+            close(ready_fd);
+        return 1;
+    }
+    table_scan(0);
+    dlog("listening on %s (grace %g s%s)", spath, cfg->grace,
+         cfg->persistent ? ", persistent" : "");
+    if (ready_fd >= 0) {
+        (void)!write(ready_fd, "R", 1);
+        close(ready_fd);
+    }
+    while (!stop_requested) {
+        int timeout = -1;
+        if (clients_alive() == 0 && !idle_reclaimed && grace_end == 0)
+            grace_end = now() + cfg->grace;
+        if (candidates > 0)
+            timeout = 20;
+        else if (grace_end > 0)
+            timeout = grace_end > now() ? (int)((grace_end - now()) * 1000) + 1 : 0;
+        else if (table_has_adopted() || (nclients > 0 && clients[0].pidfd < 0))
+            timeout = 1000;
+        candidates = serve(lfd, dfd, sfd, timeout);
+        if (clients_alive() > 0) {
+            grace_end = 0;
+            idle_reclaimed = false;
+            continue;
+        }
+        if (grace_end == 0 || now() < grace_end)
+            continue;
+        /* Grace over. New clients now find no socket and start another
+         * daemon (it waits for our lock); whoever slipped in before the
+         * unlink is served, and we stay. */
+        unlink(dpath);
+        unlink(spath);
+        drain_reports(dfd);
+        close_both(spath, dpath, lfd, dfd);
+        close_gone();
+        if (clients_alive() == 0) {
+            table_reclaim_all();
+            if (!cfg->persistent) {
+                dlog("no client for %g s: exiting", cfg->grace);
+                close(sfd);
+                return 0;
+            }
+            idle_reclaimed = true; /* until a client comes */
+        }
+        if (bind_both(spath, dpath, &lfd, &dfd) < 0)
+            return 1;
+        grace_end = 0;
+    }
+    /* STOP or a signal: live clients keep their segments (they start a new
+     * daemon at their next report, which adopts them); with none, reclaim. */
+    drain_reports(dfd);
+    close_both(spath, dpath, lfd, dfd);
+    for (int i = 0; i < nconns; i++)
+        conns[i]->gone = true;
+    close_gone();
+    if (clients_alive() == 0)
+        table_reclaim_all();
+    dlog("stopped");
+    close(sfd);
+    return 0;
+}

@@ -1,0 +1,263 @@
+/* The segment table and the reclaiming rule.
+ *
+ * A tracked segment is unlinked when (1) no live client holds it (each
+ * holder created or opened it and has not reported closing it; a client
+ * whose connection hits EOF or whose pidfd fires holds nothing), and
+ * (2) no message carrying its name is in flight: sends reported <= receives
+ * reported. Reports of different clients reach us on different connections,
+ * so a receive may be read before the matching send; a segment is therefore
+ * unlinked only if it qualified at two checks separated by a full read of
+ * every readable connection (two-phase: candidate, then reclaim). A sender
+ * flushes its report before the name leaves, so that read sees it.
+ *
+ * When no client is left, the grace period runs, then everything tracked is
+ * unlinked, in flight or not: no live process can receive it any more. */
+#include "daemon.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+static dseg *segs;
+static int nsegs, segs_cap;
+
+static dseg *find(const char *name)
+{
+    for (int i = 0; i < nsegs; i++)
+        if (strcmp(segs[i].name, name) == 0)
+            return &segs[i];
+    return NULL;
+}
+
+static dseg *find_or_add(const char *name)
+{
+    dseg *s = find(name);
+    if (s)
+        return s;
+    if (nsegs == segs_cap) {
+        int cap = segs_cap ? segs_cap * 2 : 64;
+        dseg *ns = realloc(segs, (size_t)cap * sizeof *ns);
+        if (!ns) {
+            dlog("out of memory tracking %s", name);
+            return NULL;
+        }
+        segs = ns;
+        segs_cap = cap;
+    }
+    s = &segs[nsegs++];
+    memset(s, 0, sizeof *s);
+    snprintf(s->name, sizeof s->name, "%s", name);
+    return s;
+}
+
+static void forget(dseg *s)
+{
+    free(s->holders);
+    *s = segs[--nsegs];
+}
+
+static void holder_add(dseg *s, uint64_t id)
+{
+    for (int i = 0; i < s->nholders; i++)
+        if (s->holders[i] == id)
+            return;
+    if (s->nholders == s->holders_cap) {
+        int cap = s->holders_cap ? s->holders_cap * 2 : 4;
+        uint64_t *nh = realloc(s->holders, (size_t)cap * sizeof *nh);
+        if (!nh) {
+            dlog("out of memory tracking holders of %s", s->name);
+            return;
+        }
+        s->holders = nh;
+        s->holders_cap = cap;
+    }
+    s->holders[s->nholders++] = id;
+}
+
+static void holder_remove(dseg *s, uint64_t id)
+{
+    for (int i = 0; i < s->nholders; i++)
+        if (s->holders[i] == id) {
+            s->holders[i] = s->holders[--s->nholders];
+            return;
+        }
+}
+
+int table_report(uint64_t id, pid_t pid, const char *line)
+{
+    char verb, name[MP__SHM_NAME_MAX + 1];
+    unsigned long long size = 0;
+    int n = sscanf(line, "%c %64s %llu", &verb, name, &size);
+    dseg *s;
+
+    if (n < 2 || line[1] != ' ' || !mp__mgr_name_ok(name) || name[0] != '/') {
+        dlog("client %d: malformed report \"%s\"", (int)pid, line);
+        return -1;
+    }
+    if (verb == 'U' || verb == 'X') {
+        if (!(s = find(name)))
+            return 0;
+        if (verb == 'U')
+            forget(s); /* the library unlinked it: nothing left to reclaim */
+        else
+            holder_remove(s, id);
+        return 0;
+    }
+    if (!(s = find_or_add(name)))
+        return 0;
+    s->adopted = false;
+    s->candidate = false;
+    switch (verb) {
+    case 'C':
+        s->size = size;
+        s->creator = pid;
+        holder_add(s, id);
+        break;
+    case 'O':
+        holder_add(s, id);
+        break;
+    case 'S':
+        s->sent++;
+        break;
+    case 'R':
+        s->received++;
+        break;
+    default:
+        dlog("client %d: unknown report \"%s\"", (int)pid, line);
+        return -1;
+    }
+    return 0;
+}
+
+void table_client_gone(uint64_t id, pid_t pid)
+{
+    for (int i = 0; i < nsegs; i++)
+        holder_remove(&segs[i], id);
+    (void)pid;
+}
+
+static void reclaim(const char *name, const char *why)
+{
+    if (shm_unlink(name) == 0)
+        dlog("reclaimed %s (%s)", name, why);
+    else if (errno != ENOENT)
+        dlog("shm_unlink(%s): %s", name, strerror(errno));
+}
+
+int table_reclaim(bool clients_alive)
+{
+    mp__seg_users users = {0};
+    bool have_users = false;
+    int candidates = 0;
+
+    for (int i = 0; i < nsegs; i++) {
+        dseg *s = &segs[i];
+        bool ok = s->nholders == 0 && s->sent <= s->received;
+        if (ok && s->adopted) {
+            /* Reported by nobody since we started: trust only the kernel. */
+            if (!have_users)
+                have_users = mp__seg_users_collect(&users) == 0;
+            ok = have_users && !mp__pid_alive(s->creator) &&
+                 mp__seg_users_count(&users, s->name) == 0;
+        }
+        if (ok && s->candidate) {
+            reclaim(s->name, s->adopted ? "adopted; creator dead, unused"
+                                        : "no holder left, nothing in flight");
+            forget(s);
+            i--;
+            continue;
+        }
+        s->candidate = ok;
+        candidates += ok;
+    }
+    if (have_users)
+        mp__seg_users_free(&users);
+    (void)clients_alive;
+    return candidates;
+}
+
+/* Untracked segments whose creator is dead and that no live process maps or
+ * holds open: leaked before any report reached us (a SIGKILL between
+ * shm_open and the report), or while no daemon ran. */
+typedef struct scan_ctx {
+    pid_t only;
+    bool adopt;
+    mp__seg_users users;
+    bool have_users;
+} scan_ctx;
+
+static int scan_one(const char *name, void *arg)
+{
+    scan_ctx *c = arg;
+    mp__seg_info info;
+    char full[MP__SHM_NAME_MAX + 1];
+
+    snprintf(full, sizeof full, "/%s", name);
+    if (find(full))
+        return 0;
+    if (c->only > 0 && atoi(name + strlen(MP__SHM_PREFIX)) != c->only)
+        return 0;
+    if (!c->have_users) {
+        if (mp__seg_users_collect(&c->users) != 0)
+            return 1;
+        c->have_users = true;
+    }
+    if (mp__seg_inspect(name, &c->users, &info) != 0)
+        return 0;
+    if (!info.creator_alive && info.users == 0) {
+        reclaim(full, "creator dead, unused");
+    } else if (c->adopt) {
+        dseg *s = find_or_add(full);
+        if (s) {
+            s->adopted = true;
+            s->size = info.size;
+            s->creator = info.creator;
+            dlog("adopted %s (creator %d %s, %d users)", full, (int)info.creator,
+                 info.creator_alive ? "alive" : "dead", info.users);
+        }
+    }
+    return 0;
+}
+
+void table_scan(pid_t only_pid)
+{
+    scan_ctx c = {.only = only_pid, .adopt = only_pid <= 0};
+    mp__seg_each(scan_one, &c);
+    if (c.have_users)
+        mp__seg_users_free(&c.users);
+}
+
+void table_reclaim_all(void)
+{
+    while (nsegs > 0) {
+        dseg *s = &segs[nsegs - 1];
+        if (!s->adopted)
+            reclaim(s->name, "grace period over, no client left");
+        forget(s);
+    }
+    table_scan(0); /* adopted ones: only those of dead creators nobody uses */
+    while (nsegs > 0)
+        forget(&segs[nsegs - 1]);
+}
+
+int table_count(void) { return nsegs; }
+
+bool table_has_adopted(void)
+{
+    for (int i = 0; i < nsegs; i++)
+        if (segs[i].adopted)
+            return true;
+    return false;
+}
+
+void table_list(FILE *f)
+{
+    for (int i = 0; i < nsegs; i++) {
+        dseg *s = &segs[i];
+        fprintf(f, "SEG %s %" PRIu64 " %d %d %" PRId64 " %" PRId64 " %s\n", s->name, s->size,
+                (int)s->creator, s->nholders, s->sent, s->received,
+                s->adopted ? "adopted" : "tracked");
+    }
+}
