@@ -21,7 +21,8 @@ typedef struct dseg {
     int nholders, holders_cap;
     int64_t sent, received;
     bool adopted;      /* found in /dev/shm at start, not reported to us */
-    bool candidate;    /* looked reclaimable at the previous check */
+    bool candidate;    /* looked reclaimable at the previous check ... */
+    double since;      /* ... and since then (monotonic seconds) */
 } dseg;
 
 /* The daemon's log (stderr, which is the log file once detached). */
@@ -35,7 +36,7 @@ void table_client_gone(uint64_t id, pid_t pid);
 /* Two-phase reclaim (see table.c): unlinks the segments that were already
  * candidates at the previous call and still qualify, marks new candidates.
  * Returns how many are candidates now (the caller checks again soon). */
-int table_reclaim(bool clients_alive);
+int table_reclaim(double now);
 /* Unlinks every tracked segment (grace expired) and untracked ones of dead
  * creators that no live process uses. */
 void table_reclaim_all(void);

@@ -7,7 +7,9 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
@@ -68,6 +70,17 @@ static int bind_at(const char *path, int type)
         dlog("bind %s: %s", path, strerror(errno));
         close(fd);
         return -1;
+    }
+    if (type == SOCK_DGRAM) {
+        /* Clients re-register when the socket is another daemon's. tmpfs
+         * recycles inode numbers, so stamp the file with our pid too. */
+        static long seq;
+        struct timespec ts[2];
+        clock_gettime(CLOCK_REALTIME, &ts[0]);
+        ts[0].tv_nsec = ((long)getpid() * 1000 + seq++ % 1000) % 1000000000L;
+        ts[1] = ts[0];
+        if (utimensat(AT_FDCWD, path, ts, 0) != 0)
+            dlog("utimensat(%s): %s", path, strerror(errno));
     }
     return fd;
 }
@@ -314,7 +327,7 @@ static int serve(int lfd, int dfd, int sfd, int timeout_ms)
     }
     free(p);
     close_gone();
-    return table_reclaim(clients_alive() > 0);
+    return table_reclaim(now());
 }
 
 /* Binds both sockets at their paths (replacing stale ones). */

@@ -8,7 +8,10 @@
  * so a receive may be read before the matching send; a segment is therefore
  * unlinked only if it qualified at two checks separated by a full read of
  * every readable connection (two-phase: candidate, then reclaim). A sender
- * flushes its report before the name leaves, so that read sees it.
+ * flushes its report before the name leaves, so that read sees it. The
+ * candidate must also have waited SETTLE seconds: a process that releases
+ * the last reference unlinks the name itself right after its "closed"
+ * report, and should not race the daemon for it.
  *
  * When no client is left, the grace period runs, then everything tracked is
  * unlinked, in flight or not: no live process can receive it any more. */
@@ -19,6 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+
+#define SETTLE 0.05
 
 static dseg *segs;
 static int nsegs, segs_cap;
@@ -146,7 +151,7 @@ static void reclaim(const char *name, const char *why)
         dlog("shm_unlink(%s): %s", name, strerror(errno));
 }
 
-int table_reclaim(bool clients_alive)
+int table_reclaim(double now)
 {
     mp__seg_users users = {0};
     bool have_users = false;
@@ -162,19 +167,20 @@ int table_reclaim(bool clients_alive)
             ok = have_users && !mp__pid_alive(s->creator) &&
                  mp__seg_users_count(&users, s->name) == 0;
         }
-        if (ok && s->candidate) {
+        if (ok && s->candidate && now - s->since >= SETTLE) {
             reclaim(s->name, s->adopted ? "adopted; creator dead, unused"
                                         : "no holder left, nothing in flight");
             forget(s);
             i--;
             continue;
         }
+        if (ok && !s->candidate)
+            s->since = now;
         s->candidate = ok;
         candidates += ok;
     }
     if (have_users)
         mp__seg_users_free(&users);
-    (void)clients_alive;
     return candidates;
 }
 
