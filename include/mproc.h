@@ -8,5 +8,6 @@
 #include "mproc/queue.h"
 #include "mproc/process.h"
 #include "mproc/sync.h"
+#include "mproc/cuda.h"
 
 #endif

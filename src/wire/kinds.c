@@ -10,6 +10,7 @@ extern const mp__objkind mp__joinable_queue_kind;
 extern const mp__objkind mp__conn_kind;
 extern const mp__objkind mp__lock_kind, mp__rlock_kind, mp__semaphore_kind, mp__event_kind,
     mp__condition_kind, mp__barrier_kind; /* src/sync/object.c */
+extern const mp__objkind mp__cuda_tensor_kind; /* src/cuda/gpu_ipc.c or cuda_stub.c */
 static const mp__objkind *const kinds[] = {
     &mp__queue_kind,
     &mp__simple_queue_kind,
@@ -17,6 +18,7 @@ static const mp__objkind *const kinds[] = {
     &mp__conn_kind,
     &mp__lock_kind, &mp__rlock_kind, &mp__semaphore_kind, &mp__event_kind,
     &mp__condition_kind, &mp__barrier_kind,
+    &mp__cuda_tensor_kind,
     NULL,
 };
 

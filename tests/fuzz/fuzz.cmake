@@ -22,7 +22,12 @@ if(NOT MPROC_FUZZ_OK)
   message(STATUS "frame_fuzz: skipped (clang with the libFuzzer runtime not found; "
                  "install clang and libclang-rt-14-dev)")
 else()
-  set(fuzz_sources ${MPROC_SOURCES} ${PROJECT_SOURCE_DIR}/tests/fuzz/frame_fuzz.c)
+  # Without the CUDA runtime: CUDA attachments decode through the stub.
+  if(DEFINED MPROC_HOST_SOURCES)
+    set(fuzz_sources ${MPROC_HOST_SOURCES} ${PROJECT_SOURCE_DIR}/tests/fuzz/frame_fuzz.c)
+  else()
+    set(fuzz_sources ${MPROC_SOURCES} ${PROJECT_SOURCE_DIR}/tests/fuzz/frame_fuzz.c)
+  endif()
   set(fuzz_exe ${CMAKE_BINARY_DIR}/frame_fuzz)
   add_custom_command(
     OUTPUT ${fuzz_exe}

@@ -2,6 +2,7 @@
  * processes, misuse errors, robustness when holders and members die. */
 #include "mp_test.h"
 #include "os/os.h"
+#include "wire/wire.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -9,8 +10,10 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -554,6 +557,85 @@ static void test_barrier_member_killed(void **state)
     mp_barrier_destroy(b);
 }
 
+/* ---- as message attachments ---------------------------------------------- */
+
+/* The child receives the objects through a socket (fresh mappings from the
+ * fds, as under spawn), takes the lock, sets the event, passes the barrier. */
+static int attach_child(void *p)
+{
+    int sock = *(int *)p, rc = 10;
+    mp_msg *m = NULL;
+    mp_lock *l = NULL;
+    mp_event *e = NULL;
+    mp_barrier *b = NULL;
+    mp_semaphore *s = NULL;
+    if (mp__wire_recv(sock, &m, 10) != 0) {
+        fprintf(stderr, "attach_child: recv: %s\n", mp_last_error());
+        return 1;
+    }
+    if (mp_msg_get_lock(m, 0, &l) || mp_msg_get_event(m, 1, &e) ||
+        mp_msg_get_barrier(m, 2, &b) || mp_msg_get_semaphore(m, 3, &s))
+        goto out;
+    rc = 11;
+    mp_lock *wrong = NULL;
+    if (mp_msg_get_lock(m, 1, &wrong) != MP_EINVAL) /* an event is not a lock */
+        goto out;
+    rc = 12;
+    if (mp_lock_acquire(l, 10) != 0 || mp_semaphore_acquire(s, 0) != 0)
+        goto out;
+    mp_event_set(e);
+    rc = mp_barrier_wait(b, 10, NULL) == 0 ? 0 : 13;
+    mp_lock_release(l);
+out:
+    mp_lock_destroy(l);
+    mp_event_destroy(e);
+    mp_barrier_destroy(b);
+    mp_semaphore_destroy(s);
+    if (rc)
+        fprintf(stderr, "attach_child: step %d: %s\n", rc, mp_last_error());
+    mp_msg_destroy(m);
+    return rc;
+}
+
+static void test_attachments(void **state)
+{
+    int sv[2];
+    mp_msg *m;
+    mp_lock *l;
+    mp_event *e;
+    mp_barrier *b;
+    mp_semaphore *s;
+    pid_t pid;
+    assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    assert_mp_ok(mp_lock_create(&l));
+    assert_mp_ok(mp_event_create(&e));
+    assert_mp_ok(mp_barrier_create(2, &b));
+    assert_mp_ok(mp_semaphore_create(1, &s));
+    assert_mp_ok(mp_msg_create(&m));
+    assert_mp_err(mp_msg_add_lock(m, "l", NULL), MP_EINVAL);
+    assert_mp_ok(mp_msg_add_lock(m, "lock", l));
+    assert_mp_ok(mp_msg_add_event(m, "ready", e));
+    assert_mp_ok(mp_msg_add_barrier(m, NULL, b));
+    assert_mp_ok(mp_msg_add_semaphore(m, NULL, s));
+    assert_int_equal(mp_msg_kind(m, 0), MP_ATTACH_LOCK);
+    pid = fork_child(attach_child, &sv[1]);
+    assert_mp_ok(mp__wire_send(sv[0], m, 10));
+    mp_msg_destroy(m); /* the objects live on in the child's mappings */
+    assert_mp_ok(mp_event_wait(e, 10));
+    assert_mp_ok(mp_barrier_wait(b, 10, NULL));
+    assert_int_equal(reap(pid), 0);
+    /* the child took the permit; dropping its handle gave it back */
+    assert_int_equal(mp_semaphore_value(s), 1);
+    assert_mp_ok(mp_lock_acquire(l, 5));        /* and released the lock */
+    assert_mp_ok(mp_lock_release(l));
+    mp_lock_destroy(l);
+    mp_event_destroy(e);
+    mp_barrier_destroy(b);
+    mp_semaphore_destroy(s);
+    close(sv[0]);
+    close(sv[1]);
+}
+
 /* ---- shared-memory set-up failures ---------------------------------------- */
 
 static void test_create_faults(void **state)
@@ -588,6 +670,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_barrier_rounds, setup, teardown),
         cmocka_unit_test_setup_teardown(test_barrier_timeout_abort_reset, setup, teardown),
         cmocka_unit_test_setup_teardown(test_barrier_member_killed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_attachments, setup, teardown),
         cmocka_unit_test_setup_teardown(test_create_faults, setup, teardown),
     };
     pthread_t th;

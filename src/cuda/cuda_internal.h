@@ -1,0 +1,34 @@
+/* What other layers need of the CUDA layer, in every build (with or without
+ * CUDA). The process layer calls mp__cuda_fork_check() before starting a
+ * child with the fork method: the CUDA runtime does not survive fork. */
+#ifndef MPROC_CUDA_INTERNAL_H
+#define MPROC_CUDA_INTERNAL_H
+
+#include <stdbool.h>
+
+/* True once this process made a CUDA runtime call that initialised the
+ * driver (or a test simulated it). Always false in builds without CUDA,
+ * unless simulated. Thread-safe, async-signal-safe. */
+bool mp__cuda_initialized(void);
+
+/* 0 when forking is safe; otherwise MP_ESTATE with a sentence naming caller
+ * and telling to use the spawn or forkserver start method. */
+int mp__cuda_fork_check(const char *caller);
+
+/* Called by the CUDA code right before its first successful runtime call. */
+void mp__cuda_mark_initialized(void);
+
+/* Runs the CUDA layer's exit work (the producer's warning about allocations
+ * still shared, and marking its segment so consumers fail fast). It is an
+ * atexit handler too; a process that leaves through _exit (an mproc child
+ * after its entry returned) calls this first. No-op when CUDA was not used,
+ * and when already run. */
+void mp__cuda_on_exit(void);
+/* Set by the CUDA code when it has exit work. */
+void mp__cuda_set_exit_hook(void (*fn)(void));
+
+/* Test hook: pretend CUDA was (true) or was not (false) initialised in this
+ * process. Clearing it does not undo a real initialisation. */
+void mp__cuda_simulate_initialized(bool on);
+
+#endif

@@ -1,0 +1,19 @@
+/* Typed message wrappers for CUDA tensor attachments (kind in gpu_ipc.c). */
+#include "cuda/gpu.h"
+#include "wire/wire.h"
+
+int mp_msg_add_cuda_tensor(mp_msg *m, const char *name, mp_tensor *t)
+{
+    if (!m || !t)
+        return mp__error(MP_EINVAL, "mp_msg_add_cuda_tensor: NULL message or tensor");
+    if (!mp__cuda_tensor_alloc(t, "mp_msg_add_cuda_tensor"))
+        return MP_EINVAL;
+    return mp__msg_add_object(m, name, MP_ATTACH_CUDA_TENSOR, t);
+}
+
+int mp_msg_get_cuda_tensor(const mp_msg *m, size_t index, mp_tensor **out)
+{
+    if (!m || !out)
+        return mp__error(MP_EINVAL, "mp_msg_get_cuda_tensor: NULL message or out");
+    return mp__msg_get_object(m, index, MP_ATTACH_CUDA_TENSOR, (void **)out);
+}

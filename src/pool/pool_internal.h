@@ -1,0 +1,140 @@
+/* The pool's insides: the task registry, the frames that carry chunks to
+ * workers and results back, results/jobs, and the pool itself. */
+#ifndef MPROC_POOL_INTERNAL_H
+#define MPROC_POOL_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "mproc/pool.h"
+#include "os/os.h"
+
+#define MP__TASK_NAME_MAX 63
+
+/* The registered task called name, or NULL. */
+mp_task_fn mp__task_lookup(const char *name);
+
+/* ---- frames ---------------------------------------------------------------
+ * A pack is a message that holds k messages: its payload is a header, k
+ * directory entries and the k payloads; its attachments are theirs, in
+ * order. Chunks to workers, results back and starmap argument tuples are
+ * all packs (with their own magic). Result entries carry a code and an
+ * error sentence per item. */
+enum { MP__PACK_TASK = 0x4b53544d, MP__PACK_RESULT = 0x5345524d, MP__PACK_STAR = 0x5241544d,
+       MP__PACK_EXIT = 0x5449584d };
+
+typedef struct mp__pack_entry {
+    int32_t rc;         /* results: 0 or the item's error */
+    uint32_t nattach;   /* attachments of this item */
+    uint64_t len;       /* payload bytes */
+    uint64_t err_len;   /* results: bytes of the error sentence after the payload */
+} mp__pack_entry;
+
+typedef struct mp__pack_hdr {
+    uint32_t magic;
+    uint32_t count;
+    uint32_t name_len; /* task name after the entries (TASK) */
+    uint32_t reserved;
+} mp__pack_hdr;
+
+/* A pack under construction. */
+typedef struct mp__packer {
+    mp_msg *msg;
+    uint32_t magic;
+    uint32_t count, cap;
+    mp__pack_entry *entries;
+    char *data;
+    size_t len, data_cap;
+    char name[MP__TASK_NAME_MAX + 1];
+} mp__packer;
+
+int mp__packer_init(mp__packer *p, uint32_t magic, const char *name, size_t count_hint);
+/* Appends one item: payload bytes and the attachments of `attach` (may be
+ * NULL), with a result code and error sentence (NULL for none). */
+int mp__packer_add(mp__packer *p, const void *payload, size_t len, const mp_msg *attach,
+                   int rc, const char *err);
+/* Appends one item made of the k messages in (a nested pack: starmap). */
+int mp__packer_add_star(mp__packer *p, const mp_msg *const *in, size_t k);
+/* Writes the payload into p->msg and hands the message to *out. */
+int mp__packer_finish(mp__packer *p, mp_msg **out);
+void mp__packer_drop(mp__packer *p);
+
+/* A received pack, validated: every entry, length and attachment count
+ * checked against the payload and the message (MP_EPROTO otherwise). */
+typedef struct mp__pack_view {
+    const mp_msg *msg;
+    uint32_t magic, count;
+    const mp__pack_entry *entries; /* unaligned-safe copy */
+    mp__pack_entry *owned;
+    const char *name;   /* TASK: NUL-terminated copy */
+    char name_buf[MP__TASK_NAME_MAX + 1];
+    const char **payloads;
+    size_t *first_attach;
+} mp__pack_view;
+
+int mp__pack_open(const mp_msg *m, mp__pack_view *v);
+void mp__pack_close(mp__pack_view *v);
+/* Item i as a new message (payload copy + attachments retained). */
+int mp__pack_item(const mp__pack_view *v, uint32_t i, mp_msg **out);
+/* Copies attachments [from, from + n) of src onto dst. */
+int mp__msg_copy_attachments(const mp_msg *src, size_t from, size_t n, mp_msg *dst);
+
+/* ---- the worker (child side) ---------------------------------------------- */
+
+/* Serves chunks on sock until told to exit or the parent goes: the exit
+ * status of the worker. */
+int mp__pool_worker_main(int sock);
+
+/* ---- results ------------------------------------------------------------- */
+
+enum { MP__JOB_MSG = 0, MP__JOB_ARRAY = 1 };
+
+struct mp_async_result {
+    atomic_int refs;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int kind;
+    size_t n, ndone;
+    mp_msg **outs;   /* MSG: result per item (owned until taken) */
+    int *rcs;        /* per item */
+    char **errs;     /* per failed item */
+    uint8_t *done;   /* per item */
+    size_t *order;   /* completion order */
+    bool ready;
+    size_t first_bad; /* index of the first failed item, n when none */
+    void *out_array;  /* ARRAY */
+    size_t out_size;
+    mp_pool_callbacks cb;
+    bool has_cb;
+    char task[MP__TASK_NAME_MAX + 1];
+};
+
+int mp__result_new(int kind, size_t n, const char *task, const mp_pool_callbacks *cb,
+                   mp_async_result **out);
+/* Handler thread: records item i's outcome (takes msg, may be NULL; err
+ * copied). Returns true when that made the result ready. */
+bool mp__result_item(mp_async_result *r, size_t i, int rc, mp_msg *msg, const char *err);
+/* With r->mu held: waits until pred(r, arg) or timeout (0 or MP_ETIMEDOUT,
+ * no sentence). */
+int mp__result_wait_locked(mp_async_result *r, bool (*pred)(mp_async_result *, void *),
+                           void *arg, double timeout);
+/* Handler thread: runs the callback of a ready result. */
+void mp__result_callback(mp_async_result *r);
+
+/* ---- the pool -------------------------------------------------------------- */
+
+typedef struct mp__chunk {
+    struct mp__chunk *next;
+    mp_async_result *r; /* retained */
+    size_t start, count;
+    mp_msg *frame;
+} mp__chunk;
+
+void mp__chunk_free(mp__chunk *c);
+/* Queues chunks (takes them) and wakes the handler; MP_ESTATE if closed. */
+int mp__pool_submit(mp_pool *p, mp__chunk *head, mp__chunk *tail);
+/* The chunk size a map of n items gets. */
+size_t mp__pool_chunksize(const mp_pool *p, size_t n, size_t chunksize);
+
+#endif

@@ -1,0 +1,219 @@
+/* AsyncResult, the submission calls (apply/map/starmap/map_array) and the
+ * lazy iterators (imap, imap_unordered). */
+#include "pool/pool_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- results --------------------------------------------------------------------- */
+
+int mp__result_new(int kind, size_t n, const char *task, const mp_pool_callbacks *cb,
+                   mp_async_result **out)
+{
+    mp_async_result *r = calloc(1, sizeof *r);
+    size_t m = n ? n : 1;
+    if (!r || !(r->outs = calloc(m, sizeof *r->outs)) || !(r->rcs = calloc(m, sizeof(int))) ||
+        !(r->errs = calloc(m, sizeof *r->errs)) || !(r->done = calloc(m, 1)) ||
+        !(r->order = calloc(m, sizeof(size_t)))) {
+        if (r) {
+            free(r->outs);
+            free(r->rcs);
+            free(r->errs);
+            free(r->done);
+        }
+        free(r);
+        return mp__error(MP_ENOMEM, "mp_pool: out of memory for a result of %zu items", n);
+    }
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&r->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&r->mu, NULL);
+    atomic_init(&r->refs, 1);
+    r->kind = kind;
+    r->n = n;
+    r->first_bad = n;
+    r->ready = n == 0;
+    snprintf(r->task, sizeof r->task, "%s", task);
+    if (cb && (cb->on_success || cb->on_error)) {
+        r->cb = *cb;
+        r->has_cb = true;
+    }
+    *out = r;
+    return 0;
+}
+
+mp_async_result *mp_async_result_retain(mp_async_result *r)
+{
+    if (r)
+        atomic_fetch_add(&r->refs, 1);
+    return r;
+}
+
+void mp_async_result_release(mp_async_result *r)
+{
+    if (!r || atomic_fetch_sub(&r->refs, 1) != 1)
+        return;
+    for (size_t i = 0; i < r->n; i++) {
+        mp_msg_destroy(r->outs[i]);
+        free(r->errs[i]);
+    }
+    free(r->outs);
+    free(r->rcs);
+    free(r->errs);
+    free(r->done);
+    free(r->order);
+    pthread_cond_destroy(&r->cv);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}
+
+bool mp__result_item(mp_async_result *r, size_t i, int rc, mp_msg *msg, const char *err)
+{
+    bool ready;
+    pthread_mutex_lock(&r->mu);
+    if (r->done[i]) { /* cannot happen: each item is answered once */
+        pthread_mutex_unlock(&r->mu);
+        mp_msg_destroy(msg);
+        return false;
+    }
+    r->done[i] = 1;
+    r->rcs[i] = rc;
+    r->outs[i] = msg;
+    if (rc) {
+        r->errs[i] = strdup(err && err[0] ? err : mp_strerror(rc));
+        if (i < r->first_bad)
+            r->first_bad = i;
+    }
+    r->order[r->ndone++] = i;
+    ready = r->ready = r->ndone == r->n;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    return ready;
+}
+
+void mp__result_callback(mp_async_result *r)
+{
+    if (!r->has_cb)
+        return;
+    mp_result_fn fn = r->first_bad < r->n ? r->cb.on_error : r->cb.on_success;
+    if (fn)
+        fn(r, r->cb.user);
+}
+
+/* Waits under r->mu until pred holds or the deadline passes. */
+int mp__result_wait_locked(mp_async_result *r, bool (*pred)(mp_async_result *, void *),
+                           void *arg, double timeout)
+{
+    struct timespec ts;
+    int rc = 0;
+    if (timeout >= 0) {
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        double t = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + timeout;
+        ts.tv_sec = (time_t)t;
+        ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+    }
+    while (!pred(r, arg) && rc == 0)
+        rc = timeout < 0 ? pthread_cond_wait(&r->cv, &r->mu)
+                         : pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+    return pred(r, arg) ? 0 : MP_ETIMEDOUT;
+}
+
+static bool is_ready(mp_async_result *r, void *arg) { return r->ready; }
+
+int mp_async_result_wait(mp_async_result *r, double timeout)
+{
+    int rc;
+    if (!r)
+        return mp__error(MP_EINVAL, "mp_async_result_wait: result is NULL");
+    pthread_mutex_lock(&r->mu);
+    rc = mp__result_wait_locked(r, is_ready, NULL, timeout);
+    pthread_mutex_unlock(&r->mu);
+    return rc ? mp__error(rc, "mp_async_result_wait: not ready within %g s", timeout) : 0;
+}
+
+/* r ready, under r->mu: the first failure as an error return. */
+static int first_error(const mp_async_result *r, const char *call)
+{
+    size_t i = r->first_bad;
+    if (i >= r->n)
+        return 0;
+    if (r->n == 1)
+        return mp__error(r->rcs[i], "%s: %s", call, r->errs[i]);
+    return mp__error(r->rcs[i], "%s: item %zu: %s", call, i, r->errs[i]);
+}
+
+int mp_async_result_get(mp_async_result *r, double timeout, const mp_msg **out)
+{
+    int rc;
+    if (!r)
+        return mp__error(MP_EINVAL, "mp_async_result_get: result is NULL");
+    pthread_mutex_lock(&r->mu);
+    rc = mp__result_wait_locked(r, is_ready, NULL, timeout);
+    if (rc)
+        rc = mp__error(rc, "mp_async_result_get: not ready within %g s", timeout);
+    else
+        rc = first_error(r, "mp_async_result_get");
+    if (!rc && out)
+        *out = r->n ? r->outs[0] : NULL;
+    pthread_mutex_unlock(&r->mu);
+    return rc;
+}
+
+int mp_async_result_ready(const mp_async_result *r)
+{
+    if (!r)
+        return mp__error(MP_EINVAL, "mp_async_result_ready: result is NULL");
+    mp_async_result *w = (mp_async_result *)r;
+    pthread_mutex_lock(&w->mu);
+    int ready = w->ready;
+    pthread_mutex_unlock(&w->mu);
+    return ready;
+}
+
+int mp_async_result_successful(const mp_async_result *r)
+{
+    if (!r)
+        return mp__error(MP_EINVAL, "mp_async_result_successful: result is NULL");
+    mp_async_result *w = (mp_async_result *)r;
+    pthread_mutex_lock(&w->mu);
+    int rc = !w->ready ? mp__error(MP_ESTATE, "mp_async_result_successful: not ready yet")
+                       : w->first_bad >= w->n;
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+size_t mp_async_result_count(const mp_async_result *r) { return r ? r->n : 0; }
+
+int mp_async_result_item(const mp_async_result *r, size_t i, const mp_msg **out)
+{
+    if (!r || !out)
+        return mp__error(MP_EINVAL, "mp_async_result_item: %s is NULL", r ? "out" : "result");
+    mp_async_result *w = (mp_async_result *)r;
+    int rc = 0;
+    pthread_mutex_lock(&w->mu);
+    if (!w->ready)
+        rc = mp__error(MP_ESTATE, "mp_async_result_item: not ready yet");
+    else if (i >= w->n)
+        rc = mp__error(MP_EINVAL, "mp_async_result_item: item %zu of %zu", i, w->n);
+    else if (w->rcs[i])
+        rc = mp__error(w->rcs[i], "mp_async_result_item: item %zu: %s", i, w->errs[i]);
+    else
+        *out = w->outs[i];
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+const char *mp_async_result_error(const mp_async_result *r)
+{
+    if (!r)
+        return "";
+    mp_async_result *w = (mp_async_result *)r;
+    pthread_mutex_lock(&w->mu);
+    const char *e = w->ready && w->first_bad < w->n ? w->errs[w->first_bad] : "";
+    pthread_mutex_unlock(&w->mu);
+    return e;
+}

@@ -1,0 +1,313 @@
+/* Submission: cut the input into chunks (one pack each), queue them; the
+ * blocking forms wait on the result. Also the lazy iterators. */
+#include "pool/pool_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { SRC_MSGS, SRC_STAR, SRC_ARRAY };
+
+typedef struct source {
+    int type;
+    const mp_msg *const *msgs; /* MSGS, STAR */
+    size_t nargs;              /* STAR */
+    const char *bytes;         /* ARRAY */
+    size_t in_size;
+    void *out;                 /* ARRAY */
+    size_t out_size;
+} source;
+
+static int add_item(mp__packer *pk, const source *s, size_t i)
+{
+    const void *pl;
+    size_t len;
+    switch (s->type) {
+    case SRC_MSGS:
+        pl = mp_msg_payload(s->msgs[i], &len);
+        return mp__packer_add(pk, pl, len, s->msgs[i], 0, NULL);
+    case SRC_STAR:
+        return mp__packer_add_star(pk, s->msgs + i * s->nargs, s->nargs);
+    default:
+        return mp__packer_add(pk, s->bytes + i * s->in_size, s->in_size, NULL, 0, NULL);
+    }
+}
+
+static int make_chunk(mp_async_result *r, const source *s, size_t start, size_t count,
+                      mp__chunk **out)
+{
+    mp__packer pk;
+    mp__chunk *c = calloc(1, sizeof *c);
+    int rc = c ? mp__packer_init(&pk, MP__PACK_TASK, r->task, count)
+               : mp__error(MP_ENOMEM, "mp_pool: out of memory for a chunk");
+    if (rc) {
+        free(c);
+        return rc;
+    }
+    for (size_t i = start; i < start + count && !rc; i++)
+        rc = add_item(&pk, s, i);
+    if (rc) {
+        mp__packer_drop(&pk);
+        free(c);
+        return rc;
+    }
+    rc = mp__packer_finish(&pk, &c->frame);
+    if (rc) {
+        free(c);
+        return rc;
+    }
+    c->r = mp_async_result_retain(r);
+    c->start = start;
+    c->count = count;
+    *out = c;
+    return 0;
+}
+
+static int submit(mp_pool *p, const char *task, int kind, const source *s, size_t n,
+                  size_t chunksize, const mp_pool_callbacks *cb, mp_async_result **res,
+                  const char *call)
+{
+    mp_async_result *r;
+    mp__chunk *head = NULL, *tail = NULL, *c;
+    int rc;
+    if (!res)
+        return mp__error(MP_EINVAL, "%s: the result pointer is NULL", call);
+    *res = NULL;
+    if (!p || !task)
+        return mp__error(MP_EINVAL, "%s: %s is NULL", call, p ? "task" : "pool");
+    if (!mp__task_lookup(task))
+        return mp__error(MP_ENOENT, "%s: no task called '%s' (define it with MP_TASK)", call,
+                         task);
+    if ((rc = mp__result_new(kind, n, task, cb, &r)) != 0)
+        return rc;
+    r->out_array = s->out; /* set before the handler can see r */
+    r->out_size = s->out_size;
+    chunksize = mp__pool_chunksize(p, n, chunksize);
+    for (size_t start = 0; start < n; start += chunksize) {
+        size_t count = n - start < chunksize ? n - start : chunksize;
+        rc = make_chunk(r, s, start, count, &c);
+        if (rc)
+            goto out_free;
+        if (tail)
+            tail->next = c;
+        else
+            head = c;
+        tail = c;
+    }
+    if (n == 0) /* nothing to hand the handler: done now, in this thread */
+        mp__result_callback(r);
+    else if ((rc = mp__pool_submit(p, head, tail)) != 0) /* frees the chunks */
+        goto out_release;
+    *res = r;
+    return 0;
+
+out_free:
+    while (head) {
+        c = head->next;
+        mp__chunk_free(head);
+        head = c;
+    }
+out_release:
+    mp_async_result_release(r);
+    return rc;
+}
+
+static int check_msgs(const mp_msg *const *in, size_t n, const char *call)
+{
+    if (n && !in)
+        return mp__error(MP_EINVAL, "%s: in is NULL", call);
+    for (size_t i = 0; i < n; i++)
+        if (!in[i])
+            return mp__error(MP_EINVAL, "%s: in[%zu] is NULL", call, i);
+    return 0;
+}
+
+int mp_pool_apply_async(mp_pool *p, const char *task, const mp_msg *in,
+                        const mp_pool_callbacks *cb, mp_async_result **res)
+{
+    const mp_msg *one[1] = {in};
+    source s = {SRC_MSGS, one, 0, NULL, 0, NULL, 0};
+    int rc = check_msgs(one, 1, "mp_pool_apply_async");
+    return rc ? rc : submit(p, task, MP__JOB_MSG, &s, 1, 1, cb, res, "mp_pool_apply_async");
+}
+
+int mp_pool_map_async(mp_pool *p, const char *task, const mp_msg *const *in, size_t n,
+                      size_t chunksize, const mp_pool_callbacks *cb, mp_async_result **res)
+{
+    source s = {SRC_MSGS, in, 0, NULL, 0, NULL, 0};
+    int rc = check_msgs(in, n, "mp_pool_map_async");
+    return rc ? rc
+              : submit(p, task, MP__JOB_MSG, &s, n, chunksize, cb, res, "mp_pool_map_async");
+}
+
+int mp_pool_starmap_async(mp_pool *p, const char *task, const mp_msg *const *args, size_t n,
+                          size_t nargs, size_t chunksize, const mp_pool_callbacks *cb,
+                          mp_async_result **res)
+{
+    source s = {SRC_STAR, args, nargs, NULL, 0, NULL, 0};
+    int rc = 0;
+    if (nargs == 0 || nargs > 1024 || (n && n * nargs / n != nargs))
+        rc = mp__error(MP_EINVAL, "mp_pool_starmap_async: nargs = %zu, want 1..1024", nargs);
+    if (!rc)
+        rc = check_msgs(args, n * nargs, "mp_pool_starmap_async");
+    return rc ? rc
+              : submit(p, task, MP__JOB_MSG, &s, n, chunksize, cb, res,
+                       "mp_pool_starmap_async");
+}
+
+int mp_pool_map_array_async(mp_pool *p, const char *task, const void *in, size_t n,
+                            size_t in_size, void *out, size_t out_size, size_t chunksize,
+                            const mp_pool_callbacks *cb, mp_async_result **res)
+{
+    source s = {SRC_ARRAY, NULL, 0, in, in_size, out, out_size};
+    if (n && (!in || !out || in_size == 0 || out_size == 0))
+        return mp__error(MP_EINVAL, "mp_pool_map_array_async: want in, out and item sizes");
+    return submit(p, task, MP__JOB_ARRAY, &s, n, chunksize, cb, res,
+                  "mp_pool_map_array_async");
+}
+
+/* ---- blocking forms ------------------------------------------------------------- */
+
+/* Waits for r, moves its messages to out (may be NULL), releases r. */
+static int finish(mp_async_result *r, mp_msg **out, const char *call)
+{
+    int rc = mp_async_result_wait(r, -1);
+    pthread_mutex_lock(&r->mu);
+    if (!rc && r->first_bad < r->n)
+        rc = mp__error(r->rcs[r->first_bad], "%s: item %zu: %s", call, r->first_bad,
+                       r->errs[r->first_bad]);
+    if (!rc && out) {
+        for (size_t i = 0; i < r->n; i++) {
+            out[i] = r->outs[i];
+            r->outs[i] = NULL;
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    mp_async_result_release(r);
+    return rc;
+}
+
+int mp_pool_apply(mp_pool *p, const char *task, const mp_msg *in, mp_msg **out)
+{
+    mp_async_result *r;
+    int rc;
+    if (!out)
+        return mp__error(MP_EINVAL, "mp_pool_apply: out is NULL");
+    *out = NULL;
+    rc = mp_pool_apply_async(p, task, in, NULL, &r);
+    return rc ? rc : finish(r, out, "mp_pool_apply");
+}
+
+int mp_pool_map(mp_pool *p, const char *task, const mp_msg *const *in, size_t n,
+                size_t chunksize, mp_msg **out)
+{
+    mp_async_result *r;
+    int rc;
+    if (n && !out)
+        return mp__error(MP_EINVAL, "mp_pool_map: out is NULL");
+    rc = mp_pool_map_async(p, task, in, n, chunksize, NULL, &r);
+    return rc ? rc : finish(r, out, "mp_pool_map");
+}
+
+int mp_pool_starmap(mp_pool *p, const char *task, const mp_msg *const *args, size_t n,
+                    size_t nargs, size_t chunksize, mp_msg **out)
+{
+    mp_async_result *r;
+    int rc;
+    if (n && !out)
+        return mp__error(MP_EINVAL, "mp_pool_starmap: out is NULL");
+    rc = mp_pool_starmap_async(p, task, args, n, nargs, chunksize, NULL, &r);
+    return rc ? rc : finish(r, out, "mp_pool_starmap");
+}
+
+int mp_pool_map_array(mp_pool *p, const char *task, const void *in, size_t n, size_t in_size,
+                      void *out, size_t out_size, size_t chunksize)
+{
+    mp_async_result *r;
+    int rc = mp_pool_map_array_async(p, task, in, n, in_size, out, out_size, chunksize, NULL,
+                                     &r);
+    return rc ? rc : finish(r, NULL, "mp_pool_map_array");
+}
+
+/* ---- lazy iterators ---------------------------------------------------------------- */
+
+struct mp_imap {
+    mp_async_result *r;
+    bool unordered;
+    size_t pos; /* items handed out */
+};
+
+static int imap_create(mp_pool *p, const char *task, const mp_msg *const *in, size_t n,
+                       size_t chunksize, bool unordered, mp_imap **it, const char *call)
+{
+    mp_imap *m;
+    int rc;
+    if (!it)
+        return mp__error(MP_EINVAL, "%s: it is NULL", call);
+    *it = NULL;
+    m = calloc(1, sizeof *m);
+    if (!m)
+        return mp__error(MP_ENOMEM, "%s: out of memory", call);
+    rc = mp_pool_map_async(p, task, in, n, chunksize, NULL, &m->r);
+    if (rc) {
+        free(m);
+        return rc;
+    }
+    m->unordered = unordered;
+    *it = m;
+    return 0;
+}
+
+int mp_pool_imap(mp_pool *p, const char *task, const mp_msg *const *in, size_t n,
+                 size_t chunksize, mp_imap **it)
+{
+    return imap_create(p, task, in, n, chunksize, false, it, "mp_pool_imap");
+}
+
+int mp_pool_imap_unordered(mp_pool *p, const char *task, const mp_msg *const *in, size_t n,
+                           size_t chunksize, mp_imap **it)
+{
+    return imap_create(p, task, in, n, chunksize, true, it, "mp_pool_imap_unordered");
+}
+
+static bool next_ready(mp_async_result *r, void *arg)
+{
+    const mp_imap *m = arg;
+    return m->unordered ? r->ndone > m->pos : r->done[m->pos] != 0;
+}
+
+int mp_imap_next(mp_imap *it, double timeout, mp_msg **out, size_t *index)
+{
+    mp_async_result *r;
+    size_t i;
+    int rc;
+    if (!it || !out)
+        return mp__error(MP_EINVAL, "mp_imap_next: %s is NULL", it ? "out" : "it");
+    *out = NULL;
+    r = it->r;
+    if (it->pos >= r->n)
+        return mp__error(MP_ECLOSED, "mp_imap_next: all %zu items were returned", r->n);
+    pthread_mutex_lock(&r->mu);
+    rc = mp__result_wait_locked(r, next_ready, it, timeout);
+    if (rc) {
+        pthread_mutex_unlock(&r->mu);
+        return mp__error(rc, "mp_imap_next: no result within %g s", timeout);
+    }
+    i = it->unordered ? r->order[it->pos] : it->pos;
+    it->pos++;
+    if (index)
+        *index = i;
+    if (r->rcs[i])
+        rc = mp__error(r->rcs[i], "mp_imap_next: item %zu: %s", i, r->errs[i]);
+    *out = r->outs[i];
+    r->outs[i] = NULL;
+    pthread_mutex_unlock(&r->mu);
+    return rc;
+}
+
+void mp_imap_destroy(mp_imap *it)
+{
+    if (!it)
+        return;
+    mp_async_result_release(it->r);
+    free(it);
+}

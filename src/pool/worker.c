@@ -1,0 +1,136 @@
+/* The task registry, and the worker's side: receive a chunk, run each item,
+ * send one result pack back. */
+#include "pool/pool_internal.h"
+#include "wire/wire.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define TASKS_MAX 256
+
+static struct {
+    char name[MP__TASK_NAME_MAX + 1];
+    mp_task_fn fn;
+} tasks[TASKS_MAX];
+static int ntasks;
+static pthread_mutex_t tasks_mu = PTHREAD_MUTEX_INITIALIZER;
+
+int mp_register_task(const char *name, mp_task_fn fn)
+{
+    size_t len = name ? strlen(name) : 0;
+    int rc = 0;
+    if (!fn || len == 0 || len > MP__TASK_NAME_MAX)
+        return mp__error(MP_EINVAL, "mp_register_task: want a function and a name of 1..%d "
+                         "bytes", MP__TASK_NAME_MAX);
+    pthread_mutex_lock(&tasks_mu);
+    for (int i = 0; i < ntasks; i++)
+        if (strcmp(tasks[i].name, name) == 0)
+            rc = mp__error(MP_EINVAL, "mp_register_task: '%s' is registered already", name);
+    if (!rc && ntasks == TASKS_MAX)
+        rc = mp__error(MP_EOVERFLOW, "mp_register_task: more than %d tasks", TASKS_MAX);
+    if (!rc) {
+        memcpy(tasks[ntasks].name, name, len + 1);
+        tasks[ntasks++].fn = fn;
+    }
+    pthread_mutex_unlock(&tasks_mu);
+    return rc;
+}
+
+mp_task_fn mp__task_lookup(const char *name)
+{
+    mp_task_fn fn = NULL;
+    pthread_mutex_lock(&tasks_mu);
+    for (int i = 0; i < ntasks && !fn; i++)
+        if (strcmp(tasks[i].name, name) == 0)
+            fn = tasks[i].fn;
+    pthread_mutex_unlock(&tasks_mu);
+    return fn;
+}
+
+/* Runs one item; records its outcome in the result pack. */
+static int run_item(const mp__pack_view *v, uint32_t i, mp_task_fn fn, mp__packer *res)
+{
+    mp_msg *in = NULL, *out = NULL;
+    char err[600];
+    const void *pl;
+    size_t len;
+    int rc = mp__pack_item(v, i, &in);
+    if (!rc)
+        rc = mp_msg_create(&out);
+    if (rc) {
+        snprintf(err, sizeof err, "task '%s': worker could not build item %u: %s", v->name,
+                 i, mp_last_error());
+        rc = mp__packer_add(res, NULL, 0, NULL, rc, err);
+        goto out;
+    }
+    mp__error_clear();
+    rc = fn(in, out);
+    if (rc) {
+        int code = rc < 0 && rc >= MP_EOVERFLOW ? rc : MP_ECHILD;
+        snprintf(err, sizeof err, "task '%s' returned %d%s%s", v->name, rc,
+                 mp_last_error()[0] ? ": " : "", mp_last_error());
+        rc = mp__packer_add(res, NULL, 0, NULL, code, err);
+        goto out;
+    }
+    pl = mp_msg_payload(out, &len);
+    rc = mp__packer_add(res, pl, len, out, 0, NULL);
+out:
+    mp_msg_destroy(in);
+    mp_msg_destroy(out);
+    return rc;
+}
+
+/* Handles one frame; 1 when told to exit. */
+static int serve(int sock, mp_msg *frame)
+{
+    mp__pack_view v;
+    mp__packer res;
+    mp_msg *reply = NULL;
+    mp_task_fn fn;
+    int rc = mp__pack_open(frame, &v);
+    if (rc)
+        return rc;
+    if (v.magic == MP__PACK_EXIT) {
+        mp__pack_close(&v);
+        return 1;
+    }
+    fn = v.magic == MP__PACK_TASK ? mp__task_lookup(v.name) : NULL;
+    rc = mp__packer_init(&res, MP__PACK_RESULT, NULL, v.count);
+    for (uint32_t i = 0; !rc && i < v.count; i++) {
+        if (fn) {
+            rc = run_item(&v, i, fn, &res);
+        } else {
+            char err[128];
+            snprintf(err, sizeof err, "task '%s' is not registered in the worker", v.name);
+            rc = mp__packer_add(&res, NULL, 0, NULL, MP_ENOENT, err);
+        }
+    }
+    mp__pack_close(&v);
+    if (rc) {
+        mp__packer_drop(&res);
+        return rc;
+    }
+    rc = mp__packer_finish(&res, &reply);
+    if (!rc)
+        rc = mp__wire_send(sock, reply, -1);
+    mp_msg_destroy(reply);
+    return rc;
+}
+
+int mp__pool_worker_main(int sock)
+{
+    for (;;) {
+        mp_msg *frame;
+        int rc = mp__wire_recv(sock, &frame, -1);
+        if (rc == MP_ECLOSED)
+            return 0; /* the parent went away */
+        if (rc)
+            return 3;
+        rc = serve(sock, frame);
+        mp_msg_destroy(frame);
+        if (rc == 1)
+            return 0;
+        if (rc)
+            return 3;
+    }
+}

@@ -1,0 +1,292 @@
+/* The child runtime (mp_init, mp_raise, the fatal-signal handler) and both
+ * ends of the per-child status channel. */
+#include "cuda/cuda_internal.h"
+#include "process/process_internal.h"
+#include "wire/wire.h"
+
+#include <errno.h>
+#include <execinfo.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* The status channel of this process when it is an mproc child, and the
+ * pid it belongs to (a grandchild forked by the entry is not the child). */
+static int child_chan = -1;
+static pid_t child_owner;
+static char **saved_argv;
+
+char *const *mp__saved_argv(void) { return saved_argv; }
+
+static bool is_child(void) { return child_chan >= 0 && getpid() == child_owner; }
+
+/* ---- child side ---------------------------------------------------------- */
+
+void mp__child_die_with_parent(pid_t expected_parent)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    /* The parent may have died between fork and prctl: then nobody would
+     * signal us, so check once after arming. */
+    if (getppid() != expected_parent)
+        _exit(1);
+}
+
+static void send_record(char type, const char *text, size_t len)
+{
+    char buf[MP__MESSAGE_MAX + 2];
+    if (len > MP__MESSAGE_MAX)
+        len = MP__MESSAGE_MAX;
+    buf[0] = MP__REC_MARK;
+    buf[1] = type;
+    memcpy(buf + 2, text, len);
+    /* Blocking send: the parent may be slow to read, never lose the text. */
+    while (send(child_chan, buf, len + 2, MSG_NOSIGNAL) < 0 && errno == EINTR)
+        ;
+}
+
+static _Noreturn void child_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static _Noreturn void child_vfail(const char *fmt, va_list ap)
+{
+    char text[MP__MESSAGE_MAX];
+    int n = vsnprintf(text, sizeof text, fmt, ap);
+    if (n < 0)
+        n = 0;
+    if ((size_t)n >= sizeof text)
+        n = (int)sizeof text - 1;
+    if (is_child()) {
+        send_record(MP__REC_RAISE, text, (size_t)n);
+        fflush(NULL);
+        /* _exit: atexit handlers inherited through fork belong to the parent. */
+        _exit(1);
+    }
+    fprintf(stderr, "mp_raise: %s\n", text);
+    exit(1);
+}
+
+static _Noreturn void child_fail(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    child_vfail(fmt, ap);
+}
+
+_Noreturn void mp_raise(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    child_vfail(fmt ? fmt : "(null)", ap);
+}
+
+static void on_fatal_signal(int sig)
+{
+    int saved = errno;
+    if (is_child()) {
+        char hdr[16];
+        void *frames[64];
+        int n = snprintf(hdr, sizeof hdr, "%c%c%d", MP__REC_MARK, MP__REC_SIGNAL, sig);
+        send(child_chan, hdr, (size_t)n, MSG_NOSIGNAL);
+        n = backtrace(frames, 64);
+        /* One writev per frame: each line is one record. */
+        backtrace_symbols_fd(frames, n, child_chan);
+        hdr[1] = MP__REC_END;
+        send(child_chan, hdr, 2, MSG_NOSIGNAL);
+    }
+    /* SA_RESETHAND restored the default: die of the same signal. */
+    raise(sig);
+    errno = saved;
+}
+
+static void install_fatal_handlers(void)
+{
+    static char altstack[64 * 1024];
+    static const int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+    stack_t ss = {.ss_sp = altstack, .ss_size = sizeof altstack};
+    struct sigaction sa;
+    void *frame;
+
+    /* The first backtrace() loads libgcc_s (malloc, dlopen): do it now, not
+     * inside the handler where neither is safe. */
+    backtrace(&frame, 1);
+    sigaltstack(&ss, NULL); /* stack overflows too */
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_fatal_signal;
+    sa.sa_flags = SA_RESETHAND | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    sigaddset(&sa.sa_mask, SIGPIPE);
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+        sigaction(sigs[i], &sa, NULL);
+}
+
+static int exit_status(int rc)
+{
+    if (rc == 0)
+        return 0;
+    return (rc & 0xff) ? (rc & 0xff) : 1;
+}
+
+_Noreturn void mp__child_run(int chan)
+{
+    mp__boot boot;
+    mp_msg *args = NULL;
+    mp_entry_fn fn;
+    size_t len = 0;
+    int nfds = 0, rc;
+
+    child_chan = chan;
+    child_owner = getpid();
+    install_fatal_handlers();
+    /* The parent wrote both records before it started us. */
+    rc = mp__recv_record(chan, &boot, sizeof boot, &len, NULL, 0, &nfds, mp__deadline(30));
+    if (rc < 0 || len != sizeof boot || boot.magic != MP__BOOT_MAGIC)
+        child_fail("mproc child: no valid start record from the parent (%s)",
+                   rc < 0 ? mp_last_error() : "bad size or magic");
+    boot.entry[MP_ENTRY_NAME_MAX] = '\0';
+    fn = mp__entry_lookup(boot.entry);
+    if (!fn)
+        child_fail("mproc child: no entry called '%s' is registered in this program; "
+                   "register it with MP_ENTRY at file scope so that every start method "
+                   "finds it", boot.entry);
+    rc = mp__wire_recv(chan, &args, mp__deadline(30));
+    if (rc < 0)
+        child_fail("mproc child: receiving the argument message failed: %s",
+                   mp_last_error());
+    rc = fn(boot.rank, args);
+    mp_msg_destroy(args);
+    mp__cuda_on_exit(); /* _exit skips atexit: the CUDA producer's warning */
+    fflush(NULL);
+    _exit(exit_status(rc));
+}
+
+/* ---- mp_init ------------------------------------------------------------- */
+
+static int save_argv(int argc, char **argv)
+{
+    char **copy;
+    if (saved_argv)
+        return 0;
+    copy = calloc((size_t)argc + 1, sizeof *copy);
+    if (!copy)
+        return mp__error(MP_ENOMEM, "mp_init: out of memory");
+    for (int i = 0; i < argc; i++) {
+        copy[i] = strdup(argv[i] ? argv[i] : "");
+        if (!copy[i]) {
+            while (i-- > 0)
+                free(copy[i]);
+            free(copy);
+            return mp__error(MP_ENOMEM, "mp_init: out of memory");
+        }
+    }
+    saved_argv = copy;
+    return 0;
+}
+
+/* "FD,PPID" from var; false when absent or malformed. */
+static bool parse_boot_var(const char *var, int *fd, pid_t *ppid)
+{
+    const char *v = getenv(var);
+    int f, p, used = 0;
+    if (!v || sscanf(v, "%d,%d%n", &f, &p, &used) != 2 || v[used] != '\0' || f < 0 || p <= 0)
+        return false;
+    *fd = f;
+    *ppid = (pid_t)p;
+    unsetenv(var); /* grandchildren started by the entry are not ours */
+    return true;
+}
+
+int mp_init(int *argc, char ***argv)
+{
+    int fd, rc;
+    pid_t ppid;
+    if (!argc || !argv || !*argv || *argc < 1)
+        return mp__error(MP_EINVAL, "mp_init: pass &argc and &argv from main");
+    rc = save_argv(*argc, *argv);
+    if (rc < 0)
+        return rc;
+    if (parse_boot_var("MPROC_SPAWN", &fd, &ppid)) {
+        mp__child_die_with_parent(ppid);
+        mp__child_run(fd);
+    }
+    if (parse_boot_var("MPROC_FORKSERVER", &fd, &ppid)) {
+        mp__child_die_with_parent(ppid);
+        mp__forkserver_main(fd);
+    }
+    return 0;
+}
+
+/* ---- parent side --------------------------------------------------------- */
+
+static void append_line(mp__status *st, const char *line, size_t len)
+{
+    char *bt;
+    if (st->bt_len + len + 2 > MP__BACKTRACE_MAX)
+        return;
+    bt = realloc(st->backtrace, st->bt_len + len + 2);
+    if (!bt)
+        return;
+    memcpy(bt + st->bt_len, line, len);
+    st->bt_len += len;
+    if (len == 0 || line[len - 1] != '\n')
+        bt[st->bt_len++] = '\n';
+    bt[st->bt_len] = '\0';
+    st->backtrace = bt;
+}
+
+static void handle_record(mp__status *st, const char *rec, size_t len)
+{
+    if (len >= 2 && rec[0] == MP__REC_MARK) {
+        switch (rec[1]) {
+        case MP__REC_RAISE:
+            if (!st->failed) {
+                size_t n = len - 2 < sizeof st->message - 1 ? len - 2 : sizeof st->message - 1;
+                memcpy(st->message, rec + 2, n);
+                st->message[n] = '\0';
+            }
+            st->failed = true;
+            return;
+        case MP__REC_SIGNAL: {
+            char num[16] = {0};
+            memcpy(num, rec + 2, len - 2 < 15 ? len - 2 : 15);
+            st->fatal_signal = atoi(num);
+            st->in_backtrace = true;
+            st->failed = true;
+            return;
+        }
+        case MP__REC_END: st->in_backtrace = false; return;
+        default: break;
+        }
+    }
+    if (st->in_backtrace)
+        append_line(st, rec, len);
+}
+
+void mp__status_drain(int chan, mp__status *st)
+{
+    char rec[MP__MESSAGE_MAX + 8];
+    int reset = 0;
+    while (chan >= 0 && !st->eof) {
+        ssize_t n = recv(chan, rec, sizeof rec, MSG_DONTWAIT);
+        if (n > 0) {
+            handle_record(st, rec, (size_t)n);
+            continue;
+        }
+        /* ECONNRESET: the child died with records of ours unread; the
+         * kernel reports that once, and its own records still follow. */
+        if (n < 0 && (errno == EINTR || (errno == ECONNRESET && !reset++)))
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        st->eof = true; /* 0: the child's end is closed; < 0: reset */
+    }
+}
+
+void mp__status_free(mp__status *st)
+{
+    free(st->backtrace);
+    st->backtrace = NULL;
+    st->bt_len = 0;
+}

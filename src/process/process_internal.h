@@ -1,0 +1,119 @@
+/* Internals of the process layer: entry registry, start methods, the child
+ * runtime, launchers, the forkserver client and the per-child status
+ * channel. */
+#ifndef MPROC_PROCESS_INTERNAL_H
+#define MPROC_PROCESS_INTERNAL_H
+
+#include "mproc/process.h"
+#include "os/os.h"
+
+#include <stdint.h>
+
+typedef enum mp__method {
+    MP__FORK = 0,
+    MP__SPAWN = 1,
+    MP__FORKSERVER = 2,
+    MP__METHOD_COUNT
+} mp__method;
+
+struct mp_context {
+    mp__method method;
+    const char *name;
+};
+
+/* ---- registry / start methods (registry.c) ------------------------------ */
+mp_entry_fn mp__entry_lookup(const char *name);
+/* MP_EINVAL with a sentence for an unknown name. */
+int mp__method_parse(const char *name, mp__method *out);
+mp__method mp__method_default(void);
+const char *mp__method_name(mp__method m);
+/* MP_ESTATE when fork is refused in a threaded process. */
+int mp__fork_check(const char *call);
+
+/* ---- the status channel ----------------------------------------------------
+ * Each child holds one end of a SOCK_SEQPACKET pair; the parent polls the
+ * other. Parent -> child: the boot record, then the argument message.
+ * Child -> parent: records that start with MP__REC_MARK and a type byte;
+ * after MP__REC_SIGNAL, every record up to MP__REC_END is one backtrace line
+ * written by backtrace_symbols_fd. */
+#define MP__REC_MARK '\001'
+#define MP__REC_RAISE 'R'
+#define MP__REC_SIGNAL 'S'
+#define MP__REC_END 'E'
+#define MP__BOOT_MAGIC 0x6d70626fu /* "mpbo" */
+#define MP__MESSAGE_MAX 2048
+#define MP__BACKTRACE_MAX 8192
+
+typedef struct mp__boot {
+    uint32_t magic;
+    int32_t rank;
+    char entry[MP_ENTRY_NAME_MAX + 1];
+} mp__boot;
+
+/* What the parent learned from a child's status channel. */
+typedef struct mp__status {
+    char message[MP__MESSAGE_MAX];
+    char *backtrace;   /* malloc'd, NUL-terminated; NULL until a line came */
+    size_t bt_len;
+    int fatal_signal;  /* from an MP__REC_SIGNAL record */
+    bool in_backtrace;
+    bool failed;       /* a raise or signal record arrived */
+    bool eof;
+} mp__status;
+
+/* Reads every record waiting on chan without blocking. Sets st->eof at EOF
+ * or on an error of the socket. */
+void mp__status_drain(int chan, mp__status *st);
+void mp__status_free(mp__status *st);
+
+/* ---- child side (child.c) --------------------------------------------------
+ * Runs the child: reads the boot record and args from chan, runs the entry,
+ * exits. Never returns. */
+_Noreturn void mp__child_run(int chan);
+/* PR_SET_PDEATHSIG(SIGKILL), then exits at once if the parent (expected)
+ * already died: closes the race between fork and prctl. */
+void mp__child_die_with_parent(pid_t expected_parent);
+/* argv saved by mp_init; NULL before. */
+char *const *mp__saved_argv(void);
+
+/* ---- launchers (launch.c) ------------------------------------------------ */
+/* Path exec'd by spawn and the forkserver; tests point it elsewhere to
+ * check that an exec failure is reported. */
+extern const char *mp__exec_path;
+/* fork(): the child closes parent_end and runs mp__child_run(chan). */
+int mp__launch_fork(int chan, int parent_end, pid_t *pid, int *pidfd);
+/* vfork + exec of mp__exec_path with the saved argv and the environment
+ * plus VAR=3,<pid>; chan becomes fd 3 in the new program, every other fd
+ * but 0-2 is closed. An exec failure comes back through an O_CLOEXEC pipe. */
+int mp__launch_exec(int chan, const char *var, pid_t *pid, int *pidfd);
+/* Python's exitcode from a wait status. */
+int mp__exitcode(int wstatus);
+/* pidfd_send_signal; 0 when the process is already gone. */
+int mp__pidfd_signal(int pidfd, int sig, const char *call);
+/* "SIGSEGV" into buf. */
+const char *mp__signal_name(int sig, char *buf, size_t cap);
+
+/* ---- forkserver client (forkserver.c) ------------------------------------ */
+/* Asks the server to fork a child running mp__child_run on chan. */
+int mp__forkserver_launch(int chan, pid_t *pid, int *pidfd);
+/* The relayed wait status of an exited forkserver child; waits until
+ * deadline. MP_ECLOSED when the server died (the child died with it). */
+int mp__forkserver_status(pid_t pid, double deadline, int *wstatus);
+/* Server main for a program started with MPROC_FORKSERVER. Never returns. */
+_Noreturn void mp__forkserver_main(int ctl);
+
+/* ---- processes (process.c), used by mp_spawn ----------------------------- */
+int mp__process_create(const char *entry, mp_msg *args, const mp_process_options *opts,
+                       int rank, mp_process **out);
+int mp__process_pidfd(const mp_process *p);
+int mp__process_chan(const mp_process *p);
+bool mp__process_reaped(const mp_process *p);
+/* Reads the status channel; true once the child reported a failure. */
+bool mp__process_poll_status(mp_process *p);
+/* Reaps if exited (block: wait for it). 1 when reaped, 0 still running. */
+int mp__process_reap(mp_process *p, bool block);
+/* SIGTERM all running but except (which is dying on its own), wait up to
+ * grace, SIGKILL and reap the rest. */
+void mp__process_stop_all(mp_process **ps, int n, int except, double grace);
+
+#endif

@@ -1,0 +1,141 @@
+/* The public CUDA API on a machine without a GPU, in both builds: the fork
+ * guard (simulated), argument checks, MP_ENOTSUP from a build without CUDA,
+ * and a clean "no device" from a CUDA build. */
+#include "mp_test.h"
+#include "cuda/cuda_internal.h"
+#include "wire/wire.h"
+
+#include <fcntl.h>
+#include <string.h>
+#include <unistd.h>
+
+static int setup(void **state) { return mp_test_setup(state); }
+static int teardown(void **state)
+{
+    mp__cuda_simulate_initialized(false);
+    return mp_test_teardown(state);
+}
+
+static void test_fork_guard(void **state)
+{
+    bool real = mp__cuda_initialized();
+    if (!real)
+        assert_mp_ok(mp__cuda_fork_check("mp_process_start"));
+    mp__cuda_simulate_initialized(true);
+    assert_true(mp__cuda_initialized());
+    assert_mp_err(mp__cuda_fork_check("mp_process_start"), MP_ESTATE);
+    const char *why = mp_last_error();
+    assert_non_null(strstr(why, "mp_process_start"));
+    assert_non_null(strstr(why, "spawn"));
+    assert_non_null(strstr(why, "forkserver"));
+    assert_mp_err(mp__cuda_fork_check(NULL), MP_ESTATE);
+    mp__cuda_simulate_initialized(false);
+    assert_int_equal(mp__cuda_initialized(), real);
+}
+
+static void test_cpu_tensor_is_not_cuda(void **state)
+{
+    mp_tensor *t = NULL;
+    int64_t shape[1] = {4};
+    assert_mp_ok(mp_tensor_empty(MP_FLOAT32, 1, shape, &t));
+    assert_false(mp_tensor_is_cuda(t));
+    assert_false(mp_tensor_is_cuda(NULL));
+    int count = -1;
+    assert_mp_err(mp_tensor_cuda_share_count(t, &count), mp_cuda_device_count(&count) == MP_ENOTSUP
+                                                             ? MP_ENOTSUP
+                                                             : MP_EINVAL);
+    mp_tensor_release(t);
+}
+
+static void test_kind_registered(void **state)
+{
+    const mp__objkind *k = mp__objkind_lookup(MP_ATTACH_CUDA_TENSOR);
+    assert_non_null(k);
+    assert_int_equal(k->kind, MP_ATTACH_CUDA_TENSOR);
+    /* Garbage with an fd: refused, and the fd is closed. */
+    int fds[1] = {open("/dev/null", O_RDONLY | O_CLOEXEC)};
+    void *obj = NULL;
+    assert_true(k->decode("junk", 4, fds, 1, &obj) < 0);
+    assert_null(obj);
+    assert_int_equal(fcntl(fds[0], F_GETFD), -1);
+}
+
+#ifndef MPROC_HAVE_CUDA
+static void check_enotsup(int rc, const char *call)
+{
+    if (rc != MP_ENOTSUP)
+        fail_msg("%s -> %s, wanted MP_ENOTSUP", call, mp_err_name(rc));
+    if (!strstr(mp_last_error(), call) || !strstr(mp_last_error(), "-DMPROC_CUDA=ON"))
+        fail_msg("%s: sentence does not say how to enable CUDA: %s", call, mp_last_error());
+}
+
+static void test_stub(void **state)
+{
+    int n = 5;
+    size_t z = 5;
+    int64_t shape[1] = {4};
+    mp_tensor *t = (mp_tensor *)&n;
+    assert_false(mp_cuda_is_available());
+    check_enotsup(mp_cuda_device_count(&n), "mp_cuda_device_count");
+    assert_int_equal(n, 0);
+    check_enotsup(mp_cuda_synchronize(0), "mp_cuda_synchronize");
+    check_enotsup(mp_tensor_empty_cuda(0, MP_FLOAT32, 1, shape, &t), "mp_tensor_empty_cuda");
+    assert_null(t);
+    check_enotsup(mp_tensor_to_cuda(NULL, 0, &t), "mp_tensor_to_cuda");
+    check_enotsup(mp_tensor_to_cpu(NULL, &t), "mp_tensor_to_cpu");
+    check_enotsup(mp_tensor_copy_cuda_(NULL, NULL), "mp_tensor_copy_cuda_");
+    check_enotsup(mp_msg_add_cuda_tensor(NULL, NULL, NULL), "mp_msg_add_cuda_tensor");
+    check_enotsup(mp_msg_get_cuda_tensor(NULL, 0, &t), "mp_msg_get_cuda_tensor");
+    check_enotsup(mp_cuda_ipc_collect(&z), "mp_cuda_ipc_collect");
+    assert_int_equal(z, 0);
+    check_enotsup(mp_cuda_ipc_pending(&z), "mp_cuda_ipc_pending");
+    check_enotsup(mp_tensor_cuda_share_count(NULL, &n), "mp_tensor_cuda_share_count");
+    assert_false(mp__cuda_initialized());
+}
+#else
+static void test_no_device(void **state)
+{
+    int n = -1;
+    size_t z = 7;
+    int64_t shape[1] = {4};
+    mp_tensor *t = NULL;
+    int rc = mp_cuda_device_count(&n);
+    if (rc < 0) {
+        /* No driver: a sentence that says what is missing, not a crash. */
+        assert_int_equal(rc, MP_ESYS);
+        assert_non_null(strstr(mp_last_error(), "mp_cuda_device_count"));
+        assert_int_equal(n, 0);
+    }
+    if (rc < 0 || n == 0) {
+        assert_false(mp_cuda_is_available());
+        assert_false(mp__cuda_initialized());
+        assert_true(mp_tensor_empty_cuda(0, MP_FLOAT32, 1, shape, &t) < 0);
+        assert_null(t);
+    }
+    assert_mp_err(mp_cuda_device_count(NULL), MP_EINVAL);
+    assert_mp_err(mp_tensor_empty_cuda(0, MP_FLOAT32, 1, shape, NULL), MP_EINVAL);
+    assert_mp_err(mp_tensor_empty_cuda(0, MP_DTYPE_COUNT, 1, shape, &t), MP_EINVAL);
+    assert_mp_err(mp_tensor_to_cpu(NULL, &t), MP_EINVAL);
+    assert_mp_err(mp_tensor_copy_cuda_(NULL, NULL), MP_EINVAL);
+    assert_mp_err(mp_cuda_ipc_pending(NULL), MP_EINVAL);
+    assert_mp_ok(mp_cuda_ipc_pending(&z));
+    assert_int_equal(z, 0);
+    assert_mp_ok(mp_cuda_ipc_collect(&z));
+    assert_int_equal(z, 0);
+}
+#endif
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_fork_guard, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cpu_tensor_is_not_cuda, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_kind_registered, setup, teardown),
+#ifndef MPROC_HAVE_CUDA
+        cmocka_unit_test_setup_teardown(test_stub, setup, teardown),
+#else
+        cmocka_unit_test_setup_teardown(test_no_device, setup, teardown),
+#endif
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,552 @@
+/* src/pool: the seed tutorial's scenarios (sleeps scaled down), chunking,
+ * callbacks, imap, the typed path, dead workers, maxtasksperchild and the
+ * close/terminate/join lifecycle. Timing is checked through the intervals
+ * the tasks report, never through wall-clock bounds. */
+#include "mp_test.h"
+#include "os/os.h"
+#include "pool/pool_internal.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mproc/pool.h"
+
+static int setup(void **state) { return mp_test_setup(state); }
+static int teardown(void **state) { return mp_test_teardown(state); }
+
+/* ---- tasks ------------------------------------------------------------------- */
+
+typedef struct span {
+    double start, end;
+    int32_t pid;
+    int64_t value;
+} span;
+
+static int64_t in_i64(const mp_msg *in)
+{
+    int64_t v = 0;
+    size_t len;
+    const void *p = mp_msg_payload(in, &len);
+    if (len >= sizeof v)
+        memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static mp_msg *msg_i64(int64_t v)
+{
+    mp_msg *m;
+    assert_mp_ok(mp_msg_create(&m));
+    assert_mp_ok(mp_msg_set_payload(m, &v, sizeof v));
+    return m;
+}
+
+static span out_span(const mp_msg *m)
+{
+    span s;
+    size_t len;
+    const void *p = mp_msg_payload(m, &len);
+    assert_int_equal(len, sizeof s);
+    memcpy(&s, p, sizeof s);
+    return s;
+}
+
+MP_TASK(square)
+{
+    int64_t v = in_i64(in);
+    v *= v;
+    return mp_msg_set_payload(out, &v, sizeof v);
+}
+
+/* Sleeps `value` milliseconds and reports when and where it ran. */
+MP_TASK(nap_ms)
+{
+    span s = {mp__now(), 0, getpid(), in_i64(in)};
+    struct timespec ts = {(time_t)(s.value / 1000), (long)(s.value % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+    s.end = mp__now();
+    return mp_msg_set_payload(out, &s, sizeof s);
+}
+
+MP_TASK(whoami)
+{
+    span s = {0, 0, getpid(), in_i64(in)};
+    return mp_msg_set_payload(out, &s, sizeof s);
+}
+
+MP_TASK(crash)
+{
+    raise((int)in_i64(in));
+    return 0;
+}
+
+MP_TASK(refuse)
+{
+    return mp__error(MP_EINVAL, "refuse: %lld is not welcome", (long long)in_i64(in));
+}
+
+MP_TASK(star_sum)
+{
+    int n = mp_task_nargs(in);
+    int64_t sum = 0;
+    for (int j = 0; j < n; j++) {
+        mp_msg *a;
+        int rc = mp_task_arg(in, (size_t)j, &a);
+        if (rc)
+            return rc;
+        sum = sum * 10 + in_i64(a);
+        mp_msg_destroy(a);
+    }
+    return n < 0 ? n : mp_msg_set_payload(out, &sum, sizeof sum);
+}
+
+MP_TASK(twice_double)
+{
+    double d;
+    size_t len;
+    memcpy(&d, mp_msg_payload(in, &len), sizeof d);
+    d *= 2;
+    return mp_msg_set_payload(out, &d, sizeof d);
+}
+
+/* ---- helpers ------------------------------------------------------------------- */
+
+static mp_pool *pool_new(int n, unsigned maxtasks)
+{
+    mp_pool_options o;
+    mp_pool *p;
+    mp_pool_options_init(&o);
+    o.maxtasksperchild = maxtasks;
+    assert_mp_ok(mp_pool_create(n, &o, &p));
+    return p;
+}
+
+static span apply_span(mp_pool *p, const char *task, int64_t v)
+{
+    mp_msg *in = msg_i64(v), *out;
+    assert_mp_ok(mp_pool_apply(p, task, in, &out));
+    span s = out_span(out);
+    mp_msg_destroy(in);
+    mp_msg_destroy(out);
+    return s;
+}
+
+static bool overlap(span a, span b) { return a.start < b.end && b.start < a.end; }
+
+/* ---- the tutorial's scenarios ------------------------------------------------- */
+
+static void test_apply_serial_async_parallel(void **state)
+{
+    mp_pool *p = pool_new(2, 0);
+    mp_async_result *r[3];
+    mp_msg *in = msg_i64(150);
+    const mp_msg *out;
+    span s[3];
+
+    /* apply blocks: two calls never overlap */
+    s[0] = apply_span(p, "nap_ms", 150);
+    s[1] = apply_span(p, "nap_ms", 150);
+    assert_true(s[1].start >= s[0].end);
+
+    /* apply_async twice: both run at once, on two workers */
+    for (int i = 0; i < 2; i++)
+        assert_mp_ok(mp_pool_apply_async(p, "nap_ms", in, NULL, &r[i]));
+    for (int i = 0; i < 2; i++) {
+        assert_mp_ok(mp_async_result_get(r[i], 10, &out));
+        assert_int_equal(mp_async_result_ready(r[i]), 1);
+        assert_int_equal(mp_async_result_successful(r[i]), 1);
+        s[i] = out_span(out);
+    }
+    assert_true(overlap(s[0], s[1]));
+    assert_int_not_equal(s[0].pid, s[1].pid);
+    mp_async_result_release(r[0]);
+    mp_async_result_release(r[1]);
+
+    /* three tasks on two workers take two rounds */
+    for (int i = 0; i < 3; i++)
+        assert_mp_ok(mp_pool_apply_async(p, "nap_ms", in, NULL, &r[i]));
+    for (int i = 0; i < 3; i++) {
+        assert_mp_ok(mp_async_result_get(r[i], 10, &out));
+        s[i] = out_span(out);
+        mp_async_result_release(r[i]);
+    }
+    /* two ran together, and no instant had all three running */
+    assert_true(overlap(s[0], s[1]) || overlap(s[0], s[2]) || overlap(s[1], s[2]));
+    assert_true(fmax(fmax(s[0].start, s[1].start), s[2].start) >=
+                fmin(fmin(s[0].end, s[1].end), s[2].end));
+    mp_msg_destroy(in);
+    assert_mp_ok(mp_pool_close(p));
+    assert_mp_ok(mp_pool_join(p));
+    mp_pool_destroy(p);
+}
+
+static void check_map(mp_pool *p, size_t chunksize)
+{
+    enum { N = 10 };
+    mp_msg *in[N], *out[N];
+    for (int i = 0; i < N; i++)
+        in[i] = msg_i64(i + 1);
+    assert_mp_ok(mp_pool_map(p, "square", (const mp_msg *const *)in, N, chunksize, out));
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(in_i64(out[i]), (int64_t)(i + 1) * (i + 1));
+        mp_msg_destroy(out[i]);
+        mp_msg_destroy(in[i]);
+    }
+}
+
+static void test_map_chunksizes(void **state)
+{
+    mp_pool *p = pool_new(2, 0);
+    check_map(p, 1);
+    check_map(p, 5);
+    check_map(p, 0);
+    check_map(p, 100);
+    assert_int_equal(mp__pool_chunksize(p, 10, 0), 2);    /* ceil(10 / 8) */
+    assert_int_equal(mp__pool_chunksize(p, 1000, 0), 125);
+    assert_int_equal(mp__pool_chunksize(p, 3, 0), 1);
+    assert_int_equal(mp__pool_chunksize(p, 10, 7), 7);
+    assert_mp_ok(mp_pool_map(p, "square", NULL, 0, 0, NULL)); /* empty: fine */
+    mp_pool_destroy(p);
+}
+
+static void test_starmap(void **state)
+{
+    enum { N = 6, K = 3 };
+    mp_pool *p = pool_new(2, 0);
+    mp_msg *args[N * K], *out[N];
+    for (int i = 0; i < N * K; i++)
+        args[i] = msg_i64(i % 10);
+    assert_mp_ok(mp_pool_starmap(p, "star_sum", (const mp_msg *const *)args, N, K, 2, out));
+    for (int i = 0; i < N; i++) {
+        int64_t want = 0;
+        for (int j = 0; j < K; j++)
+            want = want * 10 + (i * K + j) % 10;
+        assert_int_equal(in_i64(out[i]), want);
+        mp_msg_destroy(out[i]);
+    }
+    assert_mp_err(mp_pool_starmap(p, "star_sum", (const mp_msg *const *)args, N, 0, 1, out),
+                  MP_EINVAL);
+    for (int i = 0; i < N * K; i++)
+        mp_msg_destroy(args[i]);
+    /* a starmap task handed a plain message */
+    mp_msg *in = msg_i64(1), *o = NULL;
+    assert_mp_err(mp_pool_apply(p, "star_sum", in, &o), MP_EINVAL);
+    assert_null(o);
+    mp_msg_destroy(in);
+    mp_pool_destroy(p);
+}
+
+/* ---- callbacks ------------------------------------------------------------------ */
+
+static struct {
+    atomic_int ok, bad, odd;
+    pthread_t thread;
+    atomic_int threads_seen; /* distinct handler threads, should be 1 */
+} cbs;
+
+static void note_thread(void)
+{
+    pthread_t self = pthread_self();
+    if (atomic_fetch_add(&cbs.threads_seen, 0) == 0) {
+        cbs.thread = self;
+        atomic_store(&cbs.threads_seen, 1);
+    } else if (!pthread_equal(self, cbs.thread)) {
+        atomic_store(&cbs.threads_seen, 2);
+    }
+}
+
+static void on_ok(mp_async_result *r, void *user)
+{
+    note_thread();
+    if (mp_async_result_ready(r) != 1 || mp_async_result_successful(r) != 1)
+        atomic_fetch_add(&cbs.odd, 1); /* no cmocka asserts off the test thread */
+    atomic_fetch_add(&cbs.ok, 1);
+    (void)user;
+}
+
+static void on_bad(mp_async_result *r, void *user)
+{
+    note_thread();
+    if (!strstr(mp_async_result_error(r), "not welcome"))
+        atomic_fetch_add(&cbs.odd, 1);
+    atomic_fetch_add(&cbs.bad, 1);
+}
+
+static void test_callbacks(void **state)
+{
+    enum { N = 8 };
+    mp_pool *p = pool_new(2, 0);
+    mp_pool_callbacks cb = {on_ok, on_bad, NULL};
+    mp_async_result *r[N + 2];
+    mp_msg *in = msg_i64(7);
+    memset(&cbs, 0, sizeof cbs);
+    for (int i = 0; i < N; i++)
+        assert_mp_ok(mp_pool_apply_async(p, "square", in, &cb, &r[i]));
+    assert_mp_ok(mp_pool_apply_async(p, "refuse", in, &cb, &r[N]));
+    mp_msg *ins[3] = {in, in, in};
+    assert_mp_ok(mp_pool_map_async(p, "square", (const mp_msg *const *)ins, 3, 1, &cb,
+                                   &r[N + 1]));
+    assert_mp_ok(mp_pool_close(p));
+    assert_mp_ok(mp_pool_join(p)); /* every callback has run when join returns */
+    assert_int_equal(atomic_load(&cbs.ok), N + 1); /* the map's callback runs once */
+    assert_int_equal(atomic_load(&cbs.bad), 1);
+    assert_int_equal(atomic_load(&cbs.threads_seen), 1);
+    assert_int_equal(atomic_load(&cbs.odd), 0);
+    assert_mp_err(mp_async_result_get(r[N], 0, NULL), MP_EINVAL);
+    assert_non_null(strstr(mp_last_error(), "not welcome"));
+    assert_int_equal(mp_async_result_successful(r[N]), 0);
+    for (int i = 0; i < N + 2; i++)
+        mp_async_result_release(r[i]);
+    mp_msg_destroy(in);
+    mp_pool_destroy(p);
+}
+
+/* ---- failures ------------------------------------------------------------------- */
+
+static void check_crash(mp_pool *p, int sig, const char *name)
+{
+    mp_msg *in = msg_i64(sig), *out = NULL;
+    int32_t before = apply_span(p, "whoami", 0).pid;
+    assert_mp_err(mp_pool_apply(p, "crash", in, &out), MP_ECHILD);
+    if (!strstr(mp_last_error(), name))
+        fail_msg("%s", mp_last_error());
+    assert_non_null(strstr(mp_last_error(), "crash"));
+    assert_null(out);
+    mp_msg_destroy(in);
+    (void)before;
+}
+
+static void test_worker_killed(void **state)
+{
+    mp_pool *p = pool_new(2, 0);
+    check_crash(p, SIGKILL, "SIGKILL");
+    check_crash(p, SIGSEGV, "SIGSEGV");
+    /* the pool keeps serving, with two live workers */
+    check_map(p, 1);
+    mp_async_result *r[2];
+    mp_msg *in = msg_i64(100);
+    const mp_msg *out;
+    span s[2];
+    for (int i = 0; i < 2; i++)
+        assert_mp_ok(mp_pool_apply_async(p, "nap_ms", in, NULL, &r[i]));
+    for (int i = 0; i < 2; i++) {
+        assert_mp_ok(mp_async_result_get(r[i], 10, &out));
+        s[i] = out_span(out);
+        mp_async_result_release(r[i]);
+    }
+    assert_true(overlap(s[0], s[1]));
+    mp_msg_destroy(in);
+    mp_pool_destroy(p);
+}
+
+static void test_task_error_keeps_worker(void **state)
+{
+    mp_pool *p = pool_new(1, 0);
+    mp_msg *in = msg_i64(3), *out = NULL;
+    int32_t pid = apply_span(p, "whoami", 0).pid;
+    assert_mp_err(mp_pool_apply(p, "refuse", in, &out), MP_EINVAL);
+    assert_non_null(strstr(mp_last_error(), "3 is not welcome"));
+    assert_int_equal(apply_span(p, "whoami", 0).pid, pid); /* same worker */
+    assert_mp_err(mp_pool_apply(p, "no_such_task", in, &out), MP_ENOENT);
+    mp_msg_destroy(in);
+    mp_pool_destroy(p);
+}
+
+static int cmp_i32(const void *a, const void *b)
+{
+    return (*(const int32_t *)a > *(const int32_t *)b) - (*(const int32_t *)a < *(const int32_t *)b);
+}
+
+static void test_maxtasksperchild(void **state)
+{
+    enum { N = 100 };
+    mp_pool *p = pool_new(2, 1);
+    mp_msg *in[N], *out[N];
+    int32_t pids[N];
+    int distinct = 1;
+    for (int i = 0; i < N; i++)
+        in[i] = msg_i64(i);
+    assert_mp_ok(mp_pool_map(p, "whoami", (const mp_msg *const *)in, N, 1, out));
+    for (int i = 0; i < N; i++) {
+        span s = out_span(out[i]);
+        assert_int_equal(s.value, i); /* nothing lost or reordered */
+        pids[i] = s.pid;
+        mp_msg_destroy(out[i]);
+        mp_msg_destroy(in[i]);
+    }
+    qsort(pids, N, sizeof pids[0], cmp_i32);
+    for (int i = 1; i < N; i++)
+        distinct += pids[i] != pids[i - 1];
+    assert_true(distinct >= N / 2); /* one chunk per worker life (pids may recycle) */
+    mp_pool_destroy(p);
+}
+
+static void test_terminate_in_flight(void **state)
+{
+    mp_pool *p = pool_new(2, 0);
+    mp_async_result *r[4];
+    mp_msg *in = msg_i64(20000); /* 20 s: never finishes */
+    for (int i = 0; i < 4; i++)
+        assert_mp_ok(mp_pool_apply_async(p, "nap_ms", in, NULL, &r[i]));
+    assert_mp_err(mp_pool_join(p), MP_ESTATE); /* neither closed nor terminated */
+    assert_mp_ok(mp_pool_terminate(p));
+    assert_mp_ok(mp_pool_join(p));
+    for (int i = 0; i < 4; i++) {
+        assert_mp_err(mp_async_result_get(r[i], 5, NULL), MP_ECLOSED);
+        assert_non_null(strstr(mp_last_error(), "terminated"));
+    }
+    mp_async_result *late = NULL;
+    assert_mp_err(mp_pool_apply_async(p, "square", in, NULL, &late), MP_ESTATE);
+    assert_null(late);
+    mp_pool_destroy(p);
+    /* results outlive the pool */
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(mp_async_result_successful(r[i]), 0);
+        mp_async_result_release(r[i]);
+    }
+    mp_msg_destroy(in);
+}
+
+static void test_close_lets_work_finish(void **state)
+{
+    mp_pool *p = pool_new(2, 0);
+    mp_async_result *r;
+    mp_msg *ins[6];
+    const mp_msg *o;
+    for (int i = 0; i < 6; i++)
+        ins[i] = msg_i64(30);
+    assert_mp_ok(mp_pool_map_async(p, "nap_ms", (const mp_msg *const *)ins, 6, 1, NULL, &r));
+    assert_mp_ok(mp_pool_close(p));
+    assert_mp_ok(mp_pool_close(p)); /* twice is fine */
+    assert_mp_err(mp_pool_apply(p, "square", ins[0], (mp_msg **)&o), MP_ESTATE);
+    assert_mp_ok(mp_pool_join(p));
+    assert_int_equal(mp_async_result_ready(r), 1);
+    assert_int_equal(mp_async_result_count(r), 6);
+    for (size_t i = 0; i < 6; i++) {
+        assert_mp_ok(mp_async_result_item(r, i, &o));
+        assert_int_equal(out_span(o).value, 30);
+    }
+    assert_mp_err(mp_async_result_item(r, 6, &o), MP_EINVAL);
+    mp_async_result_release(r);
+    for (int i = 0; i < 6; i++)
+        mp_msg_destroy(ins[i]);
+    mp_pool_destroy(p);
+}
+
+/* ---- imap and the typed path ---------------------------------------------------- */
+
+static void test_imap(void **state)
+{
+    enum { N = 12 };
+    mp_pool *p = pool_new(2, 0);
+    mp_msg *in[N], *out;
+    mp_imap *it;
+    size_t idx;
+    bool seen[N] = {0};
+    for (int i = 0; i < N; i++)
+        in[i] = msg_i64((i * 7) % 5 * 10); /* uneven sleeps: completion order shuffles */
+
+    assert_mp_ok(mp_pool_imap(p, "nap_ms", (const mp_msg *const *)in, N, 1, &it));
+    for (size_t i = 0; i < N; i++) {
+        assert_mp_ok(mp_imap_next(it, 10, &out, &idx));
+        assert_int_equal(idx, i); /* input order */
+        assert_int_equal(out_span(out).value, (int64_t)((i * 7) % 5 * 10));
+        mp_msg_destroy(out);
+    }
+    assert_mp_err(mp_imap_next(it, 0, &out, &idx), MP_ECLOSED);
+    mp_imap_destroy(it);
+
+    assert_mp_ok(mp_pool_imap_unordered(p, "nap_ms", (const mp_msg *const *)in, N, 1, &it));
+    for (size_t i = 0; i < N; i++) {
+        assert_mp_ok(mp_imap_next(it, 10, &out, &idx));
+        assert_true(idx < N && !seen[idx]);
+        seen[idx] = true;
+        assert_int_equal(out_span(out).value, (int64_t)((idx * 7) % 5 * 10));
+        mp_msg_destroy(out);
+    }
+    assert_mp_err(mp_imap_next(it, 0, &out, &idx), MP_ECLOSED);
+    mp_imap_destroy(it);
+
+    /* dropped half-way: the rest is computed and discarded */
+    assert_mp_ok(mp_pool_imap(p, "nap_ms", (const mp_msg *const *)in, N, 1, &it));
+    assert_mp_ok(mp_imap_next(it, 10, &out, NULL));
+    mp_msg_destroy(out);
+    mp_imap_destroy(it);
+    for (int i = 0; i < N; i++)
+        mp_msg_destroy(in[i]);
+    mp_pool_close(p);
+    mp_pool_join(p);
+    mp_pool_destroy(p);
+}
+
+static void test_map_array(void **state)
+{
+    enum { N = 1000 };
+    mp_pool *p = pool_new(2, 0);
+    double *in = malloc(N * sizeof *in), *out = calloc(N, sizeof *out);
+    for (int i = 0; i < N; i++)
+        in[i] = i * 0.5;
+    assert_mp_ok(mp_pool_map_array(p, "twice_double", in, N, sizeof *in, out, sizeof *out, 0));
+    for (int i = 0; i < N; i++)
+        assert_true(out[i] == i * 1.0);
+    /* an item size the task does not honour */
+    assert_mp_err(mp_pool_map_array(p, "twice_double", in, 4, sizeof *in, out, 4, 1),
+                  MP_EPROTO);
+    assert_non_null(strstr(mp_last_error(), "8-byte result"));
+    assert_mp_err(mp_pool_map_array(p, "twice_double", in, 4, 0, out, 8, 1), MP_EINVAL);
+    free(in);
+    free(out);
+    mp_pool_destroy(p);
+}
+
+static void test_arguments(void **state)
+{
+    mp_pool_options o;
+    mp_pool *p = NULL;
+    assert_mp_err(mp_pool_create(-1, NULL, &p), MP_EINVAL);
+    assert_mp_err(mp_pool_create(1, NULL, NULL), MP_EINVAL);
+    mp_pool_options_init(&o);
+    o.version = 99;
+    assert_mp_err(mp_pool_create(1, &o, &p), MP_EINVAL);
+    assert_mp_err(mp_register_task("square", NULL), MP_EINVAL);
+    assert_mp_err(mp_register_task("", (mp_task_fn)1), MP_EINVAL);
+    assert_mp_err(mp_pool_close(NULL), MP_EINVAL);
+    assert_mp_err(mp_pool_join(NULL), MP_EINVAL);
+    mp_pool_destroy(NULL);
+    mp_async_result_release(NULL);
+    mp_imap_destroy(NULL);
+    assert_null(p);
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_apply_serial_async_parallel, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_map_chunksizes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_starmap, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_callbacks, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_worker_killed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_task_error_keeps_worker, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_maxtasksperchild, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_terminate_in_flight, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_close_lets_work_finish, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_imap, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_map_array, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_arguments, setup, teardown),
+    };
+    (void)argc;
+    (void)argv;
+    /* Warm up what the leak snapshots would otherwise catch growing: a
+     * thread stack in glibc's cache, the allocator's first regions. */
+    mp_pool *p;
+    if (mp_pool_create(1, NULL, &p) == 0)
+        mp_pool_destroy(p);
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
