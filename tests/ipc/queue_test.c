@@ -3,6 +3,8 @@
  * calls, producer exiting before get, SIGKILL of a consumer mid-stream,
  * queues passed as attachments. */
 #include <signal.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -308,6 +310,64 @@ static void test_consumer_killed(void **state)
     mp_queue_release(q);
 }
 
+/* A consumer SIGKILLed while messages stream: the other consumer goes on,
+ * nothing is received twice, and at most the one message the victim had
+ * taken but not yet recorded is missing. */
+static void test_consumer_killed_streaming(void **state)
+{
+    enum { N = 4000 };
+    _Atomic uint8_t *seen = mmap(NULL, N, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                                 -1, 0);
+    mp_queue *q = NULL;
+    pid_t victim, other;
+    int status, missing = 0;
+    (void)state;
+    assert_true(seen != MAP_FAILED);
+    assert_mp_ok(mp_queue_create(64, &q));
+    for (int c = 0; c < 2; c++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            for (;;) {
+                mp_msg *m = NULL;
+                int rc = mp_queue_get(q, &m, 20);
+                if (rc == MP_ECLOSED)
+                    _exit(0);
+                if (rc)
+                    _exit(1);
+                uint32_t v = msg_value(m);
+                mp_msg_destroy(m);
+                if (v >= N)
+                    _exit(2);
+                atomic_fetch_add(&seen[v], 1);
+                if (c == 0)
+                    usleep(100);   /* the victim is slow, so it is caught mid-stream */
+            }
+        }
+        if (c == 0)
+            victim = pid;
+        else
+            other = pid;
+    }
+    for (uint32_t i = 0; i < N; i++) {
+        put_u32(q, i);
+        if (i == N / 4)
+            kill(victim, SIGKILL);
+    }
+    assert_int_equal(waitpid(victim, &status, 0), victim);
+    assert_true(WIFSIGNALED(status));
+    assert_mp_ok(mp_queue_close(q));
+    assert_int_equal(waitpid(other, &status, 0), other);
+    assert_int_equal(status, 0);
+    for (int i = 0; i < N; i++) {
+        if (seen[i] > 1)
+            fail_msg("message %d received %u times", i, (unsigned)seen[i]);
+        missing += seen[i] == 0;
+    }
+    assert_true(missing <= 1);
+    munmap((void *)seen, N);
+    mp_queue_release(q);
+}
+
 /* Queues as attachments: a joinable queue and a simple queue travel over a
  * plain queue to a forked child that uses them. */
 static void test_queue_attachment(void **state)
@@ -366,6 +426,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_maxsize_blocking, setup, teardown),
         cmocka_unit_test_setup_teardown(test_producer_exits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_consumer_killed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_consumer_killed_streaming, setup, teardown),
         cmocka_unit_test_setup_teardown(test_queue_attachment, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
