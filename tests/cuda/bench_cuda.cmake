@@ -4,9 +4,11 @@
 # ignore (a leak report at exit, say).
 if(TARGET bench_cuda)
   if(MPROC_CUDA_ENABLED)
-    add_test(NAME bench_cuda_smoke COMMAND sh -c
-      "out=$(\"$0\" --quick) && echo \"$out\" && echo \"$out\" | grep -q '\"op\":\"cuda_handoff_first\"' && echo \"$out\" | grep -q '\"op\":\"cuda_handoff_repeat\"'"
-      $<TARGET_FILE:bench_cuda>)
+    set(check "out=$(\"$0\" --quick) && echo \"$out\"")
+    foreach(op cuda_handoff_first cuda_handoff_repeat)
+      string(APPEND check " && echo \"$out\" | grep -q '\"op\":\"${op}\"'")
+    endforeach()
+    add_test(NAME bench_cuda_smoke COMMAND sh -c "${check}" $<TARGET_FILE:bench_cuda>)
     set_tests_properties(bench_cuda_smoke PROPERTIES ENVIRONMENT MPROC_BENCH_FAKE_CUDA=1)
   else()
     add_test(NAME bench_cuda_smoke COMMAND bench_cuda --quick)
