@@ -26,7 +26,10 @@ extern char **environ;
 
 static char *self_argv0;
 
-MP_ENTRY(b_noop) { return 0; }
+MP_ENTRY(b_noop)
+{
+    return 0;
+}
 
 /* rank 0 fails at once, stamping the time into its message; rank 1 waits. */
 MP_ENTRY(b_fail)
@@ -150,15 +153,37 @@ static void latency(const char *method, const bench_opts *o)
         m[i] = failure_latency_us(method);
         p[i] = record_latency_us();
         if (m[i] < 0 || p[i] < 0) {
-            fprintf(stderr, "bench_process: latency (%s) failed: %s\n", method,
-                    mp_last_error());
+            fprintf(stderr, "bench_process: latency (%s) failed: %s\n", method, mp_last_error());
             return;
         }
     }
-    snprintf(op, sizeof op, "failure notification, mp_raise -> join returns (%s, 2 procs)",
-             method);
+    snprintf(op, sizeof op, "failure notification, mp_raise -> join returns (%s, 2 procs)", method);
     bench_emit(op, bench_median(m, (size_t)reps), "child record -> poll wakes",
                bench_median(p, (size_t)reps));
+}
+
+/* With 128 MiB of touched heap, fork pays for copying the page tables;
+ * spawn (vfork + exec) does not. */
+static void big_heap(const bench_opts *o)
+{
+    size_t bytes = (size_t)(o->quick ? 8 : 128) << 20;
+    char *heap = malloc(bytes);
+    if (!heap)
+        return;
+    memset(heap, 1, bytes);
+    for (int i = 0; i < 2; i++) {
+        run r = {i == 0 ? "fork" : "spawn", 1};
+        size_t iters = bench_iters(o, 20);
+        char op[96];
+        double mp = bench_measure_us(mproc_start_join, &r, iters, o);
+        double pr = bench_measure_us(i == 0 ? fork_waitpid : posix_spawn_waitpid, &r, iters, o);
+        if (mp < 0 || pr < 0)
+            break;
+        snprintf(op, sizeof op, "start+join 1 process (%s, parent with %zu MiB touched heap)",
+                 r.method, bytes >> 20);
+        bench_emit(op, mp, i == 0 ? "fork+waitpid" : "posix_spawn+waitpid", pr);
+    }
+    free(heap);
 }
 
 int main(int argc, char **argv)
@@ -169,8 +194,10 @@ int main(int argc, char **argv)
         return 2;
     if (argc == 2 && strcmp(argv[1], "--noop") == 0)
         return 0; /* the posix_spawn primitive's child */
-    if (bench_parse_args(argc, argv, "process start+join per start method, and failure "
-                                     "notification latency", &o) != 0)
+    if (bench_parse_args(argc, argv,
+                         "process start+join per start method, and failure "
+                         "notification latency",
+                         &o) != 0)
         return 2;
     self_argv0 = argv[0];
     if (mp_forkserver_start() != 0) {
@@ -184,8 +211,7 @@ int main(int argc, char **argv)
             size_t iters = bench_iters(&o, (exec ? 40 : 100) / (size_t)n + 2);
             char op[64];
             double mp = bench_measure_us(mproc_start_join, &r, iters, &o);
-            double pr = bench_measure_us(exec ? posix_spawn_waitpid : fork_waitpid, &r,
-                                         iters, &o);
+            double pr = bench_measure_us(exec ? posix_spawn_waitpid : fork_waitpid, &r, iters, &o);
             if (mp < 0 || pr < 0)
                 return 1;
             snprintf(op, sizeof op, "start+join %d process%s (%s)", n, n > 1 ? "es" : "",
@@ -194,6 +220,7 @@ int main(int argc, char **argv)
         }
     for (int i = 0; i < 3; i++)
         latency(methods[i], &o);
+    big_heap(&o);
     mp_forkserver_stop();
     return 0;
 }

@@ -25,10 +25,14 @@ static void nap_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-/* A deliberate invalid write (a low, non-NULL address, so sanitizers see a
- * plain SIGSEGV rather than a null-pointer report). */
-static volatile uintptr_t bad_address = 16; /* volatile: the compiler cannot see it */
-static void corrupt_batch(void) { *(volatile int *)bad_address = 7; }
+/* A deliberate invalid write to a low, non-NULL address (so sanitizers see a
+ * plain SIGSEGV rather than a null-pointer report), read from a volatile so
+ * the compiler cannot prove it wrong at build time. */
+static volatile uintptr_t bad_address = 16;
+static void corrupt_batch(void)
+{
+    *(volatile int *)bad_address = 7;
+}
 
 MP_ENTRY(worker)
 {
@@ -48,7 +52,7 @@ MP_ENTRY(worker)
 
 static int parse(int argc, char **argv, int *mode, const char **method)
 {
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) {
         const char *v = i + 1 < argc ? argv[i + 1] : "";
         if (strcmp(argv[i], "--mode") == 0 && strcmp(v, "segv") == 0)
             *mode = MODE_SEGV;
@@ -60,7 +64,6 @@ static int parse(int argc, char **argv, int *mode, const char **method)
             *method = v;
         else
             return -1;
-        i++;
     }
     return 0;
 }
@@ -77,8 +80,10 @@ int main(int argc, char **argv)
     if (mp_init(&argc, &argv) != 0)
         return 2;
     if (parse(argc, argv, &mode, &method) < 0) {
-        fprintf(stderr, "usage: %s [--mode segv|raise|ok] "
-                        "[--start-method fork|spawn|forkserver]\n", argv[0]);
+        fprintf(stderr,
+                "usage: %s [--mode segv|raise|ok] "
+                "[--start-method fork|spawn|forkserver]\n",
+                argv[0]);
         return 2;
     }
     if (mp_msg_create(&args) != 0 || mp_msg_set_payload(args, &mode, sizeof mode) != 0) {
@@ -97,8 +102,7 @@ int main(int argc, char **argv)
         return 2;
     }
     printf("child failed: %s\n", mp_last_error());
-    printf("  rank      %d\n  pid       %d\n  exitcode  %d\n", e.rank, (int)e.pid,
-           e.exitcode);
+    printf("  rank      %d\n  pid       %d\n  exitcode  %d\n", e.rank, (int)e.pid, e.exitcode);
     if (e.signal)
         printf("  signal    %d (%s)\n", e.signal, e.signal_name);
     if (e.message[0])

@@ -9,5 +9,6 @@
 #include "mproc/process.h"
 #include "mproc/sync.h"
 #include "mproc/cuda.h"
+#include "mproc/pool.h"
 
 #endif

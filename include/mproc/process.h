@@ -43,12 +43,12 @@ int mp_register_entry(const char *name, mp_entry_fn fn);
 
 /* Defines and registers an entry called NAME:
  *   MP_ENTRY(worker) { ... use rank, args ...; return 0; } */
-#define MP_ENTRY(NAME)                                                          \
-    static int NAME(int rank, mp_msg *args);                                    \
-    __attribute__((constructor)) static void mp__register_entry_##NAME(void)    \
-    {                                                                           \
-        mp_register_entry(#NAME, NAME);                                         \
-    }                                                                           \
+#define MP_ENTRY(NAME)                                                                             \
+    static int NAME(int rank, mp_msg *args);                                                       \
+    __attribute__((constructor)) static void mp__register_entry_##NAME(void)                       \
+    {                                                                                              \
+        mp_register_entry(#NAME, NAME);                                                            \
+    }                                                                                              \
     static int NAME(int rank, mp_msg *args)
 
 /* See the file comment. Returns 0 in the parent; never returns in a child
@@ -107,7 +107,12 @@ int mp_fork_hazard(bool *hazard, int *nthreads);
  * default) it proceeds silently. Thread-safe. */
 void mp_set_fork_refuse_threads(bool refuse);
 
-/* ---- Process ------------------------------------------------------------- */
+/* ---- Process -------------------------------------------------------------
+ * Thread safety: one thread at a time per process object; different objects
+ * may be used from different threads at once. Fork safety: only the process
+ * that started a child may wait for or signal it (MP_ESTATE in a forked
+ * copy). Only start and join block (start: for a spawn exec, a few ms); the
+ * getters, is_alive, terminate and kill never block. */
 
 typedef struct mp_process mp_process;
 
@@ -124,7 +129,7 @@ void mp_process_options_init(mp_process_options *opts);
 /* A failed child's record (also filled for a successful one). The strings
  * belong to the process (or spawn context) and live as long as it. */
 typedef struct mp_child_error {
-    int rank;                /* index under mp_spawn; 0 for an mp_process */
+    int rank; /* index under mp_spawn; 0 for an mp_process */
     pid_t pid;
     int exitcode;            /* as exitcode: status, or -signal */
     int signal;              /* the signal that killed it, or 0 */
@@ -153,6 +158,10 @@ int mp_process_start(mp_process *p);
 int mp_process_join(mp_process *p, double timeout);
 /* True from start until the child has exited. Never blocks. */
 bool mp_process_is_alive(mp_process *p);
+/* Python's sentinel: an fd (the child's pidfd) that becomes readable when
+ * the child exits, to poll together with other fds. Owned by p; -1 before
+ * start and once the child has been reaped. Never blocks. */
+int mp_process_sentinel(const mp_process *p);
 /* The child's pid; 0 before start. */
 pid_t mp_process_pid(const mp_process *p);
 const char *mp_process_name(const mp_process *p);
@@ -171,7 +180,9 @@ int mp_process_kill(mp_process *p);
  * is still running: join, terminate or kill it first. */
 int mp_process_destroy(mp_process *p);
 
-/* ---- mp_spawn ------------------------------------------------------------ */
+/* ---- mp_spawn ------------------------------------------------------------
+ * A spawn context, like a process, is used by one thread at a time and only
+ * by the process that created it. */
 
 typedef struct mp_spawn_context mp_spawn_context;
 

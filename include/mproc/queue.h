@@ -57,7 +57,9 @@ void mp_conn_release(mp_conn *c);
  * MP_EAGAIN, MP_ENOSPC/MP_EMFILE (sharing a private tensor). */
 int mp_conn_send(mp_conn *c, const mp_msg *m, double timeout);
 /* Receives one message into *out (caller owns it). One receiver at a time
- * per connection (a second concurrent receiver gets MP_ESTATE). Errors:
+ * per connection end, across all processes holding it: two concurrent
+ * receivers on one end can lose or duplicate a message (as with Python's
+ * Connection); use a Queue for several consumers. Errors:
  * MP_ECLOSED (peer closed: every end in every process), MP_ETIMEDOUT,
  * MP_EAGAIN, MP_EPROTO (malformed message, dropped), MP_EMFILE (message kept). */
 int mp_conn_recv(mp_conn *c, mp_msg **out, double timeout);

@@ -14,19 +14,23 @@
 #define MP__QCTL_MAGIC 0x6c7463716f72706dull /* "mproqctl" */
 #define MP__QCTL_VERSION 1u
 
-/* Lives in a sealed memfd segment that every process holding the queue maps. */
+/* Lives in a sealed memfd segment that every process holding the queue maps.
+ * What producers write and what consumers write sit on separate cache lines,
+ * so a producer and a consumer on two cores do not bounce one line per
+ * message: the queue length is puts - gets, never one shared counter. */
 typedef struct mp__qctl {
     uint64_t magic;
     uint32_t version;
     uint32_t kind;                  /* mp_attach_kind of the queue */
     int64_t maxsize;                /* <= 0: unbounded */
-    pthread_mutex_t rlock;          /* robust, process-shared: one reader at a time */
-    _Atomic int64_t count;          /* put and not yet taken (approximate) */
-    _Atomic int64_t unfinished;     /* JoinableQueue: put and not yet task_done */
     _Atomic uint32_t closed;
     _Atomic uint32_t space_seq;     /* futex: bumped when a slot frees or on close */
     _Atomic uint32_t space_waiters;
     _Atomic uint32_t join_seq;      /* futex: bumped when unfinished reaches 0 */
+    _Alignas(64) _Atomic int64_t puts;   /* producers: slots reserved (sent or sending) */
+    _Atomic int64_t unfinished;     /* JoinableQueue: put and not yet task_done */
+    _Alignas(64) _Atomic int64_t gets;   /* consumers: messages taken */
+    pthread_mutex_t rlock;          /* robust, process-shared: one reader at a time */
 } mp__qctl;
 
 /* One process's handle of a queue of any of the three kinds. */
@@ -49,6 +53,8 @@ int mp__queue_put(mp__queue *q, const mp_msg *m, double deadline, const char *fn
 int mp__queue_get(mp__queue *q, mp_msg **out, double deadline, const char *fn);
 int mp__queue_close(mp__queue *q);
 bool mp__queue_empty(mp__queue *q);
+/* Messages put and not yet taken (approximate, >= 0). */
+int64_t mp__queue_size(const mp__queue *q);
 
 /* Deadline for the wire layer: 0 stays 0 ("try once"). */
 static inline double mp__ipc_deadline(double timeout)

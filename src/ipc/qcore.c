@@ -90,17 +90,29 @@ static void wake_space(mp__qctl *c)
         mp__futex_wake((uint32_t *)&c->space_seq, 1 << 30, true);
 }
 
+int64_t mp__queue_size(const mp__queue *q)
+{
+    int64_t gets = atomic_load(&q->ctl->gets), n = atomic_load(&q->ctl->puts) - gets;
+    return n > 0 ? n : 0;
+}
+
 /* Reserves one of maxsize slots, waiting for a get to free one. */
 static int reserve_slot(mp__qctl *c, double deadline, const char *fn)
 {
+    if (c->maxsize == 0) {
+        if (atomic_load(&c->closed))
+            return mp__error(MP_ECLOSED, "%s: the queue is closed", fn);
+        atomic_fetch_add(&c->puts, 1);
+        return 0;
+    }
     for (;;) {
-        int64_t n = atomic_load(&c->count);
+        int64_t n = atomic_load(&c->puts);
         uint32_t seq;
         int rc;
         if (atomic_load(&c->closed))
             return mp__error(MP_ECLOSED, "%s: the queue is closed", fn);
-        if (c->maxsize == 0 || n < c->maxsize) {
-            if (atomic_compare_exchange_weak(&c->count, &n, n + 1))
+        if (n - atomic_load(&c->gets) < c->maxsize) {
+            if (atomic_compare_exchange_weak(&c->puts, &n, n + 1))
                 return 0;
             continue;
         }
@@ -108,7 +120,8 @@ static int reserve_slot(mp__qctl *c, double deadline, const char *fn)
             return mp__error(MP_EAGAIN, "%s: the queue is full (maxsize %lld)", fn,
                              (long long)c->maxsize);
         seq = atomic_load(&c->space_seq);
-        if (atomic_load(&c->count) < c->maxsize || atomic_load(&c->closed))
+        if (atomic_load(&c->puts) - atomic_load(&c->gets) < c->maxsize ||
+            atomic_load(&c->closed))
             continue;
         atomic_fetch_add(&c->space_waiters, 1);
         rc = mp__futex_wait((uint32_t *)&c->space_seq, seq, deadline, true);
@@ -137,7 +150,7 @@ int mp__queue_put(mp__queue *q, const mp_msg *m, double deadline, const char *fn
             atomic_fetch_add(&c->join_seq, 1);
             mp__futex_wake((uint32_t *)&c->join_seq, 1 << 30, true);
         }
-        atomic_fetch_sub(&c->count, 1);
+        atomic_fetch_sub(&c->puts, 1);
         wake_space(c);
     }
     return rc;
@@ -187,7 +200,7 @@ int mp__queue_get(mp__queue *q, mp_msg **out, double deadline, const char *fn)
     rc = mp__wire_recv(q->rsock, out, atomic_load(&c->closed) ? 0 : deadline);
     pthread_mutex_unlock(&c->rlock);
     if (rc == 0 || rc == MP_EPROTO) {
-        atomic_fetch_sub(&c->count, 1);
+        atomic_fetch_add(&c->gets, 1);
         if (c->maxsize)
             wake_space(c);
     } else if (rc == MP_EAGAIN && atomic_load(&c->closed)) {
@@ -217,4 +230,4 @@ int mp__queue_close(mp__queue *q)
     return 0;
 }
 
-bool mp__queue_empty(mp__queue *q) { return !q || atomic_load(&q->ctl->count) <= 0; }
+bool mp__queue_empty(mp__queue *q) { return !q || mp__queue_size(q) == 0; }

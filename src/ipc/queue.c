@@ -68,8 +68,7 @@ int mp_simple_queue_get(mp_simple_queue *q, mp_msg **out)
 
 int64_t mp_queue_qsize(mp_queue *q)
 {
-    int64_t n = q ? atomic_load(&Q(q)->ctl->count) : 0;
-    return n > 0 ? n : 0;
+    return q ? mp__queue_size(Q(q)) : 0;
 }
 bool mp_queue_empty(mp_queue *q) { return mp__queue_empty((mp__queue *)q); }
 bool mp_simple_queue_empty(mp_simple_queue *q) { return mp__queue_empty((mp__queue *)q); }

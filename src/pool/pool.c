@@ -2,48 +2,19 @@
  * and the one result-handler thread that feeds them chunk by chunk,
  * collects results, replaces the dead and runs callbacks. */
 #include "pool/pool_internal.h"
+#include "process/process_internal.h"
 #include "wire/wire.h"
 
 #include <errno.h>
 #include <poll.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-enum { RUN = 0, CLOSED = 1, TERMINATED = 2 };
-
-typedef struct worker {
-    pid_t pid;     /* 0: no process in this slot */
-    int sock;      /* parent's end */
-    int pidfd;     /* readable when the process has ended; -1 if unsupported */
-    mp__chunk *cur;
-    unsigned chunks; /* completed, for maxtasksperchild */
-    bool exiting;    /* asked to exit (retired or closing) */
-} worker;
-
-struct mp_pool {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int nprocs;
-    unsigned maxtasks;
-    int state;        /* under mu */
-    bool finished;    /* handler thread done (under mu) */
-    bool joined;      /* pthread_join done (under mu) */
-    int start_rc;     /* the first start's outcome (under mu) */
-    bool started;
-    mp__chunk *head, *tail; /* queued (under mu) */
-    int wake_fd;
-    pthread_t thread;
-    worker *w;        /* handler thread only */
-    mp_async_result **ready; /* handler thread: completed results awaiting callbacks */
-    size_t nready, ready_cap;
-};
+#include "mproc/process.h"
 
 void mp__chunk_free(mp__chunk *c)
 {
@@ -60,65 +31,7 @@ static void wake(mp_pool *p)
     (void)!write(p->wake_fd, &one, sizeof one);
 }
 
-/* ---- workers ----------------------------------------------------------------- */
-
-static int worker_start(mp_pool *p, int slot)
-{
-    worker *w = &p->w[slot];
-    int sv[2] = {-1, -1}, rc;
-    pid_t parent = getpid(), pid;
-
-    if (mp__sys.socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
-        return mp__errno_error(errno, "mp_pool: socketpair for worker %d", slot);
-    pid = fork();
-    if (pid < 0) {
-        rc = mp__errno_error(errno, "mp_pool: fork of worker %d", slot);
-        mp__close(sv[0]);
-        mp__close(sv[1]);
-        return rc;
-    }
-    if (pid == 0) {
-        /* Die with the handler thread's process; close the parent's ends. */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(1);
-        close(p->wake_fd);
-        for (int i = 0; i < p->nprocs; i++) {
-            if (p->w[i].pid) {
-                close(p->w[i].sock);
-                if (p->w[i].pidfd >= 0)
-                    close(p->w[i].pidfd);
-            }
-        }
-        close(sv[0]);
-        /* A crash must end the worker, so the pool can report its signal:
-         * handlers inherited from the parent (a test runner's, say) go. */
-        static const int fatal[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGSYS};
-        for (size_t i = 0; i < sizeof fatal / sizeof fatal[0]; i++)
-            signal(fatal[i], SIG_DFL);
-        _exit(mp__pool_worker_main(sv[1]));
-    }
-    mp__close(sv[1]);
-    w->pid = pid;
-    w->sock = sv[0];
-    w->pidfd = mp__pidfd_open(pid);
-    w->cur = NULL;
-    w->chunks = 0;
-    w->exiting = false;
-    return 0;
-}
-
-/* Names how a worker ended, e.g. "was killed by signal 9 (SIGKILL)". */
-static void describe_status(int st, char *buf, size_t cap)
-{
-    if (WIFSIGNALED(st)) {
-        int sig = WTERMSIG(st);
-        const char *abbrev = sigabbrev_np(sig);
-        snprintf(buf, cap, "was killed by signal %d (SIG%s)", sig, abbrev ? abbrev : "?");
-    } else {
-        snprintf(buf, cap, "exited with status %d", WEXITSTATUS(st));
-    }
-}
+/* ---- workers ------------------------------------------------------------------ */
 
 static void push_ready(mp_pool *p, mp_async_result *r)
 {
@@ -141,26 +54,27 @@ static void fail_chunk(mp_pool *p, mp__chunk *c, int rc, const char *why)
     mp__chunk_free(c);
 }
 
-/* Reaps the worker in slot (its process has ended or is ending), failing
- * the chunk it was running. */
-static void worker_reap(mp_pool *p, int slot, const char *context)
+/* Reaps the worker in slot (its process has ended), failing the chunk it
+ * was running with how it ended. */
+static void worker_reap(mp_pool *p, int slot)
 {
     worker *w = &p->w[slot];
-    char how[96], why[256];
-    int st = 0;
-    while (waitpid(w->pid, &st, 0) < 0 && errno == EINTR)
-        ;
-    describe_status(st, how, sizeof how);
+    char how[MP__WHY_MAX], why[MP__WHY_MAX + 160];
+    mp__worker_reap(p, slot, how, sizeof how);
     if (w->cur) {
-        snprintf(why, sizeof why, "pool worker %d (pid %d) %s while running task '%s'%s",
-                 slot, (int)w->pid, how, w->cur->r->task, context);
+        snprintf(why, sizeof why, "pool worker %d %s while running task '%s'", slot, how,
+                 w->cur->r->task);
         fail_chunk(p, w->cur, MP_ECHILD, why);
         w->cur = NULL;
     }
-    mp__close(w->sock);
-    mp__close(w->pidfd);
-    w->pid = 0;
-    w->sock = w->pidfd = -1;
+    if (!w->ready) {
+        /* died before it could serve: remember why, stop after a few tries */
+        snprintf(p->start_error, sizeof p->start_error, "pool worker %d %s before it was "
+                 "ready", slot, how);
+        w->failures++;
+    } else {
+        w->failures = 0;
+    }
 }
 
 /* A result pack for the worker's current chunk. */
@@ -182,7 +96,7 @@ static void worker_result(mp_pool *p, worker *w, mp_msg *m)
     for (uint32_t i = 0; i < v.count; i++) {
         const mp__pack_entry *e = &v.entries[i];
         mp_msg *out = NULL;
-        char err[512] = "";
+        char err[MP__WHY_MAX] = "";
         int irc = e->rc;
         if (irc) {
             snprintf(err, sizeof err, "%.*s", (int)e->err_len, v.payloads[i] + e->len);
@@ -208,20 +122,6 @@ static void worker_result(mp_pool *p, worker *w, mp_msg *m)
     w->chunks++;
 }
 
-static int send_exit(worker *w)
-{
-    mp__packer pk;
-    mp_msg *m = NULL;
-    int rc = mp__packer_init(&pk, MP__PACK_EXIT, NULL, 0);
-    if (!rc)
-        rc = mp__packer_finish(&pk, &m);
-    if (!rc)
-        rc = mp__wire_send(w->sock, m, -1);
-    mp_msg_destroy(m);
-    w->exiting = true;
-    return rc;
-}
-
 /* ---- the handler thread -------------------------------------------------------- */
 
 static void run_callbacks(mp_pool *p)
@@ -233,24 +133,43 @@ static void run_callbacks(mp_pool *p)
     p->nready = 0;
 }
 
-/* Hands queued chunks to idle workers; returns whether work remains
- * anywhere (queued or running). */
+static bool any_worker(const mp_pool *p)
+{
+    for (int i = 0; i < p->nprocs; i++)
+        if (p->w[i].proc)
+            return true;
+    return false;
+}
+
+/* Hands queued chunks to ready idle workers; returns whether work remains
+ * anywhere (queued or running). With no worker left at all (every slot
+ * failed to start), queued work fails with the reason. */
 static bool dispatch(mp_pool *p, int *state)
 {
-    bool busy = false;
+    mp__chunk *orphans = NULL;
+    bool busy;
     pthread_mutex_lock(&p->mu);
     *state = p->state;
-    for (int i = 0; i < p->nprocs && *state != TERMINATED; i++) {
+    for (int i = 0; i < p->nprocs && *state != MP__POOL_TERMINATED; i++) {
         worker *w = &p->w[i];
-        if (w->pid && !w->cur && !w->exiting && p->head) {
+        if (w->proc && w->ready && !w->cur && !w->exiting && p->head) {
             w->cur = p->head;
             p->head = p->head->next;
             if (!p->head)
                 p->tail = NULL;
         }
     }
+    if (p->started && !any_worker(p)) {
+        orphans = p->head;
+        p->head = p->tail = NULL;
+    }
     busy = p->head != NULL;
     pthread_mutex_unlock(&p->mu);
+    while (orphans) {
+        mp__chunk *next = orphans->next;
+        fail_chunk(p, orphans, MP_ECHILD, p->start_error);
+        orphans = next;
+    }
     for (int i = 0; i < p->nprocs; i++) {
         worker *w = &p->w[i];
         if (w->cur && w->cur->frame) {
@@ -278,27 +197,45 @@ static void terminate_all(mp_pool *p)
         c = next;
     }
     for (int i = 0; i < p->nprocs; i++)
-        if (p->w[i].pid)
-            kill(p->w[i].pid, SIGKILL);
+        if (p->w[i].proc)
+            mp_process_kill(p->w[i].proc);
     for (int i = 0; i < p->nprocs; i++) {
-        if (!p->w[i].pid)
+        if (!p->w[i].proc)
             continue;
         if (p->w[i].cur) {
-            fail_chunk(p, p->w[i].cur, MP_ECLOSED, "the pool was terminated while this task "
-                       "ran");
+            fail_chunk(p, p->w[i].cur, MP_ECLOSED, "the pool was terminated while this "
+                       "task ran");
             p->w[i].cur = NULL;
         }
-        worker_reap(p, i, "");
+        worker_reap(p, i);
     }
 }
 
-/* Reads every result waiting on a worker's socket. */
+/* Reads every message waiting on a worker's socket. */
 static void drain(mp_pool *p, worker *w)
 {
     mp_msg *m;
-    while (w->cur && mp__wire_recv(w->sock, &m, 0) == 0) {
-        worker_result(p, w, m);
+    while (w->proc && mp__wire_recv(w->sock, &m, 0) == 0) {
+        if (!w->ready)
+            w->ready = true; /* its first message: the initializer ran */
+        else if (w->cur)
+            worker_result(p, w, m);
         mp_msg_destroy(m);
+    }
+}
+
+static void replace(mp_pool *p, int slot)
+{
+    worker *w = &p->w[slot];
+    if (w->failures >= MP__POOL_START_TRIES) {
+        mp__log(MP_LOG_ERROR, "mp_pool: giving up worker %d: %s", slot, p->start_error);
+        return;
+    }
+    if (mp__worker_start(p, slot) != 0) {
+        snprintf(p->start_error, sizeof p->start_error, "could not start pool worker %d: %s",
+                 slot, mp_last_error());
+        w->failures++;
+        mp__log(MP_LOG_ERROR, "mp_pool: %s", p->start_error);
     }
 }
 
@@ -307,21 +244,60 @@ static void handle_events(mp_pool *p, struct pollfd *fds, bool running)
     for (int i = 0; i < p->nprocs; i++) {
         worker *w = &p->w[i];
         struct pollfd *s = &fds[1 + 2 * i], *d = &fds[2 + 2 * i];
-        if (!w->pid)
+        if (!w->proc)
             continue;
         if (s->revents & POLLIN)
             drain(p, w);
         if (!w->exiting && p->maxtasks && w->chunks >= p->maxtasks && !w->cur)
-            send_exit(w);
+            mp__worker_send_exit(w);
         bool dead = (d->revents & POLLIN) ||
                     (w->pidfd < 0 && (s->revents & (POLLHUP | POLLERR)));
         if (dead) {
             drain(p, w);
-            worker_reap(p, i, "");
-            if (running && worker_start(p, i) != 0)
-                mp__log(MP_LOG_ERROR, "mp_pool: could not replace worker %d: %s", i,
-                        mp_last_error());
+            worker_reap(p, i);
+            if (running)
+                replace(p, i);
         }
+    }
+}
+
+/* Waits for and polls the workers once. */
+static void poll_once(mp_pool *p, struct pollfd *fds, bool running)
+{
+    fds[0] = (struct pollfd){p->wake_fd, POLLIN, 0};
+    for (int i = 0; i < p->nprocs; i++) {
+        worker *w = &p->w[i];
+        fds[1 + 2 * i] = (struct pollfd){w->proc ? w->sock : -1, POLLIN, 0};
+        fds[2 + 2 * i] = (struct pollfd){w->proc ? w->pidfd : -1, POLLIN, 0};
+    }
+    if (poll(fds, 1 + 2 * (nfds_t)p->nprocs, -1) < 0)
+        return; /* EINTR */
+    if (fds[0].revents & POLLIN) {
+        uint64_t v;
+        (void)!read(p->wake_fd, &v, sizeof v);
+    }
+    handle_events(p, fds, running);
+}
+
+/* Starts every worker and waits until all are ready: 0, or the error of
+ * the first that could not start or died first. */
+static int start_all(mp_pool *p, struct pollfd *fds)
+{
+    int rc = 0, ready;
+    for (int i = 0; i < p->nprocs && !rc; i++)
+        rc = mp__worker_start(p, i);
+    if (rc)
+        return rc;
+    for (;;) {
+        ready = 0;
+        for (int i = 0; i < p->nprocs; i++) {
+            if (!p->w[i].proc)
+                return mp__error(MP_ECHILD, "%s", p->start_error);
+            ready += p->w[i].ready;
+        }
+        if (ready == p->nprocs)
+            return 0;
+        poll_once(p, fds, false);
     }
 }
 
@@ -329,47 +305,38 @@ static void *handler_main(void *arg)
 {
     mp_pool *p = arg;
     struct pollfd *fds = calloc(1 + 2 * (size_t)p->nprocs, sizeof *fds);
-    int state = RUN, rc = fds ? 0 : mp__error(MP_ENOMEM, "mp_pool_create: out of memory");
+    int state = MP__POOL_RUN;
+    int rc = fds ? start_all(p, fds) : mp__error(MP_ENOMEM, "mp_pool_create: out of memory");
+    char why[MP__WHY_MAX + 64];
 
-    for (int i = 0; i < p->nprocs && !rc; i++)
-        rc = worker_start(p, i);
+    snprintf(why, sizeof why, "%s", mp_last_error());
     pthread_mutex_lock(&p->mu);
     p->start_rc = rc;
     p->started = true;
-    if (rc)
-        p->state = TERMINATED;
+    if (rc) {
+        p->state = MP__POOL_TERMINATED;
+        snprintf(p->start_error, sizeof p->start_error, "%s", why);
+    }
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
 
     for (;;) {
         bool busy = dispatch(p, &state);
         run_callbacks(p);
-        if (state == TERMINATED) {
+        if (state == MP__POOL_TERMINATED) {
             terminate_all(p);
             break;
         }
-        if (state == CLOSED && !busy) {
+        if (state == MP__POOL_CLOSED && !busy) {
             for (int i = 0; i < p->nprocs; i++)
-                if (p->w[i].pid && !p->w[i].exiting)
-                    send_exit(&p->w[i]);
+                if (p->w[i].proc && !p->w[i].exiting)
+                    mp__worker_send_exit(&p->w[i]);
             for (int i = 0; i < p->nprocs; i++)
-                if (p->w[i].pid)
-                    worker_reap(p, i, "");
+                if (p->w[i].proc)
+                    worker_reap(p, i);
             break;
         }
-        fds[0] = (struct pollfd){p->wake_fd, POLLIN, 0};
-        for (int i = 0; i < p->nprocs; i++) {
-            worker *w = &p->w[i];
-            fds[1 + 2 * i] = (struct pollfd){w->pid ? w->sock : -1, POLLIN, 0};
-            fds[2 + 2 * i] = (struct pollfd){w->pid ? w->pidfd : -1, POLLIN, 0};
-        }
-        if (poll(fds, 1 + 2 * (nfds_t)p->nprocs, -1) < 0)
-            continue; /* EINTR */
-        if (fds[0].revents & POLLIN) {
-            uint64_t v;
-            (void)!read(p->wake_fd, &v, sizeof v);
-        }
-        handle_events(p, fds, state == RUN || busy);
+        poll_once(p, fds, state == MP__POOL_RUN || busy);
     }
     run_callbacks(p);
     free(fds);
@@ -392,21 +359,85 @@ void mp_pool_options_init(mp_pool_options *o)
 
 static int check_options(const mp_pool_options *o)
 {
+    mp_context *ctx;
     if (o->version != MP_POOL_OPTIONS_VERSION)
         return mp__error(MP_EINVAL, "mp_pool_create: options not set up by "
                          "mp_pool_options_init (version %u)", o->version);
-    if (o->start_method && strcmp(o->start_method, "fork") != 0)
-        return mp__error(MP_ENOTSUP, "mp_pool_create: start method '%s' is not available "
-                         "to pools yet (use \"fork\")", o->start_method);
-    if (o->initializer)
-        return mp__error(MP_ENOTSUP, "mp_pool_create: initializers are not available yet");
+    if (o->start_method && mp_get_context(o->start_method, &ctx) != 0)
+        return mp__error(MP_ENOENT, "mp_pool_create: unknown start method '%s' (fork, spawn "
+                         "or forkserver)", o->start_method);
+    if (o->initializer && !mp__entry_lookup(o->initializer))
+        return mp__error(MP_ENOENT, "mp_pool_create: no entry called '%s' for the "
+                         "initializer (define it with MP_ENTRY)", o->initializer);
+    return 0;
+}
+
+/* Copies what the options point to: the pool outlives the caller's strings. */
+static int copy_options(mp_pool *p, const mp_pool_options *o)
+{
+    p->maxtasks = o->maxtasksperchild;
+    if (o->start_method && !(p->start_method = strdup(o->start_method)))
+        return MP_ENOMEM;
+    if (o->initializer && !(p->initializer = strdup(o->initializer)))
+        return MP_ENOMEM;
+    if (o->initargs) {
+        size_t len;
+        const void *pl = mp_msg_payload(o->initargs, &len);
+        int rc = mp_msg_create(&p->initargs);
+        if (!rc)
+            rc = mp_msg_set_payload(p->initargs, pl, len);
+        if (!rc)
+            rc = mp__msg_copy_attachments(o->initargs, 0, mp_msg_count(o->initargs),
+                                          p->initargs);
+        return rc;
+    }
+    return 0;
+}
+
+static void pool_free(mp_pool *p)
+{
+    free(p->ready);
+    mp__close(p->wake_fd);
+    pthread_cond_destroy(&p->cv);
+    pthread_mutex_destroy(&p->mu);
+    free(p->start_method);
+    free(p->initializer);
+    mp_msg_destroy(p->initargs);
+    free(p->w);
+    free(p);
+}
+
+static int pool_alloc(int nprocs, const mp_pool_options *opts, mp_pool **out)
+{
+    mp_pool *p = calloc(1, sizeof *p);
+    if (!p)
+        return mp__error(MP_ENOMEM, "mp_pool_create: out of memory");
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    p->wake_fd = -1;
+    p->nprocs = nprocs;
+    p->w = calloc((size_t)nprocs, sizeof *p->w);
+    int rc = p->w ? copy_options(p, opts) : MP_ENOMEM;
+    if (rc) {
+        pool_free(p);
+        return mp__error(rc, "mp_pool_create: out of memory copying the options");
+    }
+    for (int i = 0; i < nprocs; i++)
+        p->w[i].sock = p->w[i].pidfd = -1;
+    p->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (p->wake_fd < 0) {
+        rc = mp__errno_error(errno, "mp_pool_create: eventfd");
+        pool_free(p);
+        return rc;
+    }
+    *out = p;
     return 0;
 }
 
 int mp_pool_create(int nprocs, const mp_pool_options *opts, mp_pool **out)
 {
     mp_pool_options defaults;
-    mp_pool *p;
+    mp_pool *p = NULL;
     int rc;
     if (!out)
         return mp__error(MP_EINVAL, "mp_pool_create: out is NULL");
@@ -424,26 +455,13 @@ int mp_pool_create(int nprocs, const mp_pool_options *opts, mp_pool **out)
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         nprocs = n > 0 ? (int)n : 1;
     }
-    p = calloc(1, sizeof *p);
-    if (!p || !(p->w = calloc((size_t)nprocs, sizeof *p->w))) {
-        free(p);
-        return mp__error(MP_ENOMEM, "mp_pool_create: out of memory");
-    }
-    p->nprocs = nprocs;
-    p->maxtasks = opts->maxtasksperchild;
-    for (int i = 0; i < nprocs; i++)
-        p->w[i].sock = p->w[i].pidfd = -1;
-    pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->cv, NULL);
-    p->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (p->wake_fd < 0) {
-        rc = mp__errno_error(errno, "mp_pool_create: eventfd");
-        goto out_free;
-    }
+    if ((rc = pool_alloc(nprocs, opts, &p)) != 0)
+        return rc;
     rc = pthread_create(&p->thread, NULL, handler_main, p);
     if (rc) {
         rc = mp__errno_error(rc, "mp_pool_create: pthread_create");
-        goto out_close;
+        pool_free(p);
+        return rc;
     }
     pthread_mutex_lock(&p->mu);
     while (!p->started)
@@ -451,23 +469,13 @@ int mp_pool_create(int nprocs, const mp_pool_options *opts, mp_pool **out)
     rc = p->start_rc;
     pthread_mutex_unlock(&p->mu);
     if (rc) {
-        char why[512];
-        snprintf(why, sizeof why, "%s", mp_last_error());
-        mp_pool_join(p);
+        char why[sizeof p->start_error];
+        snprintf(why, sizeof why, "%s", p->start_error);
         mp_pool_destroy(p);
         return mp__error(rc, "mp_pool_create: starting the workers: %s", why);
     }
     *out = p;
     return 0;
-
-out_close:
-    mp__close(p->wake_fd);
-out_free:
-    pthread_cond_destroy(&p->cv);
-    pthread_mutex_destroy(&p->mu);
-    free(p->w);
-    free(p);
-    return rc;
 }
 
 static int set_state(mp_pool *p, int state, const char *call)
@@ -482,9 +490,12 @@ static int set_state(mp_pool *p, int state, const char *call)
     return 0;
 }
 
-int mp_pool_close(mp_pool *p) { return set_state(p, CLOSED, "mp_pool_close"); }
+int mp_pool_close(mp_pool *p) { return set_state(p, MP__POOL_CLOSED, "mp_pool_close"); }
 
-int mp_pool_terminate(mp_pool *p) { return set_state(p, TERMINATED, "mp_pool_terminate"); }
+int mp_pool_terminate(mp_pool *p)
+{
+    return set_state(p, MP__POOL_TERMINATED, "mp_pool_terminate");
+}
 
 int mp_pool_join(mp_pool *p)
 {
@@ -495,7 +506,7 @@ int mp_pool_join(mp_pool *p)
         return mp__error(MP_ESTATE, "mp_pool_join: called from a callback (the handler "
                          "thread would wait for itself)");
     pthread_mutex_lock(&p->mu);
-    if (p->state == RUN) {
+    if (p->state == MP__POOL_RUN) {
         pthread_mutex_unlock(&p->mu);
         return mp__error(MP_ESTATE, "mp_pool_join: call mp_pool_close or mp_pool_terminate "
                          "first");
@@ -521,24 +532,24 @@ void mp_pool_destroy(mp_pool *p)
 {
     if (!p)
         return;
+    if (pthread_equal(pthread_self(), p->thread)) {
+        /* From a callback the handler would free itself: refuse (and leak). */
+        mp__log(MP_LOG_ERROR, "mp_pool_destroy: called from a callback; ignored");
+        return;
+    }
     pthread_mutex_lock(&p->mu);
-    bool run = p->state == RUN;
+    bool run = p->state == MP__POOL_RUN;
     pthread_mutex_unlock(&p->mu);
     if (run)
         mp_pool_terminate(p);
     mp_pool_join(p);
-    free(p->ready);
-    mp__close(p->wake_fd);
-    pthread_cond_destroy(&p->cv);
-    pthread_mutex_destroy(&p->mu);
-    free(p->w);
-    free(p);
+    pool_free(p);
 }
 
 int mp__pool_submit(mp_pool *p, mp__chunk *head, mp__chunk *tail)
 {
     pthread_mutex_lock(&p->mu);
-    if (p->state != RUN) {
+    if (p->state != MP__POOL_RUN) {
         pthread_mutex_unlock(&p->mu);
         while (head) {
             mp__chunk *next = head->next;

@@ -132,6 +132,55 @@ typedef struct mp__chunk {
 } mp__chunk;
 
 void mp__chunk_free(mp__chunk *c);
+
+enum { MP__POOL_RUN = 0, MP__POOL_CLOSED = 1, MP__POOL_TERMINATED = 2 };
+#define MP__WHY_MAX 2304 /* an mp_raise text and its context */
+/* Consecutive deaths before ready after which a worker slot is given up. */
+#define MP__POOL_START_TRIES 3
+
+typedef struct mp_conn mp_conn;
+typedef struct mp_process mp_process;
+
+typedef struct worker {
+    mp_process *proc;  /* NULL: no process in this slot */
+    mp_conn *conn;     /* the parent's end, owning sock */
+    int sock;
+    int pidfd;         /* readable once the process has ended */
+    mp__chunk *cur;    /* the chunk it runs */
+    unsigned chunks;   /* completed, for maxtasksperchild */
+    unsigned failures; /* consecutive deaths before ready */
+    bool ready;        /* its initializer ran; it serves */
+    bool exiting;      /* asked to exit (retired or closing) */
+} worker;
+
+struct mp_pool {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int nprocs;
+    unsigned maxtasks;
+    char *start_method, *initializer; /* copies, or NULL */
+    mp_msg *initargs;                 /* copy, or NULL */
+    int state;       /* MP__POOL_* (under mu) */
+    bool finished;   /* handler thread done (under mu) */
+    bool joined;     /* pthread_join done (under mu) */
+    int start_rc;    /* the first start's outcome (under mu) */
+    bool started;
+    mp__chunk *head, *tail; /* queued (under mu) */
+    int wake_fd;
+    pthread_t thread;
+    worker *w;                /* handler thread only */
+    mp_async_result **ready;  /* handler thread: results awaiting callbacks */
+    size_t nready, ready_cap;
+    char start_error[MP__WHY_MAX + 64]; /* handler thread: last start failure */
+};
+
+/* workers.c: starts a worker process in slot (handler thread). */
+int mp__worker_start(mp_pool *p, int slot);
+/* Reaps slot's ended process and frees its ends; `how` gets how it ended,
+ * e.g. "(pid 12) was killed by signal 9 (SIGKILL)". */
+void mp__worker_reap(mp_pool *p, int slot, char *how, size_t cap);
+/* Asks the worker to exit after its current chunk. */
+int mp__worker_send_exit(worker *w);
 /* Queues chunks (takes them) and wakes the handler; MP_ESTATE if closed. */
 int mp__pool_submit(mp_pool *p, mp__chunk *head, mp__chunk *tail);
 /* The chunk size a map of n items gets. */

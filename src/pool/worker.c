@@ -3,17 +3,23 @@
 #include "pool/pool_internal.h"
 #include "wire/wire.h"
 
+#include <setjmp.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "process/process_internal.h"
+
 #define TASKS_MAX 256
 
+/* Readers take no lock: a worker forked while another thread registers or
+ * looks up must not inherit a held mutex. An entry is complete before the
+ * count that publishes it is stored (release/acquire). */
 static struct {
     char name[MP__TASK_NAME_MAX + 1];
     mp_task_fn fn;
 } tasks[TASKS_MAX];
-static int ntasks;
-static pthread_mutex_t tasks_mu = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int ntasks;
+static pthread_mutex_t tasks_mu = PTHREAD_MUTEX_INITIALIZER; /* writers */
 
 int mp_register_task(const char *name, mp_task_fn fn)
 {
@@ -23,14 +29,15 @@ int mp_register_task(const char *name, mp_task_fn fn)
         return mp__error(MP_EINVAL, "mp_register_task: want a function and a name of 1..%d "
                          "bytes", MP__TASK_NAME_MAX);
     pthread_mutex_lock(&tasks_mu);
-    for (int i = 0; i < ntasks; i++)
-        if (strcmp(tasks[i].name, name) == 0)
-            rc = mp__error(MP_EINVAL, "mp_register_task: '%s' is registered already", name);
-    if (!rc && ntasks == TASKS_MAX)
+    int n = atomic_load_explicit(&ntasks, memory_order_relaxed);
+    if (mp__task_lookup(name))
+        rc = mp__error(MP_EINVAL, "mp_register_task: '%s' is registered already", name);
+    else if (n == TASKS_MAX)
         rc = mp__error(MP_EOVERFLOW, "mp_register_task: more than %d tasks", TASKS_MAX);
     if (!rc) {
-        memcpy(tasks[ntasks].name, name, len + 1);
-        tasks[ntasks++].fn = fn;
+        memcpy(tasks[n].name, name, len + 1);
+        tasks[n].fn = fn;
+        atomic_store_explicit(&ntasks, n + 1, memory_order_release);
     }
     pthread_mutex_unlock(&tasks_mu);
     return rc;
@@ -38,20 +45,48 @@ int mp_register_task(const char *name, mp_task_fn fn)
 
 mp_task_fn mp__task_lookup(const char *name)
 {
-    mp_task_fn fn = NULL;
-    pthread_mutex_lock(&tasks_mu);
-    for (int i = 0; i < ntasks && !fn; i++)
+    int n = atomic_load_explicit(&ntasks, memory_order_acquire);
+    for (int i = 0; i < n; i++)
         if (strcmp(tasks[i].name, name) == 0)
-            fn = tasks[i].fn;
-    pthread_mutex_unlock(&tasks_mu);
-    return fn;
+            return tasks[i].fn;
+    return NULL;
+}
+
+/* mp_raise inside a task comes back here instead of ending the worker:
+ * that item fails with the message and the worker serves on. (Like an
+ * exception, it unwinds nothing: what the task allocated is lost.) */
+static _Thread_local sigjmp_buf *raise_jmp;
+static _Thread_local char raise_text[MP__MESSAGE_MAX];
+
+static void catch_raise(const char *text)
+{
+    snprintf(raise_text, sizeof raise_text, "%s", text);
+    mp__raise_hook = NULL;
+    siglongjmp(*raise_jmp, 1);
+}
+
+/* Calls fn(in, out): its return, or 1 with raise_text set after mp_raise. */
+static int call_task(mp_task_fn fn, const mp_msg *in, mp_msg *out, bool *raised)
+{
+    sigjmp_buf jb;
+    int rc;
+    *raised = false;
+    if (sigsetjmp(jb, 0)) {
+        *raised = true;
+        return MP_ECHILD;
+    }
+    raise_jmp = &jb;
+    mp__raise_hook = catch_raise;
+    rc = fn(in, out);
+    mp__raise_hook = NULL;
+    return rc;
 }
 
 /* Runs one item; records its outcome in the result pack. */
 static int run_item(const mp__pack_view *v, uint32_t i, mp_task_fn fn, mp__packer *res)
 {
     mp_msg *in = NULL, *out = NULL;
-    char err[600];
+    char err[MP__MESSAGE_MAX + 128];
     const void *pl;
     size_t len;
     int rc = mp__pack_item(v, i, &in);
@@ -64,7 +99,13 @@ static int run_item(const mp__pack_view *v, uint32_t i, mp_task_fn fn, mp__packe
         goto out;
     }
     mp__error_clear();
-    rc = fn(in, out);
+    bool raised;
+    rc = call_task(fn, in, out, &raised);
+    if (raised) {
+        snprintf(err, sizeof err, "task '%s' raised: %s", v->name, raise_text);
+        rc = mp__packer_add(res, NULL, 0, NULL, MP_ECHILD, err);
+        goto out;
+    }
     if (rc) {
         int code = rc < 0 && rc >= MP_EOVERFLOW ? rc : MP_ECHILD;
         snprintf(err, sizeof err, "task '%s' returned %d%s%s", v->name, rc,

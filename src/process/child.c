@@ -20,9 +20,15 @@ static int child_chan = -1;
 static pid_t child_owner;
 static char **saved_argv;
 
-char *const *mp__saved_argv(void) { return saved_argv; }
+char *const *mp__saved_argv(void)
+{
+    return saved_argv;
+}
 
-static bool is_child(void) { return child_chan >= 0 && getpid() == child_owner; }
+static bool is_child(void)
+{
+    return child_chan >= 0 && getpid() == child_owner;
+}
 
 /* ---- child side ---------------------------------------------------------- */
 
@@ -50,6 +56,8 @@ static void send_record(char type, const char *text, size_t len)
 
 static _Noreturn void child_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+_Thread_local void (*mp__raise_hook)(const char *text);
+
 static _Noreturn void child_vfail(const char *fmt, va_list ap)
 {
     char text[MP__MESSAGE_MAX];
@@ -58,6 +66,8 @@ static _Noreturn void child_vfail(const char *fmt, va_list ap)
         n = 0;
     if ((size_t)n >= sizeof text)
         n = (int)sizeof text - 1;
+    if (mp__raise_hook)
+        mp__raise_hook(text);
     if (is_child()) {
         send_record(MP__REC_RAISE, text, (size_t)n);
         fflush(NULL);
@@ -150,11 +160,11 @@ _Noreturn void mp__child_run(int chan)
     if (!fn)
         child_fail("mproc child: no entry called '%s' is registered in this program; "
                    "register it with MP_ENTRY at file scope so that every start method "
-                   "finds it", boot.entry);
+                   "finds it",
+                   boot.entry);
     rc = mp__wire_recv(chan, &args, mp__deadline(30));
     if (rc < 0)
-        child_fail("mproc child: receiving the argument message failed: %s",
-                   mp_last_error());
+        child_fail("mproc child: receiving the argument message failed: %s", mp_last_error());
     rc = fn(boot.rank, args);
     mp_msg_destroy(args);
     mp__cuda_on_exit(); /* _exit skips atexit: the CUDA producer's warning */
@@ -212,7 +222,9 @@ int mp_init(int *argc, char ***argv)
         mp__child_run(fd);
     }
     if (parse_boot_var("MPROC_FORKSERVER", &fd, &ppid)) {
-        mp__child_die_with_parent(ppid);
+        /* No PDEATHSIG (see forkserver.c): EOF on fd says the parent died. */
+        if (getppid() != ppid)
+            _exit(1);
         mp__forkserver_main(fd);
     }
     return 0;
@@ -256,8 +268,11 @@ static void handle_record(mp__status *st, const char *rec, size_t len)
             st->failed = true;
             return;
         }
-        case MP__REC_END: st->in_backtrace = false; return;
-        default: break;
+        case MP__REC_END:
+            st->in_backtrace = false;
+            return;
+        default:
+            break;
         }
     }
     if (st->in_backtrace)

@@ -4,7 +4,13 @@
  * fd. The children are the server's, not ours, so the server relays each
  * child's wait status back; it also sends a pidfd per child, which the
  * parent polls and signals exactly like one of its own children. The
- * server dies with its parent (PR_SET_PDEATHSIG) and its children with it. */
+ * server dies with its parent and its children with it (PR_SET_PDEATHSIG
+ * on the server's one thread). The server itself watches its connection
+ * instead: it is started by whichever thread first needs it, and a
+ * PDEATHSIG would fire when that thread exits, not the process. When the
+ * parent dies, the kernel closes the connection and the server sees EOF.
+ * Nobody else holds the parent's end: it is O_CLOEXEC and forked copies
+ * close it (pthread_atfork). */
 #include "process/process_internal.h"
 
 #include <errno.h>
@@ -19,7 +25,7 @@
 #include <unistd.h>
 
 typedef struct fs_rec {
-    char type;     /* 'F' fork request, 'P' its reply (+ pidfd), 'X' a child exited */
+    char type; /* 'F' fork request, 'P' its reply (+ pidfd), 'X' a child exited */
     int32_t pid;
     int32_t value; /* 'P': errno of a failed fork, 'X': the wait status */
 } fs_rec;
@@ -31,8 +37,8 @@ typedef struct fs_exit {
 
 static struct {
     pthread_mutex_t lock;
-    pid_t pid;      /* the server; 0 when none */
-    pid_t owner;    /* the process that started it */
+    pid_t pid;   /* the server; 0 when none */
+    pid_t owner; /* the process that started it */
     int pidfd;
     int ctl;
     fs_exit *exits; /* statuses relayed before anyone asked */
@@ -41,8 +47,14 @@ static struct {
 
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
-static void atfork_prepare(void) { pthread_mutex_lock(&fs.lock); }
-static void atfork_parent(void) { pthread_mutex_unlock(&fs.lock); }
+static void atfork_prepare(void)
+{
+    pthread_mutex_lock(&fs.lock);
+}
+static void atfork_parent(void)
+{
+    pthread_mutex_unlock(&fs.lock);
+}
 static void atfork_child(void)
 {
     /* The server belongs to the parent. Drop our copy of its connection, or
@@ -56,9 +68,15 @@ static void atfork_child(void)
     pthread_mutex_unlock(&fs.lock);
 }
 
-static void register_atfork(void) { pthread_atfork(atfork_prepare, atfork_parent, atfork_child); }
+static void register_atfork(void)
+{
+    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+}
 
-static bool running_locked(void) { return fs.pid > 0 && fs.owner == getpid(); }
+static bool running_locked(void)
+{
+    return fs.pid > 0 && fs.owner == getpid();
+}
 
 /* Closes the connection and reaps the server (SIGKILL after 2 s). */
 static void stop_locked(void)
@@ -84,7 +102,7 @@ static int start_locked(void)
         return 0;
     if (mp__sys.socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
         return mp__errno_error(errno, "mp_forkserver_start: socketpair");
-    rc = mp__launch_exec(sv[1], "MPROC_FORKSERVER", &fs.pid, &fs.pidfd);
+    rc = mp__launch_exec(sv[1], "MPROC_FORKSERVER", false, &fs.pid, &fs.pidfd);
     mp__close(sv[1]);
     if (rc < 0) {
         fs.pid = 0;
@@ -205,8 +223,10 @@ int mp__forkserver_status(pid_t pid, double deadline, int *wstatus)
             goto out_unlock;
         }
     if (!running_locked()) {
-        rc = mp__error(MP_ECLOSED, "forkserver: the server is gone; its child %d died "
-                                   "with it", (int)pid);
+        rc = mp__error(MP_ECLOSED,
+                       "forkserver: the server is gone; its child %d died "
+                       "with it",
+                       (int)pid);
         goto out_unlock;
     }
     rc = read_until_locked('X', pid, deadline, &r, NULL);

@@ -81,9 +81,10 @@ typedef struct exec_plan {
     const char *path;
     char *const *argv;
     char **envp;
-    int chan;    /* >= 10, becomes fd 3 */
-    int errfd;   /* >= 10, becomes fd 4, O_CLOEXEC */
+    int chan;  /* >= 10, becomes fd 3 */
+    int errfd; /* >= 10, becomes fd 4, O_CLOEXEC */
     pid_t parent;
+    bool pdeathsig;
     sigset_t mask; /* the parent's mask, restored before exec */
 } exec_plan;
 
@@ -108,7 +109,8 @@ static _Noreturn void exec_child(const exec_plan *pl)
     /* Nothing else is inherited: no fd the parent forgot to mark CLOEXEC. */
     if (syscall(SYS_close_range, 5, ~0U, 0) < 0)
         goto fail;
-    syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    if (pl->pdeathsig)
+        syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
     if (syscall(SYS_getppid) != pl->parent)
         syscall(SYS_exit_group, 1);
     syscall(SYS_rt_sigprocmask, SIG_SETMASK, &pl->mask, NULL, 8);
@@ -153,16 +155,19 @@ static int check_exec(pid_t child, int errread, const char *path)
         return 0; /* closed by exec: the program runs */
     waitpid(child, NULL, 0);
     if (n != (ssize_t)sizeof err)
-        return mp__error(MP_ESYS, "mp_process_start: exec of %s failed (no error code)",
-                         path);
+        return mp__error(MP_ESYS, "mp_process_start: exec of %s failed (no error code)", path);
     return mp__errno_error((int)err, "mp_process_start: exec of %s failed", path);
 }
 
-int mp__launch_exec(int chan, const char *var, pid_t *pid, int *pidfd)
+int mp__launch_exec(int chan, const char *var, bool pdeathsig, pid_t *pid, int *pidfd)
 {
     char value[64];
-    exec_plan pl = {.path = mp__exec_path, .argv = mp__saved_argv(), .chan = -1,
-                    .errfd = -1, .parent = getpid()};
+    exec_plan pl = {.path = mp__exec_path,
+                    .argv = mp__saved_argv(),
+                    .chan = -1,
+                    .errfd = -1,
+                    .parent = getpid(),
+                    .pdeathsig = pdeathsig};
     int errpipe[2] = {-1, -1}, rc = 0;
     sigset_t all;
     pid_t child;

@@ -29,7 +29,7 @@ struct mp_process {
     pid_t pid;
     pid_t owner; /* the process that started it: only it may wait */
     int pidfd;
-    int chan;    /* our end of the status channel */
+    int chan; /* our end of the status channel */
     int exitcode;
     mp__status status;
     char signame[16];
@@ -88,9 +88,18 @@ static void at_exit(void)
     mp_forkserver_stop();
 }
 
-static void atfork_prepare(void) { pthread_mutex_lock(&list_lock); }
-static void atfork_parent(void) { pthread_mutex_unlock(&list_lock); }
-static void atfork_child(void) { pthread_mutex_unlock(&list_lock); }
+static void atfork_prepare(void)
+{
+    pthread_mutex_lock(&list_lock);
+}
+static void atfork_parent(void)
+{
+    pthread_mutex_unlock(&list_lock);
+}
+static void atfork_child(void)
+{
+    pthread_mutex_unlock(&list_lock);
+}
 
 static void init_once_fn(void)
 {
@@ -120,8 +129,8 @@ static int resolve_method(const mp_process_options *o, mp__method *m)
     return 0;
 }
 
-int mp__process_create(const char *entry, mp_msg *args, const mp_process_options *opts,
-                       int rank, mp_process **out)
+int mp__process_create(const char *entry, mp_msg *args, const mp_process_options *opts, int rank,
+                       mp_process **out)
 {
     mp_process *p;
     char defname[32];
@@ -133,8 +142,10 @@ int mp__process_create(const char *entry, mp_msg *args, const mp_process_options
         return mp__error(MP_EINVAL, "mp_process_create: options not initialized "
                                     "(call mp_process_options_init first)");
     if (!mp__entry_lookup(entry))
-        return mp__error(MP_ENOENT, "mp_process_create: no entry called '%s' is "
-                                    "registered (define it with MP_ENTRY(%s))", entry, entry);
+        return mp__error(MP_ENOENT,
+                         "mp_process_create: no entry called '%s' is "
+                         "registered (define it with MP_ENTRY(%s))",
+                         entry, entry);
     if (resolve_method(opts, &m) < 0)
         return MP_EINVAL;
     pthread_once(&init_once, init_once_fn);
@@ -192,9 +203,12 @@ static int send_args(mp_process *p, int sock)
 static int launch(mp_process *p, int sv[2])
 {
     switch (p->method) {
-    case MP__FORK: return mp__launch_fork(sv[1], sv[0], &p->pid, &p->pidfd);
-    case MP__SPAWN: return mp__launch_exec(sv[1], "MPROC_SPAWN", &p->pid, &p->pidfd);
-    default: return mp__forkserver_launch(sv[1], &p->pid, &p->pidfd);
+    case MP__FORK:
+        return mp__launch_fork(sv[1], sv[0], &p->pid, &p->pidfd);
+    case MP__SPAWN:
+        return mp__launch_exec(sv[1], "MPROC_SPAWN", true, &p->pid, &p->pidfd);
+    default:
+        return mp__forkserver_launch(sv[1], &p->pid, &p->pidfd);
     }
 }
 
@@ -204,8 +218,10 @@ int mp_process_start(mp_process *p)
     if (!p)
         return mp__error(MP_EINVAL, "mp_process_start: process is NULL");
     if (p->state != ST_CREATED)
-        return mp__error(MP_ESTATE, "mp_process_start: process '%s' was already started; "
-                                    "a process can be started only once", p->name);
+        return mp__error(MP_ESTATE,
+                         "mp_process_start: process '%s' was already started; "
+                         "a process can be started only once",
+                         p->name);
     if (p->method == MP__FORK && (rc = mp__fork_check("mp_process_start")) < 0)
         return rc;
     if (mp__sys.socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
@@ -283,9 +299,10 @@ static int check_waitable(mp_process *p, const char *call)
     if (p->state == ST_CREATED)
         return mp__error(MP_ESTATE, "%s: process '%s' has not been started", call, p->name);
     if (p->owner != getpid())
-        return mp__error(MP_ESTATE, "%s: process '%s' belongs to pid %d; only the process "
-                                    "that started it can wait for or signal it", call,
-                         p->name, (int)p->owner);
+        return mp__error(MP_ESTATE,
+                         "%s: process '%s' belongs to pid %d; only the process "
+                         "that started it can wait for or signal it",
+                         call, p->name, (int)p->owner);
     return 0;
 }
 
@@ -308,9 +325,10 @@ int mp_process_join(mp_process *p, double timeout)
             return 0;
         }
         if (n == 0)
-            return mp__error(MP_ETIMEDOUT, "mp_process_join: process '%s' (pid %d) still "
-                                           "running after %g s", p->name, (int)p->pid,
-                             timeout);
+            return mp__error(MP_ETIMEDOUT,
+                             "mp_process_join: process '%s' (pid %d) still "
+                             "running after %g s",
+                             p->name, (int)p->pid, timeout);
     }
 }
 
@@ -321,12 +339,35 @@ bool mp_process_is_alive(mp_process *p)
     return mp__process_reap(p, false) == 0;
 }
 
-pid_t mp_process_pid(const mp_process *p) { return p && p->state != ST_CREATED ? p->pid : 0; }
-const char *mp_process_name(const mp_process *p) { return p ? p->name : ""; }
-bool mp_process_daemon(const mp_process *p) { return p && p->daemon; }
-int mp__process_pidfd(const mp_process *p) { return p->pidfd; }
-int mp__process_chan(const mp_process *p) { return p->status.eof ? -1 : p->chan; }
-bool mp__process_reaped(const mp_process *p) { return p->state == ST_REAPED; }
+int mp_process_sentinel(const mp_process *p)
+{
+    return p && p->state == ST_STARTED ? p->pidfd : -1;
+}
+
+pid_t mp_process_pid(const mp_process *p)
+{
+    return p && p->state != ST_CREATED ? p->pid : 0;
+}
+const char *mp_process_name(const mp_process *p)
+{
+    return p ? p->name : "";
+}
+bool mp_process_daemon(const mp_process *p)
+{
+    return p && p->daemon;
+}
+int mp__process_pidfd(const mp_process *p)
+{
+    return p->pidfd;
+}
+int mp__process_chan(const mp_process *p)
+{
+    return p->status.eof ? -1 : p->chan;
+}
+bool mp__process_reaped(const mp_process *p)
+{
+    return p->state == ST_REAPED;
+}
 
 static int check_finished(mp_process *p, const char *call)
 {
@@ -334,8 +375,10 @@ static int check_finished(mp_process *p, const char *call)
     if (rc < 0)
         return rc;
     if (mp__process_reap(p, false) == 0)
-        return mp__error(MP_ESTATE, "%s: process '%s' (pid %d) is still running; join it "
-                                    "first", call, p->name, (int)p->pid);
+        return mp__error(MP_ESTATE,
+                         "%s: process '%s' (pid %d) is still running; join it "
+                         "first",
+                         call, p->name, (int)p->pid);
     return 0;
 }
 
@@ -384,16 +427,20 @@ int mp_process_terminate(mp_process *p)
     return send_signal(p, SIGTERM, "mp_process_terminate");
 }
 
-int mp_process_kill(mp_process *p) { return send_signal(p, SIGKILL, "mp_process_kill"); }
+int mp_process_kill(mp_process *p)
+{
+    return send_signal(p, SIGKILL, "mp_process_kill");
+}
 
 int mp_process_destroy(mp_process *p)
 {
     if (!p)
         return 0;
     if (p->state == ST_STARTED && p->owner == getpid() && mp__process_reap(p, false) == 0)
-        return mp__error(MP_ESTATE, "mp_process_destroy: process '%s' (pid %d) is still "
-                                    "running; join, terminate or kill it first", p->name,
-                         (int)p->pid);
+        return mp__error(MP_ESTATE,
+                         "mp_process_destroy: process '%s' (pid %d) is still "
+                         "running; join, terminate or kill it first",
+                         p->name, (int)p->pid);
     if (p->state == ST_STARTED) /* a copy inherited through fork: not ours */
         list_remove(p);
     mp__close(p->pidfd);

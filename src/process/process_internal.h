@@ -42,6 +42,11 @@ int mp__fork_check(const char *call);
 #define MP__REC_END 'E'
 #define MP__BOOT_MAGIC 0x6d70626fu /* "mpbo" */
 #define MP__MESSAGE_MAX 2048
+
+/* Set by a thread that catches mp_raise (a pool worker, to fail one task
+ * and carry on): mp_raise first calls it with the formatted text; the hook
+ * does not return (it longjmps back to its caller). NULL: no catcher. */
+extern _Thread_local void (*mp__raise_hook)(const char *text);
 #define MP__BACKTRACE_MAX 8192
 
 typedef struct mp__boot {
@@ -53,11 +58,11 @@ typedef struct mp__boot {
 /* What the parent learned from a child's status channel. */
 typedef struct mp__status {
     char message[MP__MESSAGE_MAX];
-    char *backtrace;   /* malloc'd, NUL-terminated; NULL until a line came */
+    char *backtrace; /* malloc'd, NUL-terminated; NULL until a line came */
     size_t bt_len;
-    int fatal_signal;  /* from an MP__REC_SIGNAL record */
+    int fatal_signal; /* from an MP__REC_SIGNAL record */
     bool in_backtrace;
-    bool failed;       /* a raise or signal record arrived */
+    bool failed; /* a raise or signal record arrived */
     bool eof;
 } mp__status;
 
@@ -84,8 +89,9 @@ extern const char *mp__exec_path;
 int mp__launch_fork(int chan, int parent_end, pid_t *pid, int *pidfd);
 /* vfork + exec of mp__exec_path with the saved argv and the environment
  * plus VAR=3,<pid>; chan becomes fd 3 in the new program, every other fd
- * but 0-2 is closed. An exec failure comes back through an O_CLOEXEC pipe. */
-int mp__launch_exec(int chan, const char *var, pid_t *pid, int *pidfd);
+ * but 0-2 is closed. An exec failure comes back through an O_CLOEXEC pipe.
+ * pdeathsig: arm PR_SET_PDEATHSIG before the exec. */
+int mp__launch_exec(int chan, const char *var, bool pdeathsig, pid_t *pid, int *pidfd);
 /* Python's exitcode from a wait status. */
 int mp__exitcode(int wstatus);
 /* pidfd_send_signal; 0 when the process is already gone. */
@@ -103,8 +109,8 @@ int mp__forkserver_status(pid_t pid, double deadline, int *wstatus);
 _Noreturn void mp__forkserver_main(int ctl);
 
 /* ---- processes (process.c), used by mp_spawn ----------------------------- */
-int mp__process_create(const char *entry, mp_msg *args, const mp_process_options *opts,
-                       int rank, mp_process **out);
+int mp__process_create(const char *entry, mp_msg *args, const mp_process_options *opts, int rank,
+                       mp_process **out);
 int mp__process_pidfd(const mp_process *p);
 int mp__process_chan(const mp_process *p);
 bool mp__process_reaped(const mp_process *p);

@@ -37,16 +37,37 @@ static entry *find_locked(const char *name)
     return NULL;
 }
 
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static void atfork_prepare(void)
+{
+    pthread_mutex_lock(&registry_lock);
+}
+static void atfork_release(void)
+{
+    pthread_mutex_unlock(&registry_lock);
+}
+/* A fork child looks its entry up: the lock must not be held by a thread
+ * that fork left behind. */
+static void register_atfork(void)
+{
+    pthread_atfork(atfork_prepare, atfork_release, atfork_release);
+}
+
 int mp_register_entry(const char *name, mp_entry_fn fn)
 {
     int rc = 0;
     if (!name_ok(name) || !fn)
-        return mp__error(MP_EINVAL, "mp_register_entry: need a name of 1..%d bytes and a "
-                                    "function", MP_ENTRY_NAME_MAX);
+        return mp__error(MP_EINVAL,
+                         "mp_register_entry: need a name of 1..%d bytes and a "
+                         "function",
+                         MP_ENTRY_NAME_MAX);
+    pthread_once(&atfork_once, register_atfork);
     pthread_mutex_lock(&registry_lock);
     if (find_locked(name)) {
-        rc = mp__error(MP_EINVAL, "mp_register_entry: an entry called '%s' is already "
-                                  "registered; entry names must be unique", name);
+        rc = mp__error(MP_EINVAL,
+                       "mp_register_entry: an entry called '%s' is already "
+                       "registered; entry names must be unique",
+                       name);
         goto out_unlock;
     }
     if (n_entries == cap_entries) {
@@ -94,7 +115,10 @@ static const char *const all_methods[] = {"fork", "spawn", "forkserver", NULL};
 /* -1: not fixed yet; else the mp__method. */
 static atomic_int current_method = -1;
 
-const char *mp__method_name(mp__method m) { return contexts[m].name; }
+const char *mp__method_name(mp__method m)
+{
+    return contexts[m].name;
+}
 
 int mp__method_parse(const char *name, mp__method *out)
 {
@@ -103,8 +127,10 @@ int mp__method_parse(const char *name, mp__method *out)
             *out = (mp__method)i;
             return 0;
         }
-    return mp__error(MP_EINVAL, "unknown start method '%s': use \"fork\", \"spawn\" or "
-                                "\"forkserver\"", name ? name : "(null)");
+    return mp__error(MP_EINVAL,
+                     "unknown start method '%s': use \"fork\", \"spawn\" or "
+                     "\"forkserver\"",
+                     name ? name : "(null)");
 }
 
 mp__method mp__method_default(void)
@@ -133,15 +159,23 @@ int mp_set_start_method(const char *method, bool force)
         return 0;
     }
     if (!atomic_compare_exchange_strong(&current_method, &expected, (int)m))
-        return mp__error(MP_ESTATE, "mp_set_start_method: the start method is already "
-                                    "fixed ('%s'); call it once, early, or pass force = "
-                                    "true", contexts[expected].name);
+        return mp__error(MP_ESTATE,
+                         "mp_set_start_method: the start method is already "
+                         "fixed ('%s'); call it once, early, or pass force = "
+                         "true",
+                         contexts[expected].name);
     return 0;
 }
 
-const char *mp_get_start_method(void) { return contexts[mp__method_default()].name; }
+const char *mp_get_start_method(void)
+{
+    return contexts[mp__method_default()].name;
+}
 
-const char *const *mp_get_all_start_methods(void) { return all_methods; }
+const char *const *mp_get_all_start_methods(void)
+{
+    return all_methods;
+}
 
 int mp_get_context(const char *method, mp_context **out)
 {
@@ -165,7 +199,10 @@ const char *mp_context_start_method(const mp_context *ctx)
 
 static atomic_bool refuse_threads;
 
-void mp_set_fork_refuse_threads(bool refuse) { atomic_store(&refuse_threads, refuse); }
+void mp_set_fork_refuse_threads(bool refuse)
+{
+    atomic_store(&refuse_threads, refuse);
+}
 
 static int count_threads(int *n)
 {
@@ -207,7 +244,9 @@ int mp__fork_check(const char *call)
         return 0;
     if (mp_fork_hazard(&hazard, &n) < 0 || !hazard)
         return 0;
-    return mp__error(MP_ESTATE, "%s: refusing to fork a process with %d threads (a lock "
-                                "held by another thread would stay locked in the child); "
-                                "use the \"spawn\" or \"forkserver\" start method", call, n);
+    return mp__error(MP_ESTATE,
+                     "%s: refusing to fork a process with %d threads (a lock "
+                     "held by another thread would stay locked in the child); "
+                     "use the \"spawn\" or \"forkserver\" start method",
+                     call, n);
 }

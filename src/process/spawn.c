@@ -36,8 +36,8 @@ static int fail_result(const mp_spawn_context *c)
         snprintf(cause, sizeof cause, "was killed by signal %s", e->signal_name);
     else
         snprintf(cause, sizeof cause, "exited with code %d", e->exitcode);
-    return mp__error(MP_ECHILD, "mp_spawn: process %d (pid %d) %s%s%s", e->rank, (int)e->pid,
-                     cause, e->message[0] ? ": " : "", e->message);
+    return mp__error(MP_ECHILD, "mp_spawn: process %d (pid %d) %s%s%s", e->rank, (int)e->pid, cause,
+                     e->message[0] ? ": " : "", e->message);
 }
 
 /* Terminates the others, reaps everyone, and records rank's failure. */
@@ -100,8 +100,10 @@ int mp_spawn_context_join(mp_spawn_context *c, double timeout)
         if (ready < 0 && errno != EINTR)
             return mp__errno_error(errno, "mp_spawn_context_join: poll");
         if (ready == 0)
-            return mp__error(MP_ETIMEDOUT, "mp_spawn_context_join: children still running "
-                                           "after %g s", timeout);
+            return mp__error(MP_ETIMEDOUT,
+                             "mp_spawn_context_join: children still running "
+                             "after %g s",
+                             timeout);
         if (ready > 0 && (failed = handle_events(c, pf, who, n)) >= 0)
             return fail(c, failed);
     }
@@ -117,7 +119,10 @@ int mp_spawn_context_error(const mp_spawn_context *c, mp_child_error *out)
     return 0;
 }
 
-int mp_spawn_context_nprocs(const mp_spawn_context *c) { return c ? c->nprocs : 0; }
+int mp_spawn_context_nprocs(const mp_spawn_context *c)
+{
+    return c ? c->nprocs : 0;
+}
 
 pid_t mp_spawn_context_pid(const mp_spawn_context *c, int rank)
 {
@@ -185,8 +190,7 @@ static int start_all(mp_spawn_context *c, const char *entry, mp_msg *args,
     return rc;
 }
 
-int mp_spawn_ex(const char *entry, mp_msg *args, const mp_spawn_options *o,
-                mp_spawn_context **out)
+int mp_spawn_ex(const char *entry, mp_msg *args, const mp_spawn_options *o, mp_spawn_context **out)
 {
     mp_spawn_context *c;
     int rc = check_options(entry, o, out);

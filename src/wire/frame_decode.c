@@ -43,11 +43,27 @@ typedef struct dec {
     int nfds;              /* fds usable by storages and objects (spill excluded) */
     unsigned char used[MP__WIRE_MAX_FDS];
     uint32_t nstorages;
-    mp__segment_handle handles[MP__WIRE_MAX_FDS];
-    bool opened[MP__WIRE_MAX_FDS];
-    mp__storage *storages[MP__WIRE_MAX_FDS];
+    /* nstorages each, one allocation (none for a message without tensors) */
+    mp__storage **storages;
+    mp__segment_handle *handles;
+    bool *opened;
     mp_msg *m;             /* NULL in the checking pass */
 } dec;
+
+static int dec_alloc(dec *d, uint32_t nstorages)
+{
+    size_t each = sizeof *d->storages + sizeof *d->handles + sizeof *d->opened;
+    unsigned char *block;
+    d->nstorages = nstorages;
+    if (!nstorages)
+        return 0;
+    if (!(block = calloc(nstorages, each)))
+        return mp__error(MP_ENOMEM, "mp_wire_recv: out of memory");
+    d->storages = (mp__storage **)block;
+    d->handles = (mp__segment_handle *)(block + nstorages * sizeof *d->storages);
+    d->opened = (bool *)(block + nstorages * (sizeof *d->storages + sizeof *d->handles));
+    return 0;
+}
 
 static int claim_fds(dec *d, uint64_t first, uint64_t n, const char *what, uint32_t index)
 {
@@ -324,7 +340,7 @@ int mp__wire_decode(const void *buf, size_t len, int *fds, int nfds, mp_msg **ou
 {
     mp__frame_header h;
     mp__segment *spill = NULL;
-    dec *d = NULL;
+    dec dd, *d = NULL;
     reader r;
     const unsigned char *payload;
     void *copy = NULL;
@@ -342,13 +358,12 @@ int mp__wire_decode(const void *buf, size_t len, int *fds, int nfds, mp_msg **ou
     memcpy(&h, buf, sizeof h);
     if ((rc = check_header(&h, len, nfds)) < 0)
         goto out_fds;
-    if (!(d = calloc(1, sizeof *d))) {
-        rc = mp__error(MP_ENOMEM, "mp_wire_recv: out of memory");
+    memset(&dd, 0, sizeof dd);
+    if ((rc = dec_alloc(&dd, h.nstorages)) < 0)
         goto out_fds;
-    }
+    d = &dd;
     d->fds = fds;
     d->nfds = nfds;
-    d->nstorages = h.nstorages;
     r = (reader){(const unsigned char *)buf + sizeof h, h.body_len, 0};
     if (h.flags & MP__FRAME_SPILLED) {
         d->nfds = nfds - 1;
@@ -400,9 +415,10 @@ out_dec:
         if (rc < 0 && opened_table && !d->opened[i] && d->handles[i].strategy == MP__STRATEGY_FS)
             mp__segment_handle_drop(&d->handles[i], true);
     }
-    if (d)
+    if (d) {
         mp_msg_destroy(d->m);
-    free(d);
+        free(d->storages);
+    }
     mp__segment_release(spill);
 out_fds:
     for (int i = 0; rc < 0 && fds && i < nfds; i++)

@@ -10,7 +10,9 @@
  * kernel drops that call's second set of fd references. Cost: one more
  * system call per message; the data is copied once. The two calls are one
  * atomic step only if a single reader uses the socket at a time: queues hold
- * their reader lock around mp__wire_recv; a Connection has one reader. */
+ * their reader lock around mp__wire_recv; a Connection has one reader at a
+ * time by contract (two interleaved readers could each consume the record
+ * the other peeked). */
 #include <errno.h>
 #include <poll.h>
 #include <stdalign.h>
@@ -30,6 +32,36 @@ typedef union {
 static _Thread_local alignas(8) unsigned char rbuf[sizeof(mp__frame_header) +
                                                    MP__WIRE_INLINE_MAX + 8];
 
+/* Without a deadline, one blocking sendmsg sleeps in the kernel while the
+ * socket is full: one system call per message where MSG_DONTWAIT + poll
+ * would take three. A non-blocking socket falls back to the polling path. */
+static int send_blocking(int sock, const mp__frame_out *o)
+{
+    fd_cmsg cbuf;
+    struct iovec iov = {.iov_base = o->buf, .iov_len = o->len};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (o->nfds > 0) {
+        struct cmsghdr *c;
+        mh.msg_control = cbuf.buf;
+        mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)o->nfds);
+        c = CMSG_FIRSTHDR(&mh);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)o->nfds);
+        memcpy(CMSG_DATA(c), o->fds, sizeof(int) * (size_t)o->nfds);
+    }
+    for (;;) {
+        ssize_t n = mp__sys.sendmsg(sock, &mh, MSG_NOSIGNAL);
+        if (n >= 0)
+            return (size_t)n == o->len ? 0 : mp__error(MP_ESYS, "mp_wire_send: short record");
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return mp__send_record(sock, o->buf, o->len, o->fds, o->nfds, -1);
+        if (errno != EINTR)
+            return mp__errno_error(errno, "mp_wire_send: sendmsg(%zu bytes, %d fds)", o->len,
+                                   o->nfds);
+    }
+}
+
 int mp__wire_send(int sock, const mp_msg *m, double deadline)
 {
     mp__frame_out o;
@@ -38,7 +70,10 @@ int mp__wire_send(int sock, const mp_msg *m, double deadline)
         return mp__error(MP_EINVAL, "mp_wire_send: %s", sock < 0 ? "bad socket" : "NULL message");
     if ((rc = mp__frame_encode(m, &o)) < 0)
         return rc;
-    rc = mp__send_record(sock, o.buf, o.len, o.fds, o.nfds, deadline);
+    if (deadline < 0)
+        rc = send_blocking(sock, &o);
+    else
+        rc = mp__send_record(sock, o.buf, o.len, o.fds, o.nfds, deadline);
     mp__frame_out_done(&o, rc == 0);
     return rc;
 }
@@ -103,7 +138,9 @@ static ssize_t peek(int sock, int *fds, int *nfds, int *mflags, double deadline)
     for (;;) {
         struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf.buf,
                             .msg_controllen = sizeof cbuf.buf};
-        ssize_t n = mp__sys.recvmsg(sock, &mh, MSG_PEEK | MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        /* Without a deadline the peek itself sleeps (no poll round trip). */
+        int flags = MSG_PEEK | MSG_CMSG_CLOEXEC | (deadline < 0 ? 0 : MSG_DONTWAIT);
+        ssize_t n = mp__sys.recvmsg(sock, &mh, flags);
         int rc;
         if (n >= 0) {
             *nfds = collect_fds(&mh, fds);

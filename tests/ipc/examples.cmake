@@ -10,3 +10,17 @@ if(MPROC_BUILD_EXAMPLES)
   add_test(NAME example_buffer_reuse COMMAND buffer_reuse --buffers 4 --messages 500)
   set_tests_properties(example_buffer_reuse PROPERTIES TIMEOUT 120 LABELS ipc)
 endif()
+
+# Tests that create file_system segments, or count them in /dev/shm for leak
+# checks, must not overlap under ctest -j: the count is machine-wide.
+set(mproc_shm_tests wire_test mpmc_test queue_test emfile_test pipe_test malformed_test
+    start_methods_test)
+if(MPROC_BUILD_EXAMPLES)
+  list(APPEND mproc_shm_tests example_producer_consumer_file_system
+       example_producer_consumer_file_descriptor example_buffer_reuse)
+endif()
+foreach(t ${mproc_shm_tests})
+  if(TEST ${t})
+    set_tests_properties(${t} PROPERTIES RESOURCE_LOCK mproc_dev_shm)
+  endif()
+endforeach()

@@ -15,7 +15,7 @@
 #define P 4
 #define C 4
 #define ELEMS 16
-#define MPMC_DEFAULT 100000
+#define MPMC_DEFAULT 50000 /* per strategy; MP_MPMC_COUNT=100000 for the full run */
 
 static int total_messages(void)
 {

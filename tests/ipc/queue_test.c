@@ -182,6 +182,36 @@ static void test_close_wakes_getter(void **state)
     mp_queue_release(q);
 }
 
+/* A producer blocked on maxsize wakes when another process takes a message,
+ * and with MP_ECLOSED when another process closes the queue. */
+static void test_maxsize_blocking(void **state)
+{
+    mp_queue *q = NULL;
+    mp_msg *m = msg_u32(5);
+    pid_t pid;
+    int status;
+    (void)state;
+    assert_mp_ok(mp_queue_create(1, &q));
+    assert_mp_ok(mp_queue_put(q, m, 1));
+    pid = fork();
+    if (pid == 0) {
+        mp_msg *r = NULL;
+        usleep(50000);
+        if (mp_queue_get(q, &r, 5))
+            _exit(1);
+        mp_msg_destroy(r);
+        usleep(50000);
+        _exit(mp_queue_close(q) ? 2 : 0);
+    }
+    assert_mp_ok(mp_queue_put(q, m, 20));          /* woken by the get */
+    assert_mp_err(mp_queue_put(q, m, 20), MP_ECLOSED);   /* woken by the close */
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_int_equal(status, 0);
+    assert_int_equal(get_u32(q), 5);
+    mp_msg_destroy(m);
+    mp_queue_release(q);
+}
+
 /* The producer puts a tensor and exits; the message is still whole. */
 static void test_producer_exits(void **state)
 {
@@ -315,6 +345,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_joinable, setup, teardown),
         cmocka_unit_test_setup_teardown(test_simple_queue, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_wakes_getter, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_maxsize_blocking, setup, teardown),
         cmocka_unit_test_setup_teardown(test_producer_exits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_consumer_killed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_queue_attachment, setup, teardown),

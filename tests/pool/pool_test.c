@@ -1,144 +1,8 @@
 /* src/pool: the seed tutorial's scenarios (sleeps scaled down), chunking,
- * callbacks, imap, the typed path, dead workers, maxtasksperchild and the
- * close/terminate/join lifecycle. Timing is checked through the intervals
- * the tasks report, never through wall-clock bounds. */
-#include "mp_test.h"
-#include "os/os.h"
-#include "pool/pool_internal.h"
-
-#include <math.h>
-#include <pthread.h>
-#include <signal.h>
-#include <stdatomic.h>
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
-
-#include "mproc/pool.h"
-
-static int setup(void **state) { return mp_test_setup(state); }
-static int teardown(void **state) { return mp_test_teardown(state); }
-
-/* ---- tasks ------------------------------------------------------------------- */
-
-typedef struct span {
-    double start, end;
-    int32_t pid;
-    int64_t value;
-} span;
-
-static int64_t in_i64(const mp_msg *in)
-{
-    int64_t v = 0;
-    size_t len;
-    const void *p = mp_msg_payload(in, &len);
-    if (len >= sizeof v)
-        memcpy(&v, p, sizeof v);
-    return v;
-}
-
-static mp_msg *msg_i64(int64_t v)
-{
-    mp_msg *m;
-    assert_mp_ok(mp_msg_create(&m));
-    assert_mp_ok(mp_msg_set_payload(m, &v, sizeof v));
-    return m;
-}
-
-static span out_span(const mp_msg *m)
-{
-    span s;
-    size_t len;
-    const void *p = mp_msg_payload(m, &len);
-    assert_int_equal(len, sizeof s);
-    memcpy(&s, p, sizeof s);
-    return s;
-}
-
-MP_TASK(square)
-{
-    int64_t v = in_i64(in);
-    v *= v;
-    return mp_msg_set_payload(out, &v, sizeof v);
-}
-
-/* Sleeps `value` milliseconds and reports when and where it ran. */
-MP_TASK(nap_ms)
-{
-    span s = {mp__now(), 0, getpid(), in_i64(in)};
-    struct timespec ts = {(time_t)(s.value / 1000), (long)(s.value % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-    s.end = mp__now();
-    return mp_msg_set_payload(out, &s, sizeof s);
-}
-
-MP_TASK(whoami)
-{
-    span s = {0, 0, getpid(), in_i64(in)};
-    return mp_msg_set_payload(out, &s, sizeof s);
-}
-
-MP_TASK(crash)
-{
-    raise((int)in_i64(in));
-    return 0;
-}
-
-MP_TASK(refuse)
-{
-    return mp__error(MP_EINVAL, "refuse: %lld is not welcome", (long long)in_i64(in));
-}
-
-MP_TASK(star_sum)
-{
-    int n = mp_task_nargs(in);
-    int64_t sum = 0;
-    for (int j = 0; j < n; j++) {
-        mp_msg *a;
-        int rc = mp_task_arg(in, (size_t)j, &a);
-        if (rc)
-            return rc;
-        sum = sum * 10 + in_i64(a);
-        mp_msg_destroy(a);
-    }
-    return n < 0 ? n : mp_msg_set_payload(out, &sum, sizeof sum);
-}
-
-MP_TASK(twice_double)
-{
-    double d;
-    size_t len;
-    memcpy(&d, mp_msg_payload(in, &len), sizeof d);
-    d *= 2;
-    return mp_msg_set_payload(out, &d, sizeof d);
-}
-
-/* ---- helpers ------------------------------------------------------------------- */
-
-static mp_pool *pool_new(int n, unsigned maxtasks)
-{
-    mp_pool_options o;
-    mp_pool *p;
-    mp_pool_options_init(&o);
-    o.maxtasksperchild = maxtasks;
-    assert_mp_ok(mp_pool_create(n, &o, &p));
-    return p;
-}
-
-static span apply_span(mp_pool *p, const char *task, int64_t v)
-{
-    mp_msg *in = msg_i64(v), *out;
-    assert_mp_ok(mp_pool_apply(p, task, in, &out));
-    span s = out_span(out);
-    mp_msg_destroy(in);
-    mp_msg_destroy(out);
-    return s;
-}
-
-static bool overlap(span a, span b) { return a.start < b.end && b.start < a.end; }
+ * callbacks, imap, the typed path and the close/terminate/join lifecycle.
+ * Timing is checked through the intervals the tasks report, never through
+ * wall-clock bounds. Worker failures and start methods: workers_test.c. */
+#include "helpers.h"
 
 /* ---- the tutorial's scenarios ------------------------------------------------- */
 
@@ -185,20 +49,6 @@ static void test_apply_serial_async_parallel(void **state)
     assert_mp_ok(mp_pool_close(p));
     assert_mp_ok(mp_pool_join(p));
     mp_pool_destroy(p);
-}
-
-static void check_map(mp_pool *p, size_t chunksize)
-{
-    enum { N = 10 };
-    mp_msg *in[N], *out[N];
-    for (int i = 0; i < N; i++)
-        in[i] = msg_i64(i + 1);
-    assert_mp_ok(mp_pool_map(p, "square", (const mp_msg *const *)in, N, chunksize, out));
-    for (int i = 0; i < N; i++) {
-        assert_int_equal(in_i64(out[i]), (int64_t)(i + 1) * (i + 1));
-        mp_msg_destroy(out[i]);
-        mp_msg_destroy(in[i]);
-    }
 }
 
 static void test_map_chunksizes(void **state)
@@ -305,86 +155,6 @@ static void test_callbacks(void **state)
     for (int i = 0; i < N + 2; i++)
         mp_async_result_release(r[i]);
     mp_msg_destroy(in);
-    mp_pool_destroy(p);
-}
-
-/* ---- failures ------------------------------------------------------------------- */
-
-static void check_crash(mp_pool *p, int sig, const char *name)
-{
-    mp_msg *in = msg_i64(sig), *out = NULL;
-    int32_t before = apply_span(p, "whoami", 0).pid;
-    assert_mp_err(mp_pool_apply(p, "crash", in, &out), MP_ECHILD);
-    if (!strstr(mp_last_error(), name))
-        fail_msg("%s", mp_last_error());
-    assert_non_null(strstr(mp_last_error(), "crash"));
-    assert_null(out);
-    mp_msg_destroy(in);
-    (void)before;
-}
-
-static void test_worker_killed(void **state)
-{
-    mp_pool *p = pool_new(2, 0);
-    check_crash(p, SIGKILL, "SIGKILL");
-    check_crash(p, SIGSEGV, "SIGSEGV");
-    /* the pool keeps serving, with two live workers */
-    check_map(p, 1);
-    mp_async_result *r[2];
-    mp_msg *in = msg_i64(100);
-    const mp_msg *out;
-    span s[2];
-    for (int i = 0; i < 2; i++)
-        assert_mp_ok(mp_pool_apply_async(p, "nap_ms", in, NULL, &r[i]));
-    for (int i = 0; i < 2; i++) {
-        assert_mp_ok(mp_async_result_get(r[i], 10, &out));
-        s[i] = out_span(out);
-        mp_async_result_release(r[i]);
-    }
-    assert_true(overlap(s[0], s[1]));
-    mp_msg_destroy(in);
-    mp_pool_destroy(p);
-}
-
-static void test_task_error_keeps_worker(void **state)
-{
-    mp_pool *p = pool_new(1, 0);
-    mp_msg *in = msg_i64(3), *out = NULL;
-    int32_t pid = apply_span(p, "whoami", 0).pid;
-    assert_mp_err(mp_pool_apply(p, "refuse", in, &out), MP_EINVAL);
-    assert_non_null(strstr(mp_last_error(), "3 is not welcome"));
-    assert_int_equal(apply_span(p, "whoami", 0).pid, pid); /* same worker */
-    assert_mp_err(mp_pool_apply(p, "no_such_task", in, &out), MP_ENOENT);
-    mp_msg_destroy(in);
-    mp_pool_destroy(p);
-}
-
-static int cmp_i32(const void *a, const void *b)
-{
-    return (*(const int32_t *)a > *(const int32_t *)b) - (*(const int32_t *)a < *(const int32_t *)b);
-}
-
-static void test_maxtasksperchild(void **state)
-{
-    enum { N = 100 };
-    mp_pool *p = pool_new(2, 1);
-    mp_msg *in[N], *out[N];
-    int32_t pids[N];
-    int distinct = 1;
-    for (int i = 0; i < N; i++)
-        in[i] = msg_i64(i);
-    assert_mp_ok(mp_pool_map(p, "whoami", (const mp_msg *const *)in, N, 1, out));
-    for (int i = 0; i < N; i++) {
-        span s = out_span(out[i]);
-        assert_int_equal(s.value, i); /* nothing lost or reordered */
-        pids[i] = s.pid;
-        mp_msg_destroy(out[i]);
-        mp_msg_destroy(in[i]);
-    }
-    qsort(pids, N, sizeof pids[0], cmp_i32);
-    for (int i = 1; i < N; i++)
-        distinct += pids[i] != pids[i - 1];
-    assert_true(distinct >= N / 2); /* one chunk per worker life (pids may recycle) */
     mp_pool_destroy(p);
 }
 
@@ -532,17 +302,14 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_map_chunksizes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_starmap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_callbacks, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_worker_killed, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_task_error_keeps_worker, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_maxtasksperchild, setup, teardown),
         cmocka_unit_test_setup_teardown(test_terminate_in_flight, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_lets_work_finish, setup, teardown),
         cmocka_unit_test_setup_teardown(test_imap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_map_array, setup, teardown),
         cmocka_unit_test_setup_teardown(test_arguments, setup, teardown),
     };
-    (void)argc;
-    (void)argv;
+    if (mp_init(&argc, &argv) != 0) /* spawned workers run from here */
+        return 1;
     /* Warm up what the leak snapshots would otherwise catch growing: a
      * thread stack in glibc's cache, the allocator's first regions. */
     mp_pool *p;

@@ -3,8 +3,10 @@
 #include "mp_test.h"
 #include "process/process_internal.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -17,7 +19,7 @@
 /* ---- entries ------------------------------------------------------------- */
 
 typedef struct targ {
-    int op;    /* what the child does */
+    int op; /* what the child does */
     int value;
     int rank_to_fail;
     int stubborn; /* the ranks that hang ignore SIGTERM */
@@ -35,16 +37,26 @@ static void sleep_ms(int ms)
 static int do_op(const targ *a)
 {
     switch (a->op) {
-    case OP_RETURN: return a->value;
-    case OP_SIGNAL: raise(a->value); return 99;
+    case OP_RETURN:
+        return a->value;
+    case OP_SIGNAL:
+        raise(a->value);
+        return 99;
     case OP_HANG:
         for (;;)
             pause();
-    case OP_RAISE: mp_raise("bad batch %d", a->value);
-    case OP_SEGV: raise(SIGSEGV); return 98;
-    case OP_FD_CLOSED: return fcntl(a->value, F_GETFD) < 0 && errno == EBADF ? 0 : 3;
-    case OP_SLEEP_MS: sleep_ms(a->value); return 0;
-    default: return 97;
+    case OP_RAISE:
+        mp_raise("bad batch %d", a->value);
+    case OP_SEGV:
+        raise(SIGSEGV);
+        return 98;
+    case OP_FD_CLOSED:
+        return fcntl(a->value, F_GETFD) < 0 && errno == EBADF ? 0 : 3;
+    case OP_SLEEP_MS:
+        sleep_ms(a->value);
+        return 0;
+    default:
+        return 97;
     }
 }
 
@@ -67,10 +79,23 @@ MP_ENTRY(t_rank)
         mp_raise("t_rank: payload of %zu bytes", len);
     if (a->rank_to_fail < 0)
         return rank == 0 ? 0 : do_op(&(targ){.op = OP_SLEEP_MS, .value = 20 * rank});
-    if (rank != a->rank_to_fail && a->stubborn)
-        signal(SIGTERM, SIG_IGN);
-    else if (rank == a->rank_to_fail && a->stubborn)
-        sleep_ms(50); /* let the others ignore SIGTERM first */
+    if (a->stubborn) {
+        /* "ready" (shared int32[1]): the others ignore SIGTERM before the
+         * failing rank fails. */
+        mp_tensor *t = NULL;
+        volatile int32_t *ready;
+        if (mp_msg_find_tensor(args, "ready", &t) != 0)
+            mp_raise("t_rank: no ready tensor");
+        ready = mp_tensor_data(t);
+        if (rank != a->rank_to_fail) {
+            signal(SIGTERM, SIG_IGN);
+            __atomic_fetch_add(ready, 1, __ATOMIC_SEQ_CST);
+        } else {
+            for (int i = 0; i < 2000 && __atomic_load_n(ready, __ATOMIC_SEQ_CST) == 0; i++)
+                sleep_ms(5);
+        }
+        mp_tensor_release(t);
+    }
     return do_op(rank == a->rank_to_fail ? a : &hang);
 }
 
@@ -90,7 +115,10 @@ MP_ENTRY(t_tensor)
 }
 
 /* Registered in main after mp_init: children started by exec lack it. */
-static int t_late(int rank, mp_msg *args) { return 0; }
+static int t_late(int rank, mp_msg *args)
+{
+    return 0;
+}
 
 /* ---- fixtures ------------------------------------------------------------ */
 
@@ -119,7 +147,10 @@ static int teardown(void **state)
     return rc;
 }
 
-static const char *method_of(void **state) { return ((tstate *)*state)->method; }
+static const char *method_of(void **state)
+{
+    return ((tstate *)*state)->method;
+}
 
 static mp_msg *make_args(targ a)
 {
@@ -277,12 +308,22 @@ static void test_misuse_and_timeout(void **state)
     mp_msg_destroy(m);
     assert_mp_err(mp_process_start(p), MP_ESTATE);
     assert_true(mp_process_is_alive(p));
+    {
+        struct pollfd pf = {.fd = mp_process_sentinel(p), .events = POLLIN};
+        assert_true(pf.fd >= 0);
+        assert_int_equal(poll(&pf, 1, 0), 0); /* running: not readable */
+    }
     assert_mp_err(mp_process_join(p, 0.1), MP_ETIMEDOUT);
     assert_mp_err(mp_process_exitcode(p, &code), MP_ESTATE);
     assert_mp_err(mp_process_destroy(p), MP_ESTATE);
     assert_mp_ok(mp_process_terminate(p));
+    {
+        struct pollfd pf = {.fd = mp_process_sentinel(p), .events = POLLIN};
+        assert_int_equal(poll(&pf, 1, 20000), 1); /* readable once it exits */
+    }
     assert_mp_ok(mp_process_join(p, -1));
     assert_int_equal(exitcode_of(p), -SIGTERM);
+    assert_int_equal(mp_process_sentinel(p), -1);
     assert_mp_ok(mp_process_kill(p)); /* no-op once finished */
     assert_mp_ok(mp_process_destroy(p));
     assert_mp_ok(mp_process_destroy(NULL));
@@ -388,14 +429,64 @@ static void test_spawn_join_mode_failure(void **state)
     mp_msg_destroy(m);
 }
 
+/* The first child of ours found in /proc, or 0. */
+static pid_t find_child(void)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    pid_t found = 0;
+    while (d && !found && (e = readdir(d))) {
+        char path[300], buf[512];
+        int ppid = 0;
+        FILE *f;
+        if (atoi(e->d_name) <= 0)
+            continue;
+        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+        if (!(f = fopen(path, "r")))
+            continue;
+        if (fgets(buf, sizeof buf, f)) {
+            char *p = strrchr(buf, ')');
+            if (p && sscanf(p + 2, "%*c %d", &ppid) == 1 && ppid == getpid())
+                found = atoi(e->d_name);
+        }
+        fclose(f);
+    }
+    if (d)
+        closedir(d);
+    return found;
+}
+
+/* A forkserver that died (killed) is replaced on the next start. */
+static void test_forkserver_restart(void **state)
+{
+    mp_process *p;
+    pid_t server;
+    int st;
+    assert_mp_ok(mp_forkserver_start());
+    assert_mp_ok(mp_forkserver_start()); /* idempotent */
+    server = find_child();
+    assert_true(server > 0);
+    assert_int_equal(kill(server, SIGKILL), 0);
+    assert_int_equal(waitpid(server, &st, 0), server); /* as a careless test would */
+    p = run_op("forkserver", (targ){OP_RETURN, 6, 0, 0});
+    assert_int_equal(exitcode_of(p), 6);
+    assert_mp_ok(mp_process_destroy(p));
+    assert_mp_ok(mp_forkserver_stop());
+    assert_mp_ok(mp_forkserver_stop()); /* no-op */
+}
+
 /* A sibling that ignores SIGTERM is SIGKILLed after the grace period. */
 static void test_spawn_grace_period(void **state)
 {
     mp_msg *m = make_args((targ){OP_RAISE, 1, 0, 1});
     mp_spawn_options o;
     mp_spawn_context *ctx = NULL;
+    mp_tensor *ready = NULL;
+    int64_t one = 1;
     pid_t sibling;
     double t0;
+    assert_mp_ok(mp_tensor_empty_shared(MP_INT32, 1, &one, &ready));
+    assert_mp_ok(mp_msg_add_tensor(m, "ready", ready));
     mp_spawn_options_init(&o);
     o.nprocs = 2;
     o.join = false;
@@ -410,6 +501,7 @@ static void test_spawn_grace_period(void **state)
     assert_mp_err(mp_spawn_context_set_grace_period(ctx, -1), MP_EINVAL);
     mp_spawn_context_destroy(ctx);
     mp_msg_destroy(m);
+    mp_tensor_release(ready);
 }
 
 /* A failing system call leaves no child, fd or socket behind, and the
@@ -594,6 +686,55 @@ static void test_fork_hazard(void **state)
     close(pfd[0]);
 }
 
+/* Several threads start and join processes at once: the forkserver
+ * connection, its relayed exit statuses and the live list are shared. */
+typedef struct thread_job {
+    const char *method;
+    int base;
+    int bad; /* exit codes that came back wrong */
+    char why[256];
+} thread_job;
+
+static void *start_many(void *arg)
+{
+    thread_job *j = arg;
+    mp_process_options o;
+    mp_process_options_init(&o);
+    o.start_method = j->method;
+    for (int i = 0; i < 5; i++) {
+        targ a = {OP_RETURN, j->base + i, 0, 0};
+        mp_msg *m = NULL;
+        mp_process *p = NULL;
+        int code = -1;
+        if (mp_msg_create(&m) || mp_msg_set_payload(m, &a, sizeof a) ||
+            mp_process_create("t_op", m, &o, &p) || mp_process_start(p) || mp_process_join(p, 20) ||
+            mp_process_exitcode(p, &code) || code != j->base + i) {
+            if (!j->bad++)
+                snprintf(j->why, sizeof j->why, "%s: exit %d: %s", j->method, code,
+                         mp_last_error());
+        }
+        mp_process_destroy(p);
+        mp_msg_destroy(m);
+    }
+    return NULL;
+}
+
+static void test_threads(void **state)
+{
+    thread_job jobs[4] = {{"fork", 10, 0, ""},
+                          {"spawn", 20, 0, ""},
+                          {"forkserver", 30, 0, ""},
+                          {"forkserver", 40, 0, ""}};
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, start_many, &jobs[i]), 0);
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        if (jobs[i].bad)
+            fail_msg("%d failures, first: %s", jobs[i].bad, jobs[i].why);
+    }
+}
+
 /* At normal exit, a daemon child gets SIGTERM (not the PDEATHSIG SIGKILL). */
 static int daemon_fd = -1;
 static void on_term(int sig)
@@ -651,10 +792,10 @@ static void test_daemon_at_exit(void **state)
     close(pfd[0]);
 }
 
-#define EACH(t)                                                                 \
-    cmocka_unit_test_prestate_setup_teardown(t, setup, teardown, (void *)"fork"),  \
-    cmocka_unit_test_prestate_setup_teardown(t, setup, teardown, (void *)"spawn"), \
-    cmocka_unit_test_prestate_setup_teardown(t, setup, teardown, (void *)"forkserver")
+#define EACH(t)                                                                                    \
+    cmocka_unit_test_prestate_setup_teardown(t, setup, teardown, (void *)"fork"),                  \
+        cmocka_unit_test_prestate_setup_teardown(t, setup, teardown, (void *)"spawn"),             \
+        cmocka_unit_test_prestate_setup_teardown(t, setup, teardown, (void *)"forkserver")
 #define ONCE(t) cmocka_unit_test_prestate_setup_teardown(t, setup, teardown, (void *)"fork")
 
 /* Sanitizer allocators map size classes on first use: exercise every path
@@ -684,22 +825,15 @@ static void warm_up(void)
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
-        EACH(test_exitcodes),
-        EACH(test_tensor_arg),
-        EACH(test_raise_and_segv),
-        EACH(test_misuse_and_timeout),
-        EACH(test_unknown_entry),
-        EACH(test_spawn_ok),
-        EACH(test_spawn_failures),
-        EACH(test_spawn_join_mode_failure),
-        EACH(test_spawn_grace_period),
-        EACH(test_start_faults),
-        EACH(test_parent_killed),
-        EACH(test_no_fd_inherited),
-        ONCE(test_exec_failure),
-        ONCE(test_start_methods),
-        ONCE(test_context_and_default),
-        ONCE(test_fork_hazard),
+        EACH(test_exitcodes),          EACH(test_tensor_arg),
+        EACH(test_raise_and_segv),     EACH(test_misuse_and_timeout),
+        EACH(test_unknown_entry),      EACH(test_spawn_ok),
+        EACH(test_spawn_failures),     EACH(test_spawn_join_mode_failure),
+        EACH(test_spawn_grace_period), EACH(test_start_faults),
+        EACH(test_parent_killed),      EACH(test_no_fd_inherited),
+        ONCE(test_exec_failure),       ONCE(test_forkserver_restart),
+        ONCE(test_start_methods),      ONCE(test_context_and_default),
+        ONCE(test_fork_hazard),        ONCE(test_threads),
         ONCE(test_daemon_at_exit),
     };
     if (mp_init(&argc, &argv) != 0)

@@ -1,61 +1,13 @@
-/* src/sync: Lock, RLock, Semaphore, Event, Condition, Barrier across forked
- * processes, misuse errors, robustness when holders and members die. */
-#include "mp_test.h"
-#include "os/os.h"
-#include "wire/wire.h"
+/* src/sync: Lock, RLock, Semaphore, Event and Condition across forked
+ * processes, misuse errors, robustness when holders die. */
+#include "helpers.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <math.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
-
-static int setup(void **state) { return mp_test_setup(state); }
-static int teardown(void **state)
-{
-    mp__sys_fault_reset();
-    return mp_test_teardown(state);
-}
-
-/* ---- helpers ------------------------------------------------------------- */
-
-static pid_t fork_child(int (*fn)(void *), void *arg)
-{
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0)
-        _exit(fn(arg));
-    return pid;
-}
-
-/* Exit code, or 128 + signal. */
-static int reap(pid_t pid)
-{
-    int st;
-    assert_int_equal(waitpid(pid, &st, 0), pid);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-static void *shared_page(void)
-{
-    void *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    assert_true(p != MAP_FAILED);
-    return p;
-}
-
-static void nap(double s)
-{
-    struct timespec ts = {(time_t)s, (long)((s - floor(s)) * 1e9)};
-    nanosleep(&ts, NULL);
-}
 
 /* ---- Lock ------------------------------------------------------------------ */
 
@@ -211,6 +163,19 @@ static int rlock_and_die(void *p)
     return 3;
 }
 
+/* The pipe a dying child writes its byte to once it holds the object. */
+static void open_pipe(struct die_arg *a, int p[2])
+{
+    assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+    a->fd = p[1];
+}
+
+static void close_pipe(int p[2])
+{
+    close(p[0]);
+    close(p[1]);
+}
+
 static void wait_byte(int fd)
 {
     char c;
@@ -223,8 +188,7 @@ static void test_lock_owner_dead(void **state)
     int p[2];
     double t0;
     pid_t pid;
-    assert_int_equal(pipe2(p, O_CLOEXEC), 0);
-    a.fd = p[1];
+    open_pipe(&a, p);
     assert_mp_ok(mp_lock_create((mp_lock **)&a.obj));
     pid = fork_child(lock_and_die, &a);
     wait_byte(p[0]);
@@ -248,8 +212,7 @@ static void test_lock_owner_dead(void **state)
     assert_mp_ok(mp_lock_release(a.obj));
     assert_mp_err(mp_lock_acquire(a.obj, 0), MP_EBROKEN);
     mp_lock_destroy(a.obj);
-    close(p[0]);
-    close(p[1]);
+    close_pipe(p);
 }
 
 static void test_rlock_owner_dead(void **state)
@@ -257,8 +220,7 @@ static void test_rlock_owner_dead(void **state)
     struct die_arg a = {NULL, -1, 0};
     int p[2];
     pid_t pid;
-    assert_int_equal(pipe2(p, O_CLOEXEC), 0);
-    a.fd = p[1];
+    open_pipe(&a, p);
     assert_mp_ok(mp_rlock_create((mp_rlock **)&a.obj));
     pid = fork_child(rlock_and_die, &a);
     wait_byte(p[0]);
@@ -269,8 +231,7 @@ static void test_rlock_owner_dead(void **state)
     assert_mp_ok(mp_rlock_release(a.obj));
     assert_int_equal(mp_rlock_depth(a.obj), 0);
     mp_rlock_destroy(a.obj);
-    close(p[0]);
-    close(p[1]);
+    close_pipe(p);
 }
 
 /* ---- Semaphore ------------------------------------------------------------- */
@@ -323,8 +284,7 @@ static void test_semaphore_processes(void **state)
     int p[2];
     double t0;
     pid_t pid;
-    assert_int_equal(pipe2(p, O_CLOEXEC), 0);
-    a.fd = p[1];
+    open_pipe(&a, p);
     assert_mp_ok(mp_semaphore_create(0, (mp_semaphore **)&a.obj));
     pid = fork_child(sem_release_later, a.obj);
     assert_mp_ok(mp_semaphore_acquire(a.obj, 10)); /* the child's permit */
@@ -345,8 +305,7 @@ static void test_semaphore_processes(void **state)
     assert_mp_ok(mp_semaphore_release(a.obj));
     assert_int_equal(mp_semaphore_value(a.obj), 2);
     mp_semaphore_destroy(a.obj);
-    close(p[0]);
-    close(p[1]);
+    close_pipe(p);
 }
 
 /* ---- Event ------------------------------------------------------------------ */
@@ -452,206 +411,6 @@ static void test_condition_wait_for(void **state)
     mp_condition_destroy(c);
 }
 
-/* ---- Barrier --------------------------------------------------------------- */
-
-struct barrier_arg {
-    mp_barrier *b;
-    _Atomic int *rounds; /* per process: rounds passed */
-    int me, n, procs;
-};
-
-static int barrier_member(void *p)
-{
-    struct barrier_arg *a = p;
-    for (int r = 0; r < a->n; r++) {
-        atomic_store(&a->rounds[a->me], r + 1);
-        if (mp_barrier_wait(a->b, 20, NULL) != 0)
-            return 1;
-        /* Nobody may be past this round before everybody reached it. */
-        for (int i = 0; i < a->procs; i++)
-            if (atomic_load(&a->rounds[i]) < r + 1)
-                return 2;
-    }
-    return 0;
-}
-
-static void test_barrier_rounds(void **state)
-{
-    enum { PROCS = 4, ROUNDS = 1000 };
-    struct barrier_arg a = {NULL, shared_page(), 0, ROUNDS, PROCS};
-    pid_t pids[PROCS];
-    assert_mp_err(mp_barrier_create(0, &a.b), MP_EINVAL);
-    assert_mp_ok(mp_barrier_create(PROCS, &a.b));
-    assert_int_equal(mp_barrier_parties(a.b), PROCS);
-    for (int i = 0; i < PROCS; i++) {
-        a.me = i;
-        pids[i] = fork_child(barrier_member, &a);
-    }
-    for (int i = 0; i < PROCS; i++)
-        assert_int_equal(reap(pids[i]), 0);
-    assert_int_equal(mp_barrier_broken(a.b), 0);
-    mp_barrier_destroy(a.b);
-    munmap((void *)a.rounds, 4096);
-}
-
-static void test_barrier_timeout_abort_reset(void **state)
-{
-    mp_barrier *b;
-    unsigned idx = 99;
-    assert_mp_ok(mp_barrier_create(1, &b));
-    assert_mp_ok(mp_barrier_wait(b, 0, &idx));
-    assert_int_equal(idx, 0);
-    mp_barrier_destroy(b);
-
-    assert_mp_ok(mp_barrier_create(2, &b));
-    assert_mp_err(mp_barrier_wait(b, 0.02, NULL), MP_ETIMEDOUT);
-    assert_int_equal(mp_barrier_broken(b), 1);
-    assert_mp_err(mp_barrier_wait(b, 1, NULL), MP_EBROKEN);
-    assert_mp_ok(mp_barrier_reset(b));
-    assert_int_equal(mp_barrier_broken(b), 0);
-    assert_mp_ok(mp_barrier_abort(b));
-    assert_mp_err(mp_barrier_wait(b, 1, NULL), MP_EBROKEN);
-    assert_mp_ok(mp_barrier_reset(b));
-    mp_barrier_destroy(b);
-}
-
-static int barrier_two_rounds(void *p)
-{
-    if (mp_barrier_wait(p, 20, NULL) != 0)
-        return 1;
-    int rc = mp_barrier_wait(p, 20, NULL);
-    return rc == MP_EBROKEN ? 10 : 11;
-}
-
-static int barrier_round_then_die(void *p)
-{
-    if (mp_barrier_wait(p, 20, NULL) != 0)
-        return 1;
-    nap(0.3); /* the others are asleep in round 2 when we die */
-    raise(SIGKILL);
-    return 3;
-}
-
-static void test_barrier_member_killed(void **state)
-{
-    mp_barrier *b;
-    pid_t other, victim;
-    double t0;
-    assert_mp_ok(mp_barrier_create(3, &b));
-    victim = fork_child(barrier_round_then_die, b);
-    other = fork_child(barrier_two_rounds, b);
-    assert_mp_ok(mp_barrier_wait(b, 20, NULL)); /* round 1: all three */
-    t0 = mp__now();
-    assert_mp_err(mp_barrier_wait(b, 20, NULL), MP_EBROKEN); /* victim dies meanwhile */
-    assert_true(mp__now() - t0 < 10);                          /* not the timeout */
-    assert_int_equal(reap(victim), 128 + SIGKILL);
-    assert_int_equal(reap(other), 10);
-    assert_int_equal(mp_barrier_broken(b), 1);
-    /* reset forgets the dead member: two live parties + a newcomer pass */
-    assert_mp_ok(mp_barrier_reset(b));
-    other = fork_child(barrier_two_rounds, b);
-    victim = fork_child(barrier_round_then_die, b);
-    assert_mp_ok(mp_barrier_wait(b, 20, NULL));
-    assert_int_equal(reap(victim), 128 + SIGKILL);
-    assert_int_equal(reap(other), 10);
-    mp_barrier_destroy(b);
-}
-
-/* ---- as message attachments ---------------------------------------------- */
-
-/* The child receives the objects through a socket (fresh mappings from the
- * fds, as under spawn), takes the lock, sets the event, passes the barrier. */
-static int attach_child(void *p)
-{
-    int sock = *(int *)p, rc = 10;
-    mp_msg *m = NULL;
-    mp_lock *l = NULL;
-    mp_event *e = NULL;
-    mp_barrier *b = NULL;
-    mp_semaphore *s = NULL;
-    if (mp__wire_recv(sock, &m, 10) != 0) {
-        fprintf(stderr, "attach_child: recv: %s\n", mp_last_error());
-        return 1;
-    }
-    if (mp_msg_get_lock(m, 0, &l) || mp_msg_get_event(m, 1, &e) ||
-        mp_msg_get_barrier(m, 2, &b) || mp_msg_get_semaphore(m, 3, &s))
-        goto out;
-    rc = 11;
-    mp_lock *wrong = NULL;
-    if (mp_msg_get_lock(m, 1, &wrong) != MP_EINVAL) /* an event is not a lock */
-        goto out;
-    rc = 12;
-    if (mp_lock_acquire(l, 10) != 0 || mp_semaphore_acquire(s, 0) != 0)
-        goto out;
-    mp_event_set(e);
-    rc = mp_barrier_wait(b, 10, NULL) == 0 ? 0 : 13;
-    mp_lock_release(l);
-out:
-    mp_lock_destroy(l);
-    mp_event_destroy(e);
-    mp_barrier_destroy(b);
-    mp_semaphore_destroy(s);
-    if (rc)
-        fprintf(stderr, "attach_child: step %d: %s\n", rc, mp_last_error());
-    mp_msg_destroy(m);
-    return rc;
-}
-
-static void test_attachments(void **state)
-{
-    int sv[2];
-    mp_msg *m;
-    mp_lock *l;
-    mp_event *e;
-    mp_barrier *b;
-    mp_semaphore *s;
-    pid_t pid;
-    assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
-    assert_mp_ok(mp_lock_create(&l));
-    assert_mp_ok(mp_event_create(&e));
-    assert_mp_ok(mp_barrier_create(2, &b));
-    assert_mp_ok(mp_semaphore_create(1, &s));
-    assert_mp_ok(mp_msg_create(&m));
-    assert_mp_err(mp_msg_add_lock(m, "l", NULL), MP_EINVAL);
-    assert_mp_ok(mp_msg_add_lock(m, "lock", l));
-    assert_mp_ok(mp_msg_add_event(m, "ready", e));
-    assert_mp_ok(mp_msg_add_barrier(m, NULL, b));
-    assert_mp_ok(mp_msg_add_semaphore(m, NULL, s));
-    assert_int_equal(mp_msg_kind(m, 0), MP_ATTACH_LOCK);
-    pid = fork_child(attach_child, &sv[1]);
-    assert_mp_ok(mp__wire_send(sv[0], m, 10));
-    mp_msg_destroy(m); /* the objects live on in the child's mappings */
-    assert_mp_ok(mp_event_wait(e, 10));
-    assert_mp_ok(mp_barrier_wait(b, 10, NULL));
-    assert_int_equal(reap(pid), 0);
-    /* the child took the permit; dropping its handle gave it back */
-    assert_int_equal(mp_semaphore_value(s), 1);
-    assert_mp_ok(mp_lock_acquire(l, 5));        /* and released the lock */
-    assert_mp_ok(mp_lock_release(l));
-    mp_lock_destroy(l);
-    mp_event_destroy(e);
-    mp_barrier_destroy(b);
-    mp_semaphore_destroy(s);
-    close(sv[0]);
-    close(sv[1]);
-}
-
-/* ---- shared-memory set-up failures ---------------------------------------- */
-
-static void test_create_faults(void **state)
-{
-    mp_lock *l = (mp_lock *)1;
-    mp_event *e = NULL;
-    assert_mp_ok(mp__sys_fault("memfd_create", EMFILE, 0, 1));
-    assert_mp_err(mp_lock_create(&l), MP_EMFILE);
-    assert_null(l);
-    assert_non_null(strstr(mp_last_error(), "mp_lock_create"));
-    assert_mp_ok(mp__sys_fault("posix_fallocate", ENOSPC, 0, 1));
-    assert_mp_err(mp_event_create(&e), MP_ENOSPC);
-    assert_mp_ok(mp__sys_fault("mmap", ENOMEM, 0, 1));
-    assert_mp_err(mp_event_create(&e), MP_ENOMEM);
-    assert_null(e);
-}
 
 int main(int argc, char **argv)
 {
@@ -667,31 +426,9 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_event, setup, teardown),
         cmocka_unit_test_setup_teardown(test_condition, setup, teardown),
         cmocka_unit_test_setup_teardown(test_condition_wait_for, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_barrier_rounds, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_barrier_timeout_abort_reset, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_barrier_member_killed, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_attachments, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_create_faults, setup, teardown),
     };
-    pthread_t th;
     (void)argc;
     (void)argv;
-    /* glibc caches a joined thread's stack: make that mapping before the
-     * leak snapshots, so tests that start a thread do not look leaky. */
-    pthread_create(&th, NULL, release_lock_thread, NULL);
-    pthread_join(th, NULL);
-    /* Likewise the first allocations of a size (ASan's allocator maps
-     * regions on first use). */
-    mp_lock *warm;
-    if (mp_lock_create(&warm) == 0) {
-        mp_lock_acquire(warm, 0);
-        mp_lock_release(warm);
-        mp_lock_destroy(warm);
-    }
-    pid_t pid = fork();
-    if (pid == 0)
-        _exit(0);
-    if (pid > 0)
-        waitpid(pid, NULL, 0);
+    warm_up();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,426 @@
+/* Messaging benchmarks, each beside the bare primitive in the same run:
+ *
+ *  - one-way handoff of an already-shared tensor (4 KiB, 1 MiB, 64 MiB):
+ *    ping-pong of a message over a Pipe between two processes, beside a raw
+ *    socketpair ping-pong carrying 1 byte + 1 fd (SCM_RIGHTS). Reported per
+ *    one-way trip (round trip / 2, both sides).
+ *  - fresh private tensor throughput (1 MiB, 64 MiB): a borrowed private
+ *    tensor sent over a Pipe (moved into shared memory, one copy, then only
+ *    the fd crosses; the receiver maps it), beside mmap of a fresh shared
+ *    mapping + memcpy + munmap.
+ *  - 16-byte message rate over a Pipe and over a Queue, beside raw
+ *    SOCK_SEQPACKET send/recv of 16 bytes; a producer streams, a consumer
+ *    process receives, one acknowledgement at the end of each repetition.
+ *
+ * Helper processes are plain fork() children. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "mproc.h"
+
+#define KIB 1024ull
+#define MIB (1024ull * 1024ull)
+
+static void die(const char *what, int rc)
+{
+    fprintf(stderr, "bench_messaging: %s: %s: %s\n", what, mp_err_name(rc), mp_last_error());
+    exit(1);
+}
+
+/* ---- children ------------------------------------------------------------- */
+
+/* Echoes every message back until EOF. */
+static int echo_child(mp_conn *c)
+{
+    for (;;) {
+        mp_msg *m = NULL;
+        int rc = mp_conn_recv(c, &m, -1);
+        if (rc == MP_ECLOSED)
+            return 0;
+        if (rc || (rc = mp_conn_send(c, m, -1)))
+            return 1;
+        mp_msg_destroy(m);
+    }
+}
+
+/* Drops every message from c (or from q when q is set); a 1-byte payload
+ * asks for a 1-byte acknowledgement on c. */
+static int sink_child(mp_conn *c, mp_queue *q)
+{
+    for (;;) {
+        mp_msg *m = NULL;
+        size_t len = 0;
+        int rc = q ? mp_queue_get(q, &m, -1) : mp_conn_recv(c, &m, -1);
+        if (rc == MP_ECLOSED)
+            return 0;
+        if (rc)
+            return 1;
+        mp_msg_payload(m, &len);
+        mp_msg_destroy(m);
+        if (len == 1 && mp_conn_send_bytes(c, "a", 1, -1))
+            return 1;
+    }
+}
+
+static int raw_fd_echo_child(int s)
+{
+    for (;;) {
+        char b, cbuf[CMSG_SPACE(sizeof(int))];
+        struct iovec iov = {&b, 1};
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+                            .msg_controllen = sizeof cbuf};
+        ssize_t n = recvmsg(s, &mh, MSG_CMSG_CLOEXEC);
+        if (n <= 0)
+            return n == 0 ? 0 : 1;
+        int fd;
+        memcpy(&fd, CMSG_DATA(CMSG_FIRSTHDR(&mh)), sizeof fd);
+        mh.msg_controllen = sizeof cbuf;
+        if (sendmsg(s, &mh, MSG_NOSIGNAL) != 1)
+            return 1;
+        close(fd);
+    }
+}
+
+static int raw_sink_child(int s)
+{
+    char buf[64];
+    for (;;) {
+        ssize_t n = recv(s, buf, sizeof buf, 0);
+        if (n <= 0)
+            return n == 0 ? 0 : 1;
+        if (n == 1 && send(s, "a", 1, MSG_NOSIGNAL) != 1)
+            return 1;
+    }
+}
+
+/* Forks a helper running fn(arg). The helper first drops its copy of the
+ * parent's end (mine / my_fd), so the parent closing it means EOF there. */
+static pid_t start(int (*fn)(void *), void *arg, mp_conn *mine, int my_fd)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        mp_conn_close(mine);
+        if (my_fd >= 0)
+            close(my_fd);
+        _exit(fn(arg));
+    }
+    return pid;
+}
+
+static void reap(pid_t pid)
+{
+    int status;
+    if (waitpid(pid, &status, 0) != pid || status != 0)
+        fprintf(stderr, "bench_messaging: helper %d ended with status 0x%x\n", pid, status);
+}
+
+/* Measures the mproc operation and the primitive in alternating
+ * repetitions, so both see the same machine load (this machine is shared),
+ * and gives the median time per operation of each. */
+static void measure_pair(bench_fn mfn, void *mctx, bench_fn rfn, void *rctx, size_t iters,
+                         const bench_opts *o, double *m, double *r)
+{
+    bench_opts one = *o;
+    double mv[1000], rv[1000];
+    int reps = o->reps < 1 ? 1 : o->reps > 1000 ? 1000 : o->reps;
+    one.reps = 1;
+    one.warmup = 0;
+    for (int w = 0; w < o->warmup; w++) {
+        bench_measure_us(mfn, mctx, iters, &one);
+        bench_measure_us(rfn, rctx, iters, &one);
+    }
+    for (int i = 0; i < reps; i++) {
+        mv[i] = bench_measure_us(mfn, mctx, iters, &one);
+        rv[i] = bench_measure_us(rfn, rctx, iters, &one);
+    }
+    *m = bench_median(mv, (size_t)reps);
+    *r = bench_median(rv, (size_t)reps);
+}
+
+static int run_echo(void *c) { return echo_child(c); }
+static int run_sink(void *c) { return sink_child(c, NULL); }
+static int run_raw_echo(void *s) { return raw_fd_echo_child(*(int *)s); }
+static int run_raw_sink(void *s) { return raw_sink_child(*(int *)s); }
+
+/* ---- handoff of an already-shared tensor ------------------------------------ */
+
+typedef struct pingpong {
+    mp_conn *c;
+    mp_msg *m;
+    int sock;
+    int fd;
+} pingpong;
+
+static int mproc_pingpong(void *ctx, size_t iters)
+{
+    pingpong *p = ctx;
+    for (size_t i = 0; i < iters; i++) {
+        mp_msg *r = NULL;
+        int rc = mp_conn_send(p->c, p->m, -1);
+        if (rc || (rc = mp_conn_recv(p->c, &r, -1)))
+            die("handoff", rc);
+        mp_msg_destroy(r);
+    }
+    return 0;
+}
+
+static int raw_pingpong(void *ctx, size_t iters)
+{
+    pingpong *p = ctx;
+    for (size_t i = 0; i < iters; i++) {
+        char b = 'x', cbuf[CMSG_SPACE(sizeof(int))];
+        struct iovec iov = {&b, 1};
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+                            .msg_controllen = sizeof cbuf};
+        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+        int fd;
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &p->fd, sizeof(int));
+        if (sendmsg(p->sock, &mh, MSG_NOSIGNAL) != 1)
+            return 1;
+        mh.msg_controllen = sizeof cbuf;
+        if (recvmsg(p->sock, &mh, MSG_CMSG_CLOEXEC) != 1)
+            return 1;
+        memcpy(&fd, CMSG_DATA(CMSG_FIRSTHDR(&mh)), sizeof fd);
+        close(fd);
+    }
+    return 0;
+}
+
+static void bench_handoff(const bench_opts *o, size_t bytes, const char *label)
+{
+    int64_t n = (int64_t)bytes;
+    mp_tensor *t = NULL;
+    mp_conn *a = NULL, *b = NULL;
+    pingpong p = {0};
+    int sv[2], rc;
+    double m, r;
+    char op[64];
+    pid_t pid, raw_pid;
+    if ((rc = mp_tensor_empty_shared(MP_UINT8, 1, &n, &t)) || (rc = mp_pipe(true, &a, &b)) ||
+        (rc = mp_msg_create(&p.m)) || (rc = mp_msg_add_tensor(p.m, "t", t)))
+        die("handoff setup", rc);
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
+        die("socketpair", MP_ESYS);
+    p.c = a;
+    p.sock = sv[0];
+    p.fd = memfd_create("bench", MFD_CLOEXEC);
+    pid = start(run_echo, b, a, sv[0]);
+    raw_pid = start(run_raw_echo, &sv[1], a, sv[0]);
+    mp_conn_release(b);
+    close(sv[1]);
+    measure_pair(mproc_pingpong, &p, raw_pingpong, &p, bench_iters(o, 2000), o, &m, &r);
+    mp_conn_close(a);
+    close(sv[0]);
+    reap(pid);
+    reap(raw_pid);
+    mp_conn_release(a);
+    close(p.fd);
+    snprintf(op, sizeof op, "handoff shared tensor %s (pipe, one way)", label);
+    bench_emit(op, m / 2, "socketpair SCM_RIGHTS ping-pong 1 byte + 1 fd (one way)", r / 2);
+    mp_msg_destroy(p.m);
+    mp_tensor_release(t);
+}
+
+/* ---- fresh private tensor ---------------------------------------------------- */
+
+typedef struct fresh {
+    mp_conn *c;
+    void *src;
+    size_t bytes;
+} fresh;
+
+static void wait_ack(mp_conn *c)
+{
+    void *ack = NULL;
+    size_t len = 0;
+    int rc = mp_conn_send_bytes(c, "s", 1, -1);
+    if (rc || (rc = mp_conn_recv_bytes(c, &ack, &len, -1)))
+        die("ack", rc);
+    free(ack);
+}
+
+static int mproc_fresh(void *ctx, size_t iters)
+{
+    fresh *f = ctx;
+    int64_t n = (int64_t)f->bytes;
+    for (size_t i = 0; i < iters; i++) {
+        mp_tensor *t = NULL;
+        mp_msg *m = NULL;
+        int rc = mp_tensor_from_blob(f->src, f->bytes, MP_UINT8, 1, &n, NULL, NULL, NULL, &t);
+        if (rc || (rc = mp_msg_create(&m)) || (rc = mp_msg_add_tensor(m, NULL, t)) ||
+            (rc = mp_conn_send(f->c, m, -1)))
+            die("fresh tensor", rc);
+        mp_msg_destroy(m);
+        mp_tensor_release(t);
+    }
+    wait_ack(f->c);
+    return 0;
+}
+
+static int raw_fresh(void *ctx, size_t iters)
+{
+    fresh *f = ctx;
+    for (size_t i = 0; i < iters; i++) {
+        void *p = mmap(NULL, f->bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                       -1, 0);
+        if (p == MAP_FAILED)
+            return 1;
+        memcpy(p, f->src, f->bytes);
+        munmap(p, f->bytes);
+    }
+    return 0;
+}
+
+static void bench_fresh(const bench_opts *o, size_t bytes, const char *label, size_t iters)
+{
+    fresh f = {.bytes = bytes, .src = malloc(bytes)};
+    mp_conn *b = NULL;
+    char op[64];
+    int rc;
+    if (!f.src)
+        die("malloc", MP_ENOMEM);
+    memset(f.src, 0x5a, bytes);
+    if ((rc = mp_pipe(true, &f.c, &b)))
+        die("pipe", rc);
+    pid_t pid = start(run_sink, b, f.c, -1);
+    double m, r;
+    mp_conn_release(b);
+    measure_pair(mproc_fresh, &f, raw_fresh, &f, bench_iters(o, iters), o, &m, &r);
+    mp_conn_close(f.c);
+    reap(pid);
+    mp_conn_release(f.c);
+    snprintf(op, sizeof op, "fresh private tensor %s (pipe)", label);
+    bench_emit(op, m, "mmap fresh shared mapping + memcpy + munmap", r);
+    free(f.src);
+}
+
+/* ---- 16-byte messages -------------------------------------------------------- */
+
+typedef struct small {
+    mp_conn *c;
+    mp_queue *q;
+    mp_conn *ack;
+    mp_msg *m;
+    mp_msg *end;
+    int sock;
+} small;
+
+static int mproc_small_pipe(void *ctx, size_t iters)
+{
+    small *s = ctx;
+    for (size_t i = 0; i < iters; i++) {
+        int rc = mp_conn_send(s->c, s->m, -1);
+        if (rc)
+            die("16-byte send", rc);
+    }
+    wait_ack(s->c);
+    return 0;
+}
+
+static int mproc_small_queue(void *ctx, size_t iters)
+{
+    small *s = ctx;
+    void *ack = NULL;
+    size_t len;
+    int rc;
+    for (size_t i = 0; i < iters; i++)
+        if ((rc = mp_queue_put(s->q, s->m, -1)))
+            die("16-byte put", rc);
+    if ((rc = mp_queue_put(s->q, s->end, -1)) || (rc = mp_conn_recv_bytes(s->ack, &ack, &len, -1)))
+        die("queue ack", rc);
+    free(ack);
+    return 0;
+}
+
+static int raw_small(void *ctx, size_t iters)
+{
+    small *s = ctx;
+    char buf[16] = "0123456789abcdef", a;
+    for (size_t i = 0; i < iters; i++)
+        if (send(s->sock, buf, 16, MSG_NOSIGNAL) != 16)
+            return 1;
+    if (send(s->sock, "s", 1, MSG_NOSIGNAL) != 1 || recv(s->sock, &a, 1, 0) != 1)
+        return 1;
+    return 0;
+}
+
+typedef struct qsink_arg {
+    mp_queue *q;
+    mp_conn *ack;
+} qsink_arg;
+static int run_queue_sink(void *p)
+{
+    qsink_arg *a = p;
+    return sink_child(a->ack, a->q);
+}
+
+static void bench_small(const bench_opts *o)
+{
+    small s = {0};
+    qsink_arg qa = {0};
+    mp_conn *b = NULL, *qb = NULL;
+    int sv[2], rc;
+    size_t iters = bench_iters(o, 100000);
+    double m, r, mq, rq;
+    pid_t raw_pid, pid, qpid;
+    if ((rc = mp_msg_create(&s.m)) || (rc = mp_msg_set_payload(s.m, "0123456789abcdef", 16)) ||
+        (rc = mp_msg_create(&s.end)) || (rc = mp_msg_set_payload(s.end, "e", 1)))
+        die("messages", rc);
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
+        die("socketpair", MP_ESYS);
+    if ((rc = mp_pipe(true, &s.c, &b)) || (rc = mp_queue_create(0, &s.q)) ||
+        (rc = mp_pipe(true, &s.ack, &qb)))
+        die("pipe/queue", rc);
+    s.sock = sv[0];
+    qa.q = s.q;
+    qa.ack = qb;
+    raw_pid = start(run_raw_sink, &sv[1], s.c, sv[0]);
+    pid = start(run_sink, b, s.c, sv[0]);
+    qpid = start(run_queue_sink, &qa, s.c, sv[0]);
+    close(sv[1]);
+    mp_conn_release(b);
+    mp_conn_release(qb);
+    measure_pair(mproc_small_pipe, &s, raw_small, &s, iters, o, &m, &r);
+    measure_pair(mproc_small_queue, &s, raw_small, &s, iters, o, &mq, &rq);
+    close(sv[0]);
+    mp_conn_close(s.c);
+    mp_queue_close(s.q);
+    reap(raw_pid);
+    reap(pid);
+    reap(qpid);
+    bench_emit("16-byte message (pipe)", m, "SOCK_SEQPACKET send/recv 16 bytes", r);
+    bench_emit("16-byte message (queue)", mq, "SOCK_SEQPACKET send/recv 16 bytes", rq);
+    mp_conn_release(s.c);
+    mp_queue_release(s.q);
+    mp_conn_release(s.ack);
+    mp_msg_destroy(s.m);
+    mp_msg_destroy(s.end);
+}
+
+int main(int argc, char **argv)
+{
+    bench_opts o;
+    int rc = bench_parse_args(argc, argv,
+                              "messaging: shared-tensor handoff, fresh-tensor throughput and "
+                              "16-byte message rate, each beside the raw primitive", &o);
+    if (rc)
+        return rc > 0 ? 0 : 2;
+    signal(SIGPIPE, SIG_IGN);
+    bench_handoff(&o, 4 * KIB, "4 KiB");
+    bench_handoff(&o, 1 * MIB, "1 MiB");
+    bench_handoff(&o, 64 * MIB, "64 MiB");
+    bench_fresh(&o, 1 * MIB, "1 MiB", 200);
+    bench_fresh(&o, 64 * MIB, "64 MiB", 8);
+    bench_small(&o);
+    return 0;
+}
