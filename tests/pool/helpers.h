@@ -129,6 +129,30 @@ MP_TASK(read_init)
     return mp_msg_set_payload(out, &init_value, sizeof init_value);
 }
 
+/* Doubles the attached "x" in place (its shared pages) and answers with a
+ * new shared tensor "y" = x + 1. */
+MP_TASK(tensor_inc)
+{
+    mp_tensor *x, *y;
+    int64_t n;
+    int rc = mp_msg_find_tensor(in, "x", &x);
+    if (rc)
+        return rc;
+    n = mp_tensor_numel(x);
+    rc = mp_tensor_empty_shared(MP_FLOAT32, 1, &n, &y);
+    if (!rc) {
+        float *xs = mp_tensor_data(x), *ys = mp_tensor_data(y);
+        for (int64_t i = 0; i < n; i++) {
+            xs[i] *= 2;
+            ys[i] = xs[i] + 1;
+        }
+        rc = mp_msg_add_tensor(out, "y", y);
+        mp_tensor_release(y);
+    }
+    mp_tensor_release(x);
+    return rc;
+}
+
 MP_TASK(twice_double)
 {
     double d;
