@@ -175,7 +175,10 @@ static inline mp_pool *pool_new_method(int n, unsigned maxtasks, const char *met
     return p;
 }
 
-static inline mp_pool *pool_new(int n, unsigned maxtasks) { return pool_new_method(n, maxtasks, NULL); }
+static inline mp_pool *pool_new(int n, unsigned maxtasks)
+{
+    return pool_new_method(n, maxtasks, NULL);
+}
 
 static inline span apply_span(mp_pool *p, const char *task, int64_t v)
 {

@@ -120,7 +120,8 @@ static void test_initializer(void **state)
 
 static int cmp_i32(const void *a, const void *b)
 {
-    return (*(const int32_t *)a > *(const int32_t *)b) - (*(const int32_t *)a < *(const int32_t *)b);
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
 }
 
 static void test_maxtasksperchild(void **state)
