@@ -12,7 +12,7 @@
  *
  * One JSON line per figure on stdout (median of several repetitions, us per
  * handoff); human text on stderr. Without a CUDA device it prints only a note
- * on stderr and exits 0. --quick: tiny counts (smoke test).
+ * on stderr and exits 0. --quick: tiny counts (smoke test); --reps N.
  * MPROC_BENCH_FAKE_CUDA=1 runs on the test suite's fake device (host memory):
  * it checks the benchmark itself, its figures say nothing about GPUs. */
 #include <errno.h>
@@ -24,6 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bench.h"
 #include "mproc.h"
 
 #ifdef MPROC_HAVE_CUDA
@@ -100,127 +101,112 @@ static int send_tensor(int sock, int mode, mp_tensor *t)
     return wait_ack(sock);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
+typedef struct ctx {
+    int sock;
+    mp_tensor *t;   /* already shared with the consumer, which holds it */
+    int memfd;      /* what the SCM_RIGHTS primitive passes */
+} ctx;
 
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
+enum { NBYTES = 1 << 20 }; /* 1 MiB allocations */
 
-/* us per handoff: new allocation each time through mproc. */
-static int run_first(int sock, int iters, double *us)
+/* mproc: a new allocation each time, sent, opened, released, acked. */
+static int op_first(void *p, size_t iters)
 {
-    int64_t shape[1] = {1 << 18}; /* 1 MiB of float32 */
-    double t0 = mp__now();
-    for (int i = 0; i < iters; i++) {
+    ctx *c = p;
+    int64_t shape[1] = {NBYTES / 4};
+    for (size_t i = 0; i < iters; i++) {
         mp_tensor *t = NULL;
         int rc = mp_tensor_empty_cuda(0, MP_FLOAT32, 1, shape, &t);
         if (rc == 0)
-            rc = send_tensor(sock, MODE_MPROC_FIRST, t);
+            rc = send_tensor(c->sock, MODE_MPROC_FIRST, t);
         mp_tensor_release(t);
-        if (rc < 0)
-            return rc;
+        if (rc < 0) {
+            fprintf(stderr, "bench_cuda: first handoff: %s\n", mp_last_error());
+            return 1;
+        }
     }
-    *us = (mp__now() - t0) * 1e6 / iters;
-    return mp_cuda_ipc_collect(NULL);
+    return mp_cuda_ipc_collect(NULL) < 0;
 }
 
-/* The bare CUDA IPC round trip over the same socket, same allocation size. */
-static int run_raw_ipc(int sock, int iters, double *us)
+/* The bare CUDA IPC round trip over the same socket, same allocation. */
+static int op_raw_ipc(void *p, size_t iters)
 {
+    ctx *c = p;
     uint8_t buf[1 + sizeof(cudaIpcMemHandle_t)];
-    double t0 = mp__now();
-    for (int i = 0; i < iters; i++) {
-        void *p = NULL;
+    for (size_t i = 0; i < iters; i++) {
+        void *d = NULL;
         cudaIpcMemHandle_t h;
-        if (mp__cuda.Malloc(&p, (size_t)1 << 20) != cudaSuccess)
-            return MP_ENOMEM;
+        if (mp__cuda.Malloc(&d, NBYTES) != cudaSuccess)
+            return 1;
         /* zeroed, as mp_tensor_empty_cuda's are: only the handoff differs */
-        int ok = mp__cuda.Memset(p, 0, (size_t)1 << 20) == cudaSuccess &&
-                 mp__cuda.IpcGetMemHandle(&h, p) == cudaSuccess;
+        int ok = mp__cuda.Memset(d, 0, NBYTES) == cudaSuccess &&
+                 mp__cuda.IpcGetMemHandle(&h, d) == cudaSuccess;
         buf[0] = MODE_RAW_IPC;
         memcpy(buf + 1, &h, sizeof h);
-        ok = ok && mp__send_record(sock, buf, sizeof buf, NULL, 0, -1) == 0 && wait_ack(sock) == 0;
-        mp__cuda.Free(p);
-        if (!ok)
-            return MP_ESYS;
+        ok = ok && mp__send_record(c->sock, buf, sizeof buf, NULL, 0, -1) == 0 &&
+             wait_ack(c->sock) == 0;
+        mp__cuda.Free(d);
+        if (!ok) {
+            fprintf(stderr, "bench_cuda: raw CUDA IPC round trip failed\n");
+            return 1;
+        }
     }
-    *us = (mp__now() - t0) * 1e6 / iters;
     return 0;
 }
 
-static int run_repeat(int sock, mp_tensor *t, int iters, double *us)
+static int op_repeat(void *p, size_t iters)
 {
-    double t0 = mp__now();
-    for (int i = 0; i < iters; i++) {
-        int rc = send_tensor(sock, MODE_MPROC_REPEAT, t);
-        if (rc < 0)
-            return rc;
+    ctx *c = p;
+    for (size_t i = 0; i < iters; i++) {
+        if (send_tensor(c->sock, MODE_MPROC_REPEAT, c->t) < 0) {
+            fprintf(stderr, "bench_cuda: repeated handoff: %s\n", mp_last_error());
+            return 1;
+        }
     }
-    *us = (mp__now() - t0) * 1e6 / iters;
     return 0;
 }
 
-static int run_fd(int sock, int fd, int iters, double *us)
+static int op_fd(void *p, size_t iters)
 {
+    ctx *c = p;
     uint8_t buf[256] = {MODE_FD};
-    double t0 = mp__now();
-    for (int i = 0; i < iters; i++)
-        if (mp__send_record(sock, buf, sizeof buf, &fd, 1, -1) < 0 || wait_ack(sock) < 0)
-            return MP_ESYS;
-    *us = (mp__now() - t0) * 1e6 / iters;
+    for (size_t i = 0; i < iters; i++)
+        if (mp__send_record(c->sock, buf, sizeof buf, &c->memfd, 1, -1) < 0 ||
+            wait_ack(c->sock) < 0)
+            return 1;
     return 0;
 }
 
-static void report(const char *op, double m, const char *pname, double p)
+static int bench(int sock, const bench_opts *o)
 {
-    printf("{\"op\":\"%s\",\"unit\":\"us\",\"mproc\":%.3f,\"primitive_name\":\"%s\","
-           "\"primitive\":%.3f,\"ratio\":%.3f}\n", op, m, pname, p, p > 0 ? m / p : 0.0);
-    fflush(stdout);
-}
-
-static int bench(int sock, bool quick)
-{
-    enum { REPS = 7 };
-    int reps = quick ? 3 : REPS, iters = quick ? 10 : 200, rc = 0;
-    double first[REPS], raw[REPS], rep[REPS], fd[REPS];
-    mp_tensor *t = NULL;
-    int64_t shape[1] = {1 << 18};
-    int memfd = memfd_create("bench-cuda", MFD_CLOEXEC); /* what the primitive passes */
-    if (memfd < 0)
-        return mp__errno_error(errno, "bench_cuda: memfd_create");
-    if ((rc = mp_tensor_empty_cuda(0, MP_FLOAT32, 1, shape, &t)) < 0)
+    ctx c = {.sock = sock, .memfd = memfd_create("bench-cuda", MFD_CLOEXEC)};
+    int64_t shape[1] = {NBYTES / 4};
+    int rc = 1;
+    if (c.memfd < 0 || mp_tensor_empty_cuda(0, MP_FLOAT32, 1, shape, &c.t) < 0 ||
+        send_tensor(sock, MODE_MPROC_REPEAT, c.t) < 0) /* from now on "already shared" */
         goto out;
-    /* First handoff of t, outside the clock: from now on it is "already shared". */
-    if ((rc = send_tensor(sock, MODE_MPROC_REPEAT, t)) < 0)
+    double first = bench_measure_us(op_first, &c, bench_iters(o, 200), o);
+    double raw = bench_measure_us(op_raw_ipc, &c, bench_iters(o, 200), o);
+    double rep = bench_measure_us(op_repeat, &c, bench_iters(o, 1000), o);
+    double fd = bench_measure_us(op_fd, &c, bench_iters(o, 1000), o);
+    if (first < 0 || raw < 0 || rep < 0 || fd < 0)
         goto out;
-    for (int r = 0; r < reps && rc == 0; r++) {
-        if ((rc = run_first(sock, iters, &first[r])) < 0 ||
-            (rc = run_raw_ipc(sock, iters, &raw[r])) < 0 ||
-            (rc = run_repeat(sock, t, iters * 5, &rep[r])) < 0 ||
-            (rc = run_fd(sock, memfd, iters * 5, &fd[r])) < 0)
-            break;
-    }
-    if (rc == 0) {
-        report("cuda_handoff_first", median(first, reps),
-               "cudaIpcGetMemHandle+send+cudaIpcOpenMemHandle+close", median(raw, reps));
-        report("cuda_handoff_repeat", median(rep, reps), "socketpair SCM_RIGHTS ping-pong",
-               median(fd, reps));
-    }
+    bench_emit("cuda_handoff_first", first,
+               "cudaMalloc+cudaIpcGetMemHandle+send+cudaIpcOpenMemHandle+close", raw);
+    bench_emit("cuda_handoff_repeat", rep, "socketpair SCM_RIGHTS ping-pong", fd);
+    rc = 0;
 out:
-    mp_tensor_release(t);
-    close(memfd);
+    if (rc)
+        fprintf(stderr, "bench_cuda: %s\n", mp_last_error());
+    mp_tensor_release(c.t);
+    if (c.memfd >= 0)
+        close(c.memfd);
     return rc;
 }
 
 int main(int argc, char **argv)
 {
-    bool quick = false;
+    bench_opts o;
     int n = 0, rc, sv[2];
     const char *fake_env = getenv("MPROC_BENCH_FAKE_CUDA");
     bool fake_on = fake_env && !strcmp(fake_env, "1");
@@ -228,8 +214,9 @@ int main(int argc, char **argv)
         fake_device_install();
     if (argc == 3 && !strcmp(argv[1], "--consumer"))
         return consumer(atoi(argv[2]));
-    for (int i = 1; i < argc; i++)
-        quick |= !strcmp(argv[i], "--quick");
+    if ((rc = bench_parse_args(argc, argv, "handoff latency of CUDA tensors between two "
+                                           "processes (first and repeated sends)", &o)) != 0)
+        return rc > 0 ? 0 : 2;
     if ((rc = mp_cuda_device_count(&n)) < 0 || n == 0) {
         fprintf(stderr, "bench_cuda: no CUDA device, nothing measured (%s)\n",
                 rc < 0 ? mp_last_error() : "0 devices visible");
@@ -255,17 +242,15 @@ int main(int argc, char **argv)
         return 1;
     }
     fprintf(stderr, "bench_cuda: device 0 of %d, consumer pid %d%s\n", n, (int)pid,
-            quick ? " (quick)" : "");
-    rc = bench(sv[0], quick);
-    if (rc < 0)
-        fprintf(stderr, "bench_cuda: %s: %s\n", mp_err_name(rc), mp_last_error());
+            o.quick ? " (quick)" : "");
+    rc = bench(sv[0], &o);
     mp__send_record(sv[0], "s", 1, NULL, 0, -1);
     int status = 0;
     waitpid(pid, &status, 0);
     close(sv[0]);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         fprintf(stderr, "bench_cuda: consumer ended with status %#x\n", status);
-    return rc < 0 ? 1 : 0;
+    return rc;
 }
 #else
 int main(void)

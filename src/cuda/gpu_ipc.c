@@ -169,6 +169,10 @@ static int import_open(const mp__cuda_frame *f, mp__refseg *seg, mp__cuda_alloc 
         a->self = true;
         a->base = own->base;
     } else {
+        /* Its memory went with it: say so, rather than CUDA's "invalid
+         * resource handle". */
+        if ((rc = mp__refseg_check_producer(seg, who)) < 0)
+            goto out_drop;
         memcpy(&h, f->mem_handle, sizeof h);
         cudaError_t e = mp__cuda.IpcOpenMemHandle(&a->base, h, cudaIpcMemLazyEnablePeerAccess);
         if (e != cudaSuccess) {

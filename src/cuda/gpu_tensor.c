@@ -58,8 +58,9 @@ int mp_tensor_empty_cuda(int device, mp_dtype dtype, int ndim, const int64_t *sh
     }
     mp__cuda_device_leave(prev);
     prev = -1;
+    /* An empty tensor keeps its one byte, so it can be sent like any other. */
     *a = (mp__cuda_alloc){.magic = MP__CUDA_ALLOC_MAGIC, .device = device, .base = base,
-                          .nbytes = nbytes};
+                          .nbytes = nbytes ? nbytes : 1};
     if ((rc = mp__cuda_storage(a, mp__cuda_owned_release, &s)) < 0)
         goto out_cuda_free;
     /* From here the storage owns a: its release frees the memory. */

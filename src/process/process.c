@@ -339,6 +339,11 @@ bool mp_process_is_alive(mp_process *p)
     return mp__process_reap(p, false) == 0;
 }
 
+int mp_process_sentinel(const mp_process *p)
+{
+    return p && p->state == ST_STARTED ? p->pidfd : -1;
+}
+
 pid_t mp_process_pid(const mp_process *p)
 {
     return p && p->state != ST_CREATED ? p->pid : 0;

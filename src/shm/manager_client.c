@@ -44,6 +44,7 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pid_t reg_pid;           /* registered as this pid ... */
 static dev_t reg_dev;           /* ... with the daemon whose socket is this inode */
 static ino_t reg_ino;
+static struct timespec reg_mtime; /* the daemon stamps its socket (ino is recycled) */
 static held_seg *held;          /* segments this process maps now */
 static int nheld, held_cap;
 static double retry_after;
@@ -92,12 +93,14 @@ static int deliver(int fd, const struct sockaddr_un *sa, const char *line)
     int rc;
     if (stat(sa->sun_path, &st) != 0)
         return -errno;
-    if (reg_pid != getpid() || reg_dev != st.st_dev || reg_ino != st.st_ino) {
+    if (reg_pid != getpid() || reg_dev != st.st_dev || reg_ino != st.st_ino ||
+        reg_mtime.tv_sec != st.st_mtim.tv_sec || reg_mtime.tv_nsec != st.st_mtim.tv_nsec) {
         if ((rc = send_register(fd, sa)) < 0)
             return rc;
         reg_pid = getpid();
         reg_dev = st.st_dev;
         reg_ino = st.st_ino;
+        reg_mtime = st.st_mtim;
     }
     return send_dgram(fd, sa, line, strlen(line));
 }

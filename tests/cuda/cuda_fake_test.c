@@ -100,6 +100,11 @@ static void test_views(void **state)
     mp_tensor *d = iota_cuda(0, 8, 16), *rows = NULL, *col = NULL;
     assert_mp_ok(mp_tensor_narrow(d, 0, 2, 3, &rows));   /* rows 2..4 */
     assert_mp_ok(mp_tensor_select(d, 1, 5, &col));       /* column 5, stride 16 */
+    mp_tensor *tr = NULL, *empty = NULL, *scalar = NULL;
+    int64_t zero[1] = {0};
+    assert_mp_ok(mp_tensor_transpose(d, 0, 1, &tr));     /* 16x8, strides (1, 16) */
+    assert_mp_ok(mp_tensor_empty_cuda(1, MP_INT64, 1, zero, &empty));
+    assert_mp_ok(mp_tensor_empty_cuda(0, MP_FLOAT64, 0, NULL, &scalar));
     pair(sv);
     pid_t pid = fork();
     if (pid == 0) {
@@ -114,12 +119,31 @@ static void test_views(void **state)
         CHECK(fake.closes == 0);
         mp_tensor_release(b);
         CHECK(fake.closes == 1);
+        mp_tensor *c = NULL, *e = NULL, *z = NULL, *h = NULL;
+        CHECK(recv_tensor(sv[1], &c) == 0 && recv_tensor(sv[1], &e) == 0 &&
+              recv_tensor(sv[1], &z) == 0);
+        CHECK(!mp_tensor_is_contiguous(c) && mp_tensor_size(c, 0) == 16);
+        CHECK(mp_tensor_to_cpu(c, &h) == 0);
+        CHECK(((float *)mp_tensor_data(h))[1] == 16 && ((float *)mp_tensor_data(h))[8] == 1);
+        CHECK(mp_tensor_numel(e) == 0 && mp_tensor_device(e).device_id == 1);
+        CHECK(mp_tensor_ndim(z) == 0 && mp_tensor_numel(z) == 1);
+        mp_tensor_release(h);
+        mp_tensor_release(c);
+        mp_tensor_release(e);
+        mp_tensor_release(z);
+        CHECK(mp__cuda_import_count() == 0);
         _exit(0);
     }
     close(sv[1]);
     assert_mp_ok(send_tensor(sv[0], rows));
     assert_mp_ok(send_tensor(sv[0], col));
+    assert_mp_ok(send_tensor(sv[0], tr));
+    assert_mp_ok(send_tensor(sv[0], empty));
+    assert_mp_ok(send_tensor(sv[0], scalar));
     reap(pid, 0);
+    mp_tensor_release(tr);
+    mp_tensor_release(empty);
+    mp_tensor_release(scalar);
     mp_tensor_release(rows);
     mp_tensor_release(col);
     mp_tensor_release(d);
@@ -294,6 +318,29 @@ static void test_producer_exits_first(void **state)
     close(go[1]);
 }
 
+/* A tensor still in flight when its producer exits cannot be received: a
+ * clear MP_ECLOSED, the fds closed, nothing left mapped. */
+static void test_producer_gone_before_receive(void **state)
+{
+    int sv[2];
+    mp_tensor *t = NULL;
+    pair(sv);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(sv[0]);
+        mp_tensor *d = iota_cuda(0, 1, 8);
+        CHECK(d && send_tensor(sv[1], d) == 0);
+        _exit(0);
+    }
+    close(sv[1]);
+    reap(pid, 0);
+    assert_mp_err(recv_tensor(sv[0], &t), MP_ECLOSED);
+    assert_non_null(strstr(mp_last_error(), "has exited"));
+    assert_null(t);
+    assert_int_equal(mp__refseg_open_count(), 1);
+    close(sv[0]);
+}
+
 /* 1000 tensors sent and released (to ourselves: the producer's own path,
  * no IPC open) with the pending list back to empty. */
 static void test_thousand_to_self(void **state)
@@ -402,6 +449,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_resend, setup, teardown),
         cmocka_unit_test_setup_teardown(test_killed_consumer, setup, teardown),
         cmocka_unit_test_setup_teardown(test_producer_exits_first, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_producer_gone_before_receive, setup, teardown),
         cmocka_unit_test_setup_teardown(test_thousand_to_self, setup, teardown),
         cmocka_unit_test_setup_teardown(test_repeated_sends, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),

@@ -303,6 +303,22 @@ static void warm_up(void)
     waitpid(pid, NULL, 0);
     mp_tensor_release(d);
     close(sv[0]);
+    /* ... and the receiving side in this process (IPC open and close). */
+    int logp[2];
+    mp_tensor *t = NULL;
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+        return;
+    if (pipe2(logp, O_CLOEXEC) == 0) {
+        pid = spawn_role("producer", sv[1], logp[1]);
+        close(logp[1]);
+        if (recv_tensor(sv[0], &t) == 0)
+            mp__send_record(sv[0], "x", 1, NULL, 0, -1);
+        waitpid(pid, NULL, 0);
+        mp_tensor_release(t);
+        close(logp[0]);
+    }
+    close(sv[0]);
+    close(sv[1]);
 }
 
 int main(int argc, char **argv)

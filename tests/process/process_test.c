@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -307,12 +308,22 @@ static void test_misuse_and_timeout(void **state)
     mp_msg_destroy(m);
     assert_mp_err(mp_process_start(p), MP_ESTATE);
     assert_true(mp_process_is_alive(p));
+    {
+        struct pollfd pf = {.fd = mp_process_sentinel(p), .events = POLLIN};
+        assert_true(pf.fd >= 0);
+        assert_int_equal(poll(&pf, 1, 0), 0); /* running: not readable */
+    }
     assert_mp_err(mp_process_join(p, 0.1), MP_ETIMEDOUT);
     assert_mp_err(mp_process_exitcode(p, &code), MP_ESTATE);
     assert_mp_err(mp_process_destroy(p), MP_ESTATE);
     assert_mp_ok(mp_process_terminate(p));
+    {
+        struct pollfd pf = {.fd = mp_process_sentinel(p), .events = POLLIN};
+        assert_int_equal(poll(&pf, 1, 20000), 1); /* readable once it exits */
+    }
     assert_mp_ok(mp_process_join(p, -1));
     assert_int_equal(exitcode_of(p), -SIGTERM);
+    assert_int_equal(mp_process_sentinel(p), -1);
     assert_mp_ok(mp_process_kill(p)); /* no-op once finished */
     assert_mp_ok(mp_process_destroy(p));
     assert_mp_ok(mp_process_destroy(NULL));

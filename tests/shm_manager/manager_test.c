@@ -121,7 +121,7 @@ static void test_two_starters_one_daemon(void **state)
             c[i].to = open("/dev/null", O_RDONLY | O_CLOEXEC);
             child_end(&c[i], false);
         }
-        assert_int_equal(mgr_count_daemons(), 1);
+        assert_true(mgr_wait_one_daemon(5));
         assert_true(mgr_daemon_pid() > 0);
     }
     /* The same through the client: four processes create at once. */
@@ -134,7 +134,7 @@ static void test_two_starters_one_daemon(void **state)
     }
     for (int i = 0; i < 4; i++)
         assert_int_equal(mgr_get(c[i].from, 10), 'r');
-    assert_int_equal(mgr_count_daemons(), 1);
+    assert_true(mgr_wait_one_daemon(5));
     assert_true(mgr_wait_stat("clients", 4, 5));
     for (int i = 0; i < 4; i++)
         child_end(&c[i], true);
@@ -203,7 +203,12 @@ static void test_daemon_killed_readopts(void **state)
     mgr_put(c.to, 'y'); /* the next report restarts it and re-registers */
     assert_int_equal(mgr_get(c.from, 10), 'r');
     assert_true(mgr_daemon_pid() > 0 && mgr_daemon_pid() != first);
-    assert_true(mgr_wait_stat("segments", 3, 5));
+    if (!mgr_wait_tracked(c.pid, 3, 5)) {
+        char *reply = NULL;
+        mp__mgr_control("LIST", &reply, 2);
+        fail_msg("daemon tracks %d of the child's 3 segments:\n%s", mgr_tracked(c.pid),
+                 reply ? reply : "(no answer)");
+    }
     /* Re-registered, not merely adopted: it reclaims at once, no grace. */
     child_end(&c, true);
     assert_true(mgr_wait_clean(&c.pid, 1, MGR_GRACE + 1));
@@ -242,10 +247,11 @@ static void test_dead_owner_reclaimed_at_start(void **state)
     make_segment(dead, d, 2);     /* refcount left by killed users */
     make_segment(alive, getpid(), 1);
     assert_mp_ok(mp__mgr_spawn(NULL, 10));
-    for (int i = 0; i < 100 && mgr_exists(dead); i++)
+    /* Adopted, then reclaimed once unused for the quarantine (the grace). */
+    for (int i = 0; i < (int)((MGR_GRACE + 1) * 100) && mgr_exists(dead); i++)
         mgr_sleep(0.01);
     assert_false(mgr_exists(dead));
-    mgr_sleep(MGR_GRACE + 0.5); /* its creator lives: adopted, kept */
+    mgr_sleep(0.5); /* its creator lives: adopted, kept */
     assert_true(mgr_exists(alive));
     assert_int_equal(shm_unlink(alive), 0);
 }
@@ -337,7 +343,8 @@ static void test_other_uid_refused(void **state)
     child c = child_start(other_uid, NULL);
     child_end(&c, false);
     mgr_sleep(0.1);
-    assert_int_equal(mgr_stat("segments"), 1); /* the foreign report was ignored */
+    assert_int_equal(mgr_tracked(1), 0); /* the foreign report was ignored */
+    assert_int_equal(mgr_tracked(keeper.pid), 1);
     child_end(&keeper, true);
     assert_true(mgr_wait_clean(&keeper.pid, 1, MGR_GRACE + 1));
 }

@@ -4,6 +4,9 @@
 #ifndef MGR_TEST_H
 #define MGR_TEST_H
 
+/* Not every test binary uses every helper. */
+#pragma GCC diagnostic ignored "-Wunused-function"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -204,6 +207,47 @@ static bool mgr_wait_stat(const char *key, int want, double timeout)
 }
 
 /* Kills our daemon (SIGKILL) and waits until it is gone. */
+/* Segments the daemon tracks from reports of pid (not merely adopted);
+ * -1 if no daemon answers. Other tests' segments may be adopted too. */
+static int mgr_tracked(pid_t pid)
+{
+    char *reply = NULL, *p, want[48];
+    int n = 0;
+    if (mp__mgr_control("LIST", &reply, 2.0) != 0)
+        return -1;
+    snprintf(want, sizeof want, "SEG /mproc-%d-", (int)pid);
+    for (p = reply; (p = strstr(p, want)); p++) {
+        char *eol = strchr(p, '\n');
+        if (eol && eol - p > 8 && strncmp(eol - 7, "tracked", 7) == 0)
+            n++;
+    }
+    free(reply);
+    return n;
+}
+
+static bool mgr_wait_tracked(pid_t pid, int want, double timeout)
+{
+    double end = mgr_now() + timeout;
+    while (mgr_tracked(pid) != want)
+        if (mgr_now() > end)
+            return false;
+        else
+            mgr_sleep(0.01);
+    return true;
+}
+
+/* Exactly one daemon once the losers of a race have left. */
+static bool mgr_wait_one_daemon(double timeout)
+{
+    double end = mgr_now() + timeout;
+    while (mgr_count_daemons() != 1)
+        if (mgr_now() > end)
+            return false;
+        else
+            mgr_sleep(0.01);
+    return true;
+}
+
 static void mgr_kill_daemon(void)
 {
     pid_t pid = mgr_daemon_pid();

@@ -151,7 +151,8 @@ static int collect(seglist *l, mp__seg_users *users)
             s->in_flight == 0 && s->daemon_holders <= 0)
             s->leaked = true;
     }
-    qsort(l->v, (size_t)l->n, sizeof *l->v, by_name);
+    if (l->n > 1)
+        qsort(l->v, (size_t)l->n, sizeof *l->v, by_name);
     return 0;
 }
 

@@ -21,7 +21,8 @@ typedef struct dseg {
     int nholders, holders_cap;
     int64_t sent, received;
     bool adopted;      /* found in /dev/shm at start, not reported to us */
-    bool candidate;    /* looked reclaimable at the previous check */
+    bool candidate;    /* looked reclaimable at the previous check ... */
+    double since;      /* ... and since then (monotonic seconds) */
 } dseg;
 
 /* The daemon's log (stderr, which is the log file once detached). */
@@ -32,15 +33,20 @@ void dlog(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int table_report(uint64_t id, pid_t pid, const char *line);
 /* A client is gone: forget what it held. */
 void table_client_gone(uint64_t id, pid_t pid);
-/* Two-phase reclaim (see table.c): unlinks the segments that were already
- * candidates at the previous call and still qualify, marks new candidates.
+/* The adopted segments' quarantine (the grace period). */
+void table_init(double quarantine);
+/* Two-phase reclaim of tracked segments (see table.c): unlinks those that
+ * were candidates at the previous call and still qualify, marks new ones.
  * Returns how many are candidates now (the caller checks again soon). */
-int table_reclaim(bool clients_alive);
-/* Unlinks every tracked segment (grace expired) and untracked ones of dead
- * creators that no live process uses. */
-void table_reclaim_all(void);
-/* Start-up: reclaims segments of dead creators that nobody uses, adopts the
- * rest. Also re-run for pids of dead clients (pid > 0: only their names). */
+int table_reclaim(double now);
+/* The same for adopted segments (walks /proc: call it a few times a second
+ * at most). Returns how many wait for their quarantine to end. */
+int table_reclaim_adopted(double now);
+/* Grace expired: unlinks every tracked segment, and adopted ones whose
+ * quarantine is over. */
+void table_reclaim_all(double now);
+/* Adopts the /dev/shm/mproc-* segments of this uid that we do not track
+ * (pid > 0: only those named after that pid). */
 void table_scan(pid_t only_pid);
 /* Number of tracked segments; LIST output. */
 int table_count(void);

@@ -7,7 +7,9 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
@@ -68,6 +70,17 @@ static int bind_at(const char *path, int type)
         dlog("bind %s: %s", path, strerror(errno));
         close(fd);
         return -1;
+    }
+    if (type == SOCK_DGRAM) {
+        /* Clients re-register when the socket is another daemon's. tmpfs
+         * recycles inode numbers, so stamp the file with our pid too. */
+        static long seq;
+        struct timespec ts[2];
+        clock_gettime(CLOCK_REALTIME, &ts[0]);
+        ts[0].tv_nsec = ((long)getpid() * 1000 + seq++ % 1000) % 1000000000L;
+        ts[1] = ts[0];
+        if (utimensat(AT_FDCWD, path, ts, 0) != 0)
+            dlog("utimensat(%s): %s", path, strerror(errno));
     }
     return fd;
 }
@@ -314,7 +327,7 @@ static int serve(int lfd, int dfd, int sfd, int timeout_ms)
     }
     free(p);
     close_gone();
-    return table_reclaim(clients_alive() > 0);
+    return table_reclaim(now());
 }
 
 /* Binds both sockets at their paths (replacing stale ones). */
@@ -344,9 +357,12 @@ int loop_run(const loop_config *cfg, int ready_fd)
     int lfd = -1, dfd = -1, sfd, candidates = 0;
     double grace_end = 0;
     bool idle_reclaimed = false;
+    double adopted_check = 0;
+    int adopted_pending = 0; /* adopted candidates still in quarantine */
 
     config = cfg;
     started = now();
+    table_init(cfg->grace);
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGTERM);
     sigaddset(&sigs, SIGINT);
@@ -377,14 +393,20 @@ int loop_run(const loop_config *cfg, int ready_fd)
         else if (grace_end > 0)
             timeout = grace_end > now() ? (int)((grace_end - now()) * 1000) + 1 : 0;
         else if (table_has_adopted() || (nclients > 0 && clients[0].pidfd < 0))
-            timeout = 1000;
+            timeout = 250;
+        if (timeout < 0 || timeout > 250) /* the adopted ones' clock */
+            timeout = table_has_adopted() ? 250 : timeout;
         candidates = serve(lfd, dfd, sfd, timeout);
+        if (now() - adopted_check >= 0.25) {
+            adopted_check = now();
+            adopted_pending = table_reclaim_adopted(adopted_check);
+        }
         if (clients_alive() > 0) {
             grace_end = 0;
             idle_reclaimed = false;
             continue;
         }
-        if (grace_end == 0 || now() < grace_end)
+        if (grace_end == 0 || now() < grace_end || adopted_pending > 0)
             continue;
         /* Grace over. New clients now find no socket and start another
          * daemon (it waits for our lock); whoever slipped in before the
@@ -395,7 +417,7 @@ int loop_run(const loop_config *cfg, int ready_fd)
         close_both(spath, dpath, lfd, dfd);
         close_gone();
         if (clients_alive() == 0) {
-            table_reclaim_all();
+            table_reclaim_all(now());
             if (!cfg->persistent) {
                 dlog("no client for %g s: exiting", cfg->grace);
                 close(sfd);
@@ -415,7 +437,7 @@ int loop_run(const loop_config *cfg, int ready_fd)
         conns[i]->gone = true;
     close_gone();
     if (clients_alive() == 0)
-        table_reclaim_all();
+        table_reclaim_all(now());
     dlog("stopped");
     close(sfd);
     return 0;

@@ -8,10 +8,17 @@
  * so a receive may be read before the matching send; a segment is therefore
  * unlinked only if it qualified at two checks separated by a full read of
  * every readable connection (two-phase: candidate, then reclaim). A sender
- * flushes its report before the name leaves, so that read sees it.
+ * flushes its report before the name leaves, so that read sees it. The
+ * candidate must also have waited SETTLE seconds: a process that releases
+ * the last reference unlinks the name itself right after its "closed"
+ * report, and should not race the daemon for it.
  *
  * When no client is left, the grace period runs, then everything tracked is
- * unlinked, in flight or not: no live process can receive it any more. */
+ * unlinked, in flight or not: no live process can receive it any more.
+ *
+ * Segments nobody reported (found in /dev/shm at start, or left by a client
+ * killed before its report) are adopted and judged by the kernel only; see
+ * reclaim_adopted. */
 #include "daemon.h"
 
 #include <errno.h>
@@ -19,6 +26,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+
+#define SETTLE 0.05
+
+static double quarantine = 2.0;
 
 static dseg *segs;
 static int nsegs, segs_cap;
@@ -146,44 +157,72 @@ static void reclaim(const char *name, const char *why)
         dlog("shm_unlink(%s): %s", name, strerror(errno));
 }
 
-int table_reclaim(bool clients_alive)
+void table_init(double quarantine_s)
 {
-    mp__seg_users users = {0};
-    bool have_users = false;
-    int candidates = 0;
+    quarantine = quarantine_s > SETTLE ? quarantine_s : SETTLE;
+}
 
+int table_reclaim(double now)
+{
+    int candidates = 0;
     for (int i = 0; i < nsegs; i++) {
         dseg *s = &segs[i];
-        bool ok = s->nholders == 0 && s->sent <= s->received;
-        if (ok && s->adopted) {
-            /* Reported by nobody since we started: trust only the kernel. */
-            if (!have_users)
-                have_users = mp__seg_users_collect(&users) == 0;
-            ok = have_users && !mp__pid_alive(s->creator) &&
-                 mp__seg_users_count(&users, s->name) == 0;
-        }
-        if (ok && s->candidate) {
-            reclaim(s->name, s->adopted ? "adopted; creator dead, unused"
-                                        : "no holder left, nothing in flight");
+        bool ok = !s->adopted && s->nholders == 0 && s->sent <= s->received;
+        if (s->adopted)
+            continue;
+        if (ok && s->candidate && now - s->since >= SETTLE) {
+            reclaim(s->name, "no holder left, nothing in flight");
             forget(s);
             i--;
             continue;
         }
+        if (ok && !s->candidate)
+            s->since = now;
         s->candidate = ok;
         candidates += ok;
     }
-    if (have_users)
-        mp__seg_users_free(&users);
-    (void)clients_alive;
     return candidates;
 }
 
-/* Untracked segments whose creator is dead and that no live process maps or
- * holds open: leaked before any report reached us (a SIGKILL between
- * shm_open and the report), or while no daemon ran. */
+/* Adopted segments: nobody reported them to us, so trust only the kernel
+ * (creator dead, no live process maps or holds it), and only after that
+ * stayed true for the quarantine (the grace period): a message carrying
+ * the name may sit in a queue, and its receiver gets that long to open it.
+ * With `final`, candidates whose quarantine has not run out are kept. */
+static int reclaim_adopted(double now, bool final)
+{
+    mp__seg_users users;
+    int pending = 0;
+    if (!table_has_adopted() || mp__seg_users_collect(&users) != 0)
+        return 0;
+    for (int i = 0; i < nsegs; i++) {
+        dseg *s = &segs[i];
+        bool ok;
+        if (!s->adopted)
+            continue;
+        ok = s->nholders == 0 && s->sent <= s->received && !mp__pid_alive(s->creator) &&
+             mp__seg_users_count(&users, s->name) == 0;
+        if (ok && s->candidate && now - s->since >= quarantine) {
+            reclaim(s->name, "adopted: creator dead, unused");
+            forget(s);
+            i--;
+            continue;
+        }
+        if (ok && !s->candidate)
+            s->since = now;
+        s->candidate = ok;
+        pending += ok && !final;
+    }
+    mp__seg_users_free(&users);
+    return pending;
+}
+
+int table_reclaim_adopted(double now) { return reclaim_adopted(now, false); }
+
+/* Untracked segments (a SIGKILL between shm_open and the report, or while
+ * no daemon ran): adopted, so the quarantine rule above applies. */
 typedef struct scan_ctx {
     pid_t only;
-    bool adopt;
     mp__seg_users users;
     bool have_users;
 } scan_ctx;
@@ -193,6 +232,7 @@ static int scan_one(const char *name, void *arg)
     scan_ctx *c = arg;
     mp__seg_info info;
     char full[MP__SHM_NAME_MAX + 1];
+    dseg *s;
 
     snprintf(full, sizeof full, "/%s", name);
     if (find(full))
@@ -204,42 +244,33 @@ static int scan_one(const char *name, void *arg)
             return 1;
         c->have_users = true;
     }
-    if (mp__seg_inspect(name, &c->users, &info) != 0)
+    if (mp__seg_inspect(name, &c->users, &info) != 0 || !(s = find_or_add(full)))
         return 0;
-    if (!info.creator_alive && info.users == 0) {
-        reclaim(full, "creator dead, unused");
-    } else if (c->adopt) {
-        dseg *s = find_or_add(full);
-        if (s) {
-            s->adopted = true;
-            s->size = info.size;
-            s->creator = info.creator;
-            dlog("adopted %s (creator %d %s, %d users)", full, (int)info.creator,
-                 info.creator_alive ? "alive" : "dead", info.users);
-        }
-    }
+    s->adopted = true;
+    s->size = info.size;
+    s->creator = info.creator;
+    dlog("adopted %s (creator %d %s, %d users)", full, (int)info.creator,
+         info.creator_alive ? "alive" : "dead", info.users);
     return 0;
 }
 
 void table_scan(pid_t only_pid)
 {
-    scan_ctx c = {.only = only_pid, .adopt = only_pid <= 0};
+    scan_ctx c = {.only = only_pid};
     mp__seg_each(scan_one, &c);
     if (c.have_users)
         mp__seg_users_free(&c.users);
 }
 
-void table_reclaim_all(void)
+void table_reclaim_all(double now)
 {
+    reclaim_adopted(now, true);
     while (nsegs > 0) {
         dseg *s = &segs[nsegs - 1];
         if (!s->adopted)
             reclaim(s->name, "grace period over, no client left");
         forget(s);
     }
-    table_scan(0); /* adopted ones: only those of dead creators nobody uses */
-    while (nsegs > 0)
-        forget(&segs[nsegs - 1]);
 }
 
 int table_count(void) { return nsegs; }

@@ -1,0 +1,269 @@
+/* The mproc CLI: golden text and JSON output of each subcommand on a known
+ * set of segments, exit codes, usage errors, doctor on a lowered
+ * RLIMIT_NOFILE. Runs build/mproc with a private runtime directory. */
+#include <sys/resource.h>
+
+#include "mgr_test.h"
+
+static char out[65536], err[65536];
+
+/* Runs mproc with args (NULL-terminated); captures stdout/stderr. With
+ * nofile > 0 the child's open-files soft limit is lowered first. */
+static int run_mproc(long nofile, const char *const *args)
+{
+    char bin[PATH_MAX + 16];
+    char *argv[16];
+    int o[2], e[2], status = 0, n = 0;
+    pid_t pid;
+    snprintf(bin, sizeof bin, "%s/mproc", mgr_bindir);
+    argv[n++] = bin;
+    for (int i = 0; args[i] && n < 15; i++)
+        argv[n++] = (char *)args[i];
+    argv[n] = NULL;
+    assert_int_equal(pipe2(o, O_CLOEXEC), 0);
+    assert_int_equal(pipe2(e, O_CLOEXEC), 0);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(o[1], 1);
+        dup2(e[1], 2);
+        if (nofile > 0) {
+            struct rlimit rl;
+            getrlimit(RLIMIT_NOFILE, &rl);
+            rl.rlim_cur = (rlim_t)nofile;
+            setrlimit(RLIMIT_NOFILE, &rl);
+        }
+        execv(bin, argv);
+        _exit(127);
+    }
+    close(o[1]);
+    close(e[1]);
+    /* Outputs are small: read both to EOF (stdout first; stderr fits a pipe). */
+    size_t lo = 0, le = 0;
+    ssize_t r;
+    while ((r = read(o[0], out + lo, sizeof out - 1 - lo)) > 0)
+        lo += (size_t)r;
+    while ((r = read(e[0], err + le, sizeof err - 1 - le)) > 0)
+        le += (size_t)r;
+    out[lo] = err[le] = 0;
+    close(o[0]);
+    close(e[0]);
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+#define MPROC(...) run_mproc(0, (const char *const[]){__VA_ARGS__, NULL})
+
+static void assert_out(const char *want)
+{
+    if (strcmp(out, want) != 0)
+        fail_msg("output differs.\n--- want\n%s--- got\n%s--- stderr\n%s", want, out, err);
+}
+
+/* The known set: A, created by us (alive), held open by a child (1 user),
+ * refcount 1; B, created by a dead process, refcount 2 left by killed
+ * users, nobody maps it: leaked. */
+static char name_a[64], name_b[64], prefix[48];
+static pid_t holder = -1, dead = -1;
+
+static void make_segment(const char *name, pid_t creator, uint32_t refs, uint64_t size)
+{
+    char path[128];
+    mp__fs_header h = {MP__FS_MAGIC, MP__FS_VERSION, (uint32_t)creator, size, refs, 0};
+    int fd;
+    snprintf(path, sizeof path, "/dev/shm%s", name);
+    fd = open(path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, (off_t)(MP__FS_HEADER_SIZE + size)), 0);
+    assert_int_equal(pwrite(fd, &h, sizeof h, 0), (ssize_t)sizeof h);
+    close(fd);
+}
+
+static int setup_segments(void **state)
+{
+    int p[2];
+    char c;
+    assert_int_equal(mp_test_setup(state), 0);
+    dead = fork();
+    if (dead == 0)
+        _exit(0);
+    waitpid(dead, NULL, 0);
+    snprintf(prefix, sizeof prefix, "/mproc-%d-golden", (int)getpid());
+    snprintf(name_a, sizeof name_a, "%sA", prefix);
+    snprintf(name_b, sizeof name_b, "%sB", prefix);
+    make_segment(name_a, getpid(), 1, 4096);
+    make_segment(name_b, dead, 2, 100);
+    assert_int_equal(pipe(p), 0);
+    holder = fork();
+    if (holder == 0) {
+        int fd = shm_open(name_a, O_RDWR, 0);
+        close(p[0]);
+        mgr_put(p[1], fd >= 0 ? 'k' : 'x');
+        pause();
+        _exit(0);
+    }
+    close(p[1]);
+    c = mgr_get(p[0], 10);
+    close(p[0]);
+    assert_int_equal(c, 'k');
+    return 0;
+}
+
+static int teardown_segments(void **state)
+{
+    kill(holder, SIGKILL);
+    waitpid(holder, NULL, 0);
+    shm_unlink(name_a);
+    shm_unlink(name_b);
+    return mp_test_teardown(state);
+}
+
+static void test_shm_ls_text(void **state)
+{
+    char want[2048];
+    int n = 0;
+    n += snprintf(want + n, sizeof want - (size_t)n,
+                  "%-36s %12s %-15s %8s %-5s %4s %5s %s\n", "NAME", "SIZE", "STRATEGY",
+                  "CREATOR", "ALIVE", "REFS", "USERS", "LEAKED");
+    n += snprintf(want + n, sizeof want - (size_t)n,
+                  "%-36s %12s %-15s %8d %-5s %4s %5s %s\n", name_a, "4096", "file_system",
+                  (int)getpid(), "yes", "1", "1", "no");
+    snprintf(want + n, sizeof want - (size_t)n, "%-36s %12s %-15s %8d %-5s %4s %5s %s\n",
+             name_b, "100", "file_system", (int)dead, "no", "2", "0", "yes");
+    assert_int_equal(MPROC("shm", "ls", "--prefix", prefix), 0);
+    assert_out(want);
+}
+
+static void test_shm_ls_json(void **state)
+{
+    char want[2048];
+    snprintf(want, sizeof want,
+             "{\"segments\":[\n"
+             "{\"name\":\"%s\",\"size\":4096,\"strategy\":\"file_system\",\"creator\":%d,"
+             "\"creator_alive\":true,\"refcount\":1,\"users\":1,\"in_flight\":0,"
+             "\"leaked\":false},\n"
+             "{\"name\":\"%s\",\"size\":100,\"strategy\":\"file_system\",\"creator\":%d,"
+             "\"creator_alive\":false,\"refcount\":2,\"users\":0,\"in_flight\":0,"
+             "\"leaked\":true}\n"
+             "]}\n",
+             name_a, (int)getpid(), name_b, (int)dead);
+    assert_int_equal(MPROC("shm", "ls", "--json", "--prefix", prefix), 0);
+    assert_out(want);
+    assert_int_equal(MPROC("shm", "ls", "--json", "--prefix", "/mproc-0-none"), 0);
+    assert_out("{\"segments\":[]}\n");
+}
+
+static void test_shm_gc(void **state)
+{
+    char want[512];
+    unsigned long long bytes = MP__FS_HEADER_SIZE + 100;
+    snprintf(want, sizeof want,
+             "would free %s (%llu bytes, creator %d dead)\nwould free 1 segment, %llu bytes\n",
+             name_b, bytes, (int)dead, bytes);
+    assert_int_equal(MPROC("shm", "gc", "--dry-run", "--prefix", prefix), 0);
+    assert_out(want);
+    assert_true(mgr_exists(name_b));
+    snprintf(want, sizeof want, "freed %s (%llu bytes, creator %d dead)\nfreed 1 segment, %llu bytes\n",
+             name_b, bytes, (int)dead, bytes);
+    assert_int_equal(MPROC("shm", "gc", "--prefix", prefix), 0);
+    assert_out(want);
+    assert_false(mgr_exists(name_b));
+    assert_true(mgr_exists(name_a)); /* alive creator, in use: kept */
+    assert_int_equal(MPROC("shm", "gc", "--prefix", prefix), 0);
+    assert_out("freed 0 segments, 0 bytes\n");
+}
+
+static void test_doctor_low_nofile(void **state)
+{
+    assert_int_equal(run_mproc(64, (const char *const[]){"doctor", NULL}), 1);
+    if (!strstr(out, "[warn] open_files   open-files limit is 64 (soft)") ||
+        !strstr(out, "too low for 1000 shared tensors") || !strstr(out, "fix: "))
+        fail_msg("doctor did not flag the open-files limit:\n%s", out);
+    assert_int_equal(run_mproc(64, (const char *const[]){"doctor", "--json", NULL}), 1);
+    if (!strstr(out, "{\"ok\":false,\"checks\":[\n{\"name\":\"open_files\",\"status\":\"warn\","
+                     "\"detail\":\"open-files limit is 64 (soft)"))
+        fail_msg("doctor --json did not flag the open-files limit:\n%s", out);
+    /* Enough for 10 tensors: that check passes. */
+    run_mproc(4096, (const char *const[]){"doctor", "--tensors", "10", NULL});
+    if (!strstr(out, "[ok]   open_files   open-files limit is 4096 (soft)"))
+        fail_msg("doctor --tensors 10 with 4096 fds:\n%s", out);
+    const char *names[] = {"dev_shm", "memfd", "scm_rights", "shm_manager", "ptrace_scope"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strstr(out, names[i]))
+            fail_msg("doctor does not report %s:\n%s", names[i], out);
+}
+
+static void test_shm_manager_commands(void **state)
+{
+    char want[128];
+    pid_t pid;
+    assert_int_equal(MPROC("shm-manager", "status"), 3);
+    assert_out("mproc-shm-manager is not running\n");
+    assert_int_equal(MPROC("shm-manager", "status", "--json"), 3);
+    assert_out("{\"running\":false}\n");
+    assert_int_equal(MPROC("shm-manager", "start"), 0);
+    pid = mgr_daemon_pid();
+    assert_true(pid > 0);
+    snprintf(want, sizeof want, "pid          %d\nprotocol     1\nclients      0\n", (int)pid);
+    assert_int_equal(strncmp(out, want, strlen(want)), 0);
+    assert_int_equal(MPROC("shm-manager", "start"), 0); /* already running: fine */
+    assert_int_equal(mgr_daemon_pid(), pid);
+    assert_int_equal(MPROC("shm-manager", "status", "--json"), 0);
+    snprintf(want, sizeof want, "{\"running\":true,\"pid\":%d,\"protocol\":1,\"clients\":0,",
+             (int)pid);
+    assert_int_equal(strncmp(out, want, strlen(want)), 0);
+    mgr_sleep(MGR_GRACE + 0.3); /* started explicitly: stays past the grace period */
+    assert_true(mp__pid_alive(pid));
+    assert_int_equal(MPROC("doctor"), 0);
+    assert_non_null(strstr(out, "[ok]   shm_manager  mproc-shm-manager runs"));
+    assert_int_equal(MPROC("shm-manager", "stop"), 0);
+    assert_out("mproc-shm-manager stopped\n");
+    for (int i = 0; i < 200 && mp__pid_alive(pid); i++)
+        mgr_sleep(0.01);
+    assert_false(mp__pid_alive(pid));
+    assert_int_equal(MPROC("shm-manager", "stop"), 0);
+    assert_out("mproc-shm-manager is not running\n");
+}
+
+static void test_usage_and_help(void **state)
+{
+    const char *const bad[][4] = {
+        {NULL},           {"bogus"},           {"shm"},          {"shm", "rm"},
+        {"shm", "ls", "--bogus"}, {"shm", "gc", "--json"}, {"doctor", "--tensors", "x"},
+        {"shm-manager"},  {"shm-manager", "restart"}, {"version", "extra"}, {"help", "nope"},
+    };
+    const char *const help[][4] = {
+        {"--help"},           {"help"},        {"help", "shm", "ls"}, {"shm", "--help"},
+        {"shm", "ls", "--help"}, {"shm", "gc", "-h"}, {"doctor", "--help"},
+        {"shm-manager", "--help"}, {"version", "--help"}, {"help", "--help"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = run_mproc(0, bad[i][0] ? bad[i] : (const char *const[]){NULL});
+        if (rc != 2 || strncmp(err, "mproc: ", 7) != 0 || !strstr(err, "usage: mproc"))
+            fail_msg("bad arguments #%zu: exit %d, stderr:\n%s", i, rc, err);
+    }
+    for (size_t i = 0; i < sizeof help / sizeof help[0]; i++) {
+        int rc = run_mproc(0, help[i]);
+        if (rc != 0 || strncmp(out, "usage: mproc", 12) != 0)
+            fail_msg("help #%zu: exit %d, stdout:\n%s", i, rc, out);
+    }
+    assert_int_equal(MPROC("version"), 0);
+    assert_out("mproc " MP_VERSION_STRING " (libmproc " MP_VERSION_STRING ")\n");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_shm_ls_text, setup_segments, teardown_segments),
+        cmocka_unit_test_setup_teardown(test_shm_ls_json, setup_segments, teardown_segments),
+        cmocka_unit_test_setup_teardown(test_shm_gc, setup_segments, teardown_segments),
+        cmocka_unit_test(test_doctor_low_nofile),
+        cmocka_unit_test(test_shm_manager_commands),
+        cmocka_unit_test(test_usage_and_help),
+    };
+    int rc;
+    mgr_test_env();
+    rc = cmocka_run_group_tests(tests, NULL, NULL);
+    mgr_test_cleanup();
+    return rc;
+}
