@@ -159,12 +159,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_spawn, setup, teardown),
         cmocka_unit_test_setup_teardown(test_forkserver, setup, teardown),
     };
-    if (mp_init(&argc, &argv) != 0) /* spawned workers run from here */
+    if (pool_tests_begin(&argc, &argv) != 0)
         return 1;
-    /* Warm up what the leak snapshots would otherwise catch growing: a
-     * thread stack in glibc's cache, the allocator's first regions. */
-    mp_pool *p;
-    if (mp_pool_create(1, NULL, &p) == 0)
-        mp_pool_destroy(p);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
