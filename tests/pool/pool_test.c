@@ -299,6 +299,18 @@ static void test_tensors_zero_copy(void **state)
     }
     mp_tensor_release(y);
     mp_msg_destroy(out);
+    mp_tensor_release(x);
+
+    /* a private tensor moves to shared memory at submission, in this thread */
+    assert_mp_ok(mp_tensor_empty(MP_FLOAT32, 1, &n, &x));
+    mp_msg_destroy(in);
+    assert_mp_ok(mp_msg_create(&in));
+    assert_mp_ok(mp_msg_add_tensor(in, "x", x));
+    mp_async_result *r;
+    assert_mp_ok(mp_pool_apply_async(p, "tensor_inc", in, NULL, &r));
+    assert_true(mp_tensor_is_shared(x));
+    assert_mp_ok(mp_async_result_get(r, 10, NULL));
+    mp_async_result_release(r);
     mp_msg_destroy(in);
     mp_tensor_release(x);
     mp_pool_destroy(p);
