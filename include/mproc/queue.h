@@ -56,10 +56,10 @@ void mp_conn_release(mp_conn *c);
  * end), MP_ECLOSED (this end closed, or the peer is gone), MP_ETIMEDOUT,
  * MP_EAGAIN, MP_ENOSPC/MP_EMFILE (sharing a private tensor). */
 int mp_conn_send(mp_conn *c, const mp_msg *m, double timeout);
-/* Receives one message into *out (caller owns it). One receiver at a time
- * per connection end, across all processes holding it: two concurrent
- * receivers on one end can lose or duplicate a message (as with Python's
- * Connection); use a Queue for several consumers. Errors:
+/* Receives one message into *out (caller owns it). Several threads or
+ * processes may receive on one end: they take turns through the end's
+ * robust reader lock (so each message goes to exactly one of them; timeout
+ * covers the wait for the lock). Errors:
  * MP_ECLOSED (peer closed: every end in every process), MP_ETIMEDOUT,
  * MP_EAGAIN, MP_EPROTO (malformed message, dropped), MP_EMFILE (message kept). */
 int mp_conn_recv(mp_conn *c, mp_msg **out, double timeout);

@@ -10,13 +10,27 @@
 
 enum { CONN_READ = 1, CONN_WRITE = 2 };
 
+#define CONN_CTL_MAGIC 0x6c74636e6e6f636dull /* "mconnctl" */
+
+/* Shared by the two ends of a pipe (a sealed memfd): one reader lock per
+ * end, so several threads or processes receiving on one end take turns
+ * instead of interleaving the peek and consume steps of a receive. */
+typedef struct conn_ctl {
+    uint64_t magic;
+    uint32_t version;
+    uint32_t reserved;
+    pthread_mutex_t rlock[2];
+} conn_ctl;
+
 struct mp_conn {
     _Atomic int refs;
     int sock;
-    int mode;   /* CONN_READ | CONN_WRITE */
+    int mode;              /* CONN_READ | CONN_WRITE */
+    int end;               /* 0 or 1: which of ctl->rlock is ours */
+    mp__segment *seg;      /* holds conn_ctl */
 };
 
-static int conn_new(int sock, int mode, mp_conn **out)
+static int conn_new(int sock, int mode, int end, mp__segment *seg, mp_conn **out)
 {
     mp_conn *c = calloc(1, sizeof *c);
     if (!c)
@@ -24,23 +38,53 @@ static int conn_new(int sock, int mode, mp_conn **out)
     atomic_init(&c->refs, 1);
     c->sock = sock;
     c->mode = mode;
+    c->end = end;
+    c->seg = mp__segment_retain(seg);
     *out = c;
     return 0;
+}
+
+static pthread_mutex_t *conn_rlock(const mp_conn *c)
+{
+    return &((conn_ctl *)mp__segment_data(c->seg))->rlock[c->end];
+}
+
+static int ctl_create(mp__segment **out)
+{
+    conn_ctl *ctl;
+    int rc = mp__segment_create(sizeof(conn_ctl), MP__STRATEGY_FD, out);
+    if (rc < 0)
+        return rc;
+    ctl = mp__segment_data(*out);
+    ctl->magic = CONN_CTL_MAGIC;
+    ctl->version = 1;
+    if ((rc = mp__ipc_mutex_init(&ctl->rlock[0], "mp_pipe")) < 0 ||
+        (rc = mp__ipc_mutex_init(&ctl->rlock[1], "mp_pipe")) < 0) {
+        mp__segment_release(*out);
+        *out = NULL;
+    }
+    return rc;
 }
 
 int mp_pipe(bool duplex, mp_conn **a, mp_conn **b)
 {
     int sv[2] = {-1, -1}, rc;
+    mp__segment *seg = NULL;
     if (!a || !b)
         return mp__error(MP_EINVAL, "mp_pipe: a or b is NULL");
     *a = *b = NULL;
-    if (mp__sys.socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
-        return mp__errno_error(errno, "mp_pipe: socketpair");
-    if ((rc = conn_new(sv[0], duplex ? CONN_READ | CONN_WRITE : CONN_READ, a)) < 0)
+    if ((rc = ctl_create(&seg)) < 0)
+        return rc;
+    if (mp__sys.socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+        rc = mp__errno_error(errno, "mp_pipe: socketpair");
+        goto out_seg;
+    }
+    if ((rc = conn_new(sv[0], duplex ? CONN_READ | CONN_WRITE : CONN_READ, 0, seg, a)) < 0)
         goto out_socks;
-    if ((rc = conn_new(sv[1], duplex ? CONN_READ | CONN_WRITE : CONN_WRITE, b)) < 0) {
-        free(*a);
+    if ((rc = conn_new(sv[1], duplex ? CONN_READ | CONN_WRITE : CONN_WRITE, 1, seg, b)) < 0) {
+        mp_conn_release(*a);   /* closes sv[0] */
         *a = NULL;
+        sv[0] = -1;
         goto out_socks;
     }
     if (!duplex) {
@@ -48,10 +92,13 @@ int mp_pipe(bool duplex, mp_conn **a, mp_conn **b)
         shutdown(sv[0], SHUT_WR);
         shutdown(sv[1], SHUT_RD);
     }
+    mp__segment_release(seg);
     return 0;
 out_socks:
     mp__close(sv[0]);
     mp__close(sv[1]);
+out_seg:
+    mp__segment_release(seg);
     return rc;
 }
 
@@ -67,6 +114,7 @@ void mp_conn_release(mp_conn *c)
     if (!c || atomic_fetch_sub(&c->refs, 1) != 1)
         return;
     mp__close(c->sock);
+    mp__segment_release(c->seg);
     free(c);
 }
 
@@ -94,6 +142,7 @@ int mp_conn_send(mp_conn *c, const mp_msg *m, double timeout)
 
 int mp_conn_recv(mp_conn *c, mp_msg **out, double timeout)
 {
+    double deadline;
     int rc;
     if (out)
         *out = NULL;
@@ -101,7 +150,12 @@ int mp_conn_recv(mp_conn *c, mp_msg **out, double timeout)
         return rc;
     if (!out)
         return mp__error(MP_EINVAL, "mp_conn_recv: out is NULL");
-    return mp__wire_recv(c->sock, out, mp__ipc_deadline(timeout));
+    deadline = mp__ipc_deadline(timeout);
+    if ((rc = mp__ipc_lock(conn_rlock(c), deadline, "mp_conn_recv")) < 0)
+        return rc;
+    rc = mp__wire_recv(c->sock, out, deadline);
+    pthread_mutex_unlock(conn_rlock(c));
+    return rc;
 }
 
 int mp_conn_send_bytes(mp_conn *c, const void *buf, size_t len, double timeout)
@@ -182,39 +236,58 @@ static int conn_encode(void *obj, void *buf, size_t cap, size_t *len, int *fds, 
                        int *nfds)
 {
     mp_conn *c = obj;
-    uint32_t mode = (uint32_t)c->mode;
+    uint32_t w[2] = {(uint32_t)c->mode, (uint32_t)c->end};
+    mp__segment_handle h;
+    int rc;
     if (c->sock < 0)
         return mp__error(MP_ECLOSED, "mp_msg: cannot send a closed connection");
-    if (cap < sizeof mode || maxfds < 1)
+    if (cap < sizeof w || maxfds < 2)
         return mp__error(MP_EOVERFLOW, "mp_msg: no room for a connection attachment");
-    memcpy(buf, &mode, sizeof mode);
-    *len = sizeof mode;
+    if ((rc = mp__segment_export(c->seg, &h)) < 0)
+        return rc;
+    memcpy(buf, w, sizeof w);
+    *len = sizeof w;
     fds[0] = c->sock;
-    *nfds = 1;
+    fds[1] = h.fd;
+    *nfds = 2;
     return 0;
 }
 
 static int conn_decode(const void *buf, size_t len, int *fds, int nfds, void **obj)
 {
-    uint32_t mode = 0;
+    uint32_t w[2] = {0, 0};
+    mp__segment_handle h = {.strategy = MP__STRATEGY_FD, .fd = -1, .size = sizeof(conn_ctl)};
+    mp__segment *seg = NULL;
     mp_conn *c = NULL;
     int rc;
     *obj = NULL;
-    if (len != sizeof mode || nfds != 1) {
-        rc = mp__error(MP_EPROTO, "connection attachment: %zu bytes and %d fds (want 4 and 1)",
+    if (len != sizeof w || nfds != 2) {
+        rc = mp__error(MP_EPROTO, "connection attachment: %zu bytes and %d fds (want 8 and 2)",
                        len, nfds);
         goto out_fds;
     }
-    memcpy(&mode, buf, sizeof mode);
-    if (mode == 0 || mode > (CONN_READ | CONN_WRITE)) {
-        rc = mp__error(MP_EPROTO, "connection attachment: bad mode %u", mode);
+    memcpy(w, buf, sizeof w);
+    if (w[0] == 0 || w[0] > (CONN_READ | CONN_WRITE) || w[1] > 1) {
+        rc = mp__error(MP_EPROTO, "connection attachment: bad mode %u or end %u", w[0], w[1]);
         goto out_fds;
     }
-    if ((rc = mp__check_seqpacket(fds[0], "connection attachment")) < 0 ||
-        (rc = conn_new(fds[0], (int)mode, &c)) < 0)
+    if ((rc = mp__check_seqpacket(fds[0], "connection attachment")) < 0)
         goto out_fds;
+    h.fd = fds[1];
+    fds[1] = -1;
+    if ((rc = mp__segment_open(&h, &seg)) < 0)
+        goto out_fds;
+    if (((conn_ctl *)mp__segment_data(seg))->magic != CONN_CTL_MAGIC) {
+        rc = mp__error(MP_EPROTO, "connection attachment: control block has the wrong magic");
+        goto out_seg;
+    }
+    if ((rc = conn_new(fds[0], (int)w[0], (int)w[1], seg, &c)) < 0)
+        goto out_seg;
+    mp__segment_release(seg);
     *obj = c;
     return 0;
+out_seg:
+    mp__segment_release(seg);
 out_fds:
     for (int i = 0; i < nfds; i++)
         fds[i] = mp__close(fds[i]);

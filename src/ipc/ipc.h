@@ -62,6 +62,13 @@ static inline double mp__ipc_deadline(double timeout)
     return timeout == 0 ? 0 : mp__deadline(timeout);
 }
 
+/* A robust, process-shared mutex in shared memory. */
+int mp__ipc_mutex_init(pthread_mutex_t *m, const char *fn);
+/* Locks m until deadline (< 0 forever, 0 try once -> MP_EAGAIN). A holder
+ * that died leaves it EOWNERDEAD: it is made consistent and the caller goes
+ * on (the reader protocol leaves nothing half-done under the lock). */
+int mp__ipc_lock(pthread_mutex_t *m, double deadline, const char *fn);
+
 /* Checks that fd is an AF_UNIX SOCK_SEQPACKET socket (for decoders). */
 int mp__check_seqpacket(int fd, const char *what);
 

@@ -16,20 +16,25 @@
 #include "ipc/ipc.h"
 #include "wire/frame.h"
 
-static int init_ctl(mp__qctl *c, int kind, int64_t maxsize)
+int mp__ipc_mutex_init(pthread_mutex_t *m, const char *fn)
 {
     pthread_mutexattr_t a;
     int err;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+    err = pthread_mutex_init(m, &a);
+    pthread_mutexattr_destroy(&a);
+    return err ? mp__errno_error(err, "%s: pthread_mutex_init", fn) : 0;
+}
+
+static int init_ctl(mp__qctl *c, int kind, int64_t maxsize)
+{
     c->magic = MP__QCTL_MAGIC;
     c->version = MP__QCTL_VERSION;
     c->kind = (uint32_t)kind;
     c->maxsize = maxsize > 0 ? maxsize : 0;
-    pthread_mutexattr_init(&a);
-    pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
-    pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
-    err = pthread_mutex_init(&c->rlock, &a);
-    pthread_mutexattr_destroy(&a);
-    return err ? mp__errno_error(err, "mp_queue_create: pthread_mutex_init") : 0;
+    return mp__ipc_mutex_init(&c->rlock, "mp_queue_create");
 }
 
 int mp__queue_create(int kind, int64_t maxsize, mp__queue **out)
@@ -156,13 +161,13 @@ int mp__queue_put(mp__queue *q, const mp_msg *m, double deadline, const char *fn
     return rc;
 }
 
-static int lock_readers(mp__qctl *c, double deadline, const char *fn)
+int mp__ipc_lock(pthread_mutex_t *m, double deadline, const char *fn)
 {
     int err;
     if (deadline < 0) {
-        err = pthread_mutex_lock(&c->rlock);
+        err = pthread_mutex_lock(m);
     } else if (deadline == 0) {
-        err = pthread_mutex_trylock(&c->rlock);
+        err = pthread_mutex_trylock(m);
         if (err == EBUSY)
             return mp__error(MP_EAGAIN, "%s: another consumer is receiving", fn);
     } else {
@@ -172,14 +177,14 @@ static int lock_readers(mp__qctl *c, double deadline, const char *fn)
         ts.tv_nsec = (long)((deadline - s) * 1e9);
         if (ts.tv_nsec > 999999999L)
             ts.tv_nsec = 999999999L;
-        err = pthread_mutex_clocklock(&c->rlock, CLOCK_MONOTONIC, &ts);
+        err = pthread_mutex_clocklock(m, CLOCK_MONOTONIC, &ts);
         if (err == ETIMEDOUT)
             return mp__error(MP_ETIMEDOUT, "%s: timed out waiting for a message", fn);
     }
     if (err == EOWNERDEAD) {
         /* A consumer died inside get. The peeked record is still queued; a
          * record it had already consumed was delivered to it and is gone. */
-        pthread_mutex_consistent(&c->rlock);
+        pthread_mutex_consistent(m);
         err = 0;
     }
     return err ? mp__errno_error(err, "%s: locking the reader lock", fn) : 0;
@@ -194,7 +199,7 @@ int mp__queue_get(mp__queue *q, mp_msg **out, double deadline, const char *fn)
     if (!q || !out)
         return mp__error(MP_EINVAL, "%s: %s is NULL", fn, q ? "out" : "queue");
     c = q->ctl;
-    if ((rc = lock_readers(c, deadline, fn)) < 0)
+    if ((rc = mp__ipc_lock(&c->rlock, deadline, fn)) < 0)
         return rc;
     /* Once closed, nothing more can arrive: never wait for it. */
     rc = mp__wire_recv(q->rsock, out, atomic_load(&c->closed) ? 0 : deadline);

@@ -10,9 +10,7 @@
  * kernel drops that call's second set of fd references. Cost: one more
  * system call per message; the data is copied once. The two calls are one
  * atomic step only if a single reader uses the socket at a time: queues hold
- * their reader lock around mp__wire_recv; a Connection has one reader at a
- * time by contract (two interleaved readers could each consume the record
- * the other peeked). */
+ * their reader lock around mp__wire_recv, and so does each pipe end. */
 #include <errno.h>
 #include <poll.h>
 #include <stdalign.h>

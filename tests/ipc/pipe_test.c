@@ -1,6 +1,9 @@
 /* Pipe / Connection: send/recv of messages and bytes, poll, one-way ends,
  * close, EOF when the peer goes, and a connection passed as an attachment. */
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -112,12 +115,61 @@ static void test_conn_attachment(void **state)
     mp_conn_release(d);
 }
 
+/* Several processes receiving on one end take turns (the end's reader lock):
+ * every message is received exactly once. */
+static void test_concurrent_receivers(void **state)
+{
+    enum { N = 3000, R = 3 };
+    mp_conn *a = NULL, *b = NULL;
+    _Atomic uint8_t *seen = mmap(NULL, N, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                                 -1, 0);
+    pid_t pids[R];
+    int status;
+    (void)state;
+    assert_true(seen != MAP_FAILED);
+    assert_mp_ok(mp_pipe(false, &b, &a));
+    for (int r = 0; r < R; r++) {
+        if ((pids[r] = fork()) == 0) {
+            mp_conn_release(a);
+            for (;;) {
+                void *buf = NULL;
+                size_t len = 0;
+                uint32_t v;
+                if (mp_conn_recv_bytes(b, &buf, &len, 20) || len != sizeof v)
+                    _exit(1);
+                memcpy(&v, buf, sizeof v);
+                free(buf);
+                if (v == UINT32_MAX)
+                    _exit(0);
+                if (v >= N)
+                    _exit(2);
+                atomic_fetch_add(&seen[v], 1);
+            }
+        }
+    }
+    for (uint32_t i = 0; i < N + R; i++) {
+        uint32_t v = i < N ? i : UINT32_MAX;
+        assert_mp_ok(mp_conn_send_bytes(a, &v, sizeof v, 20));
+    }
+    for (int r = 0; r < R; r++) {
+        assert_int_equal(waitpid(pids[r], &status, 0), pids[r]);
+        assert_int_equal(status, 0);
+    }
+    for (int i = 0; i < N; i++)
+        if (seen[i] != 1)
+            fail_msg("message %d received %u times", i, (unsigned)seen[i]);
+    munmap((void *)seen, N);
+    mp_conn_release(a);
+    mp_conn_release(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_duplex, setup, teardown),
         cmocka_unit_test_setup_teardown(test_one_way, setup, teardown),
         cmocka_unit_test_setup_teardown(test_conn_attachment, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_concurrent_receivers, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

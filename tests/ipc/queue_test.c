@@ -212,14 +212,15 @@ static void test_maxsize_blocking(void **state)
     mp_queue_release(q);
 }
 
-/* The producer puts a tensor and exits; the message is still whole. */
-static void test_producer_exits(void **state)
+/* The producer puts a tensor and exits (or is SIGKILLed); the message is
+ * still whole. */
+static void producer_gone(const char *strategy, bool kill_self)
 {
     mp_queue *q = NULL;
     mp_tensor *t = NULL;
     pid_t pid;
     int status;
-    (void)state;
+    assert_mp_ok(mp_set_sharing_strategy(strategy));
     assert_mp_ok(mp_queue_create(0, &q));
     pid = fork();
     if (pid == 0) {
@@ -229,15 +230,32 @@ static void test_producer_exits(void **state)
             _exit(1);
         for (int i = 0; i < 1024; i++)
             ((int32_t *)mp_tensor_data(x))[i] = i * 3;
-        _exit(mp_queue_put_tensor(q, x, 5) ? 2 : 0);
+        if (mp_queue_put_tensor(q, x, 5))
+            _exit(2);
+        if (kill_self)
+            raise(SIGKILL);   /* no exit handlers, no cleanup of any kind */
+        _exit(0);
     }
     assert_int_equal(waitpid(pid, &status, 0), pid);
-    assert_int_equal(status, 0);
+    if (kill_self)
+        assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    else
+        assert_int_equal(status, 0);
     assert_mp_ok(mp_queue_get_tensor(q, &t, 5));
     for (int i = 0; i < 1024; i++)
         assert_int_equal(((int32_t *)mp_tensor_data(t))[i], i * 3);
     mp_tensor_release(t);
     mp_queue_release(q);
+}
+
+static void test_producer_exits(void **state)
+{
+    (void)state;
+    producer_gone("file_descriptor", false);
+    producer_gone("file_descriptor", true);
+    producer_gone("file_system", false);
+    producer_gone("file_system", true);
+    mp_set_sharing_strategy("file_descriptor");
 }
 
 /* A consumer SIGKILLed while it holds the reader lock (blocked in get) does

@@ -1,6 +1,7 @@
 /* Messages and the wire: attachments, names, state_dicts, send/recv across
  * fork under both strategies, dedup of views, grads, spilled payloads, and
  * a received tensor sent back travelling as the same storage. */
+#include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -232,6 +233,64 @@ static void test_encode_decode(void **state)
     mp_tensor_release(t);
 }
 
+/* A send that fails gives back what the export took: under file_system the
+ * in-flight reference, so the segment is unlinked with its last user. */
+static void test_send_fault_fs(void **state)
+{
+    mp_tensor *t = iota(8, 8, 0);
+    mp_msg *m = NULL, *r = NULL;
+    int sv[2];
+    (void)state;
+    assert_mp_ok(mp_set_sharing_strategy("file_system"));
+    assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    assert_mp_ok(mp_msg_create(&m));
+    assert_mp_ok(mp_msg_add_tensor(m, "t", t));
+    assert_mp_ok(mp__sys_fault("sendmsg", EIO, 0, 1));
+    assert_mp_err(mp__wire_send(sv[0], m, 1), MP_ESYS);
+    mp__sys_fault_reset();
+    assert_mp_err(mp__wire_recv(sv[1], &r, 0), MP_EAGAIN);
+    assert_true(mp_tensor_is_shared(t));
+    mp_msg_destroy(m);
+    mp_tensor_release(t);   /* last user: the teardown checks /dev/shm is clean */
+    close(sv[0]);
+    close(sv[1]);
+}
+
+/* A receive whose mmap fails reports it and closes every fd it got. */
+static void test_recv_fault(void **state)
+{
+    mp_tensor *got = NULL;
+    mp_msg *r = NULL;
+    int sv[2], before;
+    pid_t pid;
+    (void)state;
+    assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    pid = fork();
+    if (pid == 0) {   /* a segment this process has never mapped */
+        mp_tensor *x = iota(4, 4, 7);
+        mp_msg *xm = NULL;
+        if (mp_msg_create(&xm) || mp_msg_add_tensor(xm, "x", x) || mp__wire_send(sv[0], xm, 5) ||
+            mp__wire_send(sv[0], xm, 5))
+            _exit(1);
+        _exit(0);
+    }
+    assert_int_equal(waitpid(pid, NULL, 0), pid);
+    before = mp_test_count_fds();
+    assert_mp_ok(mp__sys_fault("mmap", ENOMEM, 0, 1));
+    assert_mp_err(mp__wire_recv(sv[1], &r, 1), MP_ENOMEM);
+    mp__sys_fault_reset();
+    assert_null(r);
+    assert_int_equal(mp_test_count_fds(), before);
+    /* the second copy of the message arrives fine */
+    assert_mp_ok(mp__wire_recv(sv[1], &r, 1));
+    assert_mp_ok(mp_msg_find_tensor(r, "x", &got));
+    assert_true(((float *)mp_tensor_data(got))[15] == 22.0f);
+    mp_tensor_release(got);
+    mp_msg_destroy(r);
+    close(sv[0]);
+    close(sv[1]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -240,6 +299,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_roundtrip_fs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_spill, setup, teardown),
         cmocka_unit_test_setup_teardown(test_encode_decode, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_send_fault_fs, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_recv_fault, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
