@@ -112,6 +112,10 @@ typedef struct mp_pool_callbacks {
     void *user;
 } mp_pool_callbacks;
 
+/* Results are refcounted and thread-safe: any thread may wait on or read
+ * one; the pool holds its own reference while it works. retain adds a
+ * reference; release drops one (the last frees the result and its
+ * messages). NULL is a no-op for both. */
 mp_async_result *mp_async_result_retain(mp_async_result *r);
 void mp_async_result_release(mp_async_result *r);
 /* Blocks until ready: 0, or MP_ETIMEDOUT. */
@@ -181,7 +185,8 @@ int mp_pool_map_array_async(mp_pool *p, const char *task, const void *in, size_t
                             const mp_pool_callbacks *cb, mp_async_result **res);
 
 /* Lazy results: imap yields items in input order as each becomes
- * available; imap_unordered in completion order. */
+ * available; imap_unordered in completion order. Errors as map_async. An
+ * iterator is used by one thread at a time. */
 int mp_pool_imap(mp_pool *p, const char *task, const mp_msg *const *in, size_t n,
                  size_t chunksize, mp_imap **it);
 int mp_pool_imap_unordered(mp_pool *p, const char *task, const mp_msg *const *in, size_t n,

@@ -18,7 +18,11 @@ int mp__msg_copy_attachments(const mp_msg *src, size_t from, size_t n, mp_msg *d
             rc = mp_msg_get_tensor(src, i, &t);
             if (rc)
                 return rc;
-            rc = mp_msg_add_tensor(dst, name, t);
+            /* Move a private tensor to shared memory now, in the caller's
+             * thread, rather than when the handler thread sends the chunk. */
+            rc = mp_tensor_share_memory_(t);
+            if (!rc)
+                rc = mp_msg_add_tensor(dst, name, t);
             mp_tensor_release(t);
         } else {
             const mp__objkind *k = mp__objkind_lookup(kind);

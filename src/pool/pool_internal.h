@@ -145,7 +145,7 @@ typedef struct worker {
     mp_process *proc;  /* NULL: no process in this slot */
     mp_conn *conn;     /* the parent's end, owning sock */
     int sock;
-    int pidfd;         /* readable once the process has ended */
+    int pidfd;         /* proc's sentinel: readable once it has ended */
     mp__chunk *cur;    /* the chunk it runs */
     unsigned chunks;   /* completed, for maxtasksperchild */
     unsigned failures; /* consecutive deaths before ready */

@@ -79,7 +79,7 @@ int mp__worker_start(mp_pool *p, int slot)
     w->proc = proc;
     w->conn = mine;
     w->sock = conn_fd(mine);
-    w->pidfd = mp__pidfd_open(mp_process_pid(proc));
+    w->pidfd = mp_process_sentinel(proc); /* owned by proc */
     w->cur = NULL;
     w->chunks = 0;
     w->ready = false;
@@ -107,9 +107,8 @@ void mp__worker_reap(mp_pool *p, int slot, char *how, size_t cap)
                  e.message);
     else
         snprintf(how, cap, "(pid %d) exited with status %d", (int)pid, e.exitcode);
-    mp_process_destroy(w->proc);
+    mp_process_destroy(w->proc); /* closes the sentinel */
     mp_conn_release(w->conn);
-    mp__close(w->pidfd);
     w->proc = NULL;
     w->conn = NULL;
     w->sock = w->pidfd = -1;

@@ -116,6 +116,35 @@ static int outcome(barrier_shared *sh, uint32_t my_gen)
     return sh->broken ? MP_EBROKEN : 0;
 }
 
+/* Guard held: sleeps until generation my_gen completes (0), breaks
+ * (MP_EBROKEN), or this waiter's deadline passes (MP_ETIMEDOUT, which
+ * breaks it for the others). A dead member found on waking breaks it. */
+static int sleep_round(barrier_shared *sh, uint32_t my_gen, double deadline, double timeout)
+{
+    for (;;) {
+        uint32_t seq = atomic_load(&sh->seq);
+        int rc = mp__sync_sleep(&sh->guard, &sh->seq, seq, sh->members, MP_SYNC_HOLDERS_MAX,
+                                deadline);
+        if (mp__tokens_reap(sh->members, MP_SYNC_HOLDERS_MAX, NULL) > 0 &&
+            sh->gen == my_gen)
+            do_break(sh);
+        int o = outcome(sh, my_gen);
+        if (o == 1)
+            return 0;
+        if (o < 0)
+            return mp__error(MP_EBROKEN, "mp_barrier_wait: the barrier broke while waiting "
+                             "(a member died, timed out, or it was aborted or reset)");
+        if (rc == MP_ETIMEDOUT) {
+            do_break(sh);
+            return mp__error(MP_ETIMEDOUT, "mp_barrier_wait: %u of %u parties arrived "
+                             "within %g s; the barrier is now broken", sh->count,
+                             sh->parties, timeout);
+        }
+        if (rc)
+            return rc;
+    }
+}
+
 int mp_barrier_wait(mp_barrier *b, double timeout, unsigned *index)
 {
     MP__CHECK_HANDLE(b, "mp_barrier_wait");
@@ -124,7 +153,7 @@ int mp_barrier_wait(mp_barrier *b, double timeout, unsigned *index)
         return rc;
     barrier_shared *sh = bar(b);
     double deadline = mp__deadline(timeout);
-    uint32_t my_gen, arrival;
+    uint32_t arrival;
 
     mp__guard_lock(&sh->guard);
     if (mp__tokens_reap(sh->members, MP_SYNC_HOLDERS_MAX, NULL) > 0)
@@ -147,33 +176,7 @@ int mp_barrier_wait(mp_barrier *b, double timeout, unsigned *index)
         next_gen(sh, true);
         goto out;
     }
-    my_gen = sh->gen;
-    for (;;) {
-        uint32_t seq = atomic_load(&sh->seq);
-        rc = mp__sync_sleep(&sh->guard, &sh->seq, seq, sh->members, MP_SYNC_HOLDERS_MAX,
-                            deadline);
-        if (mp__tokens_reap(sh->members, MP_SYNC_HOLDERS_MAX, NULL) > 0 &&
-            sh->gen == my_gen)
-            do_break(sh);
-        int o = outcome(sh, my_gen);
-        if (o == 1) {
-            rc = 0;
-            break;
-        }
-        if (o < 0) {
-            rc = mp__error(MP_EBROKEN, "mp_barrier_wait: the barrier broke while waiting "
-                           "(a member died, timed out, or it was aborted or reset)");
-            break;
-        }
-        if (rc == MP_ETIMEDOUT) {
-            do_break(sh);
-            rc = mp__error(MP_ETIMEDOUT, "mp_barrier_wait: %u of %u parties arrived within "
-                           "%g s; the barrier is now broken", sh->count, sh->parties, timeout);
-            break;
-        }
-        if (rc)
-            break;
-    }
+    rc = sleep_round(sh, sh->gen, deadline, timeout);
 out:
     mp__guard_unlock(&sh->guard);
     return rc;

@@ -80,7 +80,12 @@ int mp__olock_consistent(mp__olock *l, const char *call);
 /* Whether the calling thread owns l. */
 bool mp__olock_mine(const mp__olock *l);
 /* Checks a public call's handle argument: MP_EINVAL with a sentence. */
-#define MP__CHECK_HANDLE(h, call)                                                              do {                                                                                           if (!(h))                                                                                      return mp__error(MP_EINVAL, "%s: the handle is NULL", call);                      } while (0)
+#define MP__CHECK_HANDLE(h, call)                                               \
+    do {                                                                        \
+        if (!(h))                                                               \
+            return mp__error(MP_EINVAL, "%s: the handle is NULL", call);        \
+    } while (0)
+/* MP_EINVAL with a sentence for a NaN timeout. */
 int mp__check_timeout(double timeout, const char *call);
 
 /* ---- tokens: one robust mutex per holder/member thread -------------------

@@ -83,6 +83,8 @@ static int child(const char *role, int fd, int fd2)
         CHECK(send_tensor(fd2, t) == 0);
         mp_tensor_release(t);
         say(fd, "d");
+        /* The message's reference is ours until the third has taken it. */
+        hear(fd, 'x');
     } else if (!strcmp(role, "third")) {
         CHECK(recv_tensor(fd, &t) == 0);
         CHECK(mp_tensor_cuda_share_count(t, &count) == 0 && count >= 1);
@@ -251,8 +253,9 @@ static void test_resend(void **state)
     close(bc[1]);
     assert_mp_ok(send_tensor(ab[0], d));
     expect(ab[0], 'd');
-    reap(b);
     reap(c);
+    assert_mp_ok(mp__send_record(ab[0], "x", 1, NULL, 0, -1));
+    reap(b);
     assert_true(values_are(d, 1, 1, 16));
     int count = -1;
     assert_mp_ok(mp_tensor_cuda_share_count(d, &count));

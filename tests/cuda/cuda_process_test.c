@@ -1,12 +1,13 @@
 /* CUDA with the process layer: the fork guard (simulated CUDA start-up)
- * refuses the fork start method and names spawn and forkserver. In CUDA
- * builds, on the fake device (installed before mp_init, so the spawned
- * children use it too), with spawned children and mp_queue: a CUDA tensor
- * passed as an argument to a child that adds 1 in place; a received tensor
- * sent on to a third process; a consumer killed while holding a tensor (its
- * reference does not pin the memory); 1000 tensors through a queue with the
- * pending list back to empty; a producer whose exit warning reaches its log
- * hook while the parent still holds its tensor. */
+ * refuses the fork start method (processes and pool workers) and names
+ * spawn and forkserver. In CUDA builds, on the fake device (installed before
+ * mp_init, so the spawned children use it too), with spawned children and
+ * mp_queue: a CUDA tensor passed as an argument to a child that adds 1 in
+ * place; a received tensor sent on to a third process; a consumer killed
+ * while holding a tensor (its reference does not pin the memory); 1000
+ * tensors through a queue with the pending list back to empty; a producer
+ * whose exit warning reaches its log hook while the parent still holds its
+ * tensor. */
 #include "mp_test.h"
 #include "cuda/cuda_internal.h"
 
@@ -75,6 +76,14 @@ static void test_fork_guard(void **state)
     assert_non_null(strstr(mp_last_error(), "CUDA"));
     assert_non_null(strstr(mp_last_error(), "spawn"));
     assert_non_null(strstr(mp_last_error(), "forkserver"));
+    /* A pool's workers are processes too. */
+    mp_pool_options po;
+    mp_pool *pool = NULL;
+    mp_pool_options_init(&po);
+    po.start_method = "fork";
+    assert_mp_err(mp_pool_create(1, &po, &pool), MP_ESTATE);
+    assert_null(pool);
+    assert_non_null(strstr(mp_last_error(), "CUDA"));
     /* spawn execs a fresh program: allowed (forkserver too; its server is a
      * long-lived child that the leak checks here would kill). */
     assert_mp_ok(start("spawn", "t_nothing", NULL, &p));
@@ -177,7 +186,7 @@ MP_ENTRY(t_holder)
         pause();
 }
 
-/* Takes and releases n tensors, checking the first and last values. */
+/* Takes and releases 1000 tensors, each filled with its index. */
 MP_ENTRY(t_sink)
 {
     mp_queue *in = arg_queue(args, 0);

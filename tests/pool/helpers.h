@@ -129,6 +129,30 @@ MP_TASK(read_init)
     return mp_msg_set_payload(out, &init_value, sizeof init_value);
 }
 
+/* Doubles the attached "x" in place (its shared pages) and answers with a
+ * new shared tensor "y" = x + 1. */
+MP_TASK(tensor_inc)
+{
+    mp_tensor *x, *y;
+    int64_t n;
+    int rc = mp_msg_find_tensor(in, "x", &x);
+    if (rc)
+        return rc;
+    n = mp_tensor_numel(x);
+    rc = mp_tensor_empty_shared(MP_FLOAT32, 1, &n, &y);
+    if (!rc) {
+        float *xs = mp_tensor_data(x), *ys = mp_tensor_data(y);
+        for (int64_t i = 0; i < n; i++) {
+            xs[i] *= 2;
+            ys[i] = xs[i] + 1;
+        }
+        rc = mp_msg_add_tensor(out, "y", y);
+        mp_tensor_release(y);
+    }
+    mp_tensor_release(x);
+    return rc;
+}
+
 MP_TASK(twice_double)
 {
     double d;
@@ -151,7 +175,10 @@ static inline mp_pool *pool_new_method(int n, unsigned maxtasks, const char *met
     return p;
 }
 
-static inline mp_pool *pool_new(int n, unsigned maxtasks) { return pool_new_method(n, maxtasks, NULL); }
+static inline mp_pool *pool_new(int n, unsigned maxtasks)
+{
+    return pool_new_method(n, maxtasks, NULL);
+}
 
 static inline span apply_span(mp_pool *p, const char *task, int64_t v)
 {
@@ -191,6 +218,19 @@ static inline void check_crash(mp_pool *p, int sig, const char *name)
     assert_null(out);
     mp_msg_destroy(in);
     (void)before;
+}
+
+/* The start of each test binary's main: mp_init (spawned workers run from
+ * there), then a warm-up of what the leak snapshots would otherwise catch
+ * growing: a thread stack in glibc's cache, the allocator's first regions. */
+static inline int pool_tests_begin(int *argc, char ***argv)
+{
+    mp_pool *p;
+    if (mp_init(argc, argv) != 0)
+        return 1;
+    if (mp_pool_create(1, NULL, &p) == 0)
+        mp_pool_destroy(p);
+    return 0;
 }
 
 #endif

@@ -120,7 +120,8 @@ static void test_initializer(void **state)
 
 static int cmp_i32(const void *a, const void *b)
 {
-    return (*(const int32_t *)a > *(const int32_t *)b) - (*(const int32_t *)a < *(const int32_t *)b);
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
 }
 
 static void test_maxtasksperchild(void **state)
@@ -158,12 +159,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_spawn, setup, teardown),
         cmocka_unit_test_setup_teardown(test_forkserver, setup, teardown),
     };
-    if (mp_init(&argc, &argv) != 0) /* spawned workers run from here */
+    if (pool_tests_begin(&argc, &argv) != 0)
         return 1;
-    /* Warm up what the leak snapshots would otherwise catch growing: a
-     * thread stack in glibc's cache, the allocator's first regions. */
-    mp_pool *p;
-    if (mp_pool_create(1, NULL, &p) == 0)
-        mp_pool_destroy(p);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -196,6 +196,77 @@ static void test_attachments(void **state)
     close(sv[1]);
 }
 
+/* Under every start method: the child gets the objects in its argument
+ * message, holds the lock while it sets the event, and meets us at the
+ * barrier; we wait for the event and see the lock held meanwhile. */
+MP_ENTRY(sync_child)
+{
+    mp_lock *l = NULL;
+    mp_event *e = NULL;
+    mp_barrier *b = NULL;
+    int rc = 1;
+    if (mp_msg_get_lock(args, 0, &l) || mp_msg_get_event(args, 1, &e) ||
+        mp_msg_get_barrier(args, 2, &b))
+        goto out;
+    rc = 2;
+    if (mp_lock_acquire(l, 10) != 0)
+        goto out;
+    mp_event_set(e);
+    rc = mp_barrier_wait(b, 10, NULL) == 0 ? 0 : 3; /* the parent checks the lock */
+    mp_barrier_wait(b, 10, NULL);
+    mp_lock_release(l);
+out:
+    mp_lock_destroy(l);
+    mp_event_destroy(e);
+    mp_barrier_destroy(b);
+    return rc;
+}
+
+static void check_start_method(const char *method)
+{
+    mp_process_options o;
+    mp_process *proc;
+    mp_msg *args;
+    mp_lock *l;
+    mp_event *e;
+    mp_barrier *b;
+    int code = -1;
+    assert_mp_ok(mp_lock_create(&l));
+    assert_mp_ok(mp_event_create(&e));
+    assert_mp_ok(mp_barrier_create(2, &b));
+    assert_mp_ok(mp_msg_create(&args));
+    assert_mp_ok(mp_msg_add_lock(args, NULL, l));
+    assert_mp_ok(mp_msg_add_event(args, NULL, e));
+    assert_mp_ok(mp_msg_add_barrier(args, NULL, b));
+    mp_process_options_init(&o);
+    o.start_method = method;
+    assert_mp_ok(mp_process_create("sync_child", args, &o, &proc));
+    assert_mp_ok(mp_process_start(proc));
+    mp_msg_destroy(args);
+    assert_mp_ok(mp_event_wait(e, 20));
+    assert_mp_ok(mp_barrier_wait(b, 20, NULL));
+    assert_int_equal(mp_lock_locked(l), 1);         /* held by the child */
+    assert_mp_err(mp_lock_release(l), MP_EPERM);
+    assert_mp_ok(mp_barrier_wait(b, 20, NULL));
+    assert_mp_ok(mp_process_join(proc, 20));
+    assert_mp_ok(mp_process_exitcode(proc, &code));
+    assert_int_equal(code, 0);
+    assert_mp_ok(mp_lock_acquire(l, 10));
+    assert_mp_ok(mp_lock_release(l));
+    assert_mp_ok(mp_process_destroy(proc));
+    mp_lock_destroy(l);
+    mp_event_destroy(e);
+    mp_barrier_destroy(b);
+}
+
+static void test_start_methods(void **state)
+{
+    check_start_method("fork");
+    check_start_method("spawn");
+    check_start_method("forkserver");
+    mp_forkserver_stop();
+}
+
 /* ---- shared-memory set-up failures ---------------------------------------- */
 
 static void test_create_faults(void **state)
@@ -221,10 +292,11 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_barrier_timeout_abort_reset, setup, teardown),
         cmocka_unit_test_setup_teardown(test_barrier_member_killed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_attachments, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_start_methods, setup, teardown),
         cmocka_unit_test_setup_teardown(test_create_faults, setup, teardown),
     };
-    (void)argc;
-    (void)argv;
+    if (mp_init(&argc, &argv) != 0) /* spawned children run from here */
+        return 1;
     warm_up();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

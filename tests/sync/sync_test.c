@@ -412,6 +412,87 @@ static void test_condition_wait_for(void **state)
 }
 
 
+/* A waiter's lock comes back from a holder that died meanwhile. */
+static int cond_hold_and_die(void *p)
+{
+    struct die_arg *a = p;
+    if (mp_condition_acquire(a->obj, 5) != 0)
+        return 1;
+    mp_condition_notify_all(a->obj);
+    (void)!write(a->fd, "x", 1);
+    raise(SIGKILL);
+    return 3;
+}
+
+static void test_condition_owner_dead(void **state)
+{
+    struct die_arg a = {NULL, -1, 0};
+    int p[2];
+    pid_t pid;
+    open_pipe(&a, p);
+    assert_mp_ok(mp_condition_create((mp_condition **)&a.obj));
+    assert_mp_ok(mp_condition_acquire(a.obj, 1));
+    pid = fork_child(cond_hold_and_die, &a);
+    /* wait releases the lock; the child takes it, notifies and dies */
+    assert_mp_err(mp_condition_wait(a.obj, 20), MP_EOWNERDEAD);
+    assert_int_equal(reap(pid), 128 + SIGKILL);
+    assert_mp_ok(mp_condition_consistent(a.obj));
+    assert_mp_ok(mp_condition_release(a.obj));
+    mp_condition_destroy(a.obj);
+    close_pipe(p);
+}
+
+/* More holder threads than MP_SYNC_HOLDERS_MAX: the extra one is refused.
+ * Run in a child, whose thread stacks the leak check does not count. */
+struct hold_arg {
+    mp_semaphore *s;
+    pthread_barrier_t held, done;
+    atomic_int refused, failed;
+};
+
+static void *hold_permit(void *p)
+{
+    struct hold_arg *a = p;
+    int rc = mp_semaphore_acquire(a->s, 5);
+    if (rc == MP_EOVERFLOW)
+        atomic_fetch_add(&a->refused, 1);
+    else if (rc != 0)
+        atomic_fetch_add(&a->failed, 1);
+    pthread_barrier_wait(&a->held); /* everyone tried while the others hold */
+    pthread_barrier_wait(&a->done);
+    if (rc == 0 && mp_semaphore_release(a->s) != 0)
+        atomic_fetch_add(&a->failed, 1);
+    return NULL;
+}
+
+static int many_holders(void *p)
+{
+    enum { N = MP_SYNC_HOLDERS_MAX + 1 };
+    struct hold_arg *a = p;
+    pthread_t th[N];
+    pthread_barrier_init(&a->held, NULL, N);
+    pthread_barrier_init(&a->done, NULL, N);
+    for (int i = 0; i < N; i++)
+        if (pthread_create(&th[i], NULL, hold_permit, a) != 0)
+            return 1;
+    for (int i = 0; i < N; i++)
+        pthread_join(th[i], NULL);
+    if (atomic_load(&a->failed))
+        return 2;
+    if (atomic_load(&a->refused) != 1)
+        return 3;
+    return mp_semaphore_value(a->s) == N ? 0 : 4;
+}
+
+static void test_semaphore_holders_max(void **state)
+{
+    struct hold_arg a;
+    memset(&a, 0, sizeof a);
+    assert_mp_ok(mp_semaphore_create(MP_SYNC_HOLDERS_MAX + 1, &a.s));
+    assert_int_equal(reap(fork_child(many_holders, &a)), 0);
+    mp_semaphore_destroy(a.s);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -426,6 +507,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_event, setup, teardown),
         cmocka_unit_test_setup_teardown(test_condition, setup, teardown),
         cmocka_unit_test_setup_teardown(test_condition_wait_for, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_condition_owner_dead, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_semaphore_holders_max, setup, teardown),
     };
     (void)argc;
     (void)argv;
