@@ -362,7 +362,6 @@ int loop_run(const loop_config *cfg, int ready_fd)
 
     config = cfg;
     started = now();
-    table_init(cfg->grace);
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGTERM);
     sigaddset(&sigs, SIGINT);
@@ -377,6 +376,7 @@ int loop_run(const loop_config *cfg, int ready_fd)
             close(ready_fd);
         return 1;
     }
+    table_init(cfg->grace, spath);
     table_scan(0);
     dlog("listening on %s (grace %g s%s)", spath, cfg->grace,
          cfg->persistent ? ", persistent" : "");
