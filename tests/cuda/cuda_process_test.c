@@ -101,6 +101,13 @@ MP_ENTRY(t_producer)
         mp_conn_send(c, m, 10) < 0)
         mp_raise("send: %s", mp_last_error());
     mp_msg_destroy(m);
+    /* The fake device opens the handle through our /proc/<pid>/fd: stay
+     * until the parent has it. */
+    void *ack = NULL;
+    size_t len = 0;
+    if (mp_conn_recv_bytes(c, &ack, &len, 30) < 0)
+        mp_raise("ack: %s", mp_last_error());
+    free(ack);
     /* Returns holding t; the runtime's exit path warns through the hook. */
     return 0;
 }
@@ -141,6 +148,7 @@ static void test_producer_exit_warning(void **state)
     assert_mp_ok(mp_conn_recv(a, &m, 30));
     assert_mp_ok(mp_msg_get_cuda_tensor(m, 0, &t));
     mp_msg_destroy(m);
+    assert_mp_ok(mp_conn_send_bytes(a, "ok", 2, 10));
     assert_mp_ok(mp_conn_recv_bytes(a, &line, &len, 30));
     if (!strstr(line, "1 CUDA allocation is still shared"))
         fail_msg("warning: %.*s", (int)len, (char *)line);
