@@ -569,7 +569,7 @@ static int attach_child(void *p)
     mp_event *e = NULL;
     mp_barrier *b = NULL;
     mp_semaphore *s = NULL;
-    if (mp__wire_recv(sock, &m, 10) != 0) {
+    if (mp__wire_recv(sock, &m, mp__deadline(10)) != 0) {
         fprintf(stderr, "attach_child: recv: %s\n", mp_last_error());
         return 1;
     }
@@ -619,7 +619,7 @@ static void test_attachments(void **state)
     assert_mp_ok(mp_msg_add_semaphore(m, NULL, s));
     assert_int_equal(mp_msg_kind(m, 0), MP_ATTACH_LOCK);
     pid = fork_child(attach_child, &sv[1]);
-    assert_mp_ok(mp__wire_send(sv[0], m, 10));
+    assert_mp_ok(mp__wire_send(sv[0], m, mp__deadline(10)));
     mp_msg_destroy(m); /* the objects live on in the child's mappings */
     assert_mp_ok(mp_event_wait(e, 10));
     assert_mp_ok(mp_barrier_wait(b, 10, NULL));
