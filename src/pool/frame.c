@@ -143,7 +143,8 @@ int mp__packer_finish(mp__packer *p, mp_msg **out)
     }
     memcpy(w, &h, sizeof h);
     w += sizeof h;
-    memcpy(w, p->entries, p->count * sizeof(mp__pack_entry));
+    if (p->count) /* entries is NULL when empty; memcpy(NULL, 0) is UB */
+        memcpy(w, p->entries, p->count * sizeof(mp__pack_entry));
     w += p->count * sizeof(mp__pack_entry);
     memcpy(w, p->name, h.name_len);
     w += h.name_len;

@@ -84,7 +84,9 @@ int mp__mgr_connect_at(const char *path, int *out)
     *out = -1;
     if (snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path) >= (int)sizeof sa.sun_path)
         return mp__error(MP_EOVERFLOW, "shm manager: socket path too long: %s", path);
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    /* Non-blocking: a blocking connect to a hung daemon whose backlog is
+     * full would wait forever (a daemon asking its peers must not). */
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0)
         return mp__errno_error(errno, "shm manager: socket");
     while (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
@@ -94,8 +96,12 @@ int mp__mgr_connect_at(const char *path, int *out)
         close(fd);
         if (err == ECONNREFUSED || err == ENOENT)
             return mp__error(MP_ENOENT, "shm manager: no daemon listens on %s", sa.sun_path);
+        if (err == EAGAIN)
+            return mp__error(MP_EAGAIN, "shm manager: the daemon on %s does not accept "
+                             "connections (backlog full); is it hung?", sa.sun_path);
         return mp__errno_error(err, "shm manager: connect(%s)", sa.sun_path);
     }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     *out = fd;
     return 0;
 }

@@ -23,6 +23,7 @@ typedef struct dseg {
     bool adopted;      /* found in /dev/shm at start, not reported to us */
     bool candidate;    /* looked reclaimable at the previous check ... */
     double since;      /* ... and since then (monotonic seconds) */
+    double peer_wait;  /* adopted: since when a peer daemon does not answer (0: none) */
 } dseg;
 
 /* The daemon's log (stderr, which is the log file once detached). */

@@ -40,6 +40,29 @@ static bool ask(const char *path, char **all, size_t *len)
     return true;
 }
 
+/* Whether the daemon serving the socket at path sees our /dev/shm (a
+ * daemon in another mount namespace, e.g. a test's private tmpfs, cannot
+ * track our segments). Its pid is in the lock file next to the socket;
+ * when we cannot tell, assume it does. */
+static bool same_dev_shm(const char *path)
+{
+    char lock[sizeof(((struct sockaddr_un *)0)->sun_path) + 16], root[64];
+    struct stat ours, theirs;
+    int pid = 0;
+    FILE *f;
+    size_t n = strlen(path) - strlen(MP__MGR_SOCKET);
+    snprintf(lock, sizeof lock, "%.*s%s", (int)n, path, MP__MGR_LOCK);
+    if (!(f = fopen(lock, "re")))
+        return true;
+    if (fscanf(f, "%d", &pid) != 1)
+        pid = 0;
+    fclose(f);
+    snprintf(root, sizeof root, "/proc/%d/root/dev/shm", pid);
+    if (pid <= 0 || stat("/dev/shm", &ours) != 0 || stat(root, &theirs) != 0)
+        return true;
+    return ours.st_dev == theirs.st_dev && ours.st_ino == theirs.st_ino;
+}
+
 char *peers_list(const char *own_socket)
 {
     FILE *f = fopen("/proc/net/unix", "re");
@@ -63,7 +86,8 @@ char *peers_list(const char *own_socket)
         if (n <= sizeof sock - 1 || strcmp(path + n - (sizeof sock - 1), sock) != 0 ||
             strcmp(path, own_socket) == 0)
             continue;
-        if (stat(path, &st) != 0 || st.st_uid != geteuid() || !S_ISSOCK(st.st_mode))
+        if (stat(path, &st) != 0 || st.st_uid != geteuid() || !S_ISSOCK(st.st_mode) ||
+            !same_dev_shm(path))
             continue;
         ok = ask(path, &all, &len);
     }

@@ -28,6 +28,7 @@
 #include <sys/mman.h>
 
 #define SETTLE 0.05
+#define PEER_PATIENCE 5.0
 
 static double quarantine = 2.0;
 static char own_socket[108];
@@ -188,15 +189,24 @@ int table_reclaim(double now)
 
 /* Whether another daemon of this uid tracks s (then it is forgotten
  * here); *peers is fetched at the first call. -1: a peer did not answer,
- * keep s for now. */
-static int peer_owned(dseg *s, char **peers, bool *asked)
+ * keep s for now; after PEER_PATIENCE s of that, a hung peer no longer
+ * stops us (nothing would ever reclaim s otherwise). */
+static int peer_owned(dseg *s, double now, char **peers, bool *asked)
 {
     if (!*asked) {
         *asked = true;
         *peers = peers_list(own_socket);
     }
-    if (!*peers)
-        return -1;
+    if (!*peers) {
+        if (s->peer_wait == 0)
+            s->peer_wait = now;
+        if (now - s->peer_wait < PEER_PATIENCE)
+            return -1;
+        dlog("reclaiming %s although a peer daemon did not answer for %g s", s->name,
+             PEER_PATIENCE);
+        return 0;
+    }
+    s->peer_wait = 0;
     if (!peers_track(*peers, s->name))
         return 0;
     dlog("left %s to another shm manager of this uid, which tracks it", s->name);
@@ -225,7 +235,7 @@ static int reclaim_adopted(double now, bool final)
         ok = s->nholders == 0 && s->sent <= s->received && !mp__pid_alive(s->creator) &&
              mp__seg_users_count(&users, s->name) == 0;
         if (ok && s->candidate && now - s->since >= quarantine) {
-            int owned = peer_owned(s, &peers, &asked);
+            int owned = peer_owned(s, now, &peers, &asked);
             if (owned < 0) {
                 pending += !final;
                 continue;
