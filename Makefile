@@ -34,9 +34,12 @@ asan: asan-build
 demo: build
 	$(BUILD)/tensor_share
 
+# The bench runner when it exists, else every bench_<name>, one JSON file each.
 bench: build
 	@mkdir -p bench/results
-	$(BUILD)/bench_all
+	@if [ -x $(BUILD)/bench_all ]; then $(BUILD)/bench_all; else \
+	    for b in $(BUILD)/bench_*; do [ -x "$$b" ] || continue; n=$${b##*/bench_}; \
+	        echo "== $$n" >&2; "$$b" | tee bench/results/$$n.jsonl || exit 1; done; fi
 
 # make install PREFIX=/opt/mproc (default: the configured prefix, /usr/local); DESTDIR works.
 install: build

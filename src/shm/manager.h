@@ -53,6 +53,9 @@ int mp__mgr_connect(int *fd);
 /* Sends "<cmd>\n" on a fresh control connection and reads the reply up to
  * the "END" line into a malloc'd string. MP_ENOENT when no daemon runs. */
 int mp__mgr_control(const char *cmd, char **reply, double timeout);
+/* The same with an explicit control socket path (another runtime directory). */
+int mp__mgr_connect_at(const char *path, int *fd);
+int mp__mgr_control_at(const char *path, const char *cmd, char **reply, double timeout);
 
 /* The daemon binary: $MPROC_SHM_MANAGER, the build tree's, the install
  * bindir's, else "mproc-shm-manager" for a $PATH lookup. */

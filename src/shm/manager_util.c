@@ -71,12 +71,22 @@ int mp__mgr_path(char *buf, size_t cap, const char *file, bool create)
 
 int mp__mgr_connect(int *out)
 {
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    int fd = -1, rc = mp__mgr_path(sa.sun_path, sizeof sa.sun_path, MP__MGR_SOCKET, false);
+    char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    int rc = mp__mgr_path(path, sizeof path, MP__MGR_SOCKET, false);
     *out = -1;
-    if (rc < 0)
-        return rc;
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    return rc < 0 ? rc : mp__mgr_connect_at(path, out);
+}
+
+int mp__mgr_connect_at(const char *path, int *out)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int fd = -1;
+    *out = -1;
+    if (snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path) >= (int)sizeof sa.sun_path)
+        return mp__error(MP_EOVERFLOW, "shm manager: socket path too long: %s", path);
+    /* Non-blocking: a blocking connect to a hung daemon whose backlog is
+     * full would wait forever (a daemon asking its peers must not). */
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0)
         return mp__errno_error(errno, "shm manager: socket");
     while (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
@@ -86,8 +96,12 @@ int mp__mgr_connect(int *out)
         close(fd);
         if (err == ECONNREFUSED || err == ENOENT)
             return mp__error(MP_ENOENT, "shm manager: no daemon listens on %s", sa.sun_path);
+        if (err == EAGAIN)
+            return mp__error(MP_EAGAIN, "shm manager: the daemon on %s does not accept "
+                             "connections (backlog full); is it hung?", sa.sun_path);
         return mp__errno_error(err, "shm manager: connect(%s)", sa.sun_path);
     }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     *out = fd;
     return 0;
 }
@@ -108,11 +122,19 @@ static int write_all(int fd, const char *p, size_t n)
 
 int mp__mgr_control(const char *cmd, char **reply, double timeout)
 {
+    char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    int rc = mp__mgr_path(path, sizeof path, MP__MGR_SOCKET, false);
+    *reply = NULL;
+    return rc < 0 ? rc : mp__mgr_control_at(path, cmd, reply, timeout);
+}
+
+int mp__mgr_control_at(const char *path, const char *cmd, char **reply, double timeout)
+{
     size_t len = 0, cap = 4096;
     char *buf = NULL;
     double deadline = 0;
     struct timespec ts;
-    int fd = -1, rc = mp__mgr_connect(&fd);
+    int fd = -1, rc = mp__mgr_connect_at(path, &fd);
 
     *reply = NULL;
     if (rc < 0)

@@ -2,7 +2,8 @@
 # Installs the build tree into a temporary prefix, then builds and runs a
 # small program against the installed copy twice: a C program through
 # pkg-config (shared, then static), and a C++ program through a CMake project
-# that calls find_package(mproc) and links mproc::mproc.
+# that calls find_package(mproc) and links mproc::mproc. The README's C
+# example is built as the README says (cc app.c $(pkg-config ...)) and run.
 # usage: install_test.sh SOURCE_DIR BUILD_DIR CC CXX CMAKE
 set -eu
 src=$1 build=$2 cc=$3 cxx=$4 cmake=$5
@@ -38,6 +39,14 @@ ldd "$tmp/app_pc" | grep -q "$libdir/libmproc.so" ||
   $(pkg-config --cflags mproc) "$libdir/libmproc.a" $(pkg-config --static --libs-only-l mproc | sed 's/-lmproc//')
 [ "$("$tmp/app_static")" = "mproc $ver" ] || { echo "FAIL: static pkg-config app"; exit 1; }
 
+# --- the README's example, built the way the README says, prints 1.0
+awk '/^```c$/ { p = 1; next } /^```/ { p = 0 } p' "$src/README.md" >"$tmp/readme.c"
+[ -s "$tmp/readme.c" ] || { echo "FAIL: no C example in README.md"; exit 1; }
+"$cc" -Wall -Wextra -Werror "$tmp/readme.c" -o "$tmp/readme" $(pkg-config --cflags --libs mproc) \
+  -Wl,-rpath,"$libdir" || { echo "FAIL: the README's example does not build"; exit 1; }
+out=$("$tmp/readme")
+[ "$out" = "1.0" ] || { echo "FAIL: the README's example printed '$out', not 1.0"; exit 1; }
+
 # --- find_package(mproc) from a C++ project
 "$cmake" -S "$src/tests/build/consumer" -B "$tmp/consumer" -DCMAKE_PREFIX_PATH="$prefix" \
   -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" -DMPROC_EXPECT_VERSION="$ver" \
@@ -48,4 +57,4 @@ grep -q "mproc_DIR=$prefix" "$tmp/consumer.log" ||
   { cat "$tmp/consumer.log"; echo "FAIL: find_package did not use the installed copy"; exit 1; }
 out=$("$tmp/consumer/app_cxx")
 [ "$out" = "mproc $ver (C++)" ] || { echo "FAIL: find_package app printed '$out'"; exit 1; }
-echo "ok: installed mproc $ver works through pkg-config and find_package"
+echo "ok: installed mproc $ver works through pkg-config and find_package; the README example runs"

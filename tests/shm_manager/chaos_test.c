@@ -47,10 +47,12 @@ static int worker_main(int in, int out)
                 mp_tensor_release(held[--n]);
             break;
         case 'g':
-            t = NULL;
-            ok = n < 64 && mp_queue_get_tensor(q, &t, 5) == 0 &&
-                 ((float *)mp_tensor_data(t))[0] == 7.0f;
-            if (t && n < 64)
+            if (n >= 64) {
+                ok = false;
+                break;
+            }
+            ok = mp_queue_get_tensor(q, &t, 5) == 0 && ((float *)mp_tensor_data(t))[0] == 7.0f;
+            if (t)
                 held[n++] = t;
             break;
         case 'e': {

@@ -67,16 +67,23 @@ static int creator(int in, int out, void *arg)
                 mp__segment_release(s[--k]);
             return 0;
         } else if (c == 'f') { /* fork a grandchild that keeps the mappings */
-            pid_t g = fork();
-            if (g == 0) {
+            int ready[2];
+            pid_t g;
+            if (pipe2(ready, O_CLOEXEC) != 0)
+                return 13;
+            if ((g = fork()) == 0) {
                 mp__segment *t;
                 if (mp__segment_create(4096, MP__STRATEGY_FS, &t) != 0)
                     _exit(12);
-                mgr_put(out, 'g');
+                mgr_put(ready[1], 'g');
                 mgr_get(in, 30); /* until killed */
                 _exit(0);
             }
+            close(ready[1]);
+            /* Its pid first, then 'g' once it has reported: one writer. */
             (void)!write(out, &g, sizeof g);
+            mgr_put(out, mgr_get(ready[0], 10));
+            close(ready[0]);
         } else {
             return 0;
         }
@@ -189,6 +196,60 @@ static void test_in_flight_kept_until_received(void **state)
     child_end(&r, false);
     assert_true(mgr_wait_clean(&c.pid, 1, MGR_GRACE + 1));
     assert_false(mgr_exists(name));
+    child_end(&keeper, true);
+}
+
+/* A daemon of another runtime directory (same uid, same /dev/shm) starts
+ * while a segment is in flight: it adopts it (creator dead, nobody maps
+ * it), but leaves it to our daemon, which tracks the message. */
+static void test_other_daemon_leaves_tracked(void **state)
+{
+    char name[MP__SHM_NAME_MAX], dir[] = "/tmp/mproc-test2.XXXXXX", path[PATH_MAX + 64];
+    char log[4096] = "";
+    child keeper = child_start(creator, (void *)(intptr_t)1), c = child_start(sender, NULL), r;
+    pid_t d2;
+    int status = -1;
+
+    assert_int_equal(mgr_get(keeper.from, 10), 'r');
+    assert_int_equal(read(c.from, name, sizeof name), (ssize_t)sizeof name);
+    child_end(&c, true);
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/daemon.log", dir);
+    if ((d2 = fork()) == 0) {
+        int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+        char bin[PATH_MAX + 32];
+        snprintf(bin, sizeof bin, "%s/mproc-shm-manager", mgr_bindir);
+        setenv("MPROC_RUNTIME_DIR", dir, 1);
+        if (fd < 0 || dup2(fd, 2) < 0)
+            _exit(126);
+        execl(bin, bin, "--foreground", "--grace", "0.3", (char *)NULL);
+        _exit(127);
+    }
+    assert_true(d2 > 0);
+    /* Its quarantine (0.3 s) ends, it asks us, forgets it and exits. */
+    for (int i = 0; i < 1000 && waitpid(d2, &status, WNOHANG) == 0; i++)
+        mgr_sleep(0.01);
+    if (status == -1) {
+        kill(d2, SIGKILL);
+        waitpid(d2, NULL, 0);
+    }
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        (void)!read(fd, log, sizeof log - 1);
+        close(fd);
+    }
+    unlink(path);
+    snprintf(path, sizeof path, "%s/" MP__MGR_LOCK, dir);
+    unlink(path);
+    rmdir(dir);
+    assert_int_equal(status, 0);
+    if (!mgr_exists(name) || !strstr(log, "left ") || !strstr(log, name))
+        fail_msg("the other daemon took %s (exists: %d); its log:\n%s", name,
+                 mgr_exists(name), log);
+    r = child_start(receiver, NULL);
+    assert_int_equal(write(r.to, name, sizeof name), (ssize_t)sizeof name);
+    child_end(&r, false);
+    assert_true(mgr_wait_clean(&c.pid, 1, MGR_GRACE + 1));
     child_end(&keeper, true);
 }
 
@@ -359,6 +420,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_release_and_exit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_two_starters_one_daemon, setup, teardown),
         cmocka_unit_test_setup_teardown(test_in_flight_kept_until_received, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_other_daemon_leaves_tracked, setup, teardown),
         cmocka_unit_test_setup_teardown(test_daemon_killed_readopts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dead_owner_reclaimed_at_start, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fork_child_registers_inherited, setup, teardown),

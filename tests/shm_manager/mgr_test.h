@@ -17,7 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -45,6 +47,23 @@ static void mgr_sleep(double s)
         ;
 }
 
+/* As root, the binary gets a /dev/shm of its own (a tmpfs in a private
+ * mount namespace, inherited by its children and its daemon): every shm
+ * manager of the uid judges every /dev/shm/mproc-* segment, so another
+ * test's daemon, or another checkout's on a shared machine, would adopt
+ * and reclaim the segments these tests leave "leaked" on purpose. Without
+ * root the shared /dev/shm is used (a fresh CI machine runs no foreign
+ * daemon; ours leave what other daemons track to them, see peers.c). */
+static void mgr_private_dev_shm(void)
+{
+    if (geteuid() != 0 || unshare(CLONE_NEWNS) != 0)
+        return;
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+        mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=1g") != 0)
+        fprintf(stderr, "note: no private /dev/shm (%s); using the shared one\n",
+                strerror(errno));
+}
+
 /* Call first in main. */
 static void mgr_test_env(void)
 {
@@ -53,6 +72,7 @@ static void mgr_test_env(void)
     if (n <= 0)
         abort();
     exe[n] = 0;
+    mgr_private_dev_shm();
     snprintf(mgr_bindir, sizeof mgr_bindir, "%s", dirname(exe));
     snprintf(mgr_dir, sizeof mgr_dir, "/tmp/mproc-test.XXXXXX");
     if (!mkdtemp(mgr_dir))

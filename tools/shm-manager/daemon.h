@@ -23,6 +23,7 @@ typedef struct dseg {
     bool adopted;      /* found in /dev/shm at start, not reported to us */
     bool candidate;    /* looked reclaimable at the previous check ... */
     double since;      /* ... and since then (monotonic seconds) */
+    double peer_wait;  /* adopted: since when a peer daemon does not answer (0: none) */
 } dseg;
 
 /* The daemon's log (stderr, which is the log file once detached). */
@@ -33,8 +34,9 @@ void dlog(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int table_report(uint64_t id, pid_t pid, const char *line);
 /* A client is gone: forget what it held. */
 void table_client_gone(uint64_t id, pid_t pid);
-/* The adopted segments' quarantine (the grace period). */
-void table_init(double quarantine);
+/* The adopted segments' quarantine (the grace period) and our own control
+ * socket (to tell other daemons' sockets from ours). */
+void table_init(double quarantine, const char *own_socket);
 /* Two-phase reclaim of tracked segments (see table.c): unlinks those that
  * were candidates at the previous call and still qualify, marks new ones.
  * Returns how many are candidates now (the caller checks again soon). */
@@ -53,5 +55,11 @@ int table_count(void);
 void table_list(FILE *f);
 /* Whether an adopted segment needs a periodic re-check. */
 bool table_has_adopted(void);
+
+/* Other daemons of this uid (peers.c): the concatenated LIST answers of
+ * every other listening shm manager ("" if none), or NULL when one did not
+ * answer in time. peers_track: whether one of them tracks name. */
+char *peers_list(const char *own_socket);
+bool peers_track(const char *lists, const char *name);
 
 #endif

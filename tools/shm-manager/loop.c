@@ -359,10 +359,10 @@ int loop_run(const loop_config *cfg, int ready_fd)
     bool idle_reclaimed = false;
     double adopted_check = 0;
     int adopted_pending = 0; /* adopted candidates still in quarantine */
+    bool rescanned = false;  /* /dev/shm scanned again since the last client left */
 
     config = cfg;
     started = now();
-    table_init(cfg->grace);
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGTERM);
     sigaddset(&sigs, SIGINT);
@@ -377,6 +377,7 @@ int loop_run(const loop_config *cfg, int ready_fd)
             close(ready_fd);
         return 1;
     }
+    table_init(cfg->grace, spath);
     table_scan(0);
     dlog("listening on %s (grace %g s%s)", spath, cfg->grace,
          cfg->persistent ? ", persistent" : "");
@@ -404,10 +405,21 @@ int loop_run(const loop_config *cfg, int ready_fd)
         if (clients_alive() > 0) {
             grace_end = 0;
             idle_reclaimed = false;
+            rescanned = false;
             continue;
         }
         if (grace_end == 0 || now() < grace_end || adopted_pending > 0)
             continue;
+        /* A process killed between shm_open and its first report never
+         * became our client, so no pidfd told us to look for its segments:
+         * one last scan adopts them (their quarantine delays the exit). */
+        if (!rescanned) {
+            rescanned = true;
+            table_scan(0);
+            adopted_check = now();
+            if ((adopted_pending = table_reclaim_adopted(adopted_check)) > 0)
+                continue;
+        }
         /* Grace over. New clients now find no socket and start another
          * daemon (it waits for our lock); whoever slipped in before the
          * unlink is served, and we stay. */

@@ -28,8 +28,10 @@
 #include <sys/mman.h>
 
 #define SETTLE 0.05
+#define PEER_PATIENCE 5.0
 
 static double quarantine = 2.0;
+static char own_socket[108];
 
 static dseg *segs;
 static int nsegs, segs_cap;
@@ -157,9 +159,10 @@ static void reclaim(const char *name, const char *why)
         dlog("shm_unlink(%s): %s", name, strerror(errno));
 }
 
-void table_init(double quarantine_s)
+void table_init(double quarantine_s, const char *socket_path)
 {
     quarantine = quarantine_s > SETTLE ? quarantine_s : SETTLE;
+    snprintf(own_socket, sizeof own_socket, "%s", socket_path);
 }
 
 int table_reclaim(double now)
@@ -184,14 +187,43 @@ int table_reclaim(double now)
     return candidates;
 }
 
+/* Whether another daemon of this uid tracks s (then it is forgotten
+ * here); *peers is fetched at the first call. -1: a peer did not answer,
+ * keep s for now; after PEER_PATIENCE s of that, a hung peer no longer
+ * stops us (nothing would ever reclaim s otherwise). */
+static int peer_owned(dseg *s, double now, char **peers, bool *asked)
+{
+    if (!*asked) {
+        *asked = true;
+        *peers = peers_list(own_socket);
+    }
+    if (!*peers) {
+        if (s->peer_wait == 0)
+            s->peer_wait = now;
+        if (now - s->peer_wait < PEER_PATIENCE)
+            return -1;
+        dlog("reclaiming %s although a peer daemon did not answer for %g s", s->name,
+             PEER_PATIENCE);
+        return 0;
+    }
+    s->peer_wait = 0;
+    if (!peers_track(*peers, s->name))
+        return 0;
+    dlog("left %s to another shm manager of this uid, which tracks it", s->name);
+    return 1;
+}
+
 /* Adopted segments: nobody reported them to us, so trust only the kernel
  * (creator dead, no live process maps or holds it), and only after that
  * stayed true for the quarantine (the grace period): a message carrying
  * the name may sit in a queue, and its receiver gets that long to open it.
+ * One that another daemon tracks (see peers.c) is left to it.
  * With `final`, candidates whose quarantine has not run out are kept. */
 static int reclaim_adopted(double now, bool final)
 {
     mp__seg_users users;
+    char *peers = NULL;
+    bool asked = false;
     int pending = 0;
     if (!table_has_adopted() || mp__seg_users_collect(&users) != 0)
         return 0;
@@ -203,7 +235,13 @@ static int reclaim_adopted(double now, bool final)
         ok = s->nholders == 0 && s->sent <= s->received && !mp__pid_alive(s->creator) &&
              mp__seg_users_count(&users, s->name) == 0;
         if (ok && s->candidate && now - s->since >= quarantine) {
-            reclaim(s->name, "adopted: creator dead, unused");
+            int owned = peer_owned(s, now, &peers, &asked);
+            if (owned < 0) {
+                pending += !final;
+                continue;
+            }
+            if (owned == 0)
+                reclaim(s->name, "adopted: creator dead, unused");
             forget(s);
             i--;
             continue;
@@ -214,6 +252,7 @@ static int reclaim_adopted(double now, bool final)
         pending += ok && !final;
     }
     mp__seg_users_free(&users);
+    free(peers);
     return pending;
 }
 
