@@ -9,8 +9,8 @@
 
 /* Reads dir/name into a new tensor (shared or private), checking its ndim
  * and, where given (non-zero), its sizes. */
-static int load_idx(const char *dir, const char *name, bool shared, int ndim,
-                    const int64_t *want, mp_tensor **out, char *err, size_t cap)
+static int load_idx(const char *dir, const char *name, bool shared, int ndim, const int64_t *want,
+                    mp_tensor **out, char *err, size_t cap)
 {
     char path[1024];
     idx_file f;
@@ -34,8 +34,8 @@ static int load_idx(const char *dir, const char *name, bool shared, int ndim,
     }
     for (int i = 0; i < ndim; i++) {
         if (want[i] && f.dims[i] != want[i]) {
-            snprintf(err, cap, "%s: size %d is %lld, want %lld", path, i,
-                     (long long)f.dims[i], (long long)want[i]);
+            snprintf(err, cap, "%s: size %d is %lld, want %lld", path, i, (long long)f.dims[i],
+                     (long long)want[i]);
             rc = MP_EPROTO;
             goto out_close;
         }
@@ -63,8 +63,8 @@ static int check_labels(const mp_tensor *y, const char *what, char *err, size_t 
     const uint8_t *p = mp_tensor_data(y);
     for (int64_t i = 0; i < mp_tensor_numel(y); i++) {
         if (p[i] >= DATA_CLASSES) {
-            snprintf(err, cap, "%s labels: label %lld is %u, want 0..%d", what, (long long)i,
-                     p[i], DATA_CLASSES - 1);
+            snprintf(err, cap, "%s labels: label %lld is %u, want 0..%d", what, (long long)i, p[i],
+                     DATA_CLASSES - 1);
             return MP_EPROTO;
         }
     }

@@ -24,10 +24,10 @@
 #define DATA_STD 0.3530f
 
 typedef struct dataset {
-    mp_tensor *train_x;   /* uint8 [n_train, 784], shared */
-    mp_tensor *train_y;   /* uint8 [n_train], shared */
-    mp_tensor *test_x;    /* uint8 [n_test, 784], private */
-    mp_tensor *test_y;    /* uint8 [n_test], private */
+    mp_tensor *train_x; /* uint8 [n_train, 784], shared */
+    mp_tensor *train_y; /* uint8 [n_train], shared */
+    mp_tensor *test_x;  /* uint8 [n_test, 784], private */
+    mp_tensor *test_y;  /* uint8 [n_test], private */
     int64_t n_train, n_test;
 } dataset;
 

@@ -59,13 +59,13 @@ int idx_open(const char *path, idx_file *f, char *err, size_t cap)
     if (magic[0] != 0 || magic[1] != 0 || magic[2] != 0x08) {
         idx_close(f);
         return fail(err, cap,
-                    "%s: bad idx magic %02x %02x %02x %02x (want 00 00 08 ndim: uint8 data)",
-                    path, magic[0], magic[1], magic[2], magic[3]);
+                    "%s: bad idx magic %02x %02x %02x %02x (want 00 00 08 ndim: uint8 data)", path,
+                    magic[0], magic[1], magic[2], magic[3]);
     }
     if (magic[3] < 1 || magic[3] > IDX_MAX_NDIM) {
         idx_close(f);
-        return fail(err, cap, "%s: idx header says %d dimensions (want 1..%d)", path,
-                    magic[3], IDX_MAX_NDIM);
+        return fail(err, cap, "%s: idx header says %d dimensions (want 1..%d)", path, magic[3],
+                    IDX_MAX_NDIM);
     }
     f->ndim = magic[3];
     f->nbytes = 1;
@@ -93,8 +93,8 @@ int idx_read_data(idx_file *f, void *dst, char *err, size_t cap)
     if (!f->gz)
         return fail(err, cap, "%s: idx_read_data on a closed file", f->path);
     if (read_exact(f, dst, f->nbytes) != 0)
-        return fail(err, cap, "%s: the header promises %zu data bytes, but %s", f->path,
-                    f->nbytes, gz_why(f->gz));
+        return fail(err, cap, "%s: the header promises %zu data bytes, but %s", f->path, f->nbytes,
+                    gz_why(f->gz));
     if (gzread(f->gz, &extra, 1) != 0)
         return fail(err, cap, "%s: trailing bytes after the %zu data bytes the header promises",
                     f->path, f->nbytes);

@@ -21,7 +21,7 @@ typedef struct idx_file {
     gzFile gz;
     int ndim;
     int64_t dims[IDX_MAX_NDIM];
-    size_t nbytes;   /* product of dims: the bytes idx_read_data() fills */
+    size_t nbytes; /* product of dims: the bytes idx_read_data() fills */
     char path[512];
 } idx_file;
 

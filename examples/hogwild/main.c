@@ -95,8 +95,10 @@ static int parse_args(int argc, char **argv, train_options *o)
             else
                 rc = -1, fprintf(stderr, "hogwild: --sync is shared or periodic\n");
         } else if (!strcmp(a, "--progress")) {
-            o->output = !strcmp(v, "bar") ? OUT_BAR : !strcmp(v, "lines") ? OUT_LINES
-                      : !strcmp(v, "none") ? OUT_QUIET : OUT_AUTO;
+            o->output = !strcmp(v, "bar")     ? OUT_BAR
+                        : !strcmp(v, "lines") ? OUT_LINES
+                        : !strcmp(v, "none")  ? OUT_QUIET
+                                              : OUT_AUTO;
             if (o->output == OUT_AUTO)
                 rc = -1, fprintf(stderr, "hogwild: --progress is bar, lines or none\n");
         } else if (!strcmp(a, "--hidden")) {
@@ -120,9 +122,15 @@ static int parse_args(int argc, char **argv, train_options *o)
             rc = parse_long(a, v, 0, 1L << 40, &n);
             o->limit = n;
         } else {
-            static const struct { const char *flag; long lo, hi; } ints[] = {
-                {"--epochs", 1, 10000}, {"--batch", 1, 65536}, {"--workers", 1, TRAIN_MAX_WORKERS},
-                {"--every", 1, 1 << 30}, {"--fail-rank", 0, TRAIN_MAX_WORKERS - 1},
+            static const struct {
+                const char *flag;
+                long lo, hi;
+            } ints[] = {
+                {"--epochs", 1, 10000},
+                {"--batch", 1, 65536},
+                {"--workers", 1, TRAIN_MAX_WORKERS},
+                {"--every", 1, 1 << 30},
+                {"--fail-rank", 0, TRAIN_MAX_WORKERS - 1},
             };
             int k = 0, nk = (int)(sizeof ints / sizeof ints[0]);
             while (k < nk && strcmp(a, ints[k].flag))
@@ -143,12 +151,14 @@ static int parse_args(int argc, char **argv, train_options *o)
 
 static void summary(const char *label, const train_options *o, const train_result *r)
 {
-    printf("%-10s %d worker%s, %s%s: %d epochs in %.1f s (training %.1f s), "
-           "%.0f samples/s, test accuracy %.4f\n",
+    printf("%-9s %d worker%s, %s, %d epochs: wall %.1f s (training %.1f s), %.0f samples/s, "
+           "test accuracy %.4f\n",
            label, o->workers, o->workers == 1 ? "" : "s",
-           o->sync == TRAIN_SHARED ? "Hogwild shared" : "periodic",
-           o->start_method ? "" : "", r->epochs, r->wall_s, r->train_s, r->samples_per_s,
-           r->test_accuracy);
+           o->sync == TRAIN_SHARED ? "Hogwild shared" : "periodic", r->epochs, r->wall_s,
+           r->train_s, r->samples_per_s, r->test_accuracy);
+    if (o->workers == 1) /* what --seed reproduces */
+        printf("%-9s parameters fnv1a %016llx (seed %llu)\n", "", (unsigned long long)r->param_hash,
+               (unsigned long long)o->seed);
 }
 
 int main(int argc, char **argv)
@@ -171,8 +181,8 @@ int main(int argc, char **argv)
     }
     printf("hogwild: MLP 784-%d-%d-10 on Fashion-MNIST (%lld train, %lld test), %d worker%s, "
            "sync %s, start method %s\n",
-           o.h1, o.h2, (long long)(o.limit ? o.limit : d.n_train), (long long)d.n_test,
-           o.workers, o.workers == 1 ? "" : "s", o.sync == TRAIN_SHARED ? "shared" : "periodic",
+           o.h1, o.h2, (long long)(o.limit ? o.limit : d.n_train), (long long)d.n_test, o.workers,
+           o.workers == 1 ? "" : "s", o.sync == TRAIN_SHARED ? "shared" : "periodic",
            o.start_method ? o.start_method : mp_get_start_method());
     rc = train_run(&o, &d, &res);
     if (rc == 0 && o.compare) {

@@ -77,13 +77,13 @@ void mlp_work_free(mlp_work *w)
 }
 
 /* y[batch, out] = x[batch, in] W^T + b, then ReLU when relu is set. */
-static void linear(const float *x, const float *W, const float *b, float *y, int batch,
-                   int in, int out, int relu)
+static void linear(const float *x, const float *W, const float *b, float *y, int batch, int in,
+                   int out, int relu)
 {
     for (int r = 0; r < batch; r++)
         memcpy(y + (size_t)r * out, b, (size_t)out * sizeof(float));
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, batch, out, in, 1.0f, x, in, W, in,
-                1.0f, y, out);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, batch, out, in, 1.0f, x, in, W, in, 1.0f,
+                y, out);
     if (relu)
         for (size_t i = 0; i < (size_t)batch * out; i++)
             y[i] = y[i] > 0 ? y[i] : 0;
@@ -112,11 +112,11 @@ static void log_softmax(float *row, int n)
 
 /* Gradients of one layer from dy [batch, out]: dW = dy^T x, db = sum dy, and
  * dx = dy W masked by ReLU of x (skipped when dx is NULL). */
-static void linear_backward(const float *x, const float *W, const float *dy, float *dW,
-                            float *db, float *dx, int batch, int in, int out)
+static void linear_backward(const float *x, const float *W, const float *dy, float *dW, float *db,
+                            float *dx, int batch, int in, int out)
 {
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, batch, 1.0f, dy, out, x, in,
-                0.0f, dW, in);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, batch, 1.0f, dy, out, x, in, 0.0f,
+                dW, in);
     memset(db, 0, (size_t)out * sizeof(float));
     for (int r = 0; r < batch; r++)
         for (int j = 0; j < out; j++)
@@ -146,17 +146,17 @@ float mlp_forward_backward(const mlp_shape *s, const float *params, const float 
         for (int j = 0; j < s->out; j++)
             drow[j] = (expf(row[j]) - (j == labels[r])) / (float)batch;
     }
-    linear_backward(w->a2, params + l.off[4], w->dlogits, grad + l.off[4], grad + l.off[5],
-                    w->d2, batch, s->h2, s->out);
-    linear_backward(w->a1, params + l.off[2], w->d2, grad + l.off[2], grad + l.off[3], w->d1,
-                    batch, s->h1, s->h2);
+    linear_backward(w->a2, params + l.off[4], w->dlogits, grad + l.off[4], grad + l.off[5], w->d2,
+                    batch, s->h2, s->out);
+    linear_backward(w->a1, params + l.off[2], w->d2, grad + l.off[2], grad + l.off[3], w->d1, batch,
+                    s->h1, s->h2);
     linear_backward(x, params + l.off[0], w->d1, grad + l.off[0], grad + l.off[1], NULL, batch,
                     s->in, s->h1);
     return (float)(loss / batch);
 }
 
-double mlp_evaluate(const mlp_shape *s, const float *params, const float *x,
-                    const uint8_t *labels, int batch, mlp_work *w, int64_t *correct)
+double mlp_evaluate(const mlp_shape *s, const float *params, const float *x, const uint8_t *labels,
+                    int batch, mlp_work *w, int64_t *correct)
 {
     mlp_layout l;
     double loss = 0;

@@ -24,7 +24,7 @@ typedef struct mlp_shape {
 typedef struct mlp_layout {
     size_t off[2 * MLP_LAYERS];
     size_t len[2 * MLP_LAYERS];
-    int64_t dims[2 * MLP_LAYERS][2];   /* weight: {out, in}; bias: {out, 0} */
+    int64_t dims[2 * MLP_LAYERS][2]; /* weight: {out, in}; bias: {out, 0} */
     int ndim[2 * MLP_LAYERS];
     size_t total;
 } mlp_layout;
@@ -41,8 +41,8 @@ void mlp_init_params(const mlp_shape *s, float *params, uint64_t seed);
 /* Scratch for a batch of up to max_batch rows. */
 typedef struct mlp_work {
     int max_batch;
-    float *a1, *a2, *logits;   /* activations */
-    float *d1, *d2, *dlogits;  /* their gradients */
+    float *a1, *a2, *logits;  /* activations */
+    float *d1, *d2, *dlogits; /* their gradients */
 } mlp_work;
 
 /* Returns 0, or -1 when out of memory. */
@@ -57,8 +57,8 @@ float mlp_forward_backward(const mlp_shape *s, const float *params, const float 
 
 /* Forward only: returns the summed loss of the batch and adds the number of
  * correctly classified rows to *correct. */
-double mlp_evaluate(const mlp_shape *s, const float *params, const float *x,
-                    const uint8_t *labels, int batch, mlp_work *w, int64_t *correct);
+double mlp_evaluate(const mlp_shape *s, const float *params, const float *x, const uint8_t *labels,
+                    int batch, mlp_work *w, int64_t *correct);
 
 /* v = momentum * v + grad; p -= lr * v (PyTorch's SGD, dampening 0). */
 void mlp_sgd_step(float *params, const float *grad, float *velocity, size_t n, float lr,

@@ -37,8 +37,8 @@ static void line(progress *p, int64_t done, double loss, const char *end)
         bar[i] = i < fill ? '#' : '.';
     bar[width] = '\0';
     fprintf(p->out, "%sepoch %d/%d [%s] %6lld/%lld  %7.0f samples/s  loss %.4f  ETA %4.1fs%s",
-            p->bar ? "\r" : "", p->epoch + 1, p->epochs, bar, (long long)done,
-            (long long)p->total, rate, loss, eta, end);
+            p->bar ? "\r" : "", p->epoch + 1, p->epochs, bar, (long long)done, (long long)p->total,
+            rate, loss, eta, end);
     fflush(p->out);
 }
 

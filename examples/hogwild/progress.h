@@ -10,12 +10,12 @@
 
 typedef struct progress {
     FILE *out;
-    bool bar;          /* redraw in place (a tty) */
+    bool bar; /* redraw in place (a tty) */
     bool quiet;
     int epoch, epochs;
-    int64_t total;     /* samples this epoch */
-    double start;      /* mp clock at the epoch's start, seconds */
-    int quarter;       /* last quarter printed (lines mode) */
+    int64_t total; /* samples this epoch */
+    double start;  /* mp clock at the epoch's start, seconds */
+    int quarter;   /* last quarter printed (lines mode) */
 } progress;
 
 /* out: where to draw; mode: 0 auto (bar on a tty), 1 bar, 2 lines, 3 quiet. */

@@ -18,13 +18,22 @@ static inline uint64_t rng_next(rng *r)
     return z ^ (z >> 31);
 }
 
-static inline void rng_seed(rng *r, uint64_t seed) { r->s = seed * 0x2545f4914f6cdd1dull + 1; }
+static inline void rng_seed(rng *r, uint64_t seed)
+{
+    r->s = seed * 0x2545f4914f6cdd1dull + 1;
+}
 
 /* Uniform in [0, 1). */
-static inline float rng_float(rng *r) { return (float)(rng_next(r) >> 40) / 16777216.0f; }
+static inline float rng_float(rng *r)
+{
+    return (float)(rng_next(r) >> 40) / 16777216.0f;
+}
 
 /* Uniform in [0, n), n > 0 (the modulo bias is negligible for our n). */
-static inline uint32_t rng_below(rng *r, uint32_t n) { return (uint32_t)(rng_next(r) % n); }
+static inline uint32_t rng_below(rng *r, uint32_t n)
+{
+    return (uint32_t)(rng_next(r) % n);
+}
 
 /* Fisher-Yates shuffle of idx[0..n). */
 static inline void rng_shuffle(rng *r, uint32_t *idx, uint32_t n)

@@ -37,8 +37,9 @@ typedef struct run {
     int64_t samples;
     int32_t steps;
     mp_tensor *params, *velocity, *progress_t;
-    mp_tensor *views[2 * MLP_LAYERS];   /* of params, for state_dicts */
+    mp_tensor *views[2 * MLP_LAYERS]; /* of params, for state_dicts */
     mp_queue *up, *down[TRAIN_MAX_WORKERS];
+    float *sum; /* periodic: the round's state_dicts added up */
     progress bar;
 } run;
 
@@ -96,6 +97,7 @@ static void run_free(run *r)
     mp_queue_release(r->up);
     for (int i = 0; i < TRAIN_MAX_WORKERS; i++)
         mp_queue_release(r->down[i]);
+    free(r->sum);
 }
 
 static int check_options(const train_options *o, const dataset *d, int64_t samples)
@@ -141,9 +143,8 @@ static int run_open(run *r, const train_options *o, const dataset *d)
     pshape[0] = o->workers;
     pshape[1] = PROGRESS_COLS;
     /* Hogwild: the parameters are born in shared memory, no copy ever. */
-    rc = o->sync == TRAIN_SHARED
-             ? mp_tensor_empty_shared(MP_FLOAT32, 1, &vshape[1], &r->params)
-             : mp_tensor_empty(MP_FLOAT32, 1, &vshape[1], &r->params);
+    rc = o->sync == TRAIN_SHARED ? mp_tensor_empty_shared(MP_FLOAT32, 1, &vshape[1], &r->params)
+                                 : mp_tensor_empty(MP_FLOAT32, 1, &vshape[1], &r->params);
     if (rc == 0)
         rc = mp_tensor_empty_shared(MP_FLOAT32, 2, vshape, &r->velocity);
     if (rc == 0)
@@ -151,7 +152,8 @@ static int run_open(run *r, const train_options *o, const dataset *d)
     for (int i = 0; i < 2 * MLP_LAYERS && rc == 0; i++)
         rc = train_param_view(r->params, &r->layout, i, &r->views[i]);
     if (rc == 0 && o->sync == TRAIN_PERIODIC) {
-        rc = mp_queue_create(0, &r->up);
+        r->sum = malloc(r->layout.total * sizeof *r->sum);
+        rc = r->sum ? mp_queue_create(0, &r->up) : MP_ENOMEM;
         for (int i = 0; i < o->workers && rc == 0; i++)
             rc = mp_queue_create(0, &r->down[i]);
     }
@@ -182,10 +184,19 @@ static int epoch_args(run *r, int epoch, mp_msg **out)
 {
     const train_options *o = r->o;
     worker_cfg c = {
-        .version = WORKER_CFG_VERSION, .sync = o->sync, .workers = o->workers,
-        .batch = o->batch, .every = o->every, .steps = r->steps, .epoch = epoch,
-        .fail_rank = o->fail_rank, .h1 = o->h1, .h2 = o->h2, .momentum = o->momentum,
-        .seed = o->seed, .samples = r->samples,
+        .version = WORKER_CFG_VERSION,
+        .sync = o->sync,
+        .workers = o->workers,
+        .batch = o->batch,
+        .every = o->every,
+        .steps = r->steps,
+        .epoch = epoch,
+        .fail_rank = o->fail_rank,
+        .h1 = o->h1,
+        .h2 = o->h2,
+        .momentum = o->momentum,
+        .seed = o->seed,
+        .samples = r->samples,
     };
     mp_msg *m = NULL;
     int rc;
@@ -271,14 +282,17 @@ static int accumulate(run *r, mp_msg *m, float *sum)
 }
 
 /* One exchange round: a state_dict from every worker, their average into
- * params, and (unless last) the average back to every worker. */
+ * params, and (unless last) the average back to every worker. The sum
+ * builds up apart from params: params is written only once every worker
+ * has sent, i.e. is done reading the previous average (or, in the first
+ * round, copying the initial parameters). */
 static int periodic_round(run *r, mp_spawn_context *ctx, bool last)
 {
-    float *params = mp_tensor_data(r->params);
+    float *params = mp_tensor_data(r->params), *sum = r->sum;
     int n = r->o->workers, got = 0, rc = 0;
     int64_t done;
     double loss;
-    memset(params, 0, r->layout.total * sizeof *params);
+    memset(sum, 0, r->layout.total * sizeof *sum);
     while (got < n) {
         mp_msg *m = NULL;
         rc = mp_queue_get(r->up, &m, 0.1);
@@ -297,14 +311,14 @@ static int periodic_round(run *r, mp_spawn_context *ctx, bool last)
         }
         if (rc != 0)
             return fail(rc, "receiving a worker's state_dict");
-        rc = accumulate(r, m, params);
+        rc = accumulate(r, m, sum);
         mp_msg_destroy(m);
         if (rc != 0)
             return rc;
         got++;
     }
     for (size_t k = 0; k < r->layout.total; k++)
-        params[k] /= (float)n;
+        params[k] = sum[k] / (float)n;
     for (int i = 0; i < n && !last; i++) {
         mp_msg *m = NULL;
         rc = mp_msg_from_state_dict(2 * MLP_LAYERS, mlp_param_names, r->views, &m);
@@ -325,8 +339,8 @@ static int run_epoch(run *r, int epoch)
     memset(mp_tensor_data(r->progress_t), 0, mp_tensor_nbytes(r->progress_t));
     if ((rc = epoch_args(r, epoch, &args)) != 0)
         return rc;
-    rc = mp_spawn("hogwild_worker", args, r->o->workers, false, false, r->o->start_method,
-                  &ctx);
+    fflush(NULL); /* else fork children inherit unwritten output and print it again */
+    rc = mp_spawn("hogwild_worker", args, r->o->workers, false, false, r->o->start_method, &ctx);
     mp_msg_destroy(args);
     if (rc != 0)
         return fail(rc, "starting the workers (mp_spawn)");

@@ -28,20 +28,20 @@ typedef enum train_output { OUT_AUTO = 0, OUT_BAR, OUT_LINES, OUT_QUIET } train_
 #define TRAIN_MAX_WORKERS 64
 
 typedef struct train_options {
-    const char *data_dir;      /* NULL: DATA_DEFAULT_DIR */
-    int epochs;                /* 5 */
-    int batch;                 /* 64 */
-    float lr;                  /* 0.05, annealed over the epochs (cosine) */
-    float momentum;            /* 0.9 */
-    int h1, h2;                /* 256, 128 */
-    int workers;               /* 2 */
-    train_sync sync;           /* TRAIN_SHARED */
-    int every;                 /* periodic: steps between exchanges (20) */
-    uint64_t seed;             /* 1 */
-    const char *start_method;  /* NULL: mproc's default */
-    int64_t limit;             /* use the first `limit` training samples (0: all) */
-    bool compare;              /* main.c: also run with 1 worker, report both */
-    int fail_rank;             /* -1; else that worker dies of SIGSEGV (a demonstration) */
+    const char *data_dir;     /* NULL: DATA_DEFAULT_DIR */
+    int epochs;               /* 5 */
+    int batch;                /* 64 */
+    float lr;                 /* 0.05, annealed over the epochs (cosine) */
+    float momentum;           /* 0.9 */
+    int h1, h2;               /* 256, 128 */
+    int workers;              /* 2 */
+    train_sync sync;          /* TRAIN_SHARED */
+    int every;                /* periodic: steps between exchanges (20) */
+    uint64_t seed;            /* 1 */
+    const char *start_method; /* NULL: mproc's default */
+    int64_t limit;            /* use the first `limit` training samples (0: all) */
+    bool compare;             /* main.c: also run with 1 worker, report both */
+    int fail_rank;            /* -1; else that worker dies of SIGSEGV (a demonstration) */
     train_output output;
 } train_options;
 
@@ -49,13 +49,13 @@ void train_options_init(train_options *o);
 
 typedef struct train_result {
     int epochs;
-    double wall_s;             /* whole run: spawns, training, evaluation */
-    double train_s;            /* epochs' training phases (spawn to join) */
-    double samples_per_s;      /* samples trained / train_s */
-    double test_accuracy;      /* after the last epoch */
+    double wall_s;        /* whole run: spawns, training, evaluation */
+    double train_s;       /* epochs' training phases (spawn to join) */
+    double samples_per_s; /* samples trained / train_s */
+    double test_accuracy; /* after the last epoch */
     double test_loss;
-    double train_loss;         /* mean over the last epoch's batches */
-    uint64_t param_hash;       /* FNV-1a of the final parameters' bytes */
+    double train_loss;   /* mean over the last epoch's batches */
+    uint64_t param_hash; /* FNV-1a of the final parameters' bytes */
 } train_result;
 
 /* Trains as o says on d. Blocks until done. Returns 0, or a negative mp_err

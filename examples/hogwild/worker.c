@@ -25,9 +25,9 @@ typedef struct worker {
     mlp_shape shape;
     mlp_layout layout;
     mp_tensor *params, *velocity, *train_x, *train_y, *progress;
-    mp_queue *up, *down;        /* periodic only */
-    mp_tensor *local;           /* periodic: this worker's private copy */
-    uint32_t *order;            /* the epoch's permutation */
+    mp_queue *up, *down; /* periodic only */
+    mp_tensor *local;    /* periodic: this worker's private copy */
+    uint32_t *order;     /* the epoch's permutation */
     float *x, *grad;
     uint8_t *y;
     mlp_work work;
@@ -174,12 +174,12 @@ static void worker_epoch(worker *w)
         data_gather(images, idx, c->batch, w->x);
         for (int k = 0; k < c->batch; k++)
             w->y[k] = labels[idx[k]];
-        loss_sum += mlp_forward_backward(&w->shape, params, w->x, w->y, c->batch, w->grad,
-                                         &w->work);
+        loss_sum +=
+            mlp_forward_backward(&w->shape, params, w->x, w->y, c->batch, w->grad, &w->work);
         mlp_sgd_step(params, w->grad, velocity, w->layout.total, c->lr, c->momentum);
         progress_store(w, (double)(s + 1) * c->batch, loss_sum, s + 1);
         if (c->fail_rank == w->rank && s == c->steps / 4)
-            raise(SIGSEGV);   /* --fail-rank: show what a crashed worker looks like */
+            raise(SIGSEGV); /* --fail-rank: show what a crashed worker looks like */
         if (w->local && ((s + 1) % c->every == 0 || s + 1 == c->steps))
             worker_exchange(w, s + 1 == c->steps);
     }
@@ -189,7 +189,7 @@ MP_ENTRY(hogwild_worker)
 {
     worker w;
     memset(&w, 0, sizeof w);
-    openblas_set_num_threads(1);   /* one BLAS thread per worker process */
+    openblas_set_num_threads(1); /* one BLAS thread per worker process */
     worker_open(&w, rank, args);
     worker_epoch(&w);
     worker_free(&w);

@@ -13,17 +13,17 @@ enum { PROGRESS_SAMPLES = 0, PROGRESS_LOSS_SUM, PROGRESS_BATCHES, PROGRESS_COLS 
 
 typedef struct worker_cfg {
     uint32_t version;
-    int32_t sync;        /* train_sync */
+    int32_t sync; /* train_sync */
     int32_t workers;
     int32_t batch;
-    int32_t every;       /* periodic: steps between exchanges */
-    int32_t steps;       /* steps per worker this epoch (the same for all) */
+    int32_t every; /* periodic: steps between exchanges */
+    int32_t steps; /* steps per worker this epoch (the same for all) */
     int32_t epoch;
-    int32_t fail_rank;   /* -1, or the rank that dies of SIGSEGV (a demonstration) */
+    int32_t fail_rank; /* -1, or the rank that dies of SIGSEGV (a demonstration) */
     int32_t h1, h2;
     float lr, momentum;
     uint64_t seed;
-    int64_t samples;     /* training samples in use (the first n) */
+    int64_t samples; /* training samples in use (the first n) */
 } worker_cfg;
 
 /* Number of exchanges a periodic epoch makes: after every `every` steps and

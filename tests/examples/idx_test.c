@@ -30,8 +30,7 @@ static void write_file(const char *name, const void *bytes, size_t n, int gzip, 
 }
 
 /* Opens and reads a file, expecting failure with `want` in the sentence. */
-static void expect_error(const char *name, const void *bytes, size_t n, int gzip,
-                         const char *want)
+static void expect_error(const char *name, const void *bytes, size_t n, int gzip, const char *want)
 {
     char path[128], err[512] = "";
     unsigned char data[64];
@@ -49,8 +48,8 @@ static void expect_error(const char *name, const void *bytes, size_t n, int gzip
     unlink(path);
 }
 
-static const unsigned char good[] = {0, 0, 8, 3, 0, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0, 3,
-                                     1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+static const unsigned char good[] = {0, 0, 8, 3, 0, 0, 0, 2, 0, 0, 0, 2,  0,  0,
+                                     0, 3, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
 
 static void test_valid_file_reads_back(void **state)
 {
@@ -66,7 +65,7 @@ static void test_valid_file_reads_back(void **state)
     assert_int_equal(idx_read_data(&f, data, err, sizeof err), 0);
     assert_memory_equal(data, good + 16, 12);
     idx_close(&f);
-    idx_close(&f);   /* twice is harmless */
+    idx_close(&f); /* twice is harmless */
     unlink(path);
 }
 
@@ -74,7 +73,7 @@ static void test_corrupt_headers_are_rejected(void **state)
 {
     unsigned char b[sizeof good];
     memcpy(b, good, sizeof b);
-    b[2] = 0x0d;   /* float data */
+    b[2] = 0x0d; /* float data */
     expect_error("type.gz", b, sizeof b, 1, "bad idx magic");
     memcpy(b, good, sizeof b);
     b[0] = 1;
@@ -85,10 +84,10 @@ static void test_corrupt_headers_are_rejected(void **state)
     b[3] = 9;
     expect_error("ndim9.gz", b, sizeof b, 1, "9 dimensions");
     memcpy(b, good, sizeof b);
-    b[11] = 0;   /* size 1 is zero */
+    b[11] = 0; /* size 1 is zero */
     expect_error("zero.gz", b, sizeof b, 1, "idx size 1 is 0");
     memcpy(b, good, sizeof b);
-    b[4] = 0xff;   /* 4 billion images */
+    b[4] = 0xff; /* 4 billion images */
     expect_error("huge.gz", b, sizeof b, 1, "idx size 0");
     expect_error("short.gz", good, 10, 1, "header cut short");
     expect_error("empty.gz", good, 0, 1, "no idx header");
@@ -114,8 +113,14 @@ static void test_missing_file_names_it(void **state)
     assert_non_null(strstr(err, "No such file"));
 }
 
-static int setup(void **state) { return mp_test_setup(state); }
-static int teardown(void **state) { return mp_test_teardown(state); }
+static int setup(void **state)
+{
+    return mp_test_setup(state);
+}
+static int teardown(void **state)
+{
+    return mp_test_teardown(state);
+}
 
 int main(void)
 {

@@ -59,7 +59,7 @@ static void test_layout_matches_pytorch(void **state)
     mlp_layout l;
     mlp_layout_init(&l, &s);
     assert_int_equal(l.total, 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10);
-    assert_int_equal(l.dims[0][0], 256);   /* fc1.weight is [out, in] */
+    assert_int_equal(l.dims[0][0], 256); /* fc1.weight is [out, in] */
     assert_int_equal(l.dims[0][1], 784);
     assert_int_equal(l.off[5], l.total - 10);
     assert_string_equal(mlp_param_names[4], "fc3.weight");
@@ -108,10 +108,10 @@ static void test_one_step_lowers_the_loss(void **state)
 static void test_sgd_momentum_matches_pytorch(void **state)
 {
     float p[2] = {1, 2}, g[2] = {0.5f, -1}, v[2] = {0, 0};
-    mlp_sgd_step(p, g, v, 2, 0.1f, 0.9f);   /* v = g; p -= 0.1 g */
+    mlp_sgd_step(p, g, v, 2, 0.1f, 0.9f); /* v = g; p -= 0.1 g */
     assert_float_equal(p[0], 0.95f, 1e-6);
     assert_float_equal(p[1], 2.1f, 1e-6);
-    mlp_sgd_step(p, g, v, 2, 0.1f, 0.9f);   /* v = 0.9 g + g */
+    mlp_sgd_step(p, g, v, 2, 0.1f, 0.9f); /* v = 0.9 g + g */
     assert_float_equal(v[0], 0.95f, 1e-6);
     assert_float_equal(p[0], 0.95f - 0.095f, 1e-6);
 }
@@ -132,15 +132,20 @@ static void test_evaluate_counts_correct(void **state)
     fixture_close(&f);
 }
 
-static int setup(void **state) { return mp_test_setup(state); }
-static int teardown(void **state) { return mp_test_teardown(state); }
+static int setup(void **state)
+{
+    return mp_test_setup(state);
+}
+static int teardown(void **state)
+{
+    return mp_test_teardown(state);
+}
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_layout_matches_pytorch, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_gradients_match_finite_differences, setup,
-                                        teardown),
+        cmocka_unit_test_setup_teardown(test_gradients_match_finite_differences, setup, teardown),
         cmocka_unit_test_setup_teardown(test_one_step_lowers_the_loss, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sgd_momentum_matches_pytorch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_evaluate_counts_correct, setup, teardown),
