@@ -1,6 +1,8 @@
 #include "progress.h"
 
 #include <time.h>
+
+#include <mproc.h>
 #include <unistd.h>
 
 double progress_now(void)
@@ -65,4 +67,17 @@ void progress_end(progress *p, int64_t done, double loss, double test_acc, doubl
     fprintf(p->out, "epoch %d/%d  test accuracy %.4f  test loss %.4f  (%.1fs)\n", p->epoch + 1,
             p->epochs, test_acc, test_loss, progress_now() - p->start);
     fflush(p->out);
+}
+
+void progress_child_error(FILE *f, const char *what, const mp_child_error *e)
+{
+    fprintf(f, "  %s %d (pid %d, %s): exit code %d", what, e->rank, (int)e->pid, e->name,
+            e->exitcode);
+    if (e->signal)
+        fprintf(f, ", killed by %s (signal %d)", e->signal_name, e->signal);
+    fprintf(f, "\n");
+    if (e->message[0])
+        fprintf(f, "  message: %s\n", e->message);
+    if (e->backtrace[0])
+        fprintf(f, "  backtrace:\n%s\n", e->backtrace);
 }

@@ -26,6 +26,12 @@ void progress_update(progress *p, int64_t done, double loss);
 /* Ends the epoch's bar and prints the test figures on their own line. */
 void progress_end(progress *p, int64_t done, double loss, double test_acc, double test_loss);
 
+/* Prints a failed child's record (mp_spawn's error: rank, pid, exit code,
+ * signal, mp_raise message, backtrace) to f, one field a line; what is the
+ * worker called in the first line. */
+struct mp_child_error;
+void progress_child_error(FILE *f, const char *what, const struct mp_child_error *e);
+
 /* Monotonic seconds. */
 double progress_now(void);
 

@@ -243,15 +243,7 @@ static int poll_workers(mp_spawn_context *ctx, double timeout)
         return 0;
     fprintf(stderr, "\nhogwild: a worker failed; training stopped.\n");
     if (rc == MP_ECHILD && mp_spawn_context_error(ctx, &e) == 0) {
-        fprintf(stderr, "  rank %d (pid %d, %s): exit code %d", e.rank, (int)e.pid, e.name,
-                e.exitcode);
-        if (e.signal)
-            fprintf(stderr, ", killed by %s (signal %d)", e.signal_name, e.signal);
-        fprintf(stderr, "\n");
-        if (e.message[0])
-            fprintf(stderr, "  message: %s\n", e.message);
-        if (e.backtrace[0])
-            fprintf(stderr, "  backtrace:\n%s\n", e.backtrace);
+        progress_child_error(stderr, "rank", &e);
     } else {
         fprintf(stderr, "  %s (%s)\n", mp_last_error(), mp_err_name(rc));
     }
