@@ -11,6 +11,11 @@ endfunction()
 mproc_example_test(mlp_test mlp.c)
 mproc_example_test(idx_test idx.c)
 mproc_example_test(hogwild_test data.c idx.c mlp.c progress.c train.c worker.c)
+# The dataloader's loader.c, with the hogwild sources it uses.
+mproc_example_test(augment_test data.c idx.c ../dataloader/loader.c)
+if(TARGET augment_test)
+  target_include_directories(augment_test PRIVATE ${PROJECT_SOURCE_DIR}/examples/dataloader)
+endif()
 
 # Short runs of the example programs themselves (built when examples are).
 # dataloader exits non-zero unless every batch arrived and only the ring's
