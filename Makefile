@@ -32,7 +32,7 @@ asan: asan-build
 	    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS) -LE noasan $(CTEST_FLAGS)
 
 demo: build
-	$(BUILD)/tensor_share
+	$(BUILD)/hogwild
 
 # The bench runner when it exists, else every bench_<name>, one JSON file each.
 bench: build

@@ -1,0 +1,2 @@
+/* Reused from the hogwild example (see data.c here). */
+#include "../hogwild/progress.c"
