@@ -105,7 +105,8 @@ static int find_programs(runner *r)
         char path[PATH_MAX + 64];
         struct stat st;
         if (strncmp(e->d_name, "bench_", 6) != 0 || !strcmp(e->d_name, "bench_all") ||
-            strchr(e->d_name, '.') || strlen(e->d_name) >= sizeof r->names[0])
+            strchr(e->d_name, '.') || strlen(e->d_name) >= sizeof r->names[0] ||
+            strstr(e->d_name, "_test"))   /* a test binary is no benchmark */
             continue;
         size_t len = strlen(e->d_name);
         snprintf(path, sizeof path, "%s/", r->bin);
