@@ -428,7 +428,7 @@ static bool in_path(const char *name)
 static int draw_latency(const runner *r)
 {
     double (*pts)[3] = calloc((size_t)r->nresults + 1, sizeof *pts);
-    char dat[PATH_MAX + 32], png[PATH_MAX + 32];
+    char dat[PATH_MAX + 32], png[PATH_MAX + 32], prim[256] = "bare primitive";
     int n = 0, rc = 0;
     if (!pts)
         return -1;
@@ -440,6 +440,9 @@ static int draw_latency(const runner *r)
             pts[n][0] = size;
             pts[n][1] = x->mproc;
             pts[n][2] = x->primitive;
+            snprintf(prim, sizeof prim, "%s", x->primitive_name);
+            for (char *q = prim; *q; q++)
+                *q = *q == '\'' ? '"' : *q;   /* it goes inside '' below */
             n++;
         }
     }
@@ -461,26 +464,38 @@ static int draw_latency(const runner *r)
     for (int i = 0; i < n; i++)
         fprintf(f, "%.0f %g %g\n", pts[i][0], pts[i][1], pts[i][2]);
     fclose(f);
-    free(pts);
     if (!in_path("gnuplot")) {
         fprintf(stderr, "bench_all: gnuplot is not installed: %s not drawn (the data is in %s;"
                         " apt-get install gnuplot-nox, or run scripts/deps)\n", png, dat);
+        free(pts);
         return 0;
     }
     FILE *g = popen("gnuplot 2>&1", "w");
     if (!g) {
         fprintf(stderr, "bench_all: cannot start gnuplot: %s\n", strerror(errno));
+        free(pts);
         return -1;
     }
+    /* a tic at each measured size, named in binary units */
+    fprintf(g, "set xtics (");
+    for (int i = 0; i < n; i++) {
+        double b = pts[i][0];
+        const char *u = b >= 1 << 30 ? "GiB" : b >= 1 << 20 ? "MiB" : b >= 1 << 10 ? "KiB" : "B";
+        double d = b >= 1 << 30 ? 1 << 30 : b >= 1 << 20 ? 1 << 20 : b >= 1 << 10 ? 1 << 10 : 1;
+        fprintf(g, "%s\"%g %s\" %.0f", i ? ", " : "", b / d, u, b);
+    }
+    fprintf(g, ")\nset xrange [%g:%g]\n", pts[0][0] / 2, pts[n - 1][0] * 2);
     fprintf(g,
             "set terminal pngcairo size 900,560 noenhanced\n"
             "set output '%s'\n"
             "set title 'Tensor handoff latency between processes (median)'\n"
             "set xlabel 'tensor size (bytes)'\nset ylabel 'latency (us)'\n"
-            "set logscale xy\nset format x '%%.0s%%cB'\nset grid\nset key top left\n"
-            "plot '%s' using 1:2 with linespoints lw 2 title 'mproc queue (handle only)', "
-            "'' using 1:3 with linespoints lw 2 title 'primitive'\n",
-            png, dat);
+            "set logscale xy\nset grid\nset key below\n"
+            "set yrange [1:*]\n"
+            "plot '%s' using 1:2 with linespoints lw 2 title 'mproc Pipe, shared tensor (one way)', "
+            "'' using 1:3 with linespoints lw 2 title '%s'\n",
+            png, dat, prim);
+    free(pts);
     if (pclose(g) != 0) {
         fprintf(stderr, "bench_all: gnuplot failed: latency.png not drawn\n");
         rc = -1;
