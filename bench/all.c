@@ -194,6 +194,22 @@ static bool read_output(runner *r, const char *name, int fd, double deadline)
     return true;
 }
 
+/* Reaps pid into *status; false if it is still running at the deadline (a
+ * benchmark that closed its stdout but hangs). */
+static bool wait_until(pid_t pid, int *status, double deadline)
+{
+    for (;;) {
+        pid_t got = waitpid(pid, status, WNOHANG);
+        if (got == pid || (got < 0 && errno != EINTR))
+            return true;
+        if ((double)bench_now_ns() / 1e9 >= deadline)
+            return false;
+        nanosleep(&(struct timespec){.tv_nsec = 5000000}, NULL);
+    }
+}
+
+/* Runs one benchmark with stdout to us, its lines into r->results; a crash,
+ * a timeout, a non-zero exit or a bad line goes into r->failures. */
 static void run_program(runner *r, const char *name)
 {
     char path[PATH_MAX + 64], what[160];
@@ -214,6 +230,8 @@ static void run_program(runner *r, const char *name)
     }
     if (pid == 0) {
         char *argv[] = {path, r->quick ? "--quick" : NULL, NULL};
+        setpgid(0, 0);               /* a timeout kills its helpers too */
+        signal(SIGPIPE, SIG_DFL);    /* an ignored signal would survive exec */
         dup2(out[1], STDOUT_FILENO);
         execv(path, argv);
         fprintf(stderr, "bench_all: exec %s: %s\n", path, strerror(errno));
@@ -221,15 +239,16 @@ static void run_program(runner *r, const char *name)
     }
     close(out[1]);
     double deadline = (double)bench_now_ns() / 1e9 + r->timeout_s;
-    bool done = read_output(r, name, out[0], deadline);
+    setpgid(pid, pid);   /* either side may run first */
+    bool done = read_output(r, name, out[0], deadline) && wait_until(pid, &status, deadline);
     close(out[0]);
     if (!done) {
-        kill(pid, SIGKILL);
+        kill(-pid, SIGKILL);
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+            ;
         snprintf(what, sizeof what, "killed after the %d s timeout", r->timeout_s);
         add_failure(r, name, what);
     }
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-        ;
     if (done && WIFSIGNALED(status)) {
         snprintf(what, sizeof what, "died of signal %d (%s)", WTERMSIG(status),
                  strsignal(WTERMSIG(status)));
@@ -258,7 +277,8 @@ static void print_table(const runner *r, FILE *f, bool markdown)
     int wop = 9, wprim = 9;
     char m[32], p[32];
     for (int i = 0; i < r->nresults; i++) {
-        int a = (int)strlen(r->results[i].rec.op), b = (int)strlen(r->results[i].rec.primitive_name);
+        int a = (int)strlen(r->results[i].rec.op);
+        int b = (int)strlen(r->results[i].rec.primitive_name);
         wop = a > wop ? a : wop;
         wprim = b > wprim ? b : wprim;
     }
@@ -424,6 +444,51 @@ static bool in_path(const char *name)
     return false;
 }
 
+/* Draws png from dat (pts: n points sorted by size) with gnuplot; without
+ * gnuplot, says so and returns 0: the JSON matters more than the picture. */
+static int plot(const char *png, const char *dat, const char *prim, double (*pts)[3], int n)
+{
+    int rc = 0;
+    if (!in_path("gnuplot")) {
+        fprintf(stderr, "bench_all: gnuplot is not installed: %s not drawn (the data is in %s;"
+                        " apt-get install gnuplot-nox, or run scripts/deps)\n", png, dat);
+        return 0;
+    }
+    FILE *g = popen("gnuplot 2>&1", "w");
+    if (!g) {
+        fprintf(stderr, "bench_all: cannot start gnuplot: %s\n", strerror(errno));
+        return -1;
+    }
+    /* a tic at each measured size, named in binary units */
+    fprintf(g, "set xtics (");
+    for (int i = 0; i < n; i++) {
+        double b = pts[i][0];
+        int k = b >= 1 << 30 ? 3 : b >= 1 << 20 ? 2 : b >= 1 << 10 ? 1 : 0;
+        const char *u = (const char *[]){"B", "KiB", "MiB", "GiB"}[k];
+        double d = (double)(1u << (10 * k));
+        fprintf(g, "%s\"%g %s\" %.0f", i ? ", " : "", b / d, u, b);
+    }
+    fprintf(g, ")\nset xrange [%g:%g]\n", pts[0][0] / 2, pts[n - 1][0] * 2);
+    fprintf(g,
+            "set terminal pngcairo size 900,560 noenhanced\n"
+            "set output '%s'\n"
+            "set title 'Tensor handoff latency between processes (median)'\n"
+            "set xlabel 'tensor size (bytes)'\nset ylabel 'latency (us)'\n"
+            "set logscale xy\nset grid\nset key below\n"
+            "set yrange [1:*]\n"
+            "plot '%s' using 1:2 with linespoints lw 2 "
+            "title 'mproc Pipe, shared tensor (one way)', "
+            "'' using 1:3 with linespoints lw 2 title '%s'\n",
+            png, dat, prim);
+    if (pclose(g) != 0) {
+        fprintf(stderr, "bench_all: gnuplot failed: latency.png not drawn\n");
+        rc = -1;
+    } else {
+        fprintf(stderr, "bench_all: drew %s\n", png);
+    }
+    return rc;
+}
+
 /* latency.png: bench_messaging's handoff results, by the size in the op. */
 static int draw_latency(const runner *r)
 {
@@ -464,44 +529,8 @@ static int draw_latency(const runner *r)
     for (int i = 0; i < n; i++)
         fprintf(f, "%.0f %g %g\n", pts[i][0], pts[i][1], pts[i][2]);
     fclose(f);
-    if (!in_path("gnuplot")) {
-        fprintf(stderr, "bench_all: gnuplot is not installed: %s not drawn (the data is in %s;"
-                        " apt-get install gnuplot-nox, or run scripts/deps)\n", png, dat);
-        free(pts);
-        return 0;
-    }
-    FILE *g = popen("gnuplot 2>&1", "w");
-    if (!g) {
-        fprintf(stderr, "bench_all: cannot start gnuplot: %s\n", strerror(errno));
-        free(pts);
-        return -1;
-    }
-    /* a tic at each measured size, named in binary units */
-    fprintf(g, "set xtics (");
-    for (int i = 0; i < n; i++) {
-        double b = pts[i][0];
-        const char *u = b >= 1 << 30 ? "GiB" : b >= 1 << 20 ? "MiB" : b >= 1 << 10 ? "KiB" : "B";
-        double d = b >= 1 << 30 ? 1 << 30 : b >= 1 << 20 ? 1 << 20 : b >= 1 << 10 ? 1 << 10 : 1;
-        fprintf(g, "%s\"%g %s\" %.0f", i ? ", " : "", b / d, u, b);
-    }
-    fprintf(g, ")\nset xrange [%g:%g]\n", pts[0][0] / 2, pts[n - 1][0] * 2);
-    fprintf(g,
-            "set terminal pngcairo size 900,560 noenhanced\n"
-            "set output '%s'\n"
-            "set title 'Tensor handoff latency between processes (median)'\n"
-            "set xlabel 'tensor size (bytes)'\nset ylabel 'latency (us)'\n"
-            "set logscale xy\nset grid\nset key below\n"
-            "set yrange [1:*]\n"
-            "plot '%s' using 1:2 with linespoints lw 2 title 'mproc Pipe, shared tensor (one way)', "
-            "'' using 1:3 with linespoints lw 2 title '%s'\n",
-            png, dat, prim);
+    rc = plot(png, dat, prim, pts, n);
     free(pts);
-    if (pclose(g) != 0) {
-        fprintf(stderr, "bench_all: gnuplot failed: latency.png not drawn\n");
-        rc = -1;
-    } else {
-        fprintf(stderr, "bench_all: drew %s\n", png);
-    }
     return rc;
 }
 

@@ -194,14 +194,18 @@ static void test_runner_fake_benchmarks(void **state)
     assert_non_null(strstr(json, "\"quick\":true"));
     free(json);
 
-    /* a malformed line and a crash are failures: exit 1, named in the JSON */
+    /* a malformed line, a crash and a hang are failures: exit 1, named in
+     * the JSON; the hung script's own child dies with it (its group) */
     write_script(bin, "bench_bad", "echo '{\"op\":\"x\",\"unit\":\"us\"}'");
     write_script(bin, "bench_crash", "kill -SEGV $$");
-    assert_int_equal(run_runner(args, 5, 0), 1);
+    write_script(bin, "bench_hang", "exec >&-; sleep 60");
+    const char *args2[] = {"--quick", "--bin", bin, "--out", out, "--timeout", "1"};
+    assert_int_equal(run_runner(args2, 7, 0), 1);
     json = read_all(path);
     assert_non_null(json);
     assert_non_null(strstr(json, "bench_bad: malformed result line (missing field"));
     assert_non_null(strstr(json, "bench_crash: died of signal"));
+    assert_non_null(strstr(json, "bench_hang: killed after the 1 s timeout"));
     assert_int_equal(check_results(json, &nbench), 1);
     free(json);
     remove_tree(bin);
