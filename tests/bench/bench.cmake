@@ -1,0 +1,22 @@
+# perf_runner_test runs bench_all --quick into a temporary folder and checks the
+# JSON it writes, field by field (a smoke test, never a timing test). It
+# needs the runner and every benchmark built, and bench/common/record.c to
+# read the lines back. It takes ~1 s (2.5 s under ASan, where it also checks
+# bench_all itself for leaks), so both runs keep it. RESOURCE_LOCK: the
+# benchmarks create shared memory that the /dev/shm leak counts of other
+# tests would see.
+if(TARGET perf_runner_test)
+  target_sources(perf_runner_test PRIVATE ${PROJECT_SOURCE_DIR}/bench/common/record.c)
+  target_include_directories(perf_runner_test PRIVATE ${PROJECT_SOURCE_DIR}/bench/common)
+  if(TARGET bench_all)
+    target_compile_definitions(perf_runner_test PRIVATE BENCH_BIN_DIR="$<TARGET_FILE_DIR:bench_all>")
+    get_property(targets DIRECTORY ${PROJECT_SOURCE_DIR} PROPERTY BUILDSYSTEM_TARGETS)
+    foreach(t ${targets})
+      if(t MATCHES "^bench_" )
+        add_dependencies(perf_runner_test ${t})
+      endif()
+    endforeach()
+  endif()
+  set_tests_properties(perf_runner_test PROPERTIES LABELS bench TIMEOUT 120
+                       RESOURCE_LOCK mproc_dev_shm)
+endif()
