@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -145,6 +146,14 @@ static void take_line(runner *r, const char *name, const char *line)
     if (bench_record_parse(line, &res->rec, err, sizeof err) != 0) {
         char what[320];
         snprintf(what, sizeof what, "malformed result line (%s): %.120s", err, line);
+        add_failure(r, name, what);
+        return;
+    }
+    if (!(isfinite(res->rec.mproc) && res->rec.mproc > 0 && isfinite(res->rec.primitive) &&
+          res->rec.primitive > 0)) {
+        char what[320];
+        snprintf(what, sizeof what, "a failed measurement (time <= 0 or not finite) in \"%.200s\"",
+                 res->rec.op);
         add_failure(r, name, what);
         return;
     }

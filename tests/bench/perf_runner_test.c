@@ -199,6 +199,9 @@ static void test_runner_fake_benchmarks(void **state)
     write_script(bin, "bench_bad", "echo '{\"op\":\"x\",\"unit\":\"us\"}'");
     write_script(bin, "bench_crash", "kill -SEGV $$");
     write_script(bin, "bench_hang", "exec >&-; sleep 60");
+    write_script(bin, "bench_neg",
+                 "echo '{\"op\":\"y\",\"unit\":\"us\",\"mproc\":-1,"
+                 "\"primitive_name\":\"raw\",\"primitive\":2,\"ratio\":-0.5}'");
     const char *args2[] = {"--quick", "--bin", bin, "--out", out, "--timeout", "1"};
     assert_int_equal(run_runner(args2, 7, 0), 1);
     json = read_all(path);
@@ -206,6 +209,7 @@ static void test_runner_fake_benchmarks(void **state)
     assert_non_null(strstr(json, "bench_bad: malformed result line (missing field"));
     assert_non_null(strstr(json, "bench_crash: died of signal"));
     assert_non_null(strstr(json, "bench_hang: killed after the 1 s timeout"));
+    assert_non_null(strstr(json, "bench_neg: a failed measurement"));
     assert_int_equal(check_results(json, &nbench), 1);
     free(json);
     remove_tree(bin);
