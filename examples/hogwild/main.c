@@ -161,10 +161,43 @@ static void summary(const char *label, const train_options *o, const train_resul
                (unsigned long long)o->seed);
 }
 
+/* --compare: the N-worker and the 1-worker training take their epochs in
+ * turn, so both see the same load on a shared machine. */
+static int compare(train_options *o, const dataset *d)
+{
+    train_options o1 = *o;
+    train_state *a = NULL, *b = NULL;
+    train_result ra, rb;
+    char label[32];
+    int rc;
+    snprintf(label, sizeof label, "%d worker%s: ", o->workers, o->workers == 1 ? "" : "s");
+    o->label = label;
+    o1.workers = 1;
+    o1.label = "1 worker:  ";
+    printf("--compare: each epoch with %d workers, then with 1 worker\n", o->workers);
+    rc = train_start(o, d, &a);
+    if (rc == 0)
+        rc = train_start(&o1, d, &b);
+    for (int e = 0; e < o->epochs && rc == 0; e++) {
+        rc = train_epoch(a, e);
+        if (rc == 0)
+            rc = train_epoch(b, e);
+    }
+    train_finish(a, &ra);
+    train_finish(b, &rb);
+    if (rc != 0)
+        return rc;
+    printf("\n");
+    summary("summary:", o, &ra);
+    summary("compare:", &o1, &rb);
+    printf("speedup:  %.2fx the samples/s of 1 worker\n", ra.samples_per_s / rb.samples_per_s);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     train_options o;
-    train_result res, one;
+    train_result res;
     dataset d;
     char err[1024];
     int rc;
@@ -184,22 +217,14 @@ int main(int argc, char **argv)
            o.h1, o.h2, (long long)(o.limit ? o.limit : d.n_train), (long long)d.n_test, o.workers,
            o.workers == 1 ? "" : "s", o.sync == TRAIN_SHARED ? "shared" : "periodic",
            o.start_method ? o.start_method : mp_get_start_method());
-    rc = train_run(&o, &d, &res);
-    if (rc == 0 && o.compare) {
-        train_options o1 = o;
-        o1.workers = 1;
-        printf("--compare: the same training with 1 worker\n");
-        rc = train_run(&o1, &d, &one);
+    if (!o.compare) {
+        rc = train_run(&o, &d, &res);
         if (rc == 0) {
             printf("\n");
             summary("summary:", &o, &res);
-            summary("compare:", &o1, &one);
-            printf("speedup:   %.2fx the samples/s of 1 worker\n",
-                   res.samples_per_s / one.samples_per_s);
         }
-    } else if (rc == 0) {
-        printf("\n");
-        summary("summary:", &o, &res);
+    } else {
+        rc = compare(&o, &d);
     }
     dataset_free(&d);
     return rc == 0 ? 0 : 1;

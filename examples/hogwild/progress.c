@@ -12,9 +12,10 @@ double progress_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-void progress_init(progress *p, FILE *out, int mode)
+void progress_init(progress *p, FILE *out, int mode, const char *label)
 {
     p->out = out;
+    p->label = label ? label : "";
     p->quiet = mode == 3;
     p->bar = mode == 1 || (mode == 0 && isatty(fileno(out)));
 }
@@ -38,9 +39,9 @@ static void line(progress *p, int64_t done, double loss, const char *end)
     for (int i = 0; i < width; i++)
         bar[i] = i < fill ? '#' : '.';
     bar[width] = '\0';
-    fprintf(p->out, "%sepoch %d/%d [%s] %6lld/%lld  %7.0f samples/s  loss %.4f  ETA %4.1fs%s",
-            p->bar ? "\r" : "", p->epoch + 1, p->epochs, bar, (long long)done, (long long)p->total,
-            rate, loss, eta, end);
+    fprintf(p->out, "%s%sepoch %d/%d [%s] %6lld/%lld  %7.0f samples/s  loss %.4f  ETA %4.1fs%s",
+            p->bar ? "\r" : "", p->label, p->epoch + 1, p->epochs, bar, (long long)done,
+            (long long)p->total, rate, loss, eta, end);
     fflush(p->out);
 }
 
@@ -64,8 +65,8 @@ void progress_end(progress *p, int64_t done, double loss, double test_acc, doubl
     if (p->quiet)
         return;
     line(p, done, loss, p->bar ? "\033[K\n" : "\n");
-    fprintf(p->out, "epoch %d/%d  test accuracy %.4f  test loss %.4f  (%.1fs)\n", p->epoch + 1,
-            p->epochs, test_acc, test_loss, progress_now() - p->start);
+    fprintf(p->out, "%sepoch %d/%d  test accuracy %.4f  test loss %.4f  (%.1fs)\n", p->label,
+            p->epoch + 1, p->epochs, test_acc, test_loss, progress_now() - p->start);
     fflush(p->out);
 }
 

@@ -10,7 +10,8 @@
 
 typedef struct progress {
     FILE *out;
-    bool bar; /* redraw in place (a tty) */
+    const char *label; /* "" or a prefix for every line */
+    bool bar;          /* redraw in place (a tty) */
     bool quiet;
     int epoch, epochs;
     int64_t total; /* samples this epoch */
@@ -18,8 +19,9 @@ typedef struct progress {
     int quarter;   /* last quarter printed (lines mode) */
 } progress;
 
-/* out: where to draw; mode: 0 auto (bar on a tty), 1 bar, 2 lines, 3 quiet. */
-void progress_init(progress *p, FILE *out, int mode);
+/* out: where to draw; mode: 0 auto (bar on a tty), 1 bar, 2 lines, 3 quiet;
+ * label: NULL, or a prefix for every line (the run's name). */
+void progress_init(progress *p, FILE *out, int mode, const char *label);
 void progress_begin(progress *p, int epoch, int epochs, int64_t total);
 /* samples done so far, mean loss of the batches so far. */
 void progress_update(progress *p, int64_t done, double loss);

@@ -29,7 +29,9 @@ void train_options_init(train_options *o)
     o->fail_rank = -1;
 }
 
-typedef struct run {
+typedef struct run run;
+
+struct run {
     const train_options *o;
     const dataset *d;
     mlp_shape shape;
@@ -41,7 +43,10 @@ typedef struct run {
     mp_queue *up, *down[TRAIN_MAX_WORKERS];
     float *sum; /* periodic: the round's state_dicts added up */
     progress bar;
-} run;
+    /* figures so far (train_epoch) */
+    int epochs_done;
+    double wall_s, train_s, train_loss, test_accuracy, test_loss;
+};
 
 int train_param_view(mp_tensor *flat, const mlp_layout *l, int i, mp_tensor **out)
 {
@@ -364,38 +369,79 @@ static uint64_t fnv1a(const void *p, size_t n)
     return h;
 }
 
+int train_start(const train_options *o, const dataset *d, train_state **out)
+{
+    double t0 = progress_now();
+    run *r = calloc(1, sizeof *r);
+    int rc;
+    *out = NULL;
+    if (!r) {
+        fprintf(stderr, "hogwild: out of memory\n");
+        return MP_ENOMEM;
+    }
+    openblas_set_num_threads(1);
+    if ((rc = run_open(r, o, d)) != 0) {
+        run_free(r);
+        free(r);
+        return rc;
+    }
+    progress_init(&r->bar, stdout, o->output, o->label);
+    r->wall_s = progress_now() - t0;
+    *out = r;
+    return 0;
+}
+
+int train_epoch(train_state *r, int epoch)
+{
+    const train_options *o = r->o;
+    double t0 = progress_now();
+    int64_t done = 0;
+    int rc;
+    progress_begin(&r->bar, epoch, o->epochs, (int64_t)r->steps * o->batch * o->workers);
+    rc = run_epoch(r, epoch);
+    r->train_s += progress_now() - t0;
+    if (rc == 0) {
+        progress_read(r, &done, &r->train_loss);
+        rc = train_evaluate(&r->shape, mp_tensor_data(r->params), r->d, &r->test_accuracy,
+                            &r->test_loss);
+    }
+    if (rc == 0) {
+        progress_end(&r->bar, done, r->train_loss, r->test_accuracy, r->test_loss);
+        r->epochs_done = epoch + 1;
+    }
+    r->wall_s += progress_now() - t0;
+    return rc;
+}
+
+void train_finish(train_state *r, train_result *res)
+{
+    if (res)
+        memset(res, 0, sizeof *res);
+    if (!r)
+        return;
+    if (res && r->epochs_done > 0) {
+        const train_options *o = r->o;
+        res->epochs = r->epochs_done;
+        res->wall_s = r->wall_s;
+        res->train_s = r->train_s;
+        res->samples_per_s = (double)r->steps * o->batch * o->workers * r->epochs_done / r->train_s;
+        res->test_accuracy = r->test_accuracy;
+        res->test_loss = r->test_loss;
+        res->train_loss = r->train_loss;
+        res->param_hash = fnv1a(mp_tensor_data(r->params), r->layout.total * sizeof(float));
+    }
+    run_free(r);
+    free(r);
+}
+
 int train_run(const train_options *o, const dataset *d, train_result *res)
 {
-    double t0 = progress_now(), train_s = 0, acc = 0, test_loss = 0, loss = 0;
-    int64_t done = 0;
-    run r;
-    int rc;
-    memset(res, 0, sizeof *res);
-    openblas_set_num_threads(1);
-    if ((rc = run_open(&r, o, d)) != 0)
-        goto out;
-    progress_init(&r.bar, stdout, o->output);
-    for (int e = 0; e < o->epochs; e++) {
-        double t1 = progress_now();
-        progress_begin(&r.bar, e, o->epochs, (int64_t)r.steps * o->batch * o->workers);
-        if ((rc = run_epoch(&r, e)) != 0)
-            goto out;
-        train_s += progress_now() - t1;
-        progress_read(&r, &done, &loss);
-        rc = train_evaluate(&r.shape, mp_tensor_data(r.params), d, &acc, &test_loss);
-        if (rc != 0)
-            goto out;
-        progress_end(&r.bar, done, loss, acc, test_loss);
-    }
-    res->epochs = o->epochs;
-    res->wall_s = progress_now() - t0;
-    res->train_s = train_s;
-    res->samples_per_s = (double)r.steps * o->batch * o->workers * o->epochs / train_s;
-    res->test_accuracy = acc;
-    res->test_loss = test_loss;
-    res->train_loss = loss;
-    res->param_hash = fnv1a(mp_tensor_data(r.params), r.layout.total * sizeof(float));
-out:
-    run_free(&r);
+    train_state *r = NULL;
+    int rc = train_start(o, d, &r);
+    for (int e = 0; e < o->epochs && rc == 0; e++)
+        rc = train_epoch(r, e);
+    train_finish(r, rc == 0 ? res : NULL);
+    if (rc != 0)
+        memset(res, 0, sizeof *res);
     return rc;
 }

@@ -43,6 +43,7 @@ typedef struct train_options {
     bool compare;             /* main.c: also run with 1 worker, report both */
     int fail_rank;            /* -1; else that worker dies of SIGSEGV (a demonstration) */
     train_output output;
+    const char *label; /* NULL, or a prefix for the progress lines */
 } train_options;
 
 void train_options_init(train_options *o);
@@ -57,6 +58,22 @@ typedef struct train_result {
     double train_loss;   /* mean over the last epoch's batches */
     uint64_t param_hash; /* FNV-1a of the final parameters' bytes */
 } train_result;
+
+/* A training in progress: train_start, train_epoch for each epoch, then
+ * train_finish. Two of them can run their epochs in turn, which is how
+ * --compare measures 1 and N workers under the same machine load. */
+typedef struct run train_state;
+
+/* Checks the options against d and sets up the shared state (parameters
+ * initialized from the seed). Returns 0 or a negative mp_err, after printing
+ * why to stderr (MP_EINVAL for options that do not fit the data). */
+int train_start(const train_options *o, const dataset *d, train_state **out);
+/* Runs epoch (0-based) with the workers, then evaluates on the test set.
+ * Blocks until done. Errors as train_run's. */
+int train_epoch(train_state *s, int epoch);
+/* Fills r (if not NULL) with the figures of the epochs done and frees s.
+ * NULL s is a no-op (r zeroed). */
+void train_finish(train_state *s, train_result *r);
 
 /* Trains as o says on d. Blocks until done. Returns 0, or a negative mp_err
  * after printing why to stderr: MP_EINVAL for options that do not fit the
