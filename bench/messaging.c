@@ -106,6 +106,7 @@ static pid_t start(int (*fn)(void *), void *arg, mp_conn *mine, int my_fd)
 {
     pid_t pid = fork();
     if (pid == 0) {
+        bench_pin_cpu(1);
         mp_conn_close(mine);
         if (my_fd >= 0)
             close(my_fd);
@@ -416,6 +417,10 @@ int main(int argc, char **argv)
     if (rc)
         return rc > 0 ? 0 : 2;
     signal(SIGPIPE, SIG_IGN);
+    /* Parent on one CPU, every helper on another: see bench_pin_cpu. */
+    if (bench_pin_cpu(0) != 0)
+        fprintf(stderr, "bench_messaging: not pinned (fewer than 2 CPUs): figures mix "
+                        "same-core and cross-core hand-offs\n");
     bench_handoff(&o, 4 * KIB, "4 KiB");
     bench_handoff(&o, 1 * MIB, "1 MiB");
     bench_handoff(&o, 64 * MIB, "64 MiB");

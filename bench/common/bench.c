@@ -1,4 +1,9 @@
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
 #include "bench.h"
+
+#include <sched.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,4 +123,20 @@ void bench_emit(const char *op, double mproc_us, const char *primitive_name,
            "\"primitive\":%.6g,\"ratio\":%.6g}\n",
            o, mproc_us, p, primitive_us, primitive_us > 0 ? mproc_us / primitive_us : 0.0);
     fflush(stdout);
+}
+
+int bench_pin_cpu(int slot)
+{
+    cpu_set_t allowed, one;
+    int seen = 0;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0 || CPU_COUNT(&allowed) < 2)
+        return -1;
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+        if (!CPU_ISSET(cpu, &allowed) || seen++ != slot)
+            continue;
+        CPU_ZERO(&one);
+        CPU_SET(cpu, &one);
+        return sched_setaffinity(0, sizeof one, &one) == 0 ? 0 : -1;
+    }
+    return -1;
 }

@@ -52,6 +52,15 @@ double bench_measure_us(bench_fn fn, void *ctx, size_t iters, const bench_opts *
 void bench_emit(const char *op, double mproc_us, const char *primitive_name,
                 double primitive_us);
 
+/* Pins the calling process to the slot-th CPU it may run on (slot 0 or 1),
+ * when it may run on at least two. Ping-pong benchmarks pin the parent to
+ * slot 0 and every echo child to slot 1, so mproc and the primitive are both
+ * measured across cores: left to the scheduler, one pair can land on one
+ * core and the other on two, and a cross-core wake-up costs ~25 us more on
+ * this kind of VM, which swamps what is being compared. Returns 0, or -1
+ * when not pinned (one CPU, or sched_setaffinity failed). */
+int bench_pin_cpu(int slot);
+
 /* Writes s as a JSON string literal (quotes included) into buf; returns the
  * length, truncating (but still quoting) when buf is too small. */
 size_t bench_json_string(char *buf, size_t cap, const char *s);
