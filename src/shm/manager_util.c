@@ -132,15 +132,12 @@ int mp__mgr_control_at(const char *path, const char *cmd, char **reply, double t
 {
     size_t len = 0, cap = 4096;
     char *buf = NULL;
-    double deadline = 0;
-    struct timespec ts;
+    double deadline = mp__deadline(timeout);
     int fd = -1, rc = mp__mgr_connect_at(path, &fd);
 
     *reply = NULL;
     if (rc < 0)
         return rc;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    deadline = (double)ts.tv_sec + ts.tv_nsec / 1e9 + timeout;
     if ((rc = write_all(fd, cmd, strlen(cmd))) < 0 || (rc = write_all(fd, "\n", 1)) < 0)
         goto out_close;
     if (!(buf = malloc(cap))) {
@@ -150,13 +147,12 @@ int mp__mgr_control_at(const char *path, const char *cmd, char **reply, double t
     for (;;) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
         ssize_t r;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        double left = deadline - ((double)ts.tv_sec + ts.tv_nsec / 1e9);
-        if (left <= 0) {
+        int ms = mp__poll_ms(deadline);
+        if (ms == 0) {
             rc = mp__error(MP_ETIMEDOUT, "shm manager: no answer to %s in %.1f s", cmd, timeout);
             goto out_free;
         }
-        if (poll(&p, 1, (int)(left * 1000) + 1) < 0 && errno != EINTR) {
+        if (poll(&p, 1, ms) < 0 && errno != EINTR) {
             rc = mp__errno_error(errno, "shm manager: poll");
             goto out_free;
         }
