@@ -242,13 +242,14 @@ int mp__mgr_spawn(const char *arg, double timeout)
                          "of mproc-shm-manager or add its directory to PATH", bin);
     if (err != 0)
         return mp__errno_error(err, "shm manager: posix_spawn(%s)", bin);
-    for (int waited = 0;; waited += 5) {
+    /* a real deadline: counting 5 ms naps would stretch the wait on a busy machine */
+    for (double deadline = mp__deadline(timeout);;) {
         w = waitpid(pid, &status, WNOHANG);
         if (w == pid || (w < 0 && errno == ECHILD))
             break;
         if (w < 0 && errno != EINTR)
             return mp__errno_error(errno, "shm manager: waitpid");
-        if (waited >= (int)(timeout * 1000)) {
+        if (mp__poll_ms(deadline) == 0) {
             kill(pid, SIGKILL);
             waitpid(pid, NULL, 0);
             return mp__error(MP_ETIMEDOUT, "shm manager: %s did not start in %.1f s", bin,
