@@ -110,6 +110,7 @@ int mp__send_record(int sock, const void *buf, size_t len, const int *fds, int n
  * *len and *nfds are set and the received fds are O_CLOEXEC and owned by the
  * caller. A record or fd list that was truncated by the kernel yields
  * MP_EPROTO with every received fd closed. An orderly EOF yields MP_ECLOSED.
+ * On failure *nfds is not set and fds[] may hold closed numbers: trust nfds.
  * MSG_CTRUNC caused by the open-files limit yields MP_EMFILE. */
 int mp__recv_record(int sock, void *buf, size_t cap, size_t *len, int *fds, int maxfds,
                     int *nfds, double deadline);

@@ -78,10 +78,10 @@ int mp__send_record(int sock, const void *buf, size_t len, const int *fds, int n
     }
 }
 
-/* Visits the SCM_RIGHTS fds the kernel installed for msg: counts them, and
- * copies them to `out` or closes them (either may be NULL / false). They are
+/* Visits the SCM_RIGHTS fds the kernel installed for msg: counts them all,
+ * copies the first `cap` to `out` (may be NULL) or closes them all. They are
  * read in place from the control buffer, so receiving needs no copy. */
-static int visit_fds(struct msghdr *msg, int *out, bool close_them)
+static int visit_fds(struct msghdr *msg, int *out, int cap, bool close_them)
 {
     int n = 0;
     if (msg->msg_controllen == 0)
@@ -94,7 +94,7 @@ static int visit_fds(struct msghdr *msg, int *out, bool close_them)
         for (size_t i = 0; i < k; i++, n++) {
             int fd;
             memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-            if (out)
+            if (out && n < cap)
                 out[n] = fd;
             if (close_them)
                 mp__close(fd);
@@ -125,7 +125,7 @@ static int check_received(struct msghdr *msg, ssize_t n, size_t cap, int ngot, i
     else if (n == 0)
         rc = mp__error(MP_ECLOSED, "recvmsg: the peer closed the connection");
     if (rc < 0)
-        visit_fds(msg, NULL, true);
+        visit_fds(msg, NULL, 0, true);
     return rc;
 }
 
@@ -157,12 +157,12 @@ int mp__recv_record(int sock, void *buf, size_t cap, size_t *len, int *fds, int 
                 return rc;
             continue;
         }
-        ngot = visit_fds(&msg, NULL, false);
+        /* one pass: copies at most maxfds, counts all, so a record with
+         * too many is refused (and its fds closed) by check_received */
+        ngot = visit_fds(&msg, fds, maxfds, false);
         rc = check_received(&msg, n, cap, ngot, maxfds);
         if (rc < 0)
             return rc;
-        if (ngot > 0)
-            visit_fds(&msg, fds, false);
         *len = (size_t)n;
         *nfds = ngot;
         return 0;

@@ -72,11 +72,12 @@ static int open_fd(mp__segment_handle *h, mp__segment **out)
         if (fd == s->fd)
             fd = -1; /* the segment's own fd handed back: never close it */
         if (h->size > s->map_len) {
-            mp__segment_release(s);
+            /* the sentence first: the release may free s */
             rc = mp__error(MP_EPROTO,
                            "mp__segment_open: handle claims %llu bytes of a "
                            "%zu-byte segment",
                            (unsigned long long)h->size, s->map_len);
+            mp__segment_release(s);
             goto out_close;
         }
         mp__close(fd);

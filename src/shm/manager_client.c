@@ -52,13 +52,6 @@ static int nheld, held_cap;
 static double retry_after;
 static int disabled = -1;       /* from $MPROC_SHM_MANAGER, read once */
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 /* One datagram; blocks (bounded) only when the daemon's queue is full. */
 static int send_dgram(const char *buf, size_t len)
 {
@@ -129,7 +122,7 @@ static void report_locked(const char *line)
 
     if (conn_fd >= 0 && deliver(line) == 0)
         return;
-    if (now() < retry_after)
+    if (mp__now() < retry_after)
         return;
     if (mp__mgr_path(sa.sun_path, sizeof sa.sun_path, MP__MGR_DGRAM, true) < 0)
         goto out_fail;
@@ -139,9 +132,9 @@ static void report_locked(const char *line)
         /* No daemon (never started, exited, or killed): start one. Another
          * starter may win the lock; its daemon binds shortly. */
         if ((spawn_rc = mp__mgr_spawn(NULL, START_TIMEOUT)) == 0) {
-            double end = now() + START_TIMEOUT;
+            double end = mp__now() + START_TIMEOUT;
             while ((rc = reconnect(&sa)) == -ENOENT || rc == -ECONNREFUSED) {
-                if (now() > end)
+                if (mp__now() > end)
                     break;
                 usleep(2000);
             }
@@ -155,7 +148,7 @@ static void report_locked(const char *line)
 out_fail:
     mp__log(MP_LOG_WARN, "file_system segments are not protected against leaks: %s",
             mp_last_error());
-    retry_after = now() + RETRY_AFTER;
+    retry_after = mp__now() + RETRY_AFTER;
 }
 
 static void held_update(const char *name, uint64_t size, bool add)

@@ -132,15 +132,12 @@ int mp__mgr_control_at(const char *path, const char *cmd, char **reply, double t
 {
     size_t len = 0, cap = 4096;
     char *buf = NULL;
-    double deadline = 0;
-    struct timespec ts;
+    double deadline = mp__deadline(timeout);
     int fd = -1, rc = mp__mgr_connect_at(path, &fd);
 
     *reply = NULL;
     if (rc < 0)
         return rc;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    deadline = (double)ts.tv_sec + ts.tv_nsec / 1e9 + timeout;
     if ((rc = write_all(fd, cmd, strlen(cmd))) < 0 || (rc = write_all(fd, "\n", 1)) < 0)
         goto out_close;
     if (!(buf = malloc(cap))) {
@@ -150,13 +147,12 @@ int mp__mgr_control_at(const char *path, const char *cmd, char **reply, double t
     for (;;) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
         ssize_t r;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        double left = deadline - ((double)ts.tv_sec + ts.tv_nsec / 1e9);
-        if (left <= 0) {
+        int ms = mp__poll_ms(deadline);
+        if (ms == 0) {
             rc = mp__error(MP_ETIMEDOUT, "shm manager: no answer to %s in %.1f s", cmd, timeout);
             goto out_free;
         }
-        if (poll(&p, 1, (int)(left * 1000) + 1) < 0 && errno != EINTR) {
+        if (poll(&p, 1, ms) < 0 && errno != EINTR) {
             rc = mp__errno_error(errno, "shm manager: poll");
             goto out_free;
         }
@@ -246,13 +242,14 @@ int mp__mgr_spawn(const char *arg, double timeout)
                          "of mproc-shm-manager or add its directory to PATH", bin);
     if (err != 0)
         return mp__errno_error(err, "shm manager: posix_spawn(%s)", bin);
-    for (int waited = 0;; waited += 5) {
+    /* a real deadline: counting 5 ms naps would stretch the wait on a busy machine */
+    for (double deadline = mp__deadline(timeout);;) {
         w = waitpid(pid, &status, WNOHANG);
         if (w == pid || (w < 0 && errno == ECHILD))
             break;
         if (w < 0 && errno != EINTR)
             return mp__errno_error(errno, "shm manager: waitpid");
-        if (waited >= (int)(timeout * 1000)) {
+        if (mp__poll_ms(deadline) == 0) {
             kill(pid, SIGKILL);
             waitpid(pid, NULL, 0);
             return mp__error(MP_ETIMEDOUT, "shm manager: %s did not start in %.1f s", bin,

@@ -31,14 +31,11 @@ static int file_bytes(size_t nbytes, int strategy, size_t *out)
     return 0;
 }
 
+/* mp__errno_error appends ENOSPC's text and its fix (enlarge /dev/shm). */
 static int no_space(const char *call, size_t need)
 {
-    long long avail = mp__shm_free_bytes();
-    return mp__error(MP_ENOSPC,
-                     "%s: needs %zu bytes, /dev/shm has %lld free (free space "
-                     "in /dev/shm or enlarge it, e.g. `mount -o remount,size=8G "
-                     "/dev/shm`, or docker's --shm-size)",
-                     call, need, avail);
+    return mp__errno_error(ENOSPC, "%s: needs %zu bytes, /dev/shm has %lld free", call, need,
+                           mp__shm_free_bytes());
 }
 
 /* "/mproc-<pid>-<16 hex>" from getrandom, so names cannot be guessed. */

@@ -191,12 +191,10 @@ int mp_tensor_from_blob(void *data, size_t nbytes, mp_dtype dtype, int ndim, con
         mp__contiguous_strides(ndim, shape, contig);
         strides = contig;
     }
-    rc = mp__tensor_check_geometry(dtype, ndim, shape, strides, 0, nbytes);
-    if (rc < 0)
-        return rc;
     rc = mp__storage_wrap(data, nbytes, (DLDevice){kDLCPU, 0}, release, ctx, &s);
     if (rc < 0)
         return rc;
+    /* mp__tensor_make checks the geometry against the nbytes-byte storage */
     rc = mp__tensor_make(s, dtype, ndim, shape, strides, 0, out);
     if (rc < 0)
         s->release = NULL; /* on failure the caller keeps its memory */

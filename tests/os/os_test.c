@@ -16,10 +16,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static int setup(void **state)
-{
-    return mp_test_setup(state);
-}
 static int teardown(void **state)
 {
     mp__sys_fault_reset();
@@ -383,19 +379,19 @@ static void test_record_peer_killed(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_fault_injection, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_clock, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_close_cloexec, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_count_fds, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_futex, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_pidfd, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_record_roundtrip, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_record_errors, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_record_eintr_and_faults, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_record_full_socket, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_record_emfile, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_record_max_fds, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_record_peer_killed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fault_injection, mp_test_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_clock, mp_test_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_close_cloexec, mp_test_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_count_fds, mp_test_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_futex, mp_test_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pidfd, mp_test_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_record_roundtrip, mp_test_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_record_errors, mp_test_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_record_eintr_and_faults, mp_test_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_record_full_socket, mp_test_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_record_emfile, mp_test_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_record_max_fds, mp_test_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_record_peer_killed, mp_test_setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

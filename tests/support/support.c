@@ -12,23 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
-static int count_dir(const char *path, const char *prefix)
-{
-    DIR *d = opendir(path);
-    struct dirent *e;
-    int n = 0;
-    if (!d)
-        return -1;
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.')
-            continue;
-        if (prefix && strncmp(e->d_name, prefix, strlen(prefix)) != 0)
-            continue;
-        n++;
-    }
-    closedir(d);
-    return n;
-}
+/* The library's own fd count (src/os/util.c). */
+int mp__count_open_fds(void);
 
 /* The shm manager client's socket is the library's, kept for the process's
  * lifetime once the first file_system segment is reported: not a leak. */
@@ -36,7 +21,7 @@ int mp__mgr_client_fd(void);
 
 int mp_test_count_fds(void)
 {
-    return count_dir("/proc/self/fd", NULL) - 1 /* opendir's */ - (mp__mgr_client_fd() >= 0);
+    return mp__count_open_fds() - (mp__mgr_client_fd() >= 0);
 }
 /* /dev/shm is shared by every process of the user (and by tests running in
  * parallel), so only the mproc segments this test's processes created count:
@@ -67,11 +52,27 @@ static void pidlog_init(void)
     pthread_atfork(NULL, NULL, pidlog_child);
 }
 
-static bool pid_ours(pid_t pid)
+/* pid's parent from /proc/<pid>/stat field 4; 0 when it cannot be read. */
+static pid_t parent_of(pid_t pid)
 {
     char path[64], buf[512];
     FILE *f;
-    bool ours = false;
+    int ppid = 0;
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    f = fopen(path, "r");
+    if (!f)
+        return 0;
+    if (fgets(buf, sizeof buf, f)) {
+        char *p = strrchr(buf, ')');
+        if (!p || sscanf(p + 2, "%*c %d", &ppid) != 1)
+            ppid = 0;
+    }
+    fclose(f);
+    return (pid_t)ppid;
+}
+
+static bool pid_ours(pid_t pid)
+{
     if (pid == getpid())
         return true;
     if (pidlog) {
@@ -81,17 +82,7 @@ static bool pid_ours(pid_t pid)
                 return true;
     }
     /* a live child started some other way (clone, posix_spawn) */
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    f = fopen(path, "r");
-    if (!f)
-        return false;
-    if (fgets(buf, sizeof buf, f)) {
-        char *p = strrchr(buf, ')');
-        int ppid = 0;
-        ours = p && sscanf(p + 2, "%*c %d", &ppid) == 1 && ppid == getpid();
-    }
-    fclose(f);
-    return ours;
+    return parent_of(pid) == getpid();
 }
 
 static bool shm_entry_ours(const char *name)
@@ -143,24 +134,12 @@ static int for_each_child(void (*fn)(pid_t))
     if (!d)
         return -1;
     while ((e = readdir(d))) {
-        char path[64], buf[512];
-        FILE *f;
-        pid_t pid = (pid_t)atoi(e->d_name), ppid = 0;
-        if (pid <= 0)
+        pid_t pid = (pid_t)atoi(e->d_name);
+        if (pid <= 0 || parent_of(pid) != self)
             continue;
-        snprintf(path, sizeof path, "/proc/%d/stat", pid);
-        f = fopen(path, "r");
-        if (!f)
-            continue;
-        if (fgets(buf, sizeof buf, f)) {
-            char *p = strrchr(buf, ')');
-            if (p && sscanf(p + 2, "%*c %d", &ppid) == 1 && ppid == self) {
-                n++;
-                if (fn)
-                    fn(pid);
-            }
-        }
-        fclose(f);
+        n++;
+        if (fn)
+            fn(pid);
     }
     closedir(d);
     return n;

@@ -23,10 +23,6 @@ static int group_fs(void **state)
     strategy = "file_system";
     return mp_set_sharing_strategy(strategy);
 }
-static int setup(void **state)
-{
-    return mp_test_setup(state);
-}
 static int teardown(void **state)
 {
     assert_int_equal(mp__segment_count(), 0);
@@ -338,7 +334,7 @@ static void test_child_receives_inherited(void **state)
     mp__close(sv[0]);
 }
 
-#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+#define T(f) cmocka_unit_test_setup_teardown(f, mp_test_setup, teardown)
 
 int main(void)
 {

@@ -5,15 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int setup(void **state)
-{
-    return mp_test_setup(state);
-}
-static int teardown(void **state)
-{
-    return mp_test_teardown(state);
-}
-
 static void test_dtypes(void **state)
 {
     static const size_t sizes[MP_DTYPE_COUNT] = {1, 1, 2, 4, 8, 1, 2, 4, 8, 2, 2, 4, 8};
@@ -449,16 +440,16 @@ static void test_dlpack_import_shares(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_dtypes, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_empty_properties, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_create_errors, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_from_blob, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_views, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_as_strided, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_copy, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_grad, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_dlpack_roundtrip, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_dlpack_import_shares, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dtypes, mp_test_setup, mp_test_teardown),
+        cmocka_unit_test_setup_teardown(test_empty_properties, mp_test_setup, mp_test_teardown),
+        cmocka_unit_test_setup_teardown(test_create_errors, mp_test_setup, mp_test_teardown),
+        cmocka_unit_test_setup_teardown(test_from_blob, mp_test_setup, mp_test_teardown),
+        cmocka_unit_test_setup_teardown(test_views, mp_test_setup, mp_test_teardown),
+        cmocka_unit_test_setup_teardown(test_as_strided, mp_test_setup, mp_test_teardown),
+        cmocka_unit_test_setup_teardown(test_copy, mp_test_setup, mp_test_teardown),
+        cmocka_unit_test_setup_teardown(test_grad, mp_test_setup, mp_test_teardown),
+        cmocka_unit_test_setup_teardown(test_dlpack_roundtrip, mp_test_setup, mp_test_teardown),
+        cmocka_unit_test_setup_teardown(test_dlpack_import_shares, mp_test_setup, mp_test_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
