@@ -151,10 +151,8 @@ int mp__queue_put(mp__queue *q, const mp_msg *m, double deadline, const char *fn
         atomic_fetch_add(&c->unfinished, 1);
     rc = mp__wire_send(q->wsock, m, deadline);
     if (rc < 0) {
-        if (q->kind == MP_ATTACH_JOINABLE_QUEUE && atomic_fetch_sub(&c->unfinished, 1) == 1) {
-            atomic_fetch_add(&c->join_seq, 1);
-            mp__futex_wake((uint32_t *)&c->join_seq, 1 << 30, true);
-        }
+        if (q->kind == MP_ATTACH_JOINABLE_QUEUE && atomic_fetch_sub(&c->unfinished, 1) == 1)
+            mp__qctl_wake_join(c);
         atomic_fetch_sub(&c->puts, 1);
         wake_space(c);
     }
