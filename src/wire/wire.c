@@ -164,8 +164,10 @@ static int consume(int sock)
         ssize_t n = mp__sys.recvmsg(sock, &mh, MSG_DONTWAIT);
         if (n >= 0)
             return 0;
-        if (n < 0 && errno == EINTR)
+        if (errno == EINTR)
             continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK)
+            return mp__errno_error(errno, "mp_wire_recv: recvmsg consuming a peeked message");
         return mp__error(MP_ESTATE, "mp_wire_recv: the peeked message vanished: another "
                                     "reader took it (one reader at a time per socket)");
     }
