@@ -191,6 +191,7 @@ int mp__ipc_lock(pthread_mutex_t *m, double deadline, const char *fn)
 int mp__queue_get(mp__queue *q, mp_msg **out, double deadline, const char *fn)
 {
     mp__qctl *c;
+    bool taken;
     int rc;
     if (out)
         *out = NULL;
@@ -200,9 +201,11 @@ int mp__queue_get(mp__queue *q, mp_msg **out, double deadline, const char *fn)
     if ((rc = mp__ipc_lock(&c->rlock, deadline, fn)) < 0)
         return rc;
     /* Once closed, nothing more can arrive: never wait for it. */
-    rc = mp__wire_recv(q->rsock, out, atomic_load(&c->closed) ? 0 : deadline);
+    rc = mp__wire_recv_taken(q->rsock, out, atomic_load(&c->closed) ? 0 : deadline, &taken);
     pthread_mutex_unlock(&c->rlock);
-    if (rc == 0 || rc == MP_EPROTO) {
+    /* A message taken off the socket frees its slot even when it could not
+     * be decoded (MP_EPROTO, or mapping it failed): it is gone either way. */
+    if (taken) {
         atomic_fetch_add(&c->gets, 1);
         if (c->maxsize)
             wake_space(c);
