@@ -209,9 +209,7 @@ int mp__queue_get(mp__queue *q, mp_msg **out, double deadline, const char *fn)
         atomic_fetch_add(&c->gets, 1);
         if (c->maxsize)
             wake_space(c);
-    } else if (rc == MP_EAGAIN && atomic_load(&c->closed)) {
-        rc = mp__error(MP_ECLOSED, "%s: the queue is closed and drained", fn);
-    } else if (rc == MP_ECLOSED) {
+    } else if (rc == MP_ECLOSED || (rc == MP_EAGAIN && atomic_load(&c->closed))) {
         rc = mp__error(MP_ECLOSED, "%s: the queue is closed and drained", fn);
     } else if (rc == MP_EAGAIN) {
         rc = mp__error(MP_EAGAIN, "%s: the queue is empty", fn);
