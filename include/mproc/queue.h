@@ -126,7 +126,9 @@ bool mp_queue_is_joinable(mp_queue *q);
 /* JoinableQueue: marks one message taken by get as processed. MP_ESTATE
  * when called more times than messages were put, or on a plain Queue. */
 int mp_queue_task_done(mp_queue *q);
-/* JoinableQueue: waits until every message put has been task_done'd. */
+/* JoinableQueue: waits until every message put has been task_done'd.
+ * Errors: MP_ETIMEDOUT, MP_EAGAIN (timeout 0 and messages outstanding),
+ * MP_ESTATE on a plain Queue. */
 int mp_queue_join(mp_queue *q, double timeout);
 
 /* Convenience: a message carrying one tensor, or a state_dict. */

@@ -56,6 +56,13 @@ bool mp__queue_empty(mp__queue *q);
 /* Messages put and not yet taken (approximate, >= 0). */
 int64_t mp__queue_size(const mp__queue *q);
 
+/* JoinableQueue: unfinished just reached 0; wakes every mp_queue_join. */
+static inline void mp__qctl_wake_join(mp__qctl *c)
+{
+    atomic_fetch_add(&c->join_seq, 1);
+    mp__futex_wake((uint32_t *)&c->join_seq, 1 << 30, true);
+}
+
 /* Deadline for the wire layer: 0 stays 0 ("try once"). */
 static inline double mp__ipc_deadline(double timeout)
 {

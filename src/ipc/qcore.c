@@ -151,10 +151,8 @@ int mp__queue_put(mp__queue *q, const mp_msg *m, double deadline, const char *fn
         atomic_fetch_add(&c->unfinished, 1);
     rc = mp__wire_send(q->wsock, m, deadline);
     if (rc < 0) {
-        if (q->kind == MP_ATTACH_JOINABLE_QUEUE && atomic_fetch_sub(&c->unfinished, 1) == 1) {
-            atomic_fetch_add(&c->join_seq, 1);
-            mp__futex_wake((uint32_t *)&c->join_seq, 1 << 30, true);
-        }
+        if (q->kind == MP_ATTACH_JOINABLE_QUEUE && atomic_fetch_sub(&c->unfinished, 1) == 1)
+            mp__qctl_wake_join(c);
         atomic_fetch_sub(&c->puts, 1);
         wake_space(c);
     }
@@ -193,6 +191,7 @@ int mp__ipc_lock(pthread_mutex_t *m, double deadline, const char *fn)
 int mp__queue_get(mp__queue *q, mp_msg **out, double deadline, const char *fn)
 {
     mp__qctl *c;
+    bool taken;
     int rc;
     if (out)
         *out = NULL;
@@ -202,15 +201,15 @@ int mp__queue_get(mp__queue *q, mp_msg **out, double deadline, const char *fn)
     if ((rc = mp__ipc_lock(&c->rlock, deadline, fn)) < 0)
         return rc;
     /* Once closed, nothing more can arrive: never wait for it. */
-    rc = mp__wire_recv(q->rsock, out, atomic_load(&c->closed) ? 0 : deadline);
+    rc = mp__wire_recv_taken(q->rsock, out, atomic_load(&c->closed) ? 0 : deadline, &taken);
     pthread_mutex_unlock(&c->rlock);
-    if (rc == 0 || rc == MP_EPROTO) {
+    /* A message taken off the socket frees its slot even when it could not
+     * be decoded (MP_EPROTO, or mapping it failed): it is gone either way. */
+    if (taken) {
         atomic_fetch_add(&c->gets, 1);
         if (c->maxsize)
             wake_space(c);
-    } else if (rc == MP_EAGAIN && atomic_load(&c->closed)) {
-        rc = mp__error(MP_ECLOSED, "%s: the queue is closed and drained", fn);
-    } else if (rc == MP_ECLOSED) {
+    } else if (rc == MP_ECLOSED || (rc == MP_EAGAIN && atomic_load(&c->closed))) {
         rc = mp__error(MP_ECLOSED, "%s: the queue is closed and drained", fn);
     } else if (rc == MP_EAGAIN) {
         rc = mp__error(MP_EAGAIN, "%s: the queue is empty", fn);

@@ -96,10 +96,8 @@ int mp_queue_task_done(mp_queue *q)
         return mp__error(MP_ESTATE, "mp_queue_task_done: called more times than messages "
                                     "were put");
     }
-    if (left == 0) {
-        atomic_fetch_add(&c->join_seq, 1);
-        mp__futex_wake((uint32_t *)&c->join_seq, 1 << 30, true);
-    }
+    if (left == 0)
+        mp__qctl_wake_join(c);
     return 0;
 }
 

@@ -3,6 +3,7 @@
  * must be referenced exactly once, and on any error every fd received is
  * closed (file_system in-flight references are given back). Errors are
  * MP_EPROTO with a sentence saying which field of which part is wrong. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,12 +13,16 @@
 
 #define BAD(...) mp__error(MP_EPROTO, "mp_wire_recv: malformed frame: " __VA_ARGS__)
 
-/* MP_EPROTO whose sentence is ctx followed by the sentence a lower layer
- * just recorded (copied first: mp__error writes the same buffer). */
-static int bad_because(const char *ctx)
+/* MP_EPROTO whose sentence is the formatted context followed by the sentence
+ * a lower layer just recorded (copied first: mp__error writes the same buffer). */
+__attribute__((format(printf, 1, 2))) static int bad_because(const char *fmt, ...)
 {
-    char why[256];
+    char why[256], ctx[256];
+    va_list ap;
     snprintf(why, sizeof why, "%s", mp_last_error());
+    va_start(ap, fmt);
+    vsnprintf(ctx, sizeof ctx, fmt, ap);
+    va_end(ap);
     return BAD("%s: %s", ctx, why);
 }
 
@@ -136,7 +141,6 @@ static int parse_tensor(dec *d, reader *r, uint32_t index, bool grad, uint32_t *
     mp__frame_tensor ft;
     int64_t shape[MP_MAX_NDIM], strides[MP_MAX_NDIM];
     const unsigned char *q = take(r, sizeof ft);
-    char why[256];
     int rc;
     if (!q)
         return BAD("attachment %u: tensor record truncated", index);
@@ -157,20 +161,16 @@ static int parse_tensor(dec *d, reader *r, uint32_t index, bool grad, uint32_t *
     *flags = ft.flags;
     rc = mp__tensor_check_geometry((mp_dtype)ft.dtype, (int)ft.ndim, shape, strides,
                                    ft.byte_offset, (size_t)d->handles[ft.storage].size);
-    if (rc < 0) {
-        snprintf(why, sizeof why, "%s", mp_last_error());
-        return BAD("attachment %u%s: the view reaches outside its %llu-byte storage or "
-                   "overflows: %s", index, grad ? " (grad)" : "",
-                   (unsigned long long)d->handles[ft.storage].size, why);
-    }
+    if (rc < 0)
+        return bad_because("attachment %u%s: the view reaches outside its %llu-byte storage "
+                           "or overflows", index, grad ? " (grad)" : "",
+                           (unsigned long long)d->handles[ft.storage].size);
     if (!d->m)
         return 0;
     rc = mp__tensor_make(d->storages[ft.storage], (mp_dtype)ft.dtype, (int)ft.ndim, shape,
                          strides, ft.byte_offset, out);
-    if (rc == MP_EINVAL || rc == MP_EOVERFLOW) {
-        snprintf(why, sizeof why, "%s", mp_last_error());
-        return BAD("attachment %u: %s", index, why);
-    }
+    if (rc == MP_EINVAL || rc == MP_EOVERFLOW)
+        return bad_because("attachment %u", index);
     return rc;
 }
 
@@ -213,7 +213,7 @@ static int parse_object(dec *d, reader *r, uint32_t index, const mp__objkind *k,
     }
     rc = k->decode(q + sizeof fo, len - sizeof fo, objfds, (int)fo.nfds, out);
     if (rc == MP_EINVAL)
-        rc = bad_because(k->name);
+        rc = bad_because("%s", k->name);
     return rc;
 }
 

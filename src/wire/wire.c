@@ -164,8 +164,10 @@ static int consume(int sock)
         ssize_t n = mp__sys.recvmsg(sock, &mh, MSG_DONTWAIT);
         if (n >= 0)
             return 0;
-        if (n < 0 && errno == EINTR)
+        if (errno == EINTR)
             continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK)
+            return mp__errno_error(errno, "mp_wire_recv: recvmsg consuming a peeked message");
         return mp__error(MP_ESTATE, "mp_wire_recv: the peeked message vanished: another "
                                     "reader took it (one reader at a time per socket)");
     }
@@ -173,9 +175,16 @@ static int consume(int sock)
 
 int mp__wire_recv(int sock, mp_msg **out, double deadline)
 {
+    bool taken;
+    return mp__wire_recv_taken(sock, out, deadline, &taken);
+}
+
+int mp__wire_recv_taken(int sock, mp_msg **out, double deadline, bool *taken)
+{
     int fds[MP__WIRE_MAX_FDS];
     int nfds = 0, mflags = 0, rc;
     ssize_t n;
+    *taken = false;
     if (out)
         *out = NULL;
     if (sock < 0 || !out)
@@ -203,6 +212,7 @@ int mp__wire_recv(int sock, mp_msg **out, double deadline)
         close_fds(fds, nfds);
         return rc;
     }
+    *taken = true;
     if (mflags & MSG_TRUNC) {
         close_fds(fds, nfds);
         return mp__error(MP_EPROTO, "mp_wire_recv: malformed frame: record longer than the "

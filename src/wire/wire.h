@@ -41,6 +41,10 @@ int mp__wire_send(int sock, const mp_msg *m, double deadline);
  * above, MP_EPROTO for any malformed frame (every fd received is closed),
  * MP_EMFILE when the fds did not fit under RLIMIT_NOFILE. */
 int mp__wire_recv(int sock, mp_msg **out, double deadline);
+/* As mp__wire_recv; *taken says whether a record left the socket, which is
+ * also true when decoding it failed (the message is then dropped). Queues
+ * count a get by it, so a dropped message frees its slot. */
+int mp__wire_recv_taken(int sock, mp_msg **out, double deadline, bool *taken);
 
 /* Encode/decode without a socket, for the fuzzer and tests: encode writes
  * the frame into *buf (malloc'd) and the fds to send into fds (borrowed).

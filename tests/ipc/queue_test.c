@@ -2,6 +2,7 @@
  * nowait/timeouts, maxsize, close semantics, task_done/join, convenience
  * calls, producer exiting before get, SIGKILL of a consumer mid-stream,
  * queues passed as attachments. */
+#include <errno.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include "mp_test.h"
+#include "os/os.h"
 
 static int setup(void **state) { return mp_test_setup(state); }
 static int teardown(void **state) { return mp_test_teardown(state); }
@@ -210,6 +212,43 @@ static void test_maxsize_blocking(void **state)
     assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_int_equal(status, 0);
     assert_int_equal(get_u32(q), 5);
+    mp_msg_destroy(m);
+    mp_queue_release(q);
+}
+
+/* A get that takes a message off the socket but cannot map it (mmap fails)
+ * reports the error, drops the message, and frees its maxsize slot: the
+ * queue is empty and takes a new put at once. */
+static void test_get_fault_frees_slot(void **state)
+{
+    mp_queue *q = NULL;
+    mp_msg *m = NULL;
+    mp_tensor *t = NULL;
+    pid_t pid;
+    int status;
+    (void)state;
+    assert_mp_ok(mp_set_sharing_strategy("file_descriptor"));
+    assert_mp_ok(mp_queue_create(1, &q));
+    pid = fork();
+    if (pid == 0) {   /* a segment the parent has never mapped */
+        int64_t shape[1] = {16};
+        mp_tensor *x = NULL;
+        if (mp_tensor_empty(MP_INT32, 1, shape, &x) || mp_queue_put_tensor(q, x, 5))
+            _exit(1);
+        _exit(0);
+    }
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_int_equal(status, 0);
+    assert_int_equal(mp_queue_qsize(q), 1);
+    assert_mp_ok(mp__sys_fault("mmap", ENOMEM, 0, 1));
+    assert_mp_err(mp_queue_get_tensor(q, &t, 5), MP_ENOMEM);
+    mp__sys_fault_reset();
+    assert_null(t);
+    assert_int_equal(mp_queue_qsize(q), 0);
+    assert_true(mp_queue_empty(q));
+    m = msg_u32(9);
+    assert_mp_ok(mp_queue_put_nowait(q, m));
+    assert_int_equal(get_u32(q), 9);
     mp_msg_destroy(m);
     mp_queue_release(q);
 }
@@ -424,6 +463,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_simple_queue, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_wakes_getter, setup, teardown),
         cmocka_unit_test_setup_teardown(test_maxsize_blocking, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_get_fault_frees_slot, setup, teardown),
         cmocka_unit_test_setup_teardown(test_producer_exits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_consumer_killed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_consumer_killed_streaming, setup, teardown),

@@ -256,6 +256,38 @@ static void test_send_fault_fs(void **state)
     close(sv[1]);
 }
 
+/* A receive whose consuming recvmsg fails (after the peek worked) reports
+ * the system error, not "another reader took it", closes the peeked fds,
+ * and leaves the message queued for the next receive. */
+static void test_consume_fault(void **state)
+{
+    mp_tensor *t = iota(4, 4, 3), *got = NULL;
+    mp_msg *m = NULL, *r = NULL;
+    int sv[2], before;
+    (void)state;
+    assert_mp_ok(mp_set_sharing_strategy("file_descriptor"));
+    assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    assert_mp_ok(mp_msg_create(&m));
+    assert_mp_ok(mp_msg_add_tensor(m, "t", t));
+    assert_mp_ok(mp__wire_send(sv[0], m, 1));
+    before = mp_test_count_fds();
+    assert_mp_ok(mp__sys_fault("recvmsg", EIO, 1, 1));
+    assert_mp_err(mp__wire_recv(sv[1], &r, 1), MP_ESYS);
+    mp__sys_fault_reset();
+    assert_null(r);
+    assert_non_null(strstr(mp_last_error(), "consuming"));
+    assert_int_equal(mp_test_count_fds(), before);
+    assert_mp_ok(mp__wire_recv(sv[1], &r, 1));
+    assert_mp_ok(mp_msg_find_tensor(r, "t", &got));
+    assert_true(((float *)mp_tensor_data(got))[15] == 18.0f);
+    mp_tensor_release(got);
+    mp_msg_destroy(r);
+    mp_msg_destroy(m);
+    mp_tensor_release(t);
+    close(sv[0]);
+    close(sv[1]);
+}
+
 /* A receive whose mmap fails reports it and closes every fd it got. */
 static void test_recv_fault(void **state)
 {
@@ -301,6 +333,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_encode_decode, setup, teardown),
         cmocka_unit_test_setup_teardown(test_send_fault_fs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_recv_fault, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_consume_fault, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
