@@ -367,18 +367,14 @@ int loop_run(const loop_config *cfg, int ready_fd)
         mp__mgr_path(dpath, sizeof dpath, MP__MGR_DGRAM, true) < 0 || sfd < 0 ||
         bind_both(spath, dpath, &lfd, &dfd) < 0) {
         dlog("cannot listen: %s", mp_last_error());
-        if (ready_fd >= 0)
-            close(ready_fd);
+        starter_tell(ready_fd, 'F');
         return 1;
     }
     table_init(cfg->grace, spath);
     table_scan(0);
     dlog("listening on %s (grace %g s%s)", spath, cfg->grace,
          cfg->persistent ? ", persistent" : "");
-    if (ready_fd >= 0) {
-        (void)!write(ready_fd, "R", 1);
-        close(ready_fd);
-    }
+    starter_tell(ready_fd, 'R');
     while (!stop_requested) {
         int timeout = -1;
         if (clients_alive() == 0 && !idle_reclaimed && grace_end == 0)
