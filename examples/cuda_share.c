@@ -70,11 +70,18 @@ int main(int argc, char **argv)
         mp_process_start(child) != 0)
         return fail("starting the child");
     mp_msg_destroy(args);
-    if (mp_process_join(child, 60) != 0 || mp_process_exitcode(child, &code) != 0 ||
-        code != 0) {
+    if (mp_process_join(child, 60) != 0) {
+        /* Still running (or not ours to wait for): it must not outlive us. */
+        fprintf(stderr, "cuda_share: waiting for the child: %s\n", mp_last_error());
+        mp_process_kill(child);
+        mp_process_join(child, -1);
+        mp_process_destroy(child);
+        return 1;
+    }
+    if (mp_process_exitcode(child, &code) != 0 || code != 0) {
         mp_child_error e;
-        mp_process_error(child, &e);
-        fprintf(stderr, "cuda_share: child failed (exit %d): %s\n", code, e.message);
+        const char *why = mp_process_error(child, &e) == 0 ? e.message : mp_last_error();
+        fprintf(stderr, "cuda_share: child failed (exit %d): %s\n", code, why);
         return 1;
     }
     mp_process_destroy(child);

@@ -10,6 +10,7 @@
 
 #include <mproc.h>
 
+#include "../hogwild/args.h"
 #include "../hogwild/data.h"
 
 void loader_augment(const uint8_t *image, int dx, int dy, int flip, float *out)
@@ -58,35 +59,15 @@ static void loader_free(loader *l)
     free(l->order);
 }
 
-static void get_queue(loader *l, mp_msg *args, const char *name, mp_queue **out)
-{
-    int i = mp_msg_find(args, name);
-    if (i < 0 || mp_msg_get_queue(args, (size_t)i, out) != 0)
-        mp_raise("loader %d: argument '%s': %s", l->rank, name, mp_last_error());
-}
-
-static void get_tensor(loader *l, mp_msg *args, const char *name, mp_tensor **out)
-{
-    if (mp_msg_find_tensor(args, name, out) != 0)
-        mp_raise("loader %d: argument '%s': %s", l->rank, name, mp_last_error());
-}
-
 static void loader_open(loader *l, int rank, mp_msg *args)
 {
-    size_t len = 0;
-    const void *p = mp_msg_payload(args, &len);
     l->rank = rank;
-    if (len != sizeof l->cfg)
-        mp_raise("loader %d: configuration of %zu bytes, want %zu", rank, len, sizeof l->cfg);
-    memcpy(&l->cfg, p, sizeof l->cfg);
-    if (l->cfg.version != LOADER_CFG_VERSION)
-        mp_raise("loader %d: configuration version %u, want %u", rank, l->cfg.version,
-                 LOADER_CFG_VERSION);
-    get_tensor(l, args, "train_x", &l->train_x);
-    get_tensor(l, args, "train_y", &l->train_y);
-    get_tensor(l, args, "stats", &l->stats);
-    get_queue(l, args, "free", &l->free_q);
-    get_queue(l, args, "ready", &l->ready_q);
+    args_cfg(args, "loader", rank, &l->cfg, sizeof l->cfg, LOADER_CFG_VERSION);
+    args_tensor(args, "loader", rank, "train_x", &l->train_x);
+    args_tensor(args, "loader", rank, "train_y", &l->train_y);
+    args_tensor(args, "loader", rank, "stats", &l->stats);
+    args_queue(args, "loader", rank, "free", &l->free_q);
+    args_queue(args, "loader", rank, "ready", &l->ready_q);
     if (mp_tensor_size(l->train_x, 0) < l->cfg.samples ||
         mp_tensor_size(l->stats, 0) != l->cfg.workers)
         mp_raise("loader %d: tensors do not match the configuration", rank);

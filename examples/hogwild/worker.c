@@ -9,6 +9,7 @@
 
 #include <mproc.h>
 
+#include "args.h"
 #include "data.h"
 #include "mlp.h"
 #include "rng.h"
@@ -50,39 +51,18 @@ static void worker_free(worker *w)
     mlp_work_free(&w->work);
 }
 
-static void get_tensor(worker *w, mp_msg *args, const char *name, mp_tensor **out)
-{
-    int rc = mp_msg_find_tensor(args, name, out);
-    if (rc != 0)
-        mp_raise("worker %d: argument '%s': %s", w->rank, name, mp_last_error());
-}
-
-/* The queue attachment called name (a new reference). */
-static int find_queue(mp_msg *args, const char *name, mp_queue **out)
-{
-    int i = mp_msg_find(args, name);
-    return i < 0 ? i : mp_msg_get_queue(args, (size_t)i, out);
-}
-
 /* Reads the arguments and allocates; fails the worker with mp_raise. */
 static void worker_open(worker *w, int rank, mp_msg *args)
 {
-    size_t len = 0;
-    const void *p = mp_msg_payload(args, &len);
     w->rank = rank;
-    if (len != sizeof w->cfg)
-        mp_raise("worker %d: configuration of %zu bytes, want %zu", rank, len, sizeof w->cfg);
-    memcpy(&w->cfg, p, sizeof w->cfg);
-    if (w->cfg.version != WORKER_CFG_VERSION)
-        mp_raise("worker %d: configuration version %u, want %u", rank, w->cfg.version,
-                 WORKER_CFG_VERSION);
+    args_cfg(args, "worker", rank, &w->cfg, sizeof w->cfg, WORKER_CFG_VERSION);
     w->shape = (mlp_shape){DATA_PIXELS, w->cfg.h1, w->cfg.h2, DATA_CLASSES};
     mlp_layout_init(&w->layout, &w->shape);
-    get_tensor(w, args, "params", &w->params);
-    get_tensor(w, args, "velocity", &w->velocity);
-    get_tensor(w, args, "train_x", &w->train_x);
-    get_tensor(w, args, "train_y", &w->train_y);
-    get_tensor(w, args, "progress", &w->progress);
+    args_tensor(args, "worker", rank, "params", &w->params);
+    args_tensor(args, "worker", rank, "velocity", &w->velocity);
+    args_tensor(args, "worker", rank, "train_x", &w->train_x);
+    args_tensor(args, "worker", rank, "train_y", &w->train_y);
+    args_tensor(args, "worker", rank, "progress", &w->progress);
     if ((size_t)mp_tensor_numel(w->params) != w->layout.total ||
         mp_tensor_size(w->velocity, 0) != w->cfg.workers ||
         mp_tensor_size(w->train_x, 0) < w->cfg.samples)
@@ -90,8 +70,8 @@ static void worker_open(worker *w, int rank, mp_msg *args)
     if (w->cfg.sync == TRAIN_PERIODIC) {
         char down[32];
         snprintf(down, sizeof down, "down%d", rank);
-        if (find_queue(args, "up", &w->up) != 0 || find_queue(args, down, &w->down) != 0)
-            mp_raise("worker %d: queues: %s", rank, mp_last_error());
+        args_queue(args, "worker", rank, "up", &w->up);
+        args_queue(args, "worker", rank, down, &w->down);
         if (mp_tensor_clone(w->params, &w->local) != 0)
             mp_raise("worker %d: local copy: %s", rank, mp_last_error());
     }

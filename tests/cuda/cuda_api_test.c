@@ -9,7 +9,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static int setup(void **state) { return mp_test_setup(state); }
 static int teardown(void **state)
 {
     mp__cuda_simulate_initialized(false);
@@ -128,13 +127,13 @@ static void test_no_device(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_fork_guard, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_cpu_tensor_is_not_cuda, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_kind_registered, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fork_guard, mp_test_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cpu_tensor_is_not_cuda, mp_test_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_kind_registered, mp_test_setup, teardown),
 #ifndef MPROC_HAVE_CUDA
-        cmocka_unit_test_setup_teardown(test_stub, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stub, mp_test_setup, teardown),
 #else
-        cmocka_unit_test_setup_teardown(test_no_device, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_no_device, mp_test_setup, teardown),
 #endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -150,7 +150,6 @@ static void expect(int fd, char want)
     assert_int_equal(c, want);
 }
 
-static int setup(void **state) { return mp_test_setup(state); }
 static int teardown(void **state)
 {
     size_t pending = 9;
@@ -340,12 +339,12 @@ int main(int argc, char **argv)
     }
     warm_up();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_add_one, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_views, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_thousand, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_free_early, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_resend, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_producer_exits_first, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_add_one, mp_test_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_views, mp_test_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_thousand, mp_test_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_free_early, mp_test_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_resend, mp_test_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_producer_exits_first, mp_test_setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

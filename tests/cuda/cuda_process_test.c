@@ -21,7 +21,6 @@
 #include "fake_device.h"
 #endif
 
-static int setup(void **state) { return mp_test_setup(state); }
 static int teardown(void **state)
 {
     mp__cuda_simulate_initialized(false);
@@ -389,13 +388,13 @@ static void test_producer_exit_warning(void **state)
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_fork_guard, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fork_guard, mp_test_setup, teardown),
 #ifdef MPROC_HAVE_CUDA
-        cmocka_unit_test_setup_teardown(test_tensor_argument, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_resend_third, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_dead_consumer, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_thousand_queue, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_producer_exit_warning, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tensor_argument, mp_test_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_resend_third, mp_test_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dead_consumer, mp_test_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_thousand_queue, mp_test_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_producer_exit_warning, mp_test_setup, teardown),
 #endif
     };
 #ifdef MPROC_HAVE_CUDA

@@ -6,9 +6,6 @@
 
 #include <string.h>
 
-static int setup(void **state) { return mp_test_setup(state); }
-static int teardown(void **state) { return mp_test_teardown(state); }
-
 static mp__cuda_frame sample(void)
 {
     mp__cuda_frame f;
@@ -139,9 +136,9 @@ static void test_decode_refuses(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_encode_refuses, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_decode_refuses, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_round_trip, mp_test_setup, mp_test_teardown),
+        cmocka_unit_test_setup_teardown(test_encode_refuses, mp_test_setup, mp_test_teardown),
+        cmocka_unit_test_setup_teardown(test_decode_refuses, mp_test_setup, mp_test_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

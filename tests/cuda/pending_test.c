@@ -9,7 +9,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static int setup(void **state) { return mp_test_setup(state); }
 static int teardown(void **state)
 {
     assert_int_equal(mp__refseg_open_count(), 0);
@@ -182,11 +181,11 @@ static void test_thousand(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_unshared_frees_now, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_shared_waits_for_zero, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_collect_explicit_and_failure, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_dead_consumer_frees, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_thousand, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unshared_frees_now, mp_test_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_shared_waits_for_zero, mp_test_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_collect_explicit_and_failure, mp_test_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dead_consumer_frees, mp_test_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_thousand, mp_test_setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -12,7 +12,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static int setup(void **state) { return mp_test_setup(state); }
 static int teardown(void **state)
 {
     mp__sys_fault_reset();
@@ -277,14 +276,14 @@ static void test_faults(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_create_and_identity, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_slots_and_reuse, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_references, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_dead_consumer, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_producer_death, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_killed_producer, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_hostile_fds, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_faults, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_create_and_identity, mp_test_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_slots_and_reuse, mp_test_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_references, mp_test_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dead_consumer, mp_test_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_producer_death, mp_test_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_killed_producer, mp_test_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_hostile_fds, mp_test_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_faults, mp_test_setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -101,23 +101,16 @@ static void test_quota_splits_the_batches(void **state)
     assert_int_equal(loader_quota(&c, 2), 3);
 }
 
-static int setup(void **state)
-{
-    return mp_test_setup(state);
-}
-static int teardown(void **state)
-{
-    return mp_test_teardown(state);
-}
+#define T(f) cmocka_unit_test_setup_teardown(f, mp_test_setup, mp_test_teardown)
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_identity_is_decoding, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_flip_mirrors_rows, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_shift_pads_with_black, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_random_crops_cover_every_choice, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_quota_splits_the_batches, setup, teardown),
+        T(test_identity_is_decoding),
+        T(test_flip_mirrors_rows),
+        T(test_shift_pads_with_black),
+        T(test_random_crops_cover_every_choice),
+        T(test_quota_splits_the_batches),
     };
     make_image();
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -113,22 +113,15 @@ static void test_missing_file_names_it(void **state)
     assert_non_null(strstr(err, "No such file"));
 }
 
-static int setup(void **state)
-{
-    return mp_test_setup(state);
-}
-static int teardown(void **state)
-{
-    return mp_test_teardown(state);
-}
+#define T(f) cmocka_unit_test_setup_teardown(f, mp_test_setup, mp_test_teardown)
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_valid_file_reads_back, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_corrupt_headers_are_rejected, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_data_is_rejected, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_missing_file_names_it, setup, teardown),
+        T(test_valid_file_reads_back),
+        T(test_corrupt_headers_are_rejected),
+        T(test_bad_data_is_rejected),
+        T(test_missing_file_names_it),
     };
     strcpy(dir, "/tmp/mproc-idx-test-XXXXXX");
     if (!mkdtemp(dir))

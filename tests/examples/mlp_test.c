@@ -132,23 +132,16 @@ static void test_evaluate_counts_correct(void **state)
     fixture_close(&f);
 }
 
-static int setup(void **state)
-{
-    return mp_test_setup(state);
-}
-static int teardown(void **state)
-{
-    return mp_test_teardown(state);
-}
+#define T(f) cmocka_unit_test_setup_teardown(f, mp_test_setup, mp_test_teardown)
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_layout_matches_pytorch, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_gradients_match_finite_differences, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_one_step_lowers_the_loss, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_sgd_momentum_matches_pytorch, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_evaluate_counts_correct, setup, teardown),
+        T(test_layout_matches_pytorch),
+        T(test_gradients_match_finite_differences),
+        T(test_one_step_lowers_the_loss),
+        T(test_sgd_momentum_matches_pytorch),
+        T(test_evaluate_counts_correct),
     };
     /* Warm up (BLAS buffers, the heap) so the leak check sees only the tests. */
     fixture f;

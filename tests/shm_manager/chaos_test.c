@@ -238,12 +238,9 @@ CASE(after_put)
 CASE(after_get)
 CASE(exchange)
 
-static int setup(void **state) { return mp_test_setup(state); }
-static int teardown(void **state) { return mp_test_teardown(state); }
-
 int main(void)
 {
-#define T(name) cmocka_unit_test_setup_teardown(test_##name, setup, teardown)
+#define T(name) cmocka_unit_test_setup_teardown(test_##name, mp_test_setup, mp_test_teardown)
     const struct CMUnitTest tests[] = {
         T(after_create), T(after_create_daemon_killed), T(after_put), T(after_put_daemon_killed),
         T(after_get),    T(after_get_daemon_killed),    T(exchange),  T(exchange_daemon_killed),

@@ -142,13 +142,10 @@ static void test_sigkill_twenty_times(void **state)
     }
 }
 
-static int setup(void **state) { return mp_test_setup(state); }
-static int teardown(void **state) { return mp_test_teardown(state); }
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_sigkill_twenty_times, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sigkill_twenty_times, mp_test_setup, mp_test_teardown),
     };
     int rc;
     mgr_test_env();

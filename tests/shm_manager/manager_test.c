@@ -410,22 +410,21 @@ static void test_other_uid_refused(void **state)
     assert_true(mgr_wait_clean(&keeper.pid, 1, MGR_GRACE + 1));
 }
 
-static int setup(void **state) { return mp_test_setup(state); }
-static int teardown(void **state) { return mp_test_teardown(state); }
+#define T(f) cmocka_unit_test_setup_teardown(f, mp_test_setup, mp_test_teardown)
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_sigkill_after_create, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_release_and_exit, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_two_starters_one_daemon, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_in_flight_kept_until_received, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_other_daemon_leaves_tracked, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_daemon_killed_readopts, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_dead_owner_reclaimed_at_start, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_fork_child_registers_inherited, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_grace_exit, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_other_uid_refused, setup, teardown),
+        T(test_sigkill_after_create),
+        T(test_release_and_exit),
+        T(test_two_starters_one_daemon),
+        T(test_in_flight_kept_until_received),
+        T(test_other_daemon_leaves_tracked),
+        T(test_daemon_killed_readopts),
+        T(test_dead_owner_reclaimed_at_start),
+        T(test_fork_child_registers_inherited),
+        T(test_grace_exit),
+        T(test_other_uid_refused),
     };
     int rc;
     mgr_test_env();

@@ -10,7 +10,6 @@
 static void print_status(const char *reply, bool json)
 {
     char *copy = strdup(reply), *save = NULL, *line;
-    bool first = true;
     if (!copy)
         return;
     if (json)
@@ -31,11 +30,9 @@ static void print_status(const char *reply, bool json)
             else
                 json_string(stdout, sp + 1);
         }
-        first = false;
     }
     if (json)
         printf("}\n");
-    (void)first;
     free(copy);
 }
 

@@ -28,6 +28,9 @@ typedef struct dseg {
 
 /* The daemon's log (stderr, which is the log file once detached). */
 void dlog(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Tells the starter waiting on ready_fd (if >= 0) how the start went, and
+ * closes it: 'R' ready, 'A' another daemon serves, 'F' failed. */
+void starter_tell(int ready_fd, char verdict);
 
 /* Applies one report line of client `id` (pid for messages). Returns 0, or
  * -1 for a malformed line (logged and ignored). */

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "os/os.h"
 
 /* A library client: a process that sent reports, alive until its pidfd
  * is readable. Its id names it in the table's holder lists (a pid can be
@@ -44,13 +45,6 @@ static uint64_t next_id = 1;
 static double started;
 static const loop_config *config;
 static bool stop_requested;
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static int bind_at(const char *path, int type)
 {
@@ -214,7 +208,7 @@ static void reply(conn *c, const char *cmd)
         fprintf(f, "pid %d\nprotocol %d\nclients %d\nsegments %d\ngrace %g\nuptime %.1f\n"
                    "runtime_dir %s\n",
                 (int)getpid(), MP__MGR_PROTOCOL, clients_alive(), table_count(), config->grace,
-                now() - started, dir);
+                mp__now() - started, dir);
     } else if (strcmp(cmd, "LIST") == 0) {
         table_list(f);
     } else if (strcmp(cmd, "STOP") == 0) {
@@ -327,7 +321,7 @@ static int serve(int lfd, int dfd, int sfd, int timeout_ms)
     }
     free(p);
     close_gone();
-    return table_reclaim(now());
+    return table_reclaim(mp__now());
 }
 
 /* Binds both sockets at their paths (replacing stale ones). */
@@ -362,7 +356,7 @@ int loop_run(const loop_config *cfg, int ready_fd)
     bool rescanned = false;  /* /dev/shm scanned again since the last client left */
 
     config = cfg;
-    started = now();
+    started = mp__now();
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGTERM);
     sigaddset(&sigs, SIGINT);
@@ -373,33 +367,29 @@ int loop_run(const loop_config *cfg, int ready_fd)
         mp__mgr_path(dpath, sizeof dpath, MP__MGR_DGRAM, true) < 0 || sfd < 0 ||
         bind_both(spath, dpath, &lfd, &dfd) < 0) {
         dlog("cannot listen: %s", mp_last_error());
-        if (ready_fd >= 0)
-            close(ready_fd);
+        starter_tell(ready_fd, 'F');
         return 1;
     }
     table_init(cfg->grace, spath);
     table_scan(0);
     dlog("listening on %s (grace %g s%s)", spath, cfg->grace,
          cfg->persistent ? ", persistent" : "");
-    if (ready_fd >= 0) {
-        (void)!write(ready_fd, "R", 1);
-        close(ready_fd);
-    }
+    starter_tell(ready_fd, 'R');
     while (!stop_requested) {
         int timeout = -1;
         if (clients_alive() == 0 && !idle_reclaimed && grace_end == 0)
-            grace_end = now() + cfg->grace;
+            grace_end = mp__now() + cfg->grace;
         if (candidates > 0)
             timeout = 20;
         else if (grace_end > 0)
-            timeout = grace_end > now() ? (int)((grace_end - now()) * 1000) + 1 : 0;
+            timeout = mp__poll_ms(grace_end);
         else if (table_has_adopted() || (nclients > 0 && clients[0].pidfd < 0))
             timeout = 250;
         if (timeout < 0 || timeout > 250) /* the adopted ones' clock */
             timeout = table_has_adopted() ? 250 : timeout;
         candidates = serve(lfd, dfd, sfd, timeout);
-        if (now() - adopted_check >= 0.25) {
-            adopted_check = now();
+        if (mp__now() - adopted_check >= 0.25) {
+            adopted_check = mp__now();
             adopted_pending = table_reclaim_adopted(adopted_check);
         }
         if (clients_alive() > 0) {
@@ -408,7 +398,7 @@ int loop_run(const loop_config *cfg, int ready_fd)
             rescanned = false;
             continue;
         }
-        if (grace_end == 0 || now() < grace_end || adopted_pending > 0)
+        if (grace_end == 0 || mp__now() < grace_end || adopted_pending > 0)
             continue;
         /* A process killed between shm_open and its first report never
          * became our client, so no pidfd told us to look for its segments:
@@ -416,7 +406,7 @@ int loop_run(const loop_config *cfg, int ready_fd)
         if (!rescanned) {
             rescanned = true;
             table_scan(0);
-            adopted_check = now();
+            adopted_check = mp__now();
             if ((adopted_pending = table_reclaim_adopted(adopted_check)) > 0)
                 continue;
         }
@@ -429,7 +419,7 @@ int loop_run(const loop_config *cfg, int ready_fd)
         close_both(spath, dpath, lfd, dfd);
         close_gone();
         if (clients_alive() == 0) {
-            table_reclaim_all(now());
+            table_reclaim_all(mp__now());
             if (!cfg->persistent) {
                 dlog("no client for %g s: exiting", cfg->grace);
                 close(sfd);
@@ -449,7 +439,7 @@ int loop_run(const loop_config *cfg, int ready_fd)
         conns[i]->gone = true;
     close_gone();
     if (clients_alive() == 0)
-        table_reclaim_all(now());
+        table_reclaim_all(mp__now());
     dlog("stopped");
     close(sfd);
     return 0;

@@ -108,7 +108,7 @@ static int detach(const char *log_path)
     return p[1];
 }
 
-static void say(int ready_fd, char verdict)
+void starter_tell(int ready_fd, char verdict)
 {
     if (ready_fd >= 0) {
         (void)!write(ready_fd, &verdict, 1);
@@ -210,11 +210,11 @@ int main(int argc, char **argv)
     }
     lock_fd = take_lock(lock_path);
     if (lock_fd == -2) {
-        say(ready_fd, 'A');
+        starter_tell(ready_fd, 'A');
         return 0;
     }
     if (lock_fd < 0) {
-        say(ready_fd, 'F');
+        starter_tell(ready_fd, 'F');
         return 1;
     }
     rc = loop_run(&cfg, ready_fd);
