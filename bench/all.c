@@ -174,8 +174,13 @@ static bool read_output(runner *r, const char *name, int fd, double deadline)
         int rc = poll(&p, 1, (int)(left * 1000) + 1);
         if (rc < 0 && errno == EINTR)
             continue;
-        if (rc <= 0)
+        if (rc == 0)
             continue;   /* the deadline check above ends the wait */
+        if (rc < 0) {
+            /* poll itself failed: stop now rather than spin to the deadline */
+            fprintf(stderr, "bench_all: %s: poll: %s\n", name, strerror(errno));
+            return false;
+        }
         ssize_t n = read(fd, buf + len, sizeof buf - 1 - len);
         if (n < 0 && errno == EINTR)
             continue;
