@@ -111,8 +111,8 @@ int mp__result_wait_locked(mp_async_result *r, bool (*pred)(mp_async_result *, v
     struct timespec ts;
     int rc = 0;
     if (timeout >= 0) {
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        double t = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + timeout;
+        /* r->cv waits on CLOCK_MONOTONIC, the clock of mp__deadline */
+        double t = mp__deadline(timeout);
         ts.tv_sec = (time_t)t;
         ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
     }
