@@ -49,6 +49,7 @@ typedef struct mp__packer {
     char name[MP__TASK_NAME_MAX + 1];
 } mp__packer;
 
+/* On failure p holds nothing (dropping it again is harmless). */
 int mp__packer_init(mp__packer *p, uint32_t magic, const char *name, size_t count_hint);
 /* Appends one item: payload bytes and the attachments of `attach` (may be
  * NULL), with a result code and error sentence (NULL for none). */
