@@ -149,6 +149,10 @@ _Noreturn void mp__child_run(int chan)
 
     child_chan = chan;
     child_owner = getpid();
+    /* A fork from inside a pool task inherits the worker's catcher: an
+     * mp_raise here would jump back into the copied task and make this
+     * child serve the pool's socket. The child's raise ends the child. */
+    mp__raise_hook = NULL;
     install_fatal_handlers();
     /* The parent wrote both records before it started us. */
     rc = mp__recv_record(chan, &boot, sizeof boot, &len, NULL, 0, &nfds, mp__deadline(30));
