@@ -135,8 +135,7 @@ int mp_async_result_wait(mp_async_result *r, double timeout)
     return rc ? mp__error(rc, "mp_async_result_wait: not ready within %g s", timeout) : 0;
 }
 
-/* r ready, under r->mu: the first failure as an error return. */
-static int first_error(const mp_async_result *r, const char *call)
+int mp__result_first_error(const mp_async_result *r, const char *call)
 {
     size_t i = r->first_bad;
     if (i >= r->n)
@@ -156,7 +155,7 @@ int mp_async_result_get(mp_async_result *r, double timeout, const mp_msg **out)
     if (rc)
         rc = mp__error(rc, "mp_async_result_get: not ready within %g s", timeout);
     else
-        rc = first_error(r, "mp_async_result_get");
+        rc = mp__result_first_error(r, "mp_async_result_get");
     if (!rc && out)
         *out = r->n ? r->outs[0] : NULL;
     pthread_mutex_unlock(&r->mu);
