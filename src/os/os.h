@@ -96,6 +96,9 @@ int mp__futex_wake(uint32_t *addr, int count, bool shared);
 
 /* pidfd_open(2); -1 with errno on failure (ENOSYS on old kernels). */
 int mp__pidfd_open(pid_t pid);
+/* pidfd_send_signal(2) with no siginfo (src/os/pidfd.c); -1 with errno
+ * (ESRCH once the process has exited). */
+int mp__pidfd_send_signal(int pidfd, int sig);
 
 /* Sends len bytes plus nfds fds as one record (SOCK_SEQPACKET) on sock,
  * retrying EINTR, waiting for writability until deadline (< 0 forever; 0

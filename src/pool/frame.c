@@ -70,7 +70,10 @@ int mp__packer_init(mp__packer *p, uint32_t magic, const char *name, size_t coun
     if (count_hint && grow((void **)&p->entries, &cap, count_hint, sizeof *p->entries))
         return MP_ENOMEM;
     p->cap = (uint32_t)cap;
-    return mp_msg_create(&p->msg);
+    int rc = mp_msg_create(&p->msg);
+    if (rc)
+        mp__packer_drop(p); /* the entries, for callers that only free on failure */
+    return rc;
 }
 
 static int add_bytes(mp__packer *p, const void *b, size_t n)

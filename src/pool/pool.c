@@ -376,10 +376,9 @@ static int check_options(const mp_pool_options *o)
 static int copy_options(mp_pool *p, const mp_pool_options *o)
 {
     p->maxtasks = o->maxtasksperchild;
-    if (o->start_method && !(p->start_method = strdup(o->start_method)))
-        return MP_ENOMEM;
-    if (o->initializer && !(p->initializer = strdup(o->initializer)))
-        return MP_ENOMEM;
+    if ((o->start_method && !(p->start_method = strdup(o->start_method))) ||
+        (o->initializer && !(p->initializer = strdup(o->initializer))))
+        return mp__error(MP_ENOMEM, "mp_pool_create: out of memory copying the options");
     if (o->initargs) {
         size_t len;
         const void *pl = mp_msg_payload(o->initargs, &len);
@@ -417,10 +416,13 @@ static int pool_alloc(int nprocs, const mp_pool_options *opts, mp_pool **out)
     p->wake_fd = -1;
     p->nprocs = nprocs;
     p->w = calloc((size_t)nprocs, sizeof *p->w);
-    int rc = p->w ? copy_options(p, opts) : MP_ENOMEM;
+    /* copy_options' sentence stands: copying initargs' attachments can fail
+     * for other reasons than memory (a tensor that cannot be shared). */
+    int rc = p->w ? copy_options(p, opts)
+                  : mp__error(MP_ENOMEM, "mp_pool_create: out of memory");
     if (rc) {
         pool_free(p);
-        return mp__error(rc, "mp_pool_create: out of memory copying the options");
+        return rc;
     }
     for (int i = 0; i < nprocs; i++)
         p->w[i].sock = p->w[i].pidfd = -1;

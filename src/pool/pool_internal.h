@@ -49,6 +49,7 @@ typedef struct mp__packer {
     char name[MP__TASK_NAME_MAX + 1];
 } mp__packer;
 
+/* On failure p holds nothing (dropping it again is harmless). */
 int mp__packer_init(mp__packer *p, uint32_t magic, const char *name, size_t count_hint);
 /* Appends one item: payload bytes and the attachments of `attach` (may be
  * NULL), with a result code and error sentence (NULL for none). */
@@ -119,6 +120,9 @@ bool mp__result_item(mp_async_result *r, size_t i, int rc, mp_msg *msg, const ch
  * no sentence). */
 int mp__result_wait_locked(mp_async_result *r, bool (*pred)(mp_async_result *, void *),
                            void *arg, double timeout);
+/* With r->mu held and r ready: 0, or the first failed item's code with the
+ * sentence "call: [item i: ]its error" (the item number when r has several). */
+int mp__result_first_error(const mp_async_result *r, const char *call);
 /* Handler thread: runs the callback of a ready result. */
 void mp__result_callback(mp_async_result *r);
 

@@ -111,8 +111,8 @@ int mp__result_wait_locked(mp_async_result *r, bool (*pred)(mp_async_result *, v
     struct timespec ts;
     int rc = 0;
     if (timeout >= 0) {
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        double t = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + timeout;
+        /* r->cv waits on CLOCK_MONOTONIC, the clock of mp__deadline */
+        double t = mp__deadline(timeout);
         ts.tv_sec = (time_t)t;
         ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
     }
@@ -135,8 +135,7 @@ int mp_async_result_wait(mp_async_result *r, double timeout)
     return rc ? mp__error(rc, "mp_async_result_wait: not ready within %g s", timeout) : 0;
 }
 
-/* r ready, under r->mu: the first failure as an error return. */
-static int first_error(const mp_async_result *r, const char *call)
+int mp__result_first_error(const mp_async_result *r, const char *call)
 {
     size_t i = r->first_bad;
     if (i >= r->n)
@@ -156,7 +155,7 @@ int mp_async_result_get(mp_async_result *r, double timeout, const mp_msg **out)
     if (rc)
         rc = mp__error(rc, "mp_async_result_get: not ready within %g s", timeout);
     else
-        rc = first_error(r, "mp_async_result_get");
+        rc = mp__result_first_error(r, "mp_async_result_get");
     if (!rc && out)
         *out = r->n ? r->outs[0] : NULL;
     pthread_mutex_unlock(&r->mu);

@@ -172,9 +172,8 @@ static int finish(mp_async_result *r, mp_msg **out, const char *call)
 {
     int rc = mp_async_result_wait(r, -1);
     pthread_mutex_lock(&r->mu);
-    if (!rc && r->first_bad < r->n)
-        rc = mp__error(r->rcs[r->first_bad], "%s: item %zu: %s", call, r->first_bad,
-                       r->errs[r->first_bad]);
+    if (!rc)
+        rc = mp__result_first_error(r, call);
     if (!rc && out) {
         for (size_t i = 0; i < r->n; i++) {
             out[i] = r->outs[i];

@@ -54,8 +54,6 @@ static void send_record(char type, const char *text, size_t len)
         ;
 }
 
-static _Noreturn void child_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
 _Thread_local void (*mp__raise_hook)(const char *text);
 
 static _Noreturn void child_vfail(const char *fmt, va_list ap)
@@ -76,13 +74,6 @@ static _Noreturn void child_vfail(const char *fmt, va_list ap)
     }
     fprintf(stderr, "mp_raise: %s\n", text);
     exit(1);
-}
-
-static _Noreturn void child_fail(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    child_vfail(fmt, ap);
 }
 
 _Noreturn void mp_raise(const char *fmt, ...)
@@ -149,22 +140,26 @@ _Noreturn void mp__child_run(int chan)
 
     child_chan = chan;
     child_owner = getpid();
+    /* A fork from inside a pool task inherits the worker's catcher: an
+     * mp_raise here would jump back into the copied task and make this
+     * child serve the pool's socket. The child's raise ends the child. */
+    mp__raise_hook = NULL;
     install_fatal_handlers();
     /* The parent wrote both records before it started us. */
     rc = mp__recv_record(chan, &boot, sizeof boot, &len, NULL, 0, &nfds, mp__deadline(30));
     if (rc < 0 || len != sizeof boot || boot.magic != MP__BOOT_MAGIC)
-        child_fail("mproc child: no valid start record from the parent (%s)",
-                   rc < 0 ? mp_last_error() : "bad size or magic");
+        mp_raise("mproc child: no valid start record from the parent (%s)",
+                 rc < 0 ? mp_last_error() : "bad size or magic");
     boot.entry[MP_ENTRY_NAME_MAX] = '\0';
     fn = mp__entry_lookup(boot.entry);
     if (!fn)
-        child_fail("mproc child: no entry called '%s' is registered in this program; "
-                   "register it with MP_ENTRY at file scope so that every start method "
-                   "finds it",
-                   boot.entry);
+        mp_raise("mproc child: no entry called '%s' is registered in this program; "
+                 "register it with MP_ENTRY at file scope so that every start method "
+                 "finds it",
+                 boot.entry);
     rc = mp__wire_recv(chan, &args, mp__deadline(30));
     if (rc < 0)
-        child_fail("mproc child: receiving the argument message failed: %s", mp_last_error());
+        mp_raise("mproc child: receiving the argument message failed: %s", mp_last_error());
     rc = fn(boot.rank, args);
     mp_msg_destroy(args);
     mp__cuda_on_exit(); /* _exit skips atexit: the CUDA producer's warning */

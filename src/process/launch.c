@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/pidfd.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -39,7 +38,7 @@ const char *mp__signal_name(int sig, char *buf, size_t cap)
 
 int mp__pidfd_signal(int pidfd, int sig, const char *call)
 {
-    if (pidfd_send_signal(pidfd, sig, NULL, 0) == 0 || errno == ESRCH)
+    if (mp__pidfd_send_signal(pidfd, sig) == 0 || errno == ESRCH)
         return 0;
     return mp__errno_error(errno, "%s: pidfd_send_signal(%d)", call, sig);
 }

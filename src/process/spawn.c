@@ -190,6 +190,17 @@ static int start_all(mp_spawn_context *c, const char *entry, mp_msg *args,
     return rc;
 }
 
+/* Destroys c (stopping and reaping its children) and returns rc; a failure
+ * keeps its sentence, which the stop path could otherwise overwrite. */
+static int destroy_keeping_error(mp_spawn_context *c, int rc)
+{
+    char why[512];
+    if (rc < 0)
+        snprintf(why, sizeof why, "%s", mp_last_error());
+    mp_spawn_context_destroy(c);
+    return rc < 0 ? mp__error(rc, "%s", why) : rc;
+}
+
 int mp_spawn_ex(const char *entry, mp_msg *args, const mp_spawn_options *o, mp_spawn_context **out)
 {
     mp_spawn_context *c;
@@ -208,8 +219,6 @@ int mp_spawn_ex(const char *entry, mp_msg *args, const mp_spawn_options *o, mp_s
     c->failed = -1;
     rc = start_all(c, entry, args, o);
     if (rc < 0) {
-        char why[512];
-        snprintf(why, sizeof why, "%s", mp_last_error());
         /* Stop the started ones; keep the start error as the sentence. */
         for (int i = 0; i < c->nprocs; i++)
             if (c->procs[i] && mp_process_pid(c->procs[i]) == 0) {
@@ -218,8 +227,7 @@ int mp_spawn_ex(const char *entry, mp_msg *args, const mp_spawn_options *o, mp_s
             }
         for (c->nprocs = 0; c->nprocs < o->nprocs && c->procs[c->nprocs]; c->nprocs++)
             ;
-        mp_spawn_context_destroy(c);
-        return mp__error(rc, "%s", why);
+        return destroy_keeping_error(c, rc);
     }
     if (!o->join) {
         *out = c;
@@ -230,14 +238,7 @@ int mp_spawn_ex(const char *entry, mp_msg *args, const mp_spawn_options *o, mp_s
         *out = c;
         return rc;
     }
-    if (rc == MP_ECHILD) {
-        char why[512];
-        snprintf(why, sizeof why, "%s", mp_last_error());
-        mp_spawn_context_destroy(c);
-        return mp__error(rc, "%s", why);
-    }
-    mp_spawn_context_destroy(c);
-    return rc;
+    return destroy_keeping_error(c, rc);
 }
 
 int mp_spawn(const char *entry, mp_msg *args, int nprocs, bool join, bool daemon,

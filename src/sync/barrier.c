@@ -39,11 +39,6 @@ static void unmap_hook(mp__sync *s)
     }
 }
 
-void *mp__barrier_obj_retain(void *obj)
-{
-    mp__sync_retain(obj);
-    return obj;
-}
 void mp__barrier_obj_release(void *obj) { mp__sync_release(obj, unmap_hook); }
 
 int mp_barrier_create(unsigned parties, mp_barrier **out)

@@ -22,11 +22,6 @@ typedef struct event_shared {
 
 static event_shared *ev(const mp_event *e) { return e->s.base; }
 
-void *mp__event_obj_retain(void *obj)
-{
-    mp__sync_retain(obj);
-    return obj;
-}
 void mp__event_obj_release(void *obj) { mp__sync_release(obj, NULL); }
 
 int mp_event_create(mp_event **out)
@@ -122,11 +117,6 @@ static void cond_unmap_hook(mp__sync *s)
     }
 }
 
-void *mp__condition_obj_retain(void *obj)
-{
-    mp__sync_retain(obj);
-    return obj;
-}
 void mp__condition_obj_release(void *obj) { mp__sync_release(obj, cond_unmap_hook); }
 
 int mp_condition_create(mp_condition **out)

@@ -152,13 +152,7 @@ static void unmap_hook(mp__sync *s)
     }
 }
 
-void *mp__lock_obj_retain(void *obj)
-{
-    mp__sync_retain(obj);
-    return obj;
-}
 void mp__lock_obj_release(void *obj) { mp__sync_release(obj, unmap_hook); }
-void *mp__rlock_obj_retain(void *obj) { return mp__lock_obj_retain(obj); }
 void mp__rlock_obj_release(void *obj) { mp__sync_release(obj, unmap_hook); }
 
 int mp_lock_create(mp_lock **out)

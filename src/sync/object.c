@@ -175,16 +175,22 @@ out_close:
     return rc;
 }
 
-/* One descriptor per kind; retain/release come from each kind's file so
- * that its last release runs the kind's own clean-up. */
+/* Retaining is the same for every kind. */
+static void *sync_obj_retain(void *obj)
+{
+    mp__sync_retain(obj);
+    return obj;
+}
+
+/* One descriptor per kind; release comes from each kind's file so that its
+ * last release runs the kind's own clean-up. */
 #define SYNC_KIND(NAME, KIND, STR)                                                          \
-    void *mp__##NAME##_obj_retain(void *obj);                                               \
     void mp__##NAME##_obj_release(void *obj);                                               \
     static int NAME##_decode(const void *buf, size_t len, int *fds, int nfds, void **obj)   \
     {                                                                                       \
         return sync_decode_kind(KIND, buf, len, fds, nfds, obj);                            \
     }                                                                                       \
-    const mp__objkind mp__##NAME##_kind = {KIND, STR, mp__##NAME##_obj_retain,              \
+    const mp__objkind mp__##NAME##_kind = {KIND, STR, sync_obj_retain,                      \
                                            mp__##NAME##_obj_release, sync_encode,           \
                                            NAME##_decode};
 

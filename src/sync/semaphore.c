@@ -46,11 +46,6 @@ static void unmap_hook(mp__sync *s)
     }
 }
 
-void *mp__semaphore_obj_retain(void *obj)
-{
-    mp__sync_retain(obj);
-    return obj;
-}
 void mp__semaphore_obj_release(void *obj) { mp__sync_release(obj, unmap_hook); }
 
 static int create(unsigned value, bool bounded, const char *call, mp_semaphore **out)

@@ -316,6 +316,61 @@ static void test_tensors_zero_copy(void **state)
     mp_pool_destroy(p);
 }
 
+/* ---- a process started from inside a task ------------------------------------- */
+
+MP_ENTRY(raise_in_child)
+{
+    (void)rank;
+    (void)args;
+    mp_raise("raised in the grandchild");
+}
+
+/* Forks a child whose entry raises; answers its exit code and message. */
+MP_TASK(fork_raiser)
+{
+    mp_process_options o;
+    mp_process *c = NULL;
+    mp_child_error e;
+    int32_t res[2] = {-100, 0};
+    (void)in;
+    mp_process_options_init(&o);
+    o.start_method = "fork";
+    int rc = mp_process_create("raise_in_child", NULL, &o, &c);
+    if (!rc)
+        rc = mp_process_start(c);
+    if (!rc)
+        rc = mp_process_join(c, 10);
+    if (rc) {
+        mp_process_kill(c);
+        mp_process_join(c, -1);
+    } else if (mp_process_error(c, &e) == 0) {
+        res[0] = e.exitcode;
+        res[1] = strcmp(e.message, "raised in the grandchild") == 0;
+    }
+    mp_process_destroy(c);
+    return rc ? rc : mp_msg_set_payload(out, res, sizeof res);
+}
+
+static void test_raise_in_process_started_by_task(void **state)
+{
+    mp_pool *p = pool_new(1, 0);
+    mp_msg *in = msg_i64(0), *out = NULL;
+    const int32_t *res;
+    size_t len;
+    /* The child's mp_raise must end the child (exit code 1, message kept),
+     * not jump back into the worker's task that it was forked from. */
+    assert_mp_ok(mp_pool_apply(p, "fork_raiser", in, &out));
+    res = mp_msg_payload(out, &len);
+    assert_int_equal(len, 2 * sizeof(int32_t));
+    assert_int_equal(res[0], 1);
+    assert_int_equal(res[1], 1);
+    mp_msg_destroy(out);
+    mp_msg_destroy(in);
+    assert_mp_ok(mp_pool_close(p));
+    assert_mp_ok(mp_pool_join(p));
+    mp_pool_destroy(p);
+}
+
 static void test_arguments(void **state)
 {
     mp_pool_options o;
@@ -347,6 +402,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_imap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_map_array, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tensors_zero_copy, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_raise_in_process_started_by_task, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_arguments, setup, teardown),
     };
     if (pool_tests_begin(&argc, &argv) != 0)

@@ -3,6 +3,8 @@
  * start methods. */
 #include "helpers.h"
 
+#include <errno.h>
+
 static void test_worker_killed(void **state)
 {
     mp_pool *p = pool_new(2, 0);
@@ -109,6 +111,26 @@ static void test_initializer(void **state)
     assert_mp_err(mp_pool_create(1, &o, &p), MP_ECHILD);
     assert_non_null(strstr(mp_last_error(), "refuses 666"));
     assert_null(p);
+    mp_msg_destroy(args);
+
+    /* initargs whose private tensor cannot be moved to shared memory: the
+     * sentence says so, it does not claim the pool ran out of memory */
+    {
+        int64_t shape[1] = {16};
+        mp_tensor *t;
+        args = msg_i64(42);
+        assert_mp_ok(mp_tensor_empty(MP_FLOAT32, 1, shape, &t));
+        assert_mp_ok(mp_msg_add_tensor(args, "t", t));
+        mp_tensor_release(t);
+        o.initargs = args;
+        assert_mp_ok(mp__sys_fault("memfd_create", ENOSPC, 0, 100));
+        assert_mp_ok(mp__sys_fault("shm_open", ENOSPC, 0, 100));
+        int rc = mp_pool_create(1, &o, &p);
+        mp__sys_fault_reset();
+        assert_true(rc < 0);
+        assert_null(p);
+        assert_null(strstr(mp_last_error(), "out of memory"));
+    }
     o.initializer = "no_such_entry";
     assert_mp_err(mp_pool_create(1, &o, &p), MP_ENOENT);
     o.initializer = NULL;
