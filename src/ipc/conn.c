@@ -12,21 +12,23 @@ enum { CONN_READ = 1, CONN_WRITE = 2 };
 
 #define CONN_CTL_MAGIC 0x6c74636e6e6f636dull /* "mconnctl" */
 
-/* Shared by the two ends of a pipe (a sealed memfd): one reader lock per
- * end, so several threads or processes receiving on one end take turns
+#define CONN_CTL_VERSION 2u
+
+/* Shared by the two ends of a pipe (a sealed memfd): the receive side of
+ * each end, so several threads or processes receiving on one end take turns
  * instead of interleaving the peek and consume steps of a receive. */
 typedef struct conn_ctl {
     uint64_t magic;
     uint32_t version;
     uint32_t reserved;
-    pthread_mutex_t rlock[2];
+    mp__rx rx[2];
 } conn_ctl;
 
 struct mp_conn {
     _Atomic int refs;
     int sock;
     int mode;              /* CONN_READ | CONN_WRITE */
-    int end;               /* 0 or 1: which of ctl->rlock is ours */
+    int end;               /* 0 or 1: which of ctl->rx this end receives on */
     mp__segment *seg;      /* holds conn_ctl */
 };
 
@@ -44,9 +46,11 @@ static int conn_new(int sock, int mode, int end, mp__segment *seg, mp_conn **out
     return 0;
 }
 
-static pthread_mutex_t *conn_rlock(const mp_conn *c)
+/* What this end receives on, and what its peer end receives on (where this
+ * end's sends arrive). */
+static mp__rx *conn_rx(const mp_conn *c, bool peer)
 {
-    return &((conn_ctl *)mp__segment_data(c->seg))->rlock[c->end];
+    return &((conn_ctl *)mp__segment_data(c->seg))->rx[peer ? 1 - c->end : c->end];
 }
 
 static int ctl_create(mp__segment **out)
@@ -57,9 +61,9 @@ static int ctl_create(mp__segment **out)
         return rc;
     ctl = mp__segment_data(*out);
     ctl->magic = CONN_CTL_MAGIC;
-    ctl->version = 1;
-    if ((rc = mp__ipc_mutex_init(&ctl->rlock[0], "mp_pipe")) < 0 ||
-        (rc = mp__ipc_mutex_init(&ctl->rlock[1], "mp_pipe")) < 0) {
+    ctl->version = CONN_CTL_VERSION;
+    if ((rc = mp__rx_init(&ctl->rx[0], "mp_pipe")) < 0 ||
+        (rc = mp__rx_init(&ctl->rx[1], "mp_pipe")) < 0) {
         mp__segment_release(*out);
         *out = NULL;
     }
@@ -137,12 +141,13 @@ int mp_conn_send(mp_conn *c, const mp_msg *m, double timeout)
         return rc;
     if (!m)
         return mp__error(MP_EINVAL, "mp_conn_send: message is NULL");
-    return mp__wire_send(c->sock, m, mp__ipc_deadline(timeout));
+    return mp__wire_send_rx(c->sock, conn_rx(c, true), m, mp__ipc_deadline(timeout));
 }
 
 int mp_conn_recv(mp_conn *c, mp_msg **out, double timeout)
 {
     double deadline;
+    bool taken;
     int rc;
     if (out)
         *out = NULL;
@@ -151,10 +156,10 @@ int mp_conn_recv(mp_conn *c, mp_msg **out, double timeout)
     if (!out)
         return mp__error(MP_EINVAL, "mp_conn_recv: out is NULL");
     deadline = mp__ipc_deadline(timeout);
-    if ((rc = mp__ipc_lock(conn_rlock(c), deadline, "mp_conn_recv")) < 0)
+    if ((rc = mp__rx_lock(conn_rx(c, false), deadline, "mp_conn_recv")) < 0)
         return rc;
-    rc = mp__wire_recv(c->sock, out, deadline);
-    pthread_mutex_unlock(conn_rlock(c));
+    rc = mp__wire_recv_rx(c->sock, conn_rx(c, false), out, deadline, &taken);
+    mp__rx_unlock(conn_rx(c, false));
     return rc;
 }
 
@@ -169,7 +174,7 @@ int mp_conn_send_bytes(mp_conn *c, const void *buf, size_t len, double timeout)
     if ((rc = mp_msg_create(&m)) < 0)
         return rc;
     if ((rc = mp_msg_set_payload(m, buf, len)) == 0)
-        rc = mp__wire_send(c->sock, m, mp__ipc_deadline(timeout));
+        rc = mp__wire_send_rx(c->sock, conn_rx(c, true), m, mp__ipc_deadline(timeout));
     mp_msg_destroy(m);
     return rc;
 }
@@ -277,8 +282,10 @@ static int conn_decode(const void *buf, size_t len, int *fds, int nfds, void **o
     fds[1] = -1;
     if ((rc = mp__segment_open(&h, &seg)) < 0)
         goto out_fds;
-    if (((conn_ctl *)mp__segment_data(seg))->magic != CONN_CTL_MAGIC) {
-        rc = mp__error(MP_EPROTO, "connection attachment: control block has the wrong magic");
+    if (((conn_ctl *)mp__segment_data(seg))->magic != CONN_CTL_MAGIC ||
+        ((conn_ctl *)mp__segment_data(seg))->version != CONN_CTL_VERSION) {
+        rc = mp__error(MP_EPROTO, "connection attachment: control block has the wrong magic "
+                                  "or version");
         goto out_seg;
     }
     if ((rc = conn_new(fds[0], (int)w[0], (int)w[1], seg, &c)) < 0)

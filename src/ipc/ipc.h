@@ -1,6 +1,6 @@
 /* What Connection, SimpleQueue, Queue and JoinableQueue share: a socket
- * pair, and (queues) a small control segment in shared memory holding the
- * reader lock, the counters and the closed flag. */
+ * pair, and a small control segment in shared memory holding the reader
+ * side (mp__rx) and, for queues, the counters and the closed flag. */
 #ifndef MPROC_IPC_H
 #define MPROC_IPC_H
 
@@ -12,7 +12,7 @@
 #include "wire/wire.h"
 
 #define MP__QCTL_MAGIC 0x6c7463716f72706dull /* "mproqctl" */
-#define MP__QCTL_VERSION 1u
+#define MP__QCTL_VERSION 2u
 
 /* Lives in a sealed memfd segment that every process holding the queue maps.
  * What producers write and what consumers write sit on separate cache lines,
@@ -30,7 +30,7 @@ typedef struct mp__qctl {
     _Alignas(64) _Atomic int64_t puts;   /* producers: slots reserved (sent or sending) */
     _Atomic int64_t unfinished;     /* JoinableQueue: put and not yet task_done */
     _Alignas(64) _Atomic int64_t gets;   /* consumers: messages taken */
-    pthread_mutex_t rlock;          /* robust, process-shared: one reader at a time */
+    mp__rx rx;                      /* the reader lock and the one-call receive */
 } mp__qctl;
 
 /* One process's handle of a queue of any of the three kinds. */
@@ -68,13 +68,6 @@ static inline double mp__ipc_deadline(double timeout)
 {
     return timeout == 0 ? 0 : mp__deadline(timeout);
 }
-
-/* A robust, process-shared mutex in shared memory. */
-int mp__ipc_mutex_init(pthread_mutex_t *m, const char *fn);
-/* Locks m until deadline (< 0 forever, 0 try once -> MP_EAGAIN). A holder
- * that died leaves it EOWNERDEAD: it is made consistent and the caller goes
- * on (the reader protocol leaves nothing half-done under the lock). */
-int mp__ipc_lock(pthread_mutex_t *m, double deadline, const char *fn);
 
 /* Checks that fd is an AF_UNIX SOCK_SEQPACKET socket (for decoders). */
 int mp__check_seqpacket(int fd, const char *what);

@@ -1,32 +1,18 @@
 /* The engine under SimpleQueue, Queue and JoinableQueue. A queue is one
  * SOCK_SEQPACKET socket pair (puts write one end, gets read the other; every
  * process holds both, so a queued message outlives its producer) plus a
- * control segment. Readers take a robust process-shared mutex around
- * mp__wire_recv, whose peek-then-consume must not interleave with another
- * reader's; a reader killed while holding it leaves the mutex EOWNERDEAD,
- * and the next reader makes it consistent and goes on (the peeked record
- * is still queued). Writers need no lock: the kernel keeps records whole. */
+ * control segment. Readers take the robust reader lock (mp__rx) around
+ * mp__wire_recv_rx, whose peek-then-consume must not interleave with another
+ * reader's; a reader killed while holding it leaves the lock EOWNERDEAD, and
+ * the next reader makes it consistent and goes on (a peeked record is still
+ * queued). Writers need no lock: the kernel keeps records whole. */
 #include <errno.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 
 #include "ipc/ipc.h"
 #include "wire/frame.h"
-
-int mp__ipc_mutex_init(pthread_mutex_t *m, const char *fn)
-{
-    pthread_mutexattr_t a;
-    int err;
-    pthread_mutexattr_init(&a);
-    pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
-    pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
-    err = pthread_mutex_init(m, &a);
-    pthread_mutexattr_destroy(&a);
-    return err ? mp__errno_error(err, "%s: pthread_mutex_init", fn) : 0;
-}
 
 static int init_ctl(mp__qctl *c, int kind, int64_t maxsize)
 {
@@ -34,7 +20,7 @@ static int init_ctl(mp__qctl *c, int kind, int64_t maxsize)
     c->version = MP__QCTL_VERSION;
     c->kind = (uint32_t)kind;
     c->maxsize = maxsize > 0 ? maxsize : 0;
-    return mp__ipc_mutex_init(&c->rlock, "mp_queue_create");
+    return mp__rx_init(&c->rx, "mp_queue_create");
 }
 
 int mp__queue_create(int kind, int64_t maxsize, mp__queue **out)
@@ -149,7 +135,7 @@ int mp__queue_put(mp__queue *q, const mp_msg *m, double deadline, const char *fn
     /* Counted before it is sent, so join() never sees zero while it flies. */
     if (q->kind == MP_ATTACH_JOINABLE_QUEUE)
         atomic_fetch_add(&c->unfinished, 1);
-    rc = mp__wire_send(q->wsock, m, deadline);
+    rc = mp__wire_send_rx(q->wsock, &c->rx, m, deadline);
     if (rc < 0) {
         if (q->kind == MP_ATTACH_JOINABLE_QUEUE && atomic_fetch_sub(&c->unfinished, 1) == 1)
             mp__qctl_wake_join(c);
@@ -157,35 +143,6 @@ int mp__queue_put(mp__queue *q, const mp_msg *m, double deadline, const char *fn
         wake_space(c);
     }
     return rc;
-}
-
-int mp__ipc_lock(pthread_mutex_t *m, double deadline, const char *fn)
-{
-    int err;
-    if (deadline < 0) {
-        err = pthread_mutex_lock(m);
-    } else if (deadline == 0) {
-        err = pthread_mutex_trylock(m);
-        if (err == EBUSY)
-            return mp__error(MP_EAGAIN, "%s: another consumer is receiving", fn);
-    } else {
-        struct timespec ts;
-        double s = floor(deadline);
-        ts.tv_sec = (time_t)s;
-        ts.tv_nsec = (long)((deadline - s) * 1e9);
-        if (ts.tv_nsec > 999999999L)
-            ts.tv_nsec = 999999999L;
-        err = pthread_mutex_clocklock(m, CLOCK_MONOTONIC, &ts);
-        if (err == ETIMEDOUT)
-            return mp__error(MP_ETIMEDOUT, "%s: timed out waiting for a message", fn);
-    }
-    if (err == EOWNERDEAD) {
-        /* A consumer died inside get. The peeked record is still queued; a
-         * record it had already consumed was delivered to it and is gone. */
-        pthread_mutex_consistent(m);
-        err = 0;
-    }
-    return err ? mp__errno_error(err, "%s: locking the reader lock", fn) : 0;
 }
 
 int mp__queue_get(mp__queue *q, mp_msg **out, double deadline, const char *fn)
@@ -198,11 +155,11 @@ int mp__queue_get(mp__queue *q, mp_msg **out, double deadline, const char *fn)
     if (!q || !out)
         return mp__error(MP_EINVAL, "%s: %s is NULL", fn, q ? "out" : "queue");
     c = q->ctl;
-    if ((rc = mp__ipc_lock(&c->rlock, deadline, fn)) < 0)
+    if ((rc = mp__rx_lock(&c->rx, deadline, fn)) < 0)
         return rc;
     /* Once closed, nothing more can arrive: never wait for it. */
-    rc = mp__wire_recv_taken(q->rsock, out, atomic_load(&c->closed) ? 0 : deadline, &taken);
-    pthread_mutex_unlock(&c->rlock);
+    rc = mp__wire_recv_rx(q->rsock, &c->rx, out, atomic_load(&c->closed) ? 0 : deadline, &taken);
+    mp__rx_unlock(&c->rx);
     /* A message taken off the socket frees its slot even when it could not
      * be decoded (MP_EPROTO, or mapping it failed): it is gone either way. */
     if (taken) {

@@ -13,7 +13,8 @@
 enum {
     MP__FRAME_SPILLED = 1u << 0,  /* the body lives in the last fd, a sealed memfd */
     MP__FRAME_CLOSED = 1u << 1,   /* queue end-of-stream marker: no body, no fds */
-    MP__FRAME_KNOWN_FLAGS = MP__FRAME_SPILLED | MP__FRAME_CLOSED
+    MP__FRAME_NUDGE = 1u << 2,    /* wakes a reader (src/wire/rx.c); readers drop it */
+    MP__FRAME_KNOWN_FLAGS = MP__FRAME_SPILLED | MP__FRAME_CLOSED | MP__FRAME_NUDGE
 };
 
 /* Bodies up to this many bytes travel inline in the record; larger ones are
@@ -84,8 +85,16 @@ typedef struct mp__frame_out {
 int mp__frame_encode(const mp_msg *m, mp__frame_out *out);
 void mp__frame_out_done(mp__frame_out *out, bool sent);
 
-/* Sends a queue's end-of-stream marker; mp__wire_recv answers MP_ECLOSED
- * when it is at the head and leaves it there for the other readers. */
+/* Sends a queue's end-of-stream marker. A reader that finds it at the head
+ * answers MP_ECLOSED; a peeking reader leaves it there for the others, a
+ * one-call receive takes it (the queue's closed flag then tells the rest). */
 int mp__wire_send_closed(int sock, double deadline);
+
+/* The one-call receive's handshake (src/wire/rx.c). A reader holding the
+ * lock may take a record in one recvmsg between a true fast_begin and
+ * fast_end; a sender calls announce_fds before each record with fds. */
+bool mp__rx_fast_begin(mp__rx *rx);
+void mp__rx_fast_end(mp__rx *rx);
+void mp__rx_announce_fds(mp__rx *rx, int sock);
 
 #endif

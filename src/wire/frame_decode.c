@@ -279,6 +279,12 @@ static int check_header(const mp__frame_header *h, size_t len, int nfds)
         return h->body_len || nfds || len != sizeof *h
                    ? BAD("an end-of-stream marker carries a body or fds")
                    : mp__error(MP_ECLOSED, "mp_wire_recv: the queue is closed");
+    /* A well-formed nudge is dropped before decoding; one that gets here is
+     * either malformed or handed to the decoder by hand. */
+    if (h->flags & MP__FRAME_NUDGE)
+        return BAD("a wake-up record (NUDGE) is not a message%s",
+                   h->body_len || nfds || len != sizeof *h ? ", and it carries a body or fds"
+                                                           : "");
     if (h->flags & MP__FRAME_SPILLED) {
         if (len != sizeof *h || nfds < 1)
             return BAD("a spilled frame has %zu bytes and %d fds (wants %zu and >= 1)", len,

@@ -1,16 +1,19 @@
 /* Send and receive one message as one SOCK_SEQPACKET record.
  *
- * Receiving peeks first. A plain recvmsg that hits the open-files limit
- * while the kernel installs the fds sets MSG_CTRUNC, drops the fds it could
- * not install and consumes the record: the message would be lost. So the
- * record is read with MSG_PEEK (which installs copies of its fds without
- * consuming it); if that runs out of fds, the copies are closed, the call
- * fails with MP_EMFILE and the message stays queued. Otherwise a second,
- * zero-length recvmsg without a control buffer consumes the record, and the
- * kernel drops that call's second set of fd references. Cost: one more
- * system call per message; the data is copied once. The two calls are one
- * atomic step only if a single reader uses the socket at a time: queues hold
- * their reader lock around mp__wire_recv, and so does each pipe end. */
+ * A plain recvmsg that hits the open-files limit while the kernel installs
+ * the fds sets MSG_CTRUNC, drops the fds it could not install and consumes
+ * the record: the message would be lost. So a record that may carry fds is
+ * read with MSG_PEEK (which installs copies of its fds without consuming
+ * it); if that runs out of fds, the copies are closed, the call fails with
+ * MP_EMFILE and the message stays queued. Otherwise a second, zero-length
+ * recvmsg without a control buffer consumes the record, and the kernel drops
+ * that call's second set of fd references. The two calls are one atomic step
+ * only if a single reader uses the socket at a time: queues and pipe ends
+ * hold their reader lock (mp__rx) around mp__wire_recv_rx.
+ *
+ * A record that cannot carry fds is taken in one recvmsg, as the bare
+ * primitive would: the mp__rx handshake (rx.c) tells the reader when no
+ * record with fds can be at the head of the socket. */
 #include <errno.h>
 #include <poll.h>
 #include <stdalign.h>
@@ -62,12 +65,19 @@ static int send_blocking(int sock, const mp__frame_out *o)
 
 int mp__wire_send(int sock, const mp_msg *m, double deadline)
 {
+    return mp__wire_send_rx(sock, NULL, m, deadline);
+}
+
+int mp__wire_send_rx(int sock, mp__rx *rx, const mp_msg *m, double deadline)
+{
     mp__frame_out o;
     int rc;
     if (sock < 0 || !m)
         return mp__error(MP_EINVAL, "mp_wire_send: %s", sock < 0 ? "bad socket" : "NULL message");
     if ((rc = mp__frame_encode(m, &o)) < 0)
         return rc;
+    if (rx && o.nfds > 0)
+        mp__rx_announce_fds(rx, sock);
     if (deadline < 0)
         rc = send_blocking(sock, &o);
     else
@@ -128,23 +138,37 @@ static int wait_readable(int sock, double deadline)
     }
 }
 
-/* Peeks the next record: its bytes into rbuf, copies of its fds into fds. */
-static ssize_t peek(int sock, int *fds, int *nfds, int *mflags, double deadline)
+/* One recvmsg into rbuf, the fds it brings into fds; -1 and errno on failure. */
+static ssize_t read_record(int sock, int flags, int *fds, int *nfds, int *mflags)
 {
     fd_cmsg cbuf;
     struct iovec iov = {.iov_base = rbuf, .iov_len = sizeof rbuf};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf.buf,
+                        .msg_controllen = sizeof cbuf.buf};
+    ssize_t n = mp__sys.recvmsg(sock, &mh, flags | MSG_CMSG_CLOEXEC);
+    if (n >= 0) {
+        *nfds = collect_fds(&mh, fds);
+        *mflags = mh.msg_flags;
+    }
+    return n;
+}
+
+/* Reads the next record into rbuf and fds: taken off the socket in one call
+ * when rx proves that it carries no fds, peeked (left queued) otherwise. */
+static ssize_t next_record(int sock, mp__rx *rx, int *fds, int *nfds, int *mflags,
+                           double deadline, bool *peeked)
+{
     for (;;) {
-        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf.buf,
-                            .msg_controllen = sizeof cbuf.buf};
-        /* Without a deadline the peek itself sleeps (no poll round trip). */
-        int flags = MSG_PEEK | MSG_CMSG_CLOEXEC | (deadline < 0 ? 0 : MSG_DONTWAIT);
-        ssize_t n = mp__sys.recvmsg(sock, &mh, flags);
+        /* Without a deadline the call itself sleeps (no poll round trip). */
+        int flags = deadline < 0 ? 0 : MSG_DONTWAIT;
+        ssize_t n;
         int rc;
-        if (n >= 0) {
-            *nfds = collect_fds(&mh, fds);
-            *mflags = mh.msg_flags;
+        *peeked = !(rx && mp__rx_fast_begin(rx));
+        n = read_record(sock, flags | (*peeked ? MSG_PEEK : 0), fds, nfds, mflags);
+        if (!*peeked)
+            mp__rx_fast_end(rx);
+        if (n >= 0)
             return n;
-        }
         if (errno == EINTR)
             continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK)
@@ -173,52 +197,79 @@ static int consume(int sock)
     }
 }
 
+/* MP__FRAME_CLOSED or MP__FRAME_NUDGE when the record is that marker. */
+static unsigned marker(const unsigned char *buf, size_t len, int nfds)
+{
+    mp__frame_header h;
+    if (len != sizeof h || nfds)
+        return 0;
+    memcpy(&h, buf, sizeof h);
+    if (h.magic != MP__FRAME_MAGIC || h.body_len)
+        return 0;
+    return h.flags == MP__FRAME_CLOSED || h.flags == MP__FRAME_NUDGE ? h.flags : 0;
+}
+
+/* A record came with more fds than the open-files limit let in. */
+static int ctrunc_error(const unsigned char *buf, size_t len, int *fds, int nfds, bool peeked)
+{
+    int rc = peeked ? emfile_error(buf, len, nfds)
+                    : mp__error(MP_EMFILE, "mp_wire_recv: a message was lost: it carried fds "
+                                           "its sender did not announce (it bypassed "
+                                           "mp__wire_send_rx), and they did not fit under "
+                                           "the open-files limit");
+    close_fds(fds, nfds);
+    return rc;
+}
+
 int mp__wire_recv(int sock, mp_msg **out, double deadline)
 {
     bool taken;
-    return mp__wire_recv_taken(sock, out, deadline, &taken);
+    return mp__wire_recv_rx(sock, NULL, out, deadline, &taken);
 }
 
-int mp__wire_recv_taken(int sock, mp_msg **out, double deadline, bool *taken)
+int mp__wire_recv_rx(int sock, mp__rx *rx, mp_msg **out, double deadline, bool *taken)
 {
     int fds[MP__WIRE_MAX_FDS];
     int nfds = 0, mflags = 0, rc;
+    bool peeked;
     ssize_t n;
     *taken = false;
     if (out)
         *out = NULL;
     if (sock < 0 || !out)
         return mp__error(MP_EINVAL, "mp_wire_recv: %s", sock < 0 ? "bad socket" : "out is NULL");
-    n = peek(sock, fds, &nfds, &mflags, deadline);
-    if (n < 0)
-        return (int)n;
-    if (n == 0 && nfds == 0)
-        return mp__error(MP_ECLOSED, "mp_wire_recv: the peer closed the connection");
-    if (mflags & MSG_CTRUNC) {
-        rc = emfile_error(rbuf, (size_t)n, nfds);
-        close_fds(fds, nfds);
-        return rc;
-    }
-    if ((size_t)n >= sizeof(mp__frame_header)) {
-        mp__frame_header h;
-        memcpy(&h, rbuf, sizeof h);
-        /* The end-of-stream marker stays queued for every other reader. */
-        if (h.magic == MP__FRAME_MAGIC && (h.flags & MP__FRAME_CLOSED) && nfds == 0 &&
-            (size_t)n == sizeof h) {
+    for (;;) {
+        if ((n = next_record(sock, rx, fds, &nfds, &mflags, deadline, &peeked)) < 0)
+            return (int)n;
+        if (n == 0 && nfds == 0)
+            return mp__error(MP_ECLOSED, "mp_wire_recv: the peer closed the connection");
+        *taken = !peeked;
+        if (mflags & MSG_CTRUNC)
+            return ctrunc_error(rbuf, (size_t)n, fds, nfds, peeked);
+        switch (marker(rbuf, (size_t)n, nfds)) {
+        case MP__FRAME_CLOSED:
+            /* Peeked, it stays queued for every other reader. */
+            *taken = false;
             return mp__error(MP_ECLOSED, "mp_wire_recv: closed and drained");
+        case MP__FRAME_NUDGE:
+            *taken = false;
+            if (peeked && (rc = consume(sock)) < 0)
+                return rc;
+            continue;
         }
+        if (peeked && (rc = consume(sock)) < 0) {
+            close_fds(fds, nfds);
+            return rc;
+        }
+        *taken = true;
+        if (mflags & MSG_TRUNC) {
+            close_fds(fds, nfds);
+            return mp__error(MP_EPROTO, "mp_wire_recv: malformed frame: record longer than "
+                                        "the %zu bytes a frame may have inline",
+                             sizeof rbuf - 8);
+        }
+        return mp__wire_decode(rbuf, (size_t)n, fds, nfds, out);
     }
-    if ((rc = consume(sock)) < 0) {
-        close_fds(fds, nfds);
-        return rc;
-    }
-    *taken = true;
-    if (mflags & MSG_TRUNC) {
-        close_fds(fds, nfds);
-        return mp__error(MP_EPROTO, "mp_wire_recv: malformed frame: record longer than the "
-                                    "%zu bytes a frame may have inline", sizeof rbuf - 8);
-    }
-    return mp__wire_decode(rbuf, (size_t)n, fds, nfds, out);
 }
 
 int mp__wire_send_closed(int sock, double deadline)

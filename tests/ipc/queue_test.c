@@ -186,6 +186,33 @@ static void test_close_wakes_getter(void **state)
     mp_queue_release(q);
 }
 
+/* Every getter blocked on an empty queue wakes with MP_ECLOSED: the first
+ * takes the end-of-stream marker, the others find the closed flag. */
+static void test_close_wakes_every_getter(void **state)
+{
+    enum { N = 3 };
+    mp_queue *q = NULL;
+    pid_t pids[N];
+    (void)state;
+    assert_mp_ok(mp_queue_create(0, &q));
+    for (int i = 0; i < N; i++) {
+        pids[i] = fork();
+        if (pids[i] == 0) {
+            mp_msg *r = NULL;
+            _exit(mp_queue_get(q, &r, -1) == MP_ECLOSED ? 0 : 1);
+        }
+    }
+    usleep(50000);
+    assert_mp_ok(mp_queue_close(q));
+    for (int i = 0; i < N; i++) {
+        int status;
+        assert_int_equal(waitpid(pids[i], &status, 0), pids[i]);
+        assert_true(WIFEXITED(status));
+        assert_int_equal(WEXITSTATUS(status), 0);
+    }
+    mp_queue_release(q);
+}
+
 /* A producer blocked on maxsize wakes when another process takes a message,
  * and with MP_ECLOSED when another process closes the queue. */
 static void test_maxsize_blocking(void **state)
@@ -462,6 +489,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_joinable, setup, teardown),
         cmocka_unit_test_setup_teardown(test_simple_queue, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_wakes_getter, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_close_wakes_every_getter, setup, teardown),
         cmocka_unit_test_setup_teardown(test_maxsize_blocking, setup, teardown),
         cmocka_unit_test_setup_teardown(test_get_fault_frees_slot, setup, teardown),
         cmocka_unit_test_setup_teardown(test_producer_exits, setup, teardown),

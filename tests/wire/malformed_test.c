@@ -114,6 +114,9 @@ static void test_header(void **state)
     r = good_frame(64);
     r.h.nattach = 1000;
     expect_eproto(&r, sizeof r, 1, 0, "attachments cannot fit");
+    r = good_frame(64);
+    r.h.flags = MP__FRAME_NUDGE;   /* a wake-up record with a body and an fd */
+    expect_eproto(&r, sizeof r, 1, 0, "NUDGE");
 }
 
 static void test_fds(void **state)

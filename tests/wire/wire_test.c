@@ -11,6 +11,7 @@
 
 #include "mp_test.h"
 #include "tensor/tensor_internal.h"
+#include "wire/frame.h"
 #include "wire/wire.h"
 
 static int setup(void **state) { return mp_test_setup(state); }
@@ -323,6 +324,53 @@ static void test_recv_fault(void **state)
     close(sv[1]);
 }
 
+static void send_marker(int sock, unsigned flags)
+{
+    mp__frame_header h = {.magic = MP__FRAME_MAGIC, .version = MP__FRAME_VERSION,
+                          .flags = (uint16_t)flags};
+    assert_mp_ok(mp__send_record(sock, &h, sizeof h, NULL, 0, 1));
+}
+
+/* Readers drop a NUDGE wherever it is. A peeking reader leaves the CLOSED
+ * marker queued; a one-call receive (with an mp__rx) takes it, uncounted. */
+static void test_markers(void **state)
+{
+    mp__rx rx;
+    mp_msg *m = NULL, *r = NULL;
+    bool taken = true;
+    size_t len = 0;
+    int sv[2];
+    (void)state;
+    assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    assert_mp_ok(mp__rx_init(&rx, "test"));
+    assert_mp_ok(mp_msg_create(&m));
+    assert_mp_ok(mp_msg_set_payload(m, "x", 1));
+    for (int fast = 0; fast < 2; fast++) {
+        mp__rx *which = fast ? &rx : NULL;
+        send_marker(sv[0], MP__FRAME_NUDGE);
+        assert_mp_ok(mp__wire_send_rx(sv[0], which, m, 1));
+        send_marker(sv[0], MP__FRAME_NUDGE);
+        send_marker(sv[0], MP__FRAME_CLOSED);
+        assert_mp_ok(mp__rx_lock(&rx, 1, "test"));
+        assert_mp_ok(mp__wire_recv_rx(sv[1], which, &r, 1, &taken));
+        assert_true(taken);
+        assert_memory_equal(mp_msg_payload(r, &len), "x", 1);
+        mp_msg_destroy(r);
+        assert_mp_err(mp__wire_recv_rx(sv[1], which, &r, 1, &taken), MP_ECLOSED);
+        assert_false(taken);
+        /* peeked: still there for the next reader; taken: gone */
+        assert_mp_err(mp__wire_recv_rx(sv[1], which, &r, 0, &taken),
+                      fast ? MP_EAGAIN : MP_ECLOSED);
+        if (!fast) /* empty the socket for the second round */
+            assert_int_equal(recv(sv[1], &len, 1, 0), 1);
+        mp__rx_unlock(&rx);
+    }
+    close(sv[0]);
+    close(sv[1]);
+    pthread_mutex_destroy(&rx.lock);
+    mp_msg_destroy(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -334,6 +382,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_send_fault_fs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_recv_fault, setup, teardown),
         cmocka_unit_test_setup_teardown(test_consume_fault, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_markers, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,211 @@
+/* The one-call receive (src/wire/rx.c): a record without fds costs the
+ * receiver one recvmsg, a record that may carry fds a peek and a consume;
+ * a reader asleep in a one-call receive is woken before the first record
+ * with fds is sent, and one killed there does not block senders. */
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ipc/ipc.h"
+#include "mp_test.h"
+
+static int setup(void **state)
+{
+    int rc = mp_test_setup(state);
+    if (rc == 0)
+        rc = mp_set_sharing_strategy("file_descriptor");
+    return rc;
+}
+static int teardown(void **state) { return mp_test_teardown(state); }
+
+static ssize_t (*real_recvmsg)(int, struct msghdr *, int);
+static int recvmsg_calls;
+
+static ssize_t counting_recvmsg(int fd, struct msghdr *m, int flags)
+{
+    recvmsg_calls++;
+    return real_recvmsg(fd, m, flags);
+}
+
+static void count_start(void)
+{
+    real_recvmsg = mp__sys.recvmsg;
+    mp__sys.recvmsg = counting_recvmsg;
+    recvmsg_calls = 0;
+}
+
+static int count_stop(void)
+{
+    mp__sys.recvmsg = real_recvmsg;
+    return recvmsg_calls;
+}
+
+static mp_msg *small_msg(void)
+{
+    mp_msg *m = NULL;
+    assert_mp_ok(mp_msg_create(&m));
+    assert_mp_ok(mp_msg_set_payload(m, "0123456789abcdef", 16));
+    return m;
+}
+
+static mp_msg *tensor_msg(int32_t v)
+{
+    int64_t shape[1] = {4};
+    mp_tensor *t = NULL;
+    mp_msg *m = NULL;
+    assert_mp_ok(mp_tensor_empty(MP_INT32, 1, shape, &t));
+    ((int32_t *)mp_tensor_data(t))[0] = v;
+    assert_mp_ok(mp_msg_create(&m));
+    assert_mp_ok(mp_msg_add_tensor(m, "t", t));
+    mp_tensor_release(t);
+    return m;
+}
+
+static int queue_get(void *q, mp_msg **out) { return mp_queue_get(q, out, 5); }
+static int conn_recv(void *c, mp_msg **out) { return mp_conn_recv(c, out, 5); }
+
+/* recvmsg calls that one receive takes. */
+static int recv_calls(int (*recv)(void *, mp_msg **), void *from)
+{
+    mp_msg *r = NULL;
+    int rc, n;
+    count_start();
+    rc = recv(from, &r);
+    n = count_stop();
+    assert_mp_ok(rc);
+    mp_msg_destroy(r);
+    return n;
+}
+
+static int queue_get_calls(mp_queue *q, mp_msg *m)
+{
+    assert_mp_ok(mp_queue_put(q, m, 5));
+    return recv_calls(queue_get, q);
+}
+
+static int conn_recv_calls(mp_conn *from, mp_conn *to, mp_msg *m)
+{
+    assert_mp_ok(mp_conn_send(from, m, 5));
+    return recv_calls(conn_recv, to);
+}
+
+static void test_queue_calls(void **state)
+{
+    mp_queue *q = NULL;
+    mp_msg *s = small_msg(), *t = tensor_msg(1);
+    (void)state;
+    assert_mp_ok(mp_queue_create(0, &q));
+    assert_int_equal(queue_get_calls(q, s), 1);
+    assert_int_equal(queue_get_calls(q, s), 1);
+    /* fds may travel from now on: peek and consume, for good */
+    assert_int_equal(queue_get_calls(q, t), 2);
+    assert_int_equal(queue_get_calls(q, s), 2);
+    mp_msg_destroy(s);
+    mp_msg_destroy(t);
+    mp_queue_release(q);
+}
+
+/* Each direction of a duplex pipe has its own receive side. */
+static void test_pipe_calls(void **state)
+{
+    mp_conn *a = NULL, *b = NULL;
+    mp_msg *s = small_msg(), *t = tensor_msg(1);
+    (void)state;
+    assert_mp_ok(mp_pipe(true, &a, &b));
+    assert_int_equal(conn_recv_calls(a, b, s), 1);
+    assert_int_equal(conn_recv_calls(b, a, s), 1);
+    assert_int_equal(conn_recv_calls(a, b, t), 2);
+    assert_int_equal(conn_recv_calls(a, b, s), 2);
+    assert_int_equal(conn_recv_calls(b, a, s), 1);
+    mp_msg_destroy(s);
+    mp_msg_destroy(t);
+    mp_conn_release(a);
+    mp_conn_release(b);
+}
+
+/* Waits until a reader is inside a one-call receive on q, then a little
+ * more so that it sleeps in recvmsg. */
+static void wait_fast_reader(mp_queue *q)
+{
+    mp__rx *rx = &((mp__queue *)q)->ctl->rx;
+    double deadline = mp__deadline(10);
+    while (!atomic_load(&rx->fast_inside)) {
+        if (mp__now() > deadline)
+            fail_msg("the child never entered a one-call receive");
+        usleep(1000);
+    }
+    usleep(20000);
+}
+
+/* The child sleeps in a one-call receive; the first tensor must wake it
+ * (the nudge) and arrive through the peeking receive, intact. */
+static void test_sleeping_reader_gets_tensor(void **state)
+{
+    mp_queue *q = NULL;
+    mp_msg *t = tensor_msg(42);
+    int status;
+    pid_t pid;
+    (void)state;
+    assert_mp_ok(mp_queue_create(0, &q));
+    pid = fork();
+    if (pid == 0) {
+        mp_tensor *r = NULL;
+        if (mp_queue_get_tensor(q, &r, -1) != 0)
+            _exit(1);
+        _exit(((int32_t *)mp_tensor_data(r))[0] == 42 ? 0 : 2);
+    }
+    wait_fast_reader(q);
+    assert_mp_ok(mp_queue_put(q, t, 5));
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    mp_msg_destroy(t);
+    mp_queue_release(q);
+}
+
+/* A reader killed inside a one-call receive leaves fast_inside set and the
+ * reader lock EOWNERDEAD; the next sender of fds recovers both at once. */
+static void test_reader_killed_in_fast_receive(void **state)
+{
+    mp_queue *q = NULL;
+    mp_msg *t = tensor_msg(7), *r = NULL;
+    mp_tensor *x = NULL;
+    double t0;
+    int status;
+    pid_t pid;
+    (void)state;
+    assert_mp_ok(mp_queue_create(0, &q));
+    pid = fork();
+    if (pid == 0) {
+        mp_msg *m = NULL;
+        mp_queue_get(q, &m, -1);
+        _exit(3);
+    }
+    wait_fast_reader(q);
+    kill(pid, SIGKILL);
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFSIGNALED(status));
+    t0 = mp__now();
+    assert_mp_ok(mp_queue_put(q, t, 5));
+    assert_true(mp__now() - t0 < 2.0);
+    /* The nudge nobody took is dropped on the way. */
+    assert_mp_ok(mp_queue_get(q, &r, 5));
+    assert_mp_ok(mp_msg_get_tensor(r, 0, &x));
+    assert_int_equal(((int32_t *)mp_tensor_data(x))[0], 7);
+    mp_tensor_release(x);
+    mp_msg_destroy(r);
+    mp_msg_destroy(t);
+    mp_queue_release(q);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_queue_calls, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pipe_calls, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sleeping_reader_gets_tensor, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reader_killed_in_fast_receive, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
