@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include "mproc/error.h"
 
@@ -80,6 +81,9 @@ double mp__now(void);
 int mp__poll_ms(double deadline);
 /* Deadline from a timeout in seconds (negative = forever -> -1). */
 double mp__deadline(double timeout);
+/* A deadline (>= 0) as an absolute CLOCK_MONOTONIC timespec, for futexes,
+ * pthread_mutex_clocklock and condition variables on that clock. */
+struct timespec mp__deadline_timespec(double deadline);
 
 /* Closes fd if >= 0, preserving errno; returns -1 for `fd = mp__close(fd)`. */
 int mp__close(int fd);

@@ -61,6 +61,17 @@ int mp__set_cloexec(int fd, bool on)
     return 0;
 }
 
+struct timespec mp__deadline_timespec(double deadline)
+{
+    struct timespec ts;
+    double s = floor(deadline);
+    ts.tv_sec = (time_t)s;
+    ts.tv_nsec = (long)((deadline - s) * 1e9);
+    if (ts.tv_nsec >= 1000000000L)
+        ts.tv_nsec = 999999999L;
+    return ts;
+}
+
 int mp__futex_wait(uint32_t *addr, uint32_t expected, double deadline, bool shared)
 {
     struct timespec ts, *tsp = NULL;
@@ -68,11 +79,7 @@ int mp__futex_wait(uint32_t *addr, uint32_t expected, double deadline, bool shar
     if (deadline >= 0) {
         /* FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC time, the
          * clock of mp__now(), so a retried wait never stretches the wait. */
-        double s = floor(deadline);
-        ts.tv_sec = (time_t)s;
-        ts.tv_nsec = (long)((deadline - s) * 1e9);
-        if (ts.tv_nsec >= 1000000000L)
-            ts.tv_nsec = 999999999L;
+        ts = mp__deadline_timespec(deadline);
         tsp = &ts;
     }
     if (syscall(SYS_futex, addr, op, expected, tsp, NULL, FUTEX_BITSET_MATCH_ANY) == 0)

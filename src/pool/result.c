@@ -112,9 +112,7 @@ int mp__result_wait_locked(mp_async_result *r, bool (*pred)(mp_async_result *, v
     int rc = 0;
     if (timeout >= 0) {
         /* r->cv waits on CLOCK_MONOTONIC, the clock of mp__deadline */
-        double t = mp__deadline(timeout);
-        ts.tv_sec = (time_t)t;
-        ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+        ts = mp__deadline_timespec(mp__deadline(timeout));
     }
     while (!pred(r, arg) && rc == 0)
         rc = timeout < 0 ? pthread_cond_wait(&r->cv, &r->mu)

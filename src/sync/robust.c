@@ -14,7 +14,6 @@
 
 #include <errno.h>
 #include <linux/futex.h>
-#include <math.h>
 #include <stddef.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -96,24 +95,13 @@ int mp__robust_init(pthread_mutex_t *m, int type, const char *call)
     return err ? mp__errno_error(err, "%s: pthread_mutex_init", call) : 0;
 }
 
-static struct timespec abs_ts(double deadline)
-{
-    struct timespec ts;
-    double s = floor(deadline);
-    ts.tv_sec = (time_t)s;
-    ts.tv_nsec = (long)((deadline - s) * 1e9);
-    if (ts.tv_nsec >= 1000000000L)
-        ts.tv_nsec = 999999999L;
-    return ts;
-}
-
 int mp__robust_lock(pthread_mutex_t *m, double deadline)
 {
     struct timespec ts;
     if (deadline < 0)
         return pthread_mutex_lock(m);
     /* An expired deadline still takes a free mutex: glibc tries first. */
-    ts = abs_ts(deadline);
+    ts = mp__deadline_timespec(deadline);
     return pthread_mutex_clocklock(m, CLOCK_MONOTONIC, &ts);
 }
 
@@ -272,7 +260,7 @@ static int sleep_waitv(_Atomic uint32_t *word, uint32_t expected, mp__token *t, 
         wv[nw++] = (struct futex_waitv){v, (uintptr_t)&t[i].mutex, FUTEX_32, 0};
     }
     if (deadline >= 0) {
-        ts = abs_ts(deadline);
+        ts = mp__deadline_timespec(deadline);
         tsp = &ts;
     }
     mp__guard_unlock(guard);

@@ -41,26 +41,18 @@ static void recover(mp__rx *rx)
     pthread_mutex_consistent(&rx->lock);
 }
 
-static int clock_lock(mp__rx *rx, double deadline)
-{
-    struct timespec ts;
-    double s = (double)(long long)deadline;
-    ts.tv_sec = (time_t)s;
-    ts.tv_nsec = (long)((deadline - s) * 1e9);
-    if (ts.tv_nsec > 999999999L)
-        ts.tv_nsec = 999999999L;
-    return pthread_mutex_clocklock(&rx->lock, CLOCK_MONOTONIC, &ts);
-}
-
 int mp__rx_lock(mp__rx *rx, double deadline, const char *fn)
 {
+    struct timespec ts;
     int err;
-    if (deadline < 0)
+    if (deadline < 0) {
         err = pthread_mutex_lock(&rx->lock);
-    else if (deadline == 0)
+    } else if (deadline == 0) {
         err = pthread_mutex_trylock(&rx->lock);
-    else
-        err = clock_lock(rx, deadline);
+    } else {
+        ts = mp__deadline_timespec(deadline);
+        err = pthread_mutex_clocklock(&rx->lock, CLOCK_MONOTONIC, &ts);
+    }
     if (err == EBUSY)
         return mp__error(MP_EAGAIN, "%s: another consumer is receiving", fn);
     if (err == ETIMEDOUT)
