@@ -72,6 +72,7 @@ static pid_t echo_child(int sock, int other)
     pid_t pid = fork();
     if (pid == 0) {
         int64_t v;
+        bench_pin_cpu(1);
         close(other);
         while (read(sock, &v, sizeof v) == sizeof v)
             if (write(sock, &v, sizeof v) != sizeof v)
@@ -107,6 +108,10 @@ int main(int argc, char **argv)
     }
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
         return 1;
+    /* Pinned for the raw round trip only, so that it always crosses cores
+     * (see bench_pin_cpu); the pool's dispatcher and workers stay free. */
+    if (bench_pin_cpu(0) != 0)
+        fprintf(stderr, "bench_pool: not pinned (fewer than 2 CPUs)\n");
     pid_t child = echo_child(sv[1], sv[0]);
     close(sv[1]);
     c.sock = sv[0];
@@ -115,6 +120,7 @@ int main(int argc, char **argv)
     if (few.reps > 3)
         few.reps = 3;
     double raw = bench_measure_us(run_raw, &c, c.n, &few);
+    bench_unpin();
     c.chunksize = 1;
     double m1 = bench_measure_us(run_map, &c, c.n, &few);
     c.chunksize = 0;

@@ -85,6 +85,7 @@ static pid_t contender(bool raw)
 {
     pid_t pid = fork();
     if (pid == 0) {
+        bench_pin_cpu(1);
         while (!atomic_load(&sh->stop)) {
             if (raw)
                 raw_lock_loop(NULL, 64);
@@ -133,6 +134,7 @@ static pid_t ponger(bool raw)
     pid_t pid = fork();
     if (pid != 0)
         return pid;
+    bench_pin_cpu(1);
     for (;;) {
         if (raw) {
             while (atomic_load(&sh->turn) == 0)
@@ -176,6 +178,9 @@ int main(int argc, char **argv)
     int rc = bench_parse_args(argc, argv, "Lock/Semaphore beside raw futexes", &o);
     if (rc)
         return rc < 0 ? 2 : 0;
+    /* Parent on one CPU, each child on the other: see bench_pin_cpu. */
+    if (bench_pin_cpu(0) != 0)
+        fprintf(stderr, "bench_sync: not pinned (fewer than 2 CPUs)\n");
     sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (sh == MAP_FAILED || mp_lock_create(&lock) || mp_semaphore_create(0, &ping) ||
         mp_semaphore_create(0, &pong)) {

@@ -125,12 +125,19 @@ void bench_emit(const char *op, double mproc_us, const char *primitive_name,
     fflush(stdout);
 }
 
+static cpu_set_t unpinned;
+static bool pinned;
+
 int bench_pin_cpu(int slot)
 {
     cpu_set_t allowed, one;
     int seen = 0;
     if (sched_getaffinity(0, sizeof allowed, &allowed) != 0 || CPU_COUNT(&allowed) < 2)
         return -1;
+    if (!pinned) {
+        unpinned = allowed;
+        pinned = true;
+    }
     for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
         if (!CPU_ISSET(cpu, &allowed) || seen++ != slot)
             continue;
@@ -139,4 +146,10 @@ int bench_pin_cpu(int slot)
         return sched_setaffinity(0, sizeof one, &one) == 0 ? 0 : -1;
     }
     return -1;
+}
+
+void bench_unpin(void)
+{
+    if (pinned && sched_setaffinity(0, sizeof unpinned, &unpinned) == 0)
+        pinned = false;
 }

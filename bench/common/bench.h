@@ -60,6 +60,9 @@ void bench_emit(const char *op, double mproc_us, const char *primitive_name,
  * this kind of VM, which swamps what is being compared. Returns 0, or -1
  * when not pinned (one CPU, or sched_setaffinity failed). */
 int bench_pin_cpu(int slot);
+/* Gives the calling process back the CPUs it had before bench_pin_cpu, so
+ * that processes it starts later are free to move. */
+void bench_unpin(void);
 
 /* Writes s as a JSON string literal (quotes included) into buf; returns the
  * length, truncating (but still quoting) when buf is too small. */
