@@ -165,6 +165,7 @@ int mp_semaphore_release(mp_semaphore *s)
     sem_shared *sh = shared(s);
     uint32_t v;
     int rc = 0, self;
+    bool wake;
 
     mp__guard_lock(&sh->guard);
     v = atomic_load(&sh->value);
@@ -181,8 +182,15 @@ int mp_semaphore_release(mp_semaphore *s)
     if (self >= 0 && --sh->holders[self].count == 0)
         mp__token_drop(sh->holders, self);
     atomic_fetch_add(&sh->value, 1);
-    if (sh->sleepers)
+    wake = sh->sleepers > 0;
+    mp__guard_unlock(&sh->guard);
+    /* Woken after the guard is free, the sleeper takes it at once instead
+     * of waking, finding it held and sleeping again on the guard. Nothing
+     * is lost: a sleeper that has not reached futex_waitv yet sees value
+     * != 0 there and returns at once. */
+    if (wake)
         mp__futex_wake((uint32_t *)&sh->value, 1, true);
+    return 0;
 out:
     mp__guard_unlock(&sh->guard);
     return rc;

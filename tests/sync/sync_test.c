@@ -308,6 +308,38 @@ static void test_semaphore_processes(void **state)
     close_pipe(p);
 }
 
+/* Many hand-offs between two processes, each side asleep when the other
+ * releases: a wake-up lost by release shows as a timeout. */
+#define PINGPONG_ROUNDS 20000
+static mp_semaphore *ping, *pong;
+
+static int ponger(void *p)
+{
+    (void)p;
+    for (int i = 0; i < PINGPONG_ROUNDS; i++)
+        if (mp_semaphore_acquire(ping, 10) || mp_semaphore_release(pong))
+            return 1;
+    return 0;
+}
+
+static void test_semaphore_pingpong(void **state)
+{
+    pid_t pid;
+    (void)state;
+    assert_mp_ok(mp_semaphore_create(0, &ping));
+    assert_mp_ok(mp_semaphore_create(0, &pong));
+    pid = fork_child(ponger, NULL);
+    for (int i = 0; i < PINGPONG_ROUNDS; i++) {
+        assert_mp_ok(mp_semaphore_release(ping));
+        assert_mp_ok(mp_semaphore_acquire(pong, 10));
+    }
+    assert_int_equal(reap(pid), 0);
+    assert_int_equal(mp_semaphore_value(ping), 0);
+    assert_int_equal(mp_semaphore_value(pong), 0);
+    mp_semaphore_destroy(ping);
+    mp_semaphore_destroy(pong);
+}
+
 /* ---- Event ------------------------------------------------------------------ */
 
 static int event_set_later(void *p)
@@ -503,6 +535,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_lock_owner_dead, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rlock_owner_dead, setup, teardown),
         cmocka_unit_test_setup_teardown(test_semaphore_counts, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_semaphore_pingpong, setup, teardown),
         cmocka_unit_test_setup_teardown(test_semaphore_processes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_event, setup, teardown),
         cmocka_unit_test_setup_teardown(test_condition, setup, teardown),
