@@ -83,6 +83,13 @@ static void wake_all(barrier_shared *sh)
     mp__futex_wake((uint32_t *)&sh->seq, INT_MAX, true);
 }
 
+/* After the guard is released, so the woken do not find it held and sleep
+ * on it again (seq was bumped under the guard: nobody misses the wake). */
+static void wake_after_unlock(barrier_shared *sh)
+{
+    mp__futex_wake((uint32_t *)&sh->seq, INT_MAX, true);
+}
+
 /* Guard held. Waiters of the current generation fail; later ones too. */
 static void do_break(barrier_shared *sh)
 {
@@ -92,14 +99,15 @@ static void do_break(barrier_shared *sh)
     }
 }
 
-/* Guard held. Ends the current generation, completed or not. */
+/* Guard held. Ends the current generation, completed or not; the caller
+ * wakes the sleepers with wake_after_unlock. */
 static void next_gen(barrier_shared *sh, bool ok)
 {
     uint64_t bit = 1ull << (sh->gen % 64);
     sh->ended_ok = ok ? sh->ended_ok | bit : sh->ended_ok & ~bit;
     sh->gen++;
     sh->count = 0;
-    wake_all(sh);
+    atomic_fetch_add(&sh->seq, 1);
 }
 
 /* Guard held, after waking or timing out: 1 when our generation completed,
@@ -169,7 +177,9 @@ int mp_barrier_wait(mp_barrier *b, double timeout, unsigned *index)
         *index = arrival;
     if (sh->count == sh->parties) {
         next_gen(sh, true);
-        goto out;
+        mp__guard_unlock(&sh->guard);
+        wake_after_unlock(sh);
+        return 0;
     }
     rc = sleep_round(sh, sh->gen, deadline, timeout);
 out:
@@ -197,6 +207,7 @@ int mp_barrier_reset(mp_barrier *b)
     sh->broken = 0;
     next_gen(sh, false);
     mp__guard_unlock(&sh->guard);
+    wake_after_unlock(sh);
     return 0;
 }
 
