@@ -58,6 +58,7 @@ typedef struct mp__sys_table {
     int (*fstat)(int fd, struct stat *st);
     int (*close)(int fd);
     int (*dup)(int fd);
+    ssize_t (*read)(int fd, void *buf, size_t n);
 } mp__sys_table;
 
 /* The live table. Library code calls mp__sys.mmap(...), never mmap(...). */

@@ -29,7 +29,7 @@ static int real_posix_fallocate(int fd, off_t off, off_t len)
         .memfd_create = memfd_create, .shm_open = shm_open, .shm_unlink = shm_unlink,              \
         .ftruncate = ftruncate, .posix_fallocate = real_posix_fallocate, .mmap = mmap,             \
         .munmap = munmap, .sendmsg = sendmsg, .recvmsg = recvmsg, .socketpair = socketpair,        \
-        .fcntl = real_fcntl, .fstat = real_fstat, .close = close, .dup = dup,                      \
+        .fcntl = real_fcntl, .fstat = real_fstat, .close = close, .dup = dup, .read = read,         \
     }
 
 const mp__sys_table mp__sys_real = REAL_CALLS;
@@ -52,6 +52,7 @@ enum {
     F_FSTAT,
     F_CLOSE,
     F_DUP,
+    F_READ,
     F_COUNT
 };
 
@@ -70,6 +71,7 @@ static const char *const names[F_COUNT] = {
     [F_FSTAT] = "fstat",
     [F_CLOSE] = "close",
     [F_DUP] = "dup",
+    [F_READ] = "read",
 };
 
 static struct fault {
@@ -163,6 +165,10 @@ static int f_dup(int fd)
 {
     return hit(F_DUP) ? -1 : mp__sys_real.dup(fd);
 }
+static ssize_t f_read(int fd, void *buf, size_t n)
+{
+    return hit(F_READ) ? -1 : mp__sys_real.read(fd, buf, n);
+}
 
 static void install(int i)
 {
@@ -208,6 +214,9 @@ static void install(int i)
         break;
     case F_DUP:
         mp__sys.dup = f_dup;
+        break;
+    case F_READ:
+        mp__sys.read = f_read;
         break;
     }
 }

@@ -148,10 +148,18 @@ static int check_exec(pid_t child, int errread, const char *path)
     long err = 0;
     ssize_t n;
     do
-        n = read(errread, &err, sizeof err);
+        n = mp__sys.read(errread, &err, sizeof err);
     while (n < 0 && errno == EINTR);
     if (n == 0)
         return 0; /* closed by exec: the program runs */
+    if (n < 0) {
+        /* Whether exec ran is unknown: the child may be running it, so a
+         * plain waitpid could block for as long as it runs. */
+        int err = errno;
+        kill(child, SIGKILL);
+        waitpid(child, NULL, 0);
+        return mp__errno_error(err, "mp_process_start: reading the exec status of %s", path);
+    }
     waitpid(child, NULL, 0);
     if (n != (ssize_t)sizeof err)
         return mp__error(MP_ESYS, "mp_process_start: exec of %s failed (no error code)", path);

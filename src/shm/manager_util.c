@@ -101,7 +101,13 @@ int mp__mgr_connect_at(const char *path, int *out)
                              "connections (backlog full); is it hung?", sa.sun_path);
         return mp__errno_error(err, "shm manager: connect(%s)", sa.sun_path);
     }
-    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    /* Connected: from now on the control protocol blocks (with timeouts). */
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+        int err = errno;
+        close(fd);
+        return mp__errno_error(err, "shm manager: fcntl(F_SETFL) on the control socket");
+    }
     *out = fd;
     return 0;
 }

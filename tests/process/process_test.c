@@ -518,6 +518,12 @@ static void test_start_faults(void **state)
     assert_mp_err(mp_process_start(p), MP_EMFILE);
     assert_mp_ok(mp__sys_fault("sendmsg", ENOBUFS, 0, 1));
     assert_true(mp_process_start(p) < 0);
+    if (strcmp(o.start_method, "spawn") == 0) {
+        /* exec's outcome unknown: the child is killed, not waited for */
+        assert_mp_ok(mp__sys_fault("read", EIO, 0, 1));
+        assert_true(mp_process_start(p) < 0);
+        assert_non_null(strstr(mp_last_error(), "exec status"));
+    }
     mp__sys_fault_reset();
     assert_int_equal(mp_process_pid(p), 0);
     assert_mp_ok(mp_process_start(p));

@@ -368,6 +368,8 @@ int loop_run(const loop_config *cfg, int ready_fd)
         bind_both(spath, dpath, &lfd, &dfd) < 0) {
         dlog("cannot listen: %s", mp_last_error());
         starter_tell(ready_fd, 'F');
+        if (sfd >= 0)
+            close(sfd);
         return 1;
     }
     table_init(cfg->grace, spath);
@@ -427,8 +429,11 @@ int loop_run(const loop_config *cfg, int ready_fd)
             }
             idle_reclaimed = true; /* until a client comes */
         }
-        if (bind_both(spath, dpath, &lfd, &dfd) < 0)
+        if (bind_both(spath, dpath, &lfd, &dfd) < 0) {
+            dlog("cannot listen again: %s", mp_last_error());
+            close(sfd);
             return 1;
+        }
         grace_end = 0;
     }
     /* STOP or a signal: live clients keep their segments (they start a new
