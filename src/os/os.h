@@ -110,7 +110,8 @@ int mp__pidfd_send_signal(int pidfd, int sig);
  * try once -> MP_EAGAIN; passed -> MP_ETIMEDOUT). len must be >= 1 (a
  * zero-byte record reads as EOF) and nfds 0..253 (SCM_MAX_FD). The fds are
  * borrowed (the kernel dups them). A closed peer is MP_ECLOSED (no SIGPIPE).
- * One sendmsg in the common case; poll only after EAGAIN. */
+ * One sendmsg in the common case, blocking when deadline < 0; poll only
+ * after EAGAIN. */
 int mp__send_record(int sock, const void *buf, size_t len, const int *fds, int nfds,
                     double deadline);
 /* Receives one record of at most cap bytes and at most maxfds fds (deadline

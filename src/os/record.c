@@ -60,7 +60,12 @@ int mp__send_record(int sock, const void *buf, size_t len, const int *fds, int n
         memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
     }
     for (;;) {
-        ssize_t n = mp__sys.sendmsg(sock, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        /* Without a deadline one blocking sendmsg sleeps in the kernel while
+         * the socket is full: one system call where MSG_DONTWAIT + poll
+         * would take three. A non-blocking socket still gets EAGAIN and
+         * falls through to poll. */
+        int flags = MSG_NOSIGNAL | (deadline < 0 ? 0 : MSG_DONTWAIT);
+        ssize_t n = mp__sys.sendmsg(sock, &msg, flags);
         int rc;
         if (n >= 0) {
             /* SEQPACKET sends whole records or nothing. */

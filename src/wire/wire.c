@@ -33,36 +33,6 @@ typedef union {
 static _Thread_local alignas(8) unsigned char rbuf[sizeof(mp__frame_header) +
                                                    MP__WIRE_INLINE_MAX + 8];
 
-/* Without a deadline, one blocking sendmsg sleeps in the kernel while the
- * socket is full: one system call per message where MSG_DONTWAIT + poll
- * would take three. A non-blocking socket falls back to the polling path. */
-static int send_blocking(int sock, const mp__frame_out *o)
-{
-    fd_cmsg cbuf;
-    struct iovec iov = {.iov_base = o->buf, .iov_len = o->len};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-    if (o->nfds > 0) {
-        struct cmsghdr *c;
-        mh.msg_control = cbuf.buf;
-        mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)o->nfds);
-        c = CMSG_FIRSTHDR(&mh);
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)o->nfds);
-        memcpy(CMSG_DATA(c), o->fds, sizeof(int) * (size_t)o->nfds);
-    }
-    for (;;) {
-        ssize_t n = mp__sys.sendmsg(sock, &mh, MSG_NOSIGNAL);
-        if (n >= 0)
-            return (size_t)n == o->len ? 0 : mp__error(MP_ESYS, "mp_wire_send: short record");
-        if (errno == EAGAIN || errno == EWOULDBLOCK)
-            return mp__send_record(sock, o->buf, o->len, o->fds, o->nfds, -1);
-        if (errno != EINTR)
-            return mp__errno_error(errno, "mp_wire_send: sendmsg(%zu bytes, %d fds)", o->len,
-                                   o->nfds);
-    }
-}
-
 int mp__wire_send(int sock, const mp_msg *m, double deadline)
 {
     return mp__wire_send_rx(sock, NULL, m, deadline);
@@ -78,10 +48,7 @@ int mp__wire_send_rx(int sock, mp__rx *rx, const mp_msg *m, double deadline)
         return rc;
     if (rx && o.nfds > 0)
         mp__rx_announce_fds(rx, sock);
-    if (deadline < 0)
-        rc = send_blocking(sock, &o);
-    else
-        rc = mp__send_record(sock, o.buf, o.len, o.fds, o.nfds, deadline);
+    rc = mp__send_record(sock, o.buf, o.len, o.fds, o.nfds, deadline);
     mp__frame_out_done(&o, rc == 0);
     return rc;
 }
