@@ -217,6 +217,8 @@ int mp_conn_poll(mp_conn *c, double timeout)
     p = (struct pollfd){.fd = c->sock, .events = POLLIN};
     for (;;) {
         int n = poll(&p, 1, deadline == 0 ? 0 : mp__poll_ms(deadline));
+        if (n > 0 && mp__wire_drop_nudge(c->sock, conn_rx(c, false)))
+            continue; /* a wake-up record, not a message: look again */
         if (n >= 0)
             return n > 0;
         if (errno != EINTR)

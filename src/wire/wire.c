@@ -239,6 +239,24 @@ int mp__wire_recv_rx(int sock, mp__rx *rx, mp_msg **out, double deadline, bool *
     }
 }
 
+bool mp__wire_drop_nudge(int sock, mp__rx *rx)
+{
+    unsigned char head[sizeof(mp__frame_header)];
+    struct iovec iov = {.iov_base = head, .iov_len = sizeof head};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+    bool dropped = false;
+    ssize_t n;
+    if (pthread_mutex_trylock(&rx->lock) != 0)
+        return false; /* a reader is busy (or died there): leave it to them */
+    /* No control buffer: a record with fds shows MSG_CTRUNC, installs none. */
+    n = mp__sys.recvmsg(sock, &mh, MSG_PEEK | MSG_DONTWAIT);
+    if (n == (ssize_t)sizeof head && !(mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) &&
+        marker(head, sizeof head, 0) == MP__FRAME_NUDGE)
+        dropped = consume(sock) == 0;
+    mp__rx_unlock(rx);
+    return dropped;
+}
+
 int mp__wire_send_closed(int sock, double deadline)
 {
     mp__frame_header h = {.magic = MP__FRAME_MAGIC, .version = MP__FRAME_VERSION,

@@ -71,6 +71,11 @@ int mp__wire_recv(int sock, mp_msg **out, double deadline);
  * slot. */
 int mp__wire_recv_rx(int sock, mp__rx *rx, mp_msg **out, double deadline, bool *taken);
 
+/* Takes a NUDGE record (src/wire/rx.c) off the head of sock, if one is
+ * there and no reader holds rx's lock: true when it did. For poll-style
+ * calls, which must not report a wake-up record as a message. */
+bool mp__wire_drop_nudge(int sock, mp__rx *rx);
+
 /* Encode/decode without a socket, for the fuzzer and tests: encode writes
  * the frame into *buf (malloc'd) and the fds to send into fds (borrowed).
  * decode takes ownership of fds (closes them on error). */

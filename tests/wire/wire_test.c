@@ -365,6 +365,18 @@ static void test_markers(void **state)
             assert_int_equal(recv(sv[1], &len, 1, 0), 1);
         mp__rx_unlock(&rx);
     }
+    /* What poll-style calls use: a nudge at the head goes, nothing else. */
+    send_marker(sv[0], MP__FRAME_NUDGE);
+    assert_mp_ok(mp__wire_send(sv[0], m, 1));
+    assert_mp_ok(mp__rx_lock(&rx, 1, "test"));
+    assert_false(mp__wire_drop_nudge(sv[1], &rx)); /* a reader holds the lock */
+    mp__rx_unlock(&rx);
+    assert_true(mp__wire_drop_nudge(sv[1], &rx));
+    assert_false(mp__wire_drop_nudge(sv[1], &rx)); /* a message is at the head */
+    assert_mp_ok(mp__wire_recv(sv[1], &r, 1));
+    assert_memory_equal(mp_msg_payload(r, &len), "x", 1);
+    mp_msg_destroy(r);
+    assert_false(mp__wire_drop_nudge(sv[1], &rx)); /* empty */
     close(sv[0]);
     close(sv[1]);
     pthread_mutex_destroy(&rx.lock);
