@@ -188,10 +188,11 @@ static int open_fs(mp__segment_handle *h, mp__segment **out)
         goto out_close;
     }
     cached = mp__cache_lookup(st.st_dev, st.st_ino);
+    if (!cached && (rc = map_named(h, fd, &st, &s)) < 0)
+        goto out_close;
+    if (hk->batch)
+        hk->batch(true);
     if (!cached) {
-        rc = map_named(h, fd, &st, &s);
-        if (rc < 0)
-            goto out_close;
         mp__segment_live_add();
         cached = mp__cache_insert(s);
         if (hk->opened && cached == s)
@@ -207,6 +208,8 @@ static int open_fs(mp__segment_handle *h, mp__segment **out)
     mp__close(fd);
     if (hk->received)
         hk->received(h->name);
+    if (hk->batch)
+        hk->batch(false);
     h->name[0] = '\0';
     *out = cached;
     return 0;

@@ -17,7 +17,10 @@
  * gone: a connected datagram socket whose peer died fails with ECONNREFUSED,
  * and reconnecting reaches the new daemon. A process registers ("HELLO" plus
  * every segment it holds) on every new connection and in a forked child (it
- * inherited the mappings). Failures never reach the caller (the hooks return
+ * inherited the mappings). Reports the shm layer brackets as one batch
+ * (opened + received, closed + unlinked: one library call each) go as one
+ * datagram: every datagram wakes the daemon, which on 2 cores costs the
+ * sender more than the send. Failures never reach the caller (the hooks return
  * void): segments keep working, only the leak protection is lost, and a line
  * goes to the log hook.
  * $MPROC_SHM_MANAGER=none turns the client off. */
@@ -51,6 +54,11 @@ static held_seg *held;          /* segments this process maps now */
 static int nheld, held_cap;
 static double retry_after;
 static int disabled = -1;       /* from $MPROC_SHM_MANAGER, read once */
+
+/* The calling thread's open batch: lines waiting for its end. */
+static _Thread_local int batch_depth;
+static _Thread_local size_t batch_len;
+static _Thread_local char batch_buf[4 * MP__MGR_LINE_MAX];
 
 /* One datagram; blocks (bounded) only when the daemon's queue is full. */
 static int send_dgram(const char *buf, size_t len)
@@ -193,7 +201,12 @@ static void report(char verb, const char *name, uint64_t size, int held_change)
     else
         snprintf(line, sizeof line, "%c %s\n", verb, name);
     pthread_mutex_lock(&lock);
-    report_locked(line);
+    if (batch_depth > 0 && batch_len + strlen(line) < sizeof batch_buf) {
+        memcpy(batch_buf + batch_len, line, strlen(line) + 1);
+        batch_len += strlen(line);
+    } else {
+        report_locked(line);
+    }
     if (held_change)
         held_update(name, size, held_change > 0);
     pthread_mutex_unlock(&lock);
@@ -207,6 +220,22 @@ static void on_unlinked(const char *name) { report('U', name, 0, -1); }
 static void on_sent(const char *name) { report('S', name, 0, 0); }
 static void on_received(const char *name) { report('R', name, 0, 0); }
 
+static void on_batch(bool begin)
+{
+    int err = errno;
+    if (begin) {
+        batch_depth++;
+        return;
+    }
+    if (--batch_depth > 0 || batch_len == 0)
+        return;
+    pthread_mutex_lock(&lock);
+    report_locked(batch_buf);
+    pthread_mutex_unlock(&lock);
+    batch_len = 0;
+    errno = err;
+}
+
 static const mp__shm_hooks client_hooks = {
     .created = on_created,
     .opened = on_opened,
@@ -214,6 +243,7 @@ static const mp__shm_hooks client_hooks = {
     .unlinked = on_unlinked,
     .sent = on_sent,
     .received = on_received,
+    .batch = on_batch,
 };
 
 const mp__shm_hooks *mp__mgr_client_hooks(void) { return &client_hooks; }

@@ -253,10 +253,14 @@ void mp__segment_destroy(mp__segment *s)
                                   __ATOMIC_ACQ_REL) == 0;
     mp__sys.munmap(s->map, s->map_len);
     mp__close(s->fd);
+    if (fs && h->batch)
+        h->batch(true);
     if (fs && h->closed)
         h->closed(s->name);
     if (last)
         unlink_name(s->name);
+    if (fs && h->batch)
+        h->batch(false);
     atomic_fetch_sub(&live, 1);
     free(s);
 }

@@ -159,7 +159,7 @@ static void test_handles_fd(void **state)
 }
 
 static int events[6];
-static char order[64]; /* one letter per event: c o C u s r */
+static char order[64]; /* one letter per event: c o C u s r, ( ) for a batch */
 static void note(char c)
 {
     size_t n = strlen(order);
@@ -199,9 +199,12 @@ static void ev_received(const char *n)
     note('r');
 }
 
+static void ev_batch(bool begin) { note(begin ? '(' : ')'); }
+
 static void test_handles_fs_and_hooks(void **state)
 {
-    mp__shm_hooks hooks = {ev_created, ev_opened, ev_closed, ev_unlinked, ev_sent, ev_received};
+    mp__shm_hooks hooks = {ev_created, ev_opened,   ev_closed, ev_unlinked,
+                           ev_sent,    ev_received, ev_batch};
     mp__segment *s, *o;
     mp__segment_handle h, h2;
     mp__fs_header *hd;
@@ -241,8 +244,9 @@ static void test_handles_fs_and_hooks(void **state)
     mp__segment_release(o);
     assert_int_equal(events[3], 1);
     assert_int_equal(mp_test_count_shm(), base);
-    /* create, send+receive (adopted), send+drop, send, closed, open, closed+unlinked */
-    assert_string_equal(order, "csrssCorCu");
+    /* create, send+receive (adopted), send+drop, send, closed, open, closed+unlinked;
+     * what one call reports together is bracketed as a batch */
+    assert_string_equal(order, "cs(r)ss(C)(or)(Cu)");
     /* a received message that cannot be delivered gives its reference back */
     assert_mp_ok(mp__segment_create(64, MP__STRATEGY_FS, &s));
     assert_mp_ok(mp__segment_export(s, &h2));
