@@ -175,7 +175,7 @@ static bool dispatch(mp_pool *p, int *state)
         if (w->cur && w->cur->frame) {
             /* A send that fails means the worker died: its pidfd reports it
              * and the chunk fails there. */
-            mp__wire_send(w->sock, w->cur->frame, -1);
+            mp_conn_send(w->conn, w->cur->frame, -1);
             mp_msg_destroy(w->cur->frame);
             w->cur->frame = NULL;
         }
@@ -215,7 +215,7 @@ static void terminate_all(mp_pool *p)
 static void drain(mp_pool *p, worker *w)
 {
     mp_msg *m;
-    while (w->proc && mp__wire_recv(w->sock, &m, 0) == 0) {
+    while (w->proc && mp_conn_recv(w->conn, &m, 0) == 0) {
         if (!w->ready)
             w->ready = true; /* its first message: the initializer ran */
         else if (w->cur)

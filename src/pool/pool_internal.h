@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "mproc/pool.h"
+#include "mproc/queue.h"
 #include "os/os.h"
 
 #define MP__TASK_NAME_MAX 63
@@ -85,7 +86,7 @@ int mp__msg_copy_attachments(const mp_msg *src, size_t from, size_t n, mp_msg *d
 
 /* Serves chunks on sock until told to exit or the parent goes: the exit
  * status of the worker. */
-int mp__pool_worker_main(int sock);
+int mp__pool_worker_main(mp_conn *conn);
 
 /* ---- results ------------------------------------------------------------- */
 
@@ -142,7 +143,6 @@ enum { MP__POOL_RUN = 0, MP__POOL_CLOSED = 1, MP__POOL_TERMINATED = 2 };
 /* Consecutive deaths before ready after which a worker slot is given up. */
 #define MP__POOL_START_TRIES 3
 
-typedef struct mp_conn mp_conn;
 typedef struct mp_process mp_process;
 
 typedef struct worker {

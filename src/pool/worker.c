@@ -122,7 +122,7 @@ out:
 }
 
 /* Handles one frame; 1 when told to exit. */
-static int serve(int sock, mp_msg *frame)
+static int serve(mp_conn *conn, mp_msg *frame)
 {
     mp__pack_view v;
     mp__packer res;
@@ -153,21 +153,21 @@ static int serve(int sock, mp_msg *frame)
     }
     rc = mp__packer_finish(&res, &reply);
     if (!rc)
-        rc = mp__wire_send(sock, reply, -1);
+        rc = mp_conn_send(conn, reply, -1);
     mp_msg_destroy(reply);
     return rc;
 }
 
-int mp__pool_worker_main(int sock)
+int mp__pool_worker_main(mp_conn *conn)
 {
     for (;;) {
         mp_msg *frame;
-        int rc = mp__wire_recv(sock, &frame, -1);
+        int rc = mp_conn_recv(conn, &frame, -1);
         if (rc == MP_ECLOSED)
             return 0; /* the parent went away */
         if (rc)
             return 3;
-        rc = serve(sock, frame);
+        rc = serve(conn, frame);
         mp_msg_destroy(frame);
         if (rc == 1)
             return 0;

@@ -122,7 +122,7 @@ int mp__worker_send_exit(worker *w)
     if (!rc)
         rc = mp__packer_finish(&pk, &m);
     if (!rc)
-        rc = mp__wire_send(w->sock, m, -1);
+        rc = mp_conn_send(w->conn, m, -1);
     mp_msg_destroy(m);
     w->exiting = true;
     return rc;
@@ -161,10 +161,9 @@ MP_ENTRY(mp__pool_worker)
     mp_conn *conn = NULL;
     mp__packer pk;
     mp_msg *ready = NULL;
-    int sock, rc;
+    int rc;
     if (n == 0 || mp_msg_get_conn(args, n - 1, &conn) != 0)
         mp_raise("pool worker: no connection in the start arguments");
-    sock = conn_fd(conn);
     rc = run_initializer(rank, args);
     if (rc)
         mp_raise("pool worker: the initializer returned %d", rc);
@@ -173,10 +172,10 @@ MP_ENTRY(mp__pool_worker)
     if (!rc)
         rc = mp__packer_finish(&pk, &ready);
     if (!rc)
-        rc = mp__wire_send(sock, ready, -1);
+        rc = mp_conn_send(conn, ready, -1);
     mp_msg_destroy(ready);
     if (!rc)
-        rc = mp__pool_worker_main(sock);
+        rc = mp__pool_worker_main(conn);
     mp_conn_release(conn);
     return rc;
 }
