@@ -2,13 +2,19 @@
  * (tools/shm-manager/) and the CLI (tools/mproc/) share — where the daemon
  * lives, its protocol, and how a /dev/shm/mproc-* segment is inspected.
  *
- * Protocol. Library clients send reports as datagrams to the daemon's
- * SOCK_DGRAM socket, one socket per report call (no fd stays open in the
- * client, so nothing is inherited across fork and leak checks see nothing);
- * the kernel attaches the sender's verified pid/uid (SCM_CREDENTIALS) and
- * keeps one queue in send order. Text lines "<verb> [args]\n":
+ * Protocol. A library client registers with a datagram on the daemon's
+ * SOCK_DGRAM socket (kept connected; the kernel attaches the sender's
+ * verified pid/uid, SCM_CREDENTIALS) that carries its report ring, a sealed
+ * memfd (mp__mgr_ring), as SCM_RIGHTS. Reports are then text lines written
+ * into the ring, which costs the client no system call and the daemon no
+ * wake-up per report; the daemon reads every ring at each round (and the
+ * ring of a client that died, before forgetting it). A client that cannot
+ * make a ring sends its reports as datagrams instead. Text lines
+ * "<verb> [args]\n":
  *
  *   HELLO <protocol> <pid>   first datagram of a client (and after a daemon restart)
+ *   WAKE                     my ring is full: read it now
+ *   PING                     nothing (a send that fails tells the client the daemon is gone)
  *   C <name> <size>          created        O <name>   opened
  *   X <name>                 closed (this process unmapped it)
  *   U <name>                 unlinked       S <name>   a message carrying it was sent
@@ -23,18 +29,42 @@
 #ifndef MPROC_SHM_MANAGER_H
 #define MPROC_SHM_MANAGER_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
 #include "shm/shm.h"
 
-#define MP__MGR_PROTOCOL 1
+#define MP__MGR_PROTOCOL 2  /* 2: report rings */
 #define MP__MGR_SOCKET "shm-manager.sock"   /* control: SOCK_STREAM */
 #define MP__MGR_DGRAM "shm-manager.dgram"   /* reports: SOCK_DGRAM */
 #define MP__MGR_LOCK "shm-manager.lock"
 #define MP__MGR_LOG "shm-manager.log"
 #define MP__MGR_LINE_MAX 256
+
+/* A client's report ring: a byte ring of whole "\n"-terminated lines.
+ * The client writes at head and publishes it (release); the daemon reads up
+ * to head (acquire) and publishes tail. head - tail <= size. The daemon
+ * holds `daemon` (robust, process-shared) for as long as it reads the ring:
+ * when it dies, the kernel marks the mutex word FUTEX_OWNER_DIED, which the
+ * client sees with one load at its next report, as a failed send told it
+ * when every report was a datagram. */
+#define MP__MGR_RING_MAGIC 0x676e697272676d6dull /* "mmgrring" */
+#define MP__MGR_RING_VERSION 1u
+#define MP__MGR_RING_BYTES (256u * 1024u)   /* data bytes, a power of two */
+#define MP__MGR_RING_NAME "mproc-shm-reports" /* the memfd's name */
+#define MP__MGR_PING_EVERY 1.0  /* seconds: a reporting client's liveness backstop */
+typedef struct mp__mgr_ring {
+    uint64_t magic;
+    uint32_t version;
+    uint32_t size;                      /* bytes of data[] */
+    pthread_mutex_t daemon;             /* held by the daemon reading the ring */
+    _Alignas(64) _Atomic uint64_t head; /* bytes ever written (client) */
+    _Alignas(64) _Atomic uint64_t tail; /* bytes ever read (daemon) */
+    _Alignas(64) char data[];
+} mp__mgr_ring;
 /* Default grace period (seconds) after the last client is gone; override with
  * $MPROC_SHM_MANAGER_GRACE or the daemon's --grace. */
 #define MP__MGR_GRACE_DEFAULT 2.0

@@ -204,13 +204,14 @@ static void test_shm_manager_commands(void **state)
     assert_int_equal(MPROC("shm-manager", "start"), 0);
     pid = mgr_daemon_pid();
     assert_true(pid > 0);
-    snprintf(want, sizeof want, "pid          %d\nprotocol     1\nclients      0\n", (int)pid);
+    snprintf(want, sizeof want, "pid          %d\nprotocol     %d\nclients      0\n", (int)pid,
+             MP__MGR_PROTOCOL);
     assert_int_equal(strncmp(out, want, strlen(want)), 0);
     assert_int_equal(MPROC("shm-manager", "start"), 0); /* already running: fine */
     assert_int_equal(mgr_daemon_pid(), pid);
     assert_int_equal(MPROC("shm-manager", "status", "--json"), 0);
-    snprintf(want, sizeof want, "{\"running\":true,\"pid\":%d,\"protocol\":1,\"clients\":0,",
-             (int)pid);
+    snprintf(want, sizeof want, "{\"running\":true,\"pid\":%d,\"protocol\":%d,\"clients\":0,",
+             (int)pid, MP__MGR_PROTOCOL);
     assert_int_equal(strncmp(out, want, strlen(want)), 0);
     mgr_sleep(MGR_GRACE + 0.3); /* started explicitly: stays past the grace period */
     assert_true(mp__pid_alive(pid));

@@ -2,6 +2,8 @@
  * concurrent starters, reclaiming by the rule (holders, messages in flight),
  * restart and re-adoption, dead owners at start, another uid refused. */
 #include <linux/capability.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -410,6 +412,124 @@ static void test_other_uid_refused(void **state)
     assert_true(mgr_wait_clean(&keeper.pid, 1, MGR_GRACE + 1));
 }
 
+/* Child: one report first (registers), 'r'; on 'g' creates and releases
+ * RING_ROUNDS segments (two ring lines each: more than the ring holds),
+ * creates one more, 'r' again and waits: 'q' releases it and exits. */
+#define RING_ROUNDS 5000
+static int ring_filler(int in, int out, void *arg)
+{
+    mp__segment *s;
+    (void)arg;
+    if (mp__segment_create(4096, MP__STRATEGY_FS, &s) != 0)
+        return 10;
+    mp__segment_release(s);
+    mgr_put(out, 'r');
+    if (mgr_get(in, 30) != 'g')
+        return 11;
+    for (int i = 0; i < RING_ROUNDS; i++) {
+        if (mp__segment_create(4096, MP__STRATEGY_FS, &s) != 0)
+            return 12;
+        mp__segment_release(s);
+    }
+    if (mp__segment_create(4096, MP__STRATEGY_FS, &s) != 0)
+        return 13;
+    mgr_put(out, 'r');
+    if (mgr_get(in, 30) == 'q')
+        mp__segment_release(s);
+    return 0;
+}
+
+/* A stopped daemon reads no ring: the client fills its ring, asks for a
+ * read (WAKE) and waits, and once the daemon runs again every report gets
+ * through in order: nothing tracked but the one live segment, no
+ * malformed line in the log. */
+static void test_full_ring_waits(void **state)
+{
+    child c = child_start(ring_filler, NULL);
+    char path[PATH_MAX + 32], log[65536] = "";
+    double t0;
+    pid_t d;
+    int fd;
+    assert_int_equal(mgr_get(c.from, 10), 'r');
+    assert_true((d = mgr_daemon_pid()) > 0);
+    kill(d, SIGSTOP);
+    t0 = mgr_now();
+    mgr_put(c.to, 'g');
+    mgr_sleep(0.5);
+    kill(d, SIGCONT);
+    assert_int_equal(mgr_get(c.from, 20), 'r');
+    assert_true(mgr_now() - t0 >= 0.5); /* it did wait for the daemon */
+    assert_true(mgr_wait_tracked(c.pid, 1, 5));
+    snprintf(path, sizeof path, "%s/%s", mgr_dir, MP__MGR_LOG);
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) >= 0) {
+        (void)!read(fd, log, sizeof log - 1);
+        close(fd);
+    }
+    if (strstr(log, "malformed") || strstr(log, "ignored from now on"))
+        fail_msg("the daemon's log:\n%s", log);
+    child_end(&c, true);
+    assert_true(mgr_wait_clean(&c.pid, 1, MGR_GRACE + 1));
+}
+
+/* A daemon that predates rings: reads datagrams, counts "C " lines, never
+ * takes a ring (the fd is dropped, as its recvmsg had no room for it). */
+typedef struct old_daemon {
+    int sock;
+    _Atomic int created;
+    _Atomic bool stop;
+} old_daemon;
+
+static void *old_daemon_run(void *p)
+{
+    old_daemon *d = p;
+    char buf[65536];
+    while (!atomic_load(&d->stop)) {
+        ssize_t n = recv(d->sock, buf, sizeof buf - 1, MSG_DONTWAIT);
+        if (n <= 0) {
+            mgr_sleep(0.001);
+            continue;
+        }
+        buf[n] = 0;
+        for (char *p = buf; (p = strstr(p, "C /mproc-")); p++)
+            atomic_fetch_add(&d->created, 1);
+    }
+    return NULL;
+}
+
+/* Nobody takes the ring: when it is full and no daemon holds its mutex,
+ * the client gives up on rings and reports in datagrams. */
+static void test_ring_refused_falls_back(void **state)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    old_daemon d = {.sock = -1};
+    pthread_t th;
+    child c;
+    char *reply = NULL;
+    mp__mgr_control("STOP", &reply, 5);
+    free(reply);
+    for (int i = 0; i < 500 && mgr_daemon_pid() > 0; i++)
+        mgr_sleep(0.01);
+    assert_int_equal(mgr_daemon_pid(), 0);
+    assert_mp_ok(mp__mgr_path(sa.sun_path, sizeof sa.sun_path, MP__MGR_DGRAM, true));
+    unlink(sa.sun_path);
+    d.sock = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    assert_true(d.sock >= 0);
+    assert_int_equal(bind(d.sock, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(pthread_create(&th, NULL, old_daemon_run, &d), 0);
+    c = child_start(ring_filler, NULL);
+    assert_int_equal(mgr_get(c.from, 10), 'r');
+    mgr_put(c.to, 'g');
+    assert_int_equal(mgr_get(c.from, 30), 'r');
+    mgr_put(c.to, 'q');
+    child_end(&c, false);
+    atomic_store(&d.stop, true);
+    pthread_join(th, NULL);
+    close(d.sock);
+    unlink(sa.sun_path);
+    /* the reports after the fall-back came as datagrams */
+    assert_true(atomic_load(&d.created) > 0);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, mp_test_setup, mp_test_teardown)
 
 int main(void)
@@ -425,6 +545,8 @@ int main(void)
         T(test_fork_child_registers_inherited),
         T(test_grace_exit),
         T(test_other_uid_refused),
+        T(test_full_ring_waits),
+        T(test_ring_refused_falls_back),
     };
     int rc;
     mgr_test_env();

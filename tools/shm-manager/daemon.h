@@ -59,6 +59,14 @@ void table_list(FILE *f);
 /* Whether an adopted segment needs a periodic re-check. */
 bool table_has_adopted(void);
 
+/* Report rings (ring.c). attach maps the ring a client sent with its HELLO
+ * and closes fd: NULL when it is not a valid ring (logged). read hands fn
+ * every whole line written since the last read, in NUL-terminated chunks;
+ * false when the ring is corrupt (detach it and ignore it from then on). */
+mp__mgr_ring *ring_attach(int fd, pid_t pid);
+void ring_detach(mp__mgr_ring *r);
+bool ring_read(mp__mgr_ring *r, pid_t pid, void (*fn)(void *ctx, char *lines), void *ctx);
+
 /* Other daemons of this uid (peers.c): the concatenated LIST answers of
  * every other listening shm manager ("" if none), or NULL when one did not
  * answer in time. peers_track: whether one of them tracks name. */

@@ -27,6 +27,7 @@ typedef struct client {
     int pidfd;          /* -1: pidfd_open unsupported; checked each round */
     uint64_t id;
     bool gone;
+    mp__mgr_ring *ring; /* its report ring, NULL when it sends datagrams */
 } client;
 
 /* A control connection (the CLI): one command, one answer. */
@@ -104,14 +105,16 @@ static client *client_of(pid_t pid)
     c->pid = pid;
     c->id = next_id++;
     c->gone = false;
+    c->ring = NULL;
     c->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
     if (c->pidfd < 0 && errno == ESRCH)
         c->gone = true; /* already dead: apply its last reports, then forget it */
     return c;
 }
 
-static void report_lines(client *c, char *buf)
+static void report_lines(void *ctx, char *buf)
 {
+    client *c = ctx;
     for (char *line = buf, *nl; *line; line = nl + 1) {
         if (!(nl = strchr(line, '\n')))
             break;
@@ -123,40 +126,114 @@ static void report_lines(client *c, char *buf)
                      MP__MGR_PROTOCOL);
             continue;
         }
+        /* WAKE (its ring is full) and PING only had to wake us. */
+        if (strcmp(line, "WAKE") == 0 || strcmp(line, "PING") == 0)
+            continue;
         table_report(c->id, c->pid, line);
     }
 }
 
-/* Reads every queued report, each stamped by the kernel with its sender. */
+/* Reads what c wrote into its ring since the last round. */
+static void read_ring(client *c)
+{
+    if (c->ring && !ring_read(c->ring, c->pid, report_lines, c)) {
+        ring_detach(c->ring);
+        c->ring = NULL;
+    }
+}
+
+/* Nobody wakes us for what is written into a ring: while clients have
+ * rings we look every RING_MIN_MS, backing off to RING_MAX_MS while they
+ * write nothing. (A full ring sends WAKE; an active client PINGs.) */
+#define RING_MIN_MS 10
+#define RING_MAX_MS 250
+static int ring_ms = RING_MIN_MS;
+
+static void read_rings(void)
+{
+    bool any = false, read = false;
+    for (int i = 0; i < nclients; i++) {
+        client *c = &clients[i];
+        uint64_t before = c->ring ? atomic_load(&c->ring->tail) : 0;
+        read_ring(c);
+        any = any || c->ring;
+        read = read || (c->ring && atomic_load(&c->ring->tail) != before);
+    }
+    if (!any)
+        ring_ms = -1;
+    else if (read || ring_ms < 0)
+        ring_ms = RING_MIN_MS;
+    else if (ring_ms < RING_MAX_MS)
+        ring_ms = ring_ms * 2 < RING_MAX_MS ? ring_ms * 2 : RING_MAX_MS;
+}
+
+/* A HELLO brought the client's (new) ring: what it left in the old one is
+ * read first, the new one replaces it. */
+static void take_ring(client *c, int fd)
+{
+    read_ring(c);
+    ring_detach(c->ring);
+    c->ring = ring_attach(fd, c->pid);
+}
+
+#define MAX_DGRAM_FDS 4
+
+/* The fds that came with a datagram, -1 padded. */
+static int dgram_fds(struct msghdr *mh, int *fds)
+{
+    int n = 0;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+            continue;
+        for (size_t i = 0; i < (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(cm) + i * sizeof fd, sizeof fd);
+            if (n < MAX_DGRAM_FDS)
+                fds[n++] = fd;
+            else
+                close(fd);
+        }
+    }
+    return n;
+}
+
+/* Reads every queued datagram, each stamped by the kernel with its sender.
+ * A HELLO may carry the client's report ring. */
 static void drain_reports(int dfd)
 {
     static char buf[65536 + 1];
     for (;;) {
-        char ctl[CMSG_SPACE(sizeof(struct ucred))];
+        char ctl[CMSG_SPACE(sizeof(struct ucred)) + CMSG_SPACE(sizeof(int) * MAX_DGRAM_FDS)];
         struct iovec iov = {buf, sizeof buf - 1};
         struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl,
                             .msg_controllen = sizeof ctl};
         struct ucred *cred = NULL;
+        int fds[MAX_DGRAM_FDS], nfds;
         ssize_t r = recvmsg(dfd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0)
             return;
         buf[r] = 0;
+        nfds = dgram_fds(&mh, fds);
         for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
             if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_CREDENTIALS)
                 cred = (struct ucred *)CMSG_DATA(cm);
-        if (!cred || cred->uid != geteuid()) {
+        client *c = NULL;
+        if (!cred || cred->uid != geteuid())
             dlog("ignored reports from pid %d uid %d: this shm manager serves uid %u only",
                  cred ? (int)cred->pid : -1, cred ? (int)cred->uid : -1,
                  (unsigned)geteuid());
-            continue;
+        else if (!(c = client_of(cred->pid)))
+            dlog("out of memory: reports of pid %d lost", (int)cred->pid);
+        if (c && nfds == 1 && strncmp(buf, "HELLO ", 6) == 0) {
+            take_ring(c, fds[0]);
+            nfds = 0;
         }
-        client *c = client_of(cred->pid);
+        for (int i = 0; i < nfds; i++)
+            close(fds[i]);
         if (c)
             report_lines(c, buf);
-        else
-            dlog("out of memory: reports of pid %d lost", (int)cred->pid);
     }
 }
 
@@ -273,6 +350,10 @@ static void close_gone(void)
             c->gone = true;
         if (!c->gone)
             continue;
+        /* What it wrote before it died counts: the name it sent may be
+         * in a queue, and its closes end its holds. */
+        read_ring(c);
+        ring_detach(c->ring);
         table_client_gone(c->id, c->pid);
         table_scan(c->pid); /* what it created but could not report */
         if (c->pidfd >= 0)
@@ -309,6 +390,7 @@ static int serve(int lfd, int dfd, int sfd, int timeout_ms)
          * round must see every report written before now, and a client
          * seen dead below has all its reports in the queue already. */
         drain_reports(dfd);
+        read_rings();
         for (int i = 0; i < nc; i++)
             drain_control(conns[i]);
         for (int i = 0; i < ncl; i++)
@@ -318,6 +400,7 @@ static int serve(int lfd, int dfd, int sfd, int timeout_ms)
             accept_all(lfd);
     } else {
         drain_reports(dfd);
+        read_rings();
     }
     free(p);
     close_gone();
@@ -389,6 +472,8 @@ int loop_run(const loop_config *cfg, int ready_fd)
             timeout = 250;
         if (timeout < 0 || timeout > 250) /* the adopted ones' clock */
             timeout = table_has_adopted() ? 250 : timeout;
+        if (ring_ms > 0 && (timeout < 0 || timeout > ring_ms))
+            timeout = ring_ms;
         candidates = serve(lfd, dfd, sfd, timeout);
         if (mp__now() - adopted_check >= 0.25) {
             adopted_check = mp__now();

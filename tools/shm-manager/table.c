@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #define SETTLE 0.05
 #define PEER_PATIENCE 5.0
@@ -98,6 +99,13 @@ static void holder_remove(dseg *s, uint64_t id)
         }
 }
 
+static bool name_exists(const char *name)
+{
+    char path[sizeof "/dev/shm" + MP__SHM_NAME_MAX];
+    snprintf(path, sizeof path, "/dev/shm%s", name);
+    return access(path, F_OK) == 0;
+}
+
 int table_report(uint64_t id, pid_t pid, const char *line)
 {
     char verb, name[MP__SHM_NAME_MAX + 1];
@@ -118,7 +126,13 @@ int table_report(uint64_t id, pid_t pid, const char *line)
             holder_remove(s, id);
         return 0;
     }
-    if (!(s = find_or_add(name)))
+    /* Each client's reports arrive in its order, but clients are read one
+     * ring after another: the sender's "S" may be read after the receiver
+     * has unlinked the segment ("U", which forgot it). A report that would
+     * start tracking a name that no longer exists is such a late one. */
+    if (!(s = find(name)) && !name_exists(name))
+        return 0;
+    if (!s && !(s = find_or_add(name)))
         return 0;
     s->adopted = false;
     s->candidate = false;
