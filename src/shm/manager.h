@@ -136,8 +136,9 @@ bool mp__pid_alive(pid_t pid);
 /* The library client's hook table (installed at load time), exposed so
  * tests can drive it without the shm layer. */
 const mp__shm_hooks *mp__mgr_client_hooks(void);
-/* Forgets the daemon this process registered with (the held set is kept
- * and re-registered at the next report) and the cached runtime directory.
+/* Forgets the daemon this process registered with and its report ring (the
+ * held set is kept and re-registered at the next report) and the cached
+ * runtime directory.
  * For tests that change $MPROC_RUNTIME_DIR. */
 void mp__mgr_client_reset(void);
 /* Number of segments this process holds, as the client knows it. */

@@ -415,6 +415,8 @@ void mp__mgr_client_reset(void)
     conn_fd = -1;
     reg_pid = 0;
     retry_after = 0;
+    ring_drop();
+    ring_refused = false;
     pthread_mutex_unlock(&lock);
 }
 
