@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <execinfo.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,17 +103,25 @@ static void on_fatal_signal(int sig)
     errno = saved;
 }
 
+void mp__backtrace_prime(void)
+{
+    static _Atomic bool primed;
+    void *frame;
+    if (!atomic_exchange(&primed, true))
+        backtrace(&frame, 1);
+}
+
 static void install_fatal_handlers(void)
 {
     static char altstack[64 * 1024];
     static const int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
     stack_t ss = {.ss_sp = altstack, .ss_size = sizeof altstack};
     struct sigaction sa;
-    void *frame;
 
     /* The first backtrace() loads libgcc_s (malloc, dlopen): do it now, not
-     * inside the handler where neither is safe. */
-    backtrace(&frame, 1);
+     * inside the handler where neither is safe. A forked child usually
+     * inherits it loaded (mp__backtrace_prime ran before the fork). */
+    mp__backtrace_prime();
     sigaltstack(&ss, NULL); /* stack overflows too */
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_fatal_signal;

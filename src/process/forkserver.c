@@ -286,6 +286,7 @@ _Noreturn void mp__forkserver_main(int ctl)
         _exit(1);
     /* Ctrl-C reaches the whole process group: the parent decides. */
     signal(SIGINT, SIG_IGN);
+    mp__backtrace_prime(); /* once here, not once in every child */
     for (;;) {
         struct pollfd p[2] = {{.fd = ctl, .events = POLLIN}, {.fd = sfd, .events = POLLIN}};
         if (poll(p, 2, -1) < 0) {

@@ -78,6 +78,9 @@ _Noreturn void mp__child_run(int chan);
 /* PR_SET_PDEATHSIG(SIGKILL), then exits at once if the parent (expected)
  * already died: closes the race between fork and prctl. */
 void mp__child_die_with_parent(pid_t expected_parent);
+/* Makes the first backtrace() call of this process (it loads libgcc_s), so
+ * that children forked afterwards do not each load it again. Idempotent. */
+void mp__backtrace_prime(void);
 /* argv saved by mp_init; NULL before. */
 char *const *mp__saved_argv(void);
 
