@@ -15,6 +15,7 @@
  * messages carrying its name, as reported by any client. */
 typedef struct dseg {
     char name[MP__SHM_NAME_MAX];
+    uint32_t hash;     /* of name, for the table's index */
     uint64_t size;
     pid_t creator;
     uint64_t *holders;

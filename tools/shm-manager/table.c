@@ -37,12 +37,67 @@ static char own_socket[108];
 static dseg *segs;
 static int nsegs, segs_cap;
 
+/* Name -> position in segs: every report looks a name up, and a busy
+ * client makes ~100k reports a second against thousands of live
+ * segments. Open addressing with linear probing; a slot holds position+1
+ * (0: empty); removal shifts the run back instead of leaving tombstones. */
+static uint32_t *slots;
+static uint32_t nslots; /* a power of two, > 2 * nsegs */
+
+static uint32_t hash_name(const char *s)
+{
+    uint32_t h = 2166136261u; /* FNV-1a */
+    while (*s)
+        h = (h ^ (unsigned char)*s++) * 16777619u;
+    return h;
+}
+
+static uint32_t home(int i) { return segs[i].hash & (nslots - 1); }
+
+/* The slot holding name, or the empty slot where it would go. */
+static uint32_t slot_of(const char *name, uint32_t h)
+{
+    uint32_t k = h & (nslots - 1);
+    while (slots[k] && (segs[slots[k] - 1].hash != h || strcmp(segs[slots[k] - 1].name, name)))
+        k = (k + 1) & (nslots - 1);
+    return k;
+}
+
+static bool index_grow(void)
+{
+    uint32_t n = nslots ? nslots * 2 : 256, *ns = calloc(n, sizeof *ns);
+    if (!ns)
+        return false;
+    free(slots);
+    slots = ns;
+    nslots = n;
+    for (int i = 0; i < nsegs; i++)
+        slots[slot_of(segs[i].name, segs[i].hash)] = (uint32_t)i + 1;
+    return true;
+}
+
+static void index_remove(uint32_t k)
+{
+    uint32_t i = k;
+    slots[i] = 0;
+    for (uint32_t j = (i + 1) & (nslots - 1); slots[j]; j = (j + 1) & (nslots - 1)) {
+        uint32_t h = home((int)slots[j] - 1);
+        /* j's entry may fill the hole at i unless its home lies in (i, j] */
+        if (i <= j ? (i < h && h <= j) : (i < h || h <= j))
+            continue;
+        slots[i] = slots[j];
+        slots[j] = 0;
+        i = j;
+    }
+}
+
 static dseg *find(const char *name)
 {
-    for (int i = 0; i < nsegs; i++)
-        if (strcmp(segs[i].name, name) == 0)
-            return &segs[i];
-    return NULL;
+    uint32_t k;
+    if (!nslots)
+        return NULL;
+    k = slot_of(name, hash_name(name));
+    return slots[k] ? &segs[slots[k] - 1] : NULL;
 }
 
 static dseg *find_or_add(const char *name)
@@ -50,6 +105,10 @@ static dseg *find_or_add(const char *name)
     dseg *s = find(name);
     if (s)
         return s;
+    if ((uint32_t)(nsegs + 1) * 2 > nslots && !index_grow()) {
+        dlog("out of memory tracking %s", name);
+        return NULL;
+    }
     if (nsegs == segs_cap) {
         int cap = segs_cap ? segs_cap * 2 : 64;
         dseg *ns = realloc(segs, (size_t)cap * sizeof *ns);
@@ -60,16 +119,26 @@ static dseg *find_or_add(const char *name)
         segs = ns;
         segs_cap = cap;
     }
-    s = &segs[nsegs++];
+    s = &segs[nsegs];
     memset(s, 0, sizeof *s);
     snprintf(s->name, sizeof s->name, "%s", name);
+    s->hash = hash_name(s->name);
+    slots[slot_of(s->name, s->hash)] = (uint32_t)++nsegs;
     return s;
 }
 
+/* Drops s; the last entry moves into its place. */
 static void forget(dseg *s)
 {
+    int i = (int)(s - segs), last = nsegs - 1;
     free(s->holders);
-    *s = segs[--nsegs];
+    index_remove(slot_of(s->name, s->hash));
+    if (i != last) {
+        uint32_t k = slot_of(segs[last].name, segs[last].hash);
+        *s = segs[last];
+        slots[k] = (uint32_t)i + 1;
+    }
+    nsegs--;
 }
 
 static void holder_add(dseg *s, uint64_t id)
