@@ -86,6 +86,11 @@ double mp__deadline(double timeout);
  * pthread_mutex_clocklock and condition variables on that clock. */
 struct timespec mp__deadline_timespec(double deadline);
 
+/* The calling process's and thread's ids, cached; right after fork too
+ * (src/os/ids.c). */
+pid_t mp__pid(void);
+pid_t mp__tid(void);
+
 /* Closes fd if >= 0, preserving errno; returns -1 for `fd = mp__close(fd)`. */
 int mp__close(int fd);
 /* Sets or clears FD_CLOEXEC. */

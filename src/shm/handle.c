@@ -35,7 +35,7 @@ int mp__segment_export(mp__segment *s, mp__segment_handle *h)
  * dropped, as this process already holds one. */
 static void fs_adopt(mp__segment *s)
 {
-    pid_t self = getpid(), owner = __atomic_load_n(&s->ref_pid, __ATOMIC_ACQUIRE);
+    pid_t self = mp__pid(), owner = __atomic_load_n(&s->ref_pid, __ATOMIC_ACQUIRE);
     while (owner != self)
         if (__atomic_compare_exchange_n(&s->ref_pid, &owner, self, false, __ATOMIC_ACQ_REL,
                                         __ATOMIC_ACQUIRE))
@@ -165,7 +165,7 @@ static int map_named(const mp__segment_handle *h, int fd, const struct stat *st,
     s->size = hd->size;
     s->dev = st->st_dev;
     s->ino = st->st_ino;
-    s->ref_pid = getpid(); /* adopts the in-flight reference */
+    s->ref_pid = mp__pid(); /* adopts the in-flight reference */
     memcpy(s->name, h->name, sizeof s->name);
     *out = s;
     return 0;

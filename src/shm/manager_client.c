@@ -213,7 +213,7 @@ static int send_register(void)
         memcpy(CMSG_DATA(c), &rfd, sizeof rfd);
     }
     iov.iov_len = (size_t)snprintf(buf, sizeof buf, "HELLO %d %d\n", MP__MGR_PROTOCOL,
-                                   (int)getpid());
+                                   (int)mp__pid());
     while (sendmsg(conn_fd, &mh, MSG_NOSIGNAL) < 0)
         if (errno != EINTR) {
             rc = -errno;
@@ -241,10 +241,10 @@ static int send_register(void)
 static int deliver(const char *line)
 {
     int rc;
-    if (reg_pid != getpid()) {
+    if (reg_pid != mp__pid()) {
         if ((rc = send_register()) < 0)
             return rc;
-        reg_pid = getpid();
+        reg_pid = mp__pid();
     }
     /* A dead daemon never reads the ring: say so before writing into it,
      * so the caller reconnects and the line goes into the new one. */

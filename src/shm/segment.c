@@ -48,7 +48,7 @@ int mp__shm_random_name(char *name, size_t cap)
     while (n < 0 && errno == EINTR);
     if (n != (ssize_t)sizeof r)
         return mp__errno_error(n < 0 ? errno : EIO, "getrandom for a segment name");
-    snprintf(name, cap, "/" MP__SHM_PREFIX "%d-%016llx", (int)getpid(), (unsigned long long)r);
+    snprintf(name, cap, "/" MP__SHM_PREFIX "%d-%016llx", (int)mp__pid(), (unsigned long long)r);
     return 0;
 }
 
@@ -170,13 +170,13 @@ static int create_fs(mp__segment *s, size_t nbytes, size_t len)
     mp__close(fd);
     hd = s->map;
     hd->version = MP__FS_VERSION;
-    hd->creator_pid = (uint32_t)getpid();
+    hd->creator_pid = (uint32_t)mp__pid();
     hd->size = nbytes;
     hd->flags = 0;
     __atomic_store_n(&hd->refcount, 1, __ATOMIC_RELAXED);
     __atomic_store_n(&hd->magic, MP__FS_MAGIC, __ATOMIC_RELEASE);
     s->data = (char *)s->map + MP__FS_HEADER_SIZE;
-    s->ref_pid = getpid();
+    s->ref_pid = mp__pid();
     return 0;
 out_unlink:
     mp__close(fd);
@@ -248,7 +248,7 @@ void mp__segment_destroy(mp__segment *s)
     bool fs = s->strategy == MP__STRATEGY_FS, last = false;
     /* A forked child inherits the mapping but not the header reference,
      * which stays with the process that took it. */
-    if (fs && s->ref_pid == getpid())
+    if (fs && s->ref_pid == mp__pid())
         last = __atomic_sub_fetch(&((mp__fs_header *)s->map)->refcount, 1,
                                   __ATOMIC_ACQ_REL) == 0;
     mp__sys.munmap(s->map, s->map_len);

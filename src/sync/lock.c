@@ -36,8 +36,8 @@ int mp__olock_init(mp__olock *l, const char *call)
 
 bool mp__olock_mine(const mp__olock *l)
 {
-    return atomic_load_explicit(&l->owner_tid, memory_order_relaxed) == mp__sync_tid() &&
-           atomic_load_explicit(&l->owner_pid, memory_order_relaxed) == mp__sync_pid();
+    return atomic_load_explicit(&l->owner_tid, memory_order_relaxed) == mp__tid() &&
+           atomic_load_explicit(&l->owner_pid, memory_order_relaxed) == mp__pid();
 }
 
 static void set_owner(mp__olock *l, pid_t pid, pid_t tid)
@@ -63,7 +63,7 @@ int mp__olock_acquire(mp__olock *l, bool recursive, double timeout, const char *
     switch (err) {
     case 0:
     case EOWNERDEAD:
-        set_owner(l, mp__sync_pid(), mp__sync_tid());
+        set_owner(l, mp__pid(), mp__tid());
         l->depth = 1;
         if (err == 0)
             return 0;

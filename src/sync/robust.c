@@ -45,38 +45,6 @@ _Static_assert(offsetof(pthread_mutex_t, __data.__lock) == 0, "robust word first
 
 static atomic_int waitv_missing; /* set once futex_waitv said ENOSYS */
 
-/* getpid() and gettid() are system calls in glibc >= 2.25, and they sat on
- * every acquire: cache both per thread, and forget them in a forked child
- * (its only thread is the one that called fork). A child made by a raw
- * clone() or _Fork() skips atfork handlers and must not use sync objects
- * inherited from its parent before it execs. */
-static _Thread_local pid_t cached_tid, cached_pid;
-
-static void forget_ids(void) { cached_tid = cached_pid = 0; }
-
-static void register_atfork(void) { pthread_atfork(NULL, NULL, forget_ids); }
-
-static void cache_ids(void)
-{
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, register_atfork);
-    cached_pid = getpid();
-    cached_tid = gettid();
-}
-
-pid_t mp__sync_tid(void)
-{
-    if (!cached_tid)
-        cache_ids();
-    return cached_tid;
-}
-
-pid_t mp__sync_pid(void)
-{
-    if (!cached_tid)
-        cache_ids();
-    return cached_pid;
-}
 
 int mp__robust_init(pthread_mutex_t *m, int type, const char *call)
 {
@@ -139,7 +107,7 @@ int mp__tokens_init(mp__token *t, int n, const char *call)
 
 int mp__token_self(mp__token *t, int n)
 {
-    pid_t pid = mp__sync_pid(), tid = mp__sync_tid();
+    pid_t pid = mp__pid(), tid = mp__tid();
     for (int i = 0; i < n; i++)
         if (t[i].used && t[i].pid == pid && t[i].tid == tid)
             return i;
@@ -160,8 +128,8 @@ int mp__token_claim(mp__token *t, int n)
         else if (err)
             continue;
         t[i].used = 1;
-        t[i].pid = mp__sync_pid();
-        t[i].tid = mp__sync_tid();
+        t[i].pid = mp__pid();
+        t[i].tid = mp__tid();
         t[i].count = 0;
         return i;
     }
@@ -178,7 +146,7 @@ void mp__token_drop(mp__token *t, int i)
 int mp__tokens_reap(mp__token *t, int n, uint32_t *reclaimed)
 {
     int dead = 0;
-    pid_t pid = mp__sync_pid(), tid = mp__sync_tid();
+    pid_t pid = mp__pid(), tid = mp__tid();
     for (int i = 0; i < n; i++) {
         if (!t[i].used || (t[i].pid == pid && t[i].tid == tid))
             continue;
@@ -207,7 +175,7 @@ int mp__tokens_reap(mp__token *t, int n, uint32_t *reclaimed)
 int mp__tokens_leave(mp__token *t, int n)
 {
     int others = 0;
-    pid_t pid = mp__sync_pid(), tid = mp__sync_tid();
+    pid_t pid = mp__pid(), tid = mp__tid();
     for (int i = 0; i < n; i++) {
         if (!t[i].used || t[i].pid != pid)
             continue;
@@ -243,7 +211,7 @@ static int sleep_waitv(_Atomic uint32_t *word, uint32_t expected, mp__token *t, 
 {
     struct futex_waitv wv[FUTEX_WAITV_MAX];
     struct timespec ts, *tsp = NULL;
-    pid_t pid = mp__sync_pid(), tid = mp__sync_tid();
+    pid_t pid = mp__pid(), tid = mp__tid();
     int nw = 1;
     long r;
 

@@ -60,9 +60,6 @@ void mp__guard_unlock(pthread_mutex_t *m);
 /* Whether some live thread holds m (a racy snapshot). */
 bool mp__mutex_held(const pthread_mutex_t *m);
 
-/* The calling thread's tid and process id, cached (fork-safe). */
-pid_t mp__sync_tid(void);
-pid_t mp__sync_pid(void);
 
 /* ---- owned locks: the body of Lock, RLock and Condition ------------------ */
 typedef struct mp__olock {
