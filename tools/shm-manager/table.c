@@ -248,23 +248,33 @@ void table_init(double quarantine_s, const char *socket_path)
     snprintf(own_socket, sizeof own_socket, "%s", socket_path);
 }
 
+/* The two-phase rule: true when s qualified at the previous check, still
+ * does and has for `wait` seconds; otherwise records whether it qualifies
+ * now, for the next check. */
+static bool qualified_long_enough(dseg *s, bool ok, double now, double wait)
+{
+    if (ok && s->candidate && now - s->since >= wait)
+        return true;
+    if (ok && !s->candidate)
+        s->since = now;
+    s->candidate = ok;
+    return false;
+}
+
 int table_reclaim(double now)
 {
     int candidates = 0;
     for (int i = 0; i < nsegs; i++) {
         dseg *s = &segs[i];
-        bool ok = !s->adopted && s->nholders == 0 && s->sent <= s->received;
+        bool ok = s->nholders == 0 && s->sent <= s->received;
         if (s->adopted)
             continue;
-        if (ok && s->candidate && now - s->since >= SETTLE) {
+        if (qualified_long_enough(s, ok, now, SETTLE)) {
             reclaim(s->name, "no holder left, nothing in flight");
             forget(s);
             i--;
             continue;
         }
-        if (ok && !s->candidate)
-            s->since = now;
-        s->candidate = ok;
         candidates += ok;
     }
     return candidates;
@@ -317,7 +327,7 @@ static int reclaim_adopted(double now, bool final)
             continue;
         ok = s->nholders == 0 && s->sent <= s->received && !mp__pid_alive(s->creator) &&
              mp__seg_users_count(&users, s->name) == 0;
-        if (ok && s->candidate && now - s->since >= quarantine) {
+        if (qualified_long_enough(s, ok, now, quarantine)) {
             int owned = peer_owned(s, now, &peers, &asked);
             if (owned < 0) {
                 pending += !final;
@@ -329,9 +339,6 @@ static int reclaim_adopted(double now, bool final)
             i--;
             continue;
         }
-        if (ok && !s->candidate)
-            s->since = now;
-        s->candidate = ok;
         pending += ok && !final;
     }
     mp__seg_users_free(&users);
