@@ -246,8 +246,10 @@ bool mp__wire_drop_nudge(int sock, mp__rx *rx)
     struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
     bool dropped = false;
     ssize_t n;
-    if (pthread_mutex_trylock(&rx->lock) != 0)
-        return false; /* a reader is busy (or died there): leave it to them */
+    /* Once: a busy reader will see the nudge itself. A holder that died
+     * leaves the lock to us, made consistent, like any reader. */
+    if (mp__rx_lock(rx, 0, "mp_conn_poll") < 0)
+        return false;
     /* No control buffer: a record with fds shows MSG_CTRUNC, installs none. */
     n = mp__sys.recvmsg(sock, &mh, MSG_PEEK | MSG_DONTWAIT);
     if (n == (ssize_t)sizeof head && !(mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) &&

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -383,6 +384,32 @@ static void test_markers(void **state)
     mp_msg_destroy(m);
 }
 
+/* A poll that finds the reader lock left by a dead reader takes it over,
+ * made consistent, and gives it back: later readers are not locked out. */
+static void test_drop_nudge_dead_reader(void **state)
+{
+    mp__rx *rx = mmap(NULL, sizeof *rx, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                      -1, 0);
+    int sv[2], status;
+    pid_t pid;
+    (void)state;
+    assert_true(rx != MAP_FAILED);
+    assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    assert_mp_ok(mp__rx_init(rx, "test"));
+    if ((pid = fork()) == 0) {
+        mp__rx_lock(rx, -1, "test");
+        _exit(0); /* dies holding it */
+    }
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    send_marker(sv[0], MP__FRAME_NUDGE);
+    assert_true(mp__wire_drop_nudge(sv[1], rx));
+    assert_mp_ok(mp__rx_lock(rx, 1, "test"));
+    mp__rx_unlock(rx);
+    close(sv[0]);
+    close(sv[1]);
+    munmap(rx, sizeof *rx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -395,6 +422,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_recv_fault, setup, teardown),
         cmocka_unit_test_setup_teardown(test_consume_fault, setup, teardown),
         cmocka_unit_test_setup_teardown(test_markers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_drop_nudge_dead_reader, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
