@@ -195,8 +195,11 @@ static int open_fs(mp__segment_handle *h, mp__segment **out)
     if (!cached) {
         mp__segment_live_add();
         cached = mp__cache_insert(s);
-        if (hk->opened && cached == s)
-            hk->opened(s->name);
+        if (cached == s) {
+            if (hk->opened)
+                hk->opened(s->name);
+            s->reported = true;
+        }
         if (cached != s) { /* lost a race: fold our reference into the winner */
             s->ref_pid = 0;
             mp__segment_destroy(s);
@@ -274,8 +277,12 @@ void mp__segment_handle_drop(mp__segment_handle *h, bool received)
         return;
     if (h->strategy == MP__STRATEGY_FS) {
         if (valid_name(h->name)) {
-            if (received && mp__shm_hooks_get()->received)
-                mp__shm_hooks_get()->received(h->name);
+            const mp__shm_hooks *hk = mp__shm_hooks_get();
+            /* Either way its flight is over: the manager counted the send. */
+            if (received && hk->received)
+                hk->received(h->name);
+            else if (!received && hk->unsent)
+                hk->unsent(h->name);
             fs_drop(h->name);
         }
         h->name[0] = '\0';

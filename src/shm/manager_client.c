@@ -378,6 +378,8 @@ static void on_closed(const char *name) { report('X', name, 0, -1); }
 static void on_unlinked(const char *name) { report('U', name, 0, -1); }
 static void on_sent(const char *name) { report('S', name, 0, 0); }
 static void on_received(const char *name) { report('R', name, 0, 0); }
+/* A message that never left ends its flight as a received one does. */
+static void on_unsent(const char *name) { report('R', name, 0, 0); }
 
 static void on_batch(bool begin)
 {
@@ -402,6 +404,7 @@ static const mp__shm_hooks client_hooks = {
     .unlinked = on_unlinked,
     .sent = on_sent,
     .received = on_received,
+    .unsent = on_unsent,
     .batch = on_batch,
 };
 

@@ -161,6 +161,7 @@ static int create_fs(mp__segment *s, size_t nbytes, size_t len)
     /* report before anything else, so a crash from here on is reclaimable */
     if (h->created)
         h->created(s->name, nbytes);
+    s->reported = true;
     rc = size_file(fd, len);
     if (rc < 0)
         goto out_unlink;
@@ -255,7 +256,8 @@ void mp__segment_destroy(mp__segment *s)
     mp__close(s->fd);
     if (fs && h->batch)
         h->batch(true);
-    if (fs && h->closed)
+    /* A mapping that lost the cache race was never reported open. */
+    if (fs && s->reported && h->closed)
         h->closed(s->name);
     if (last)
         unlink_name(s->name);

@@ -91,6 +91,7 @@ typedef struct mp__shm_hooks {
     void (*unlinked)(const char *name);
     void (*sent)(const char *name);       /* a message carrying it was sent */
     void (*received)(const char *name);   /* ... and received */
+    void (*unsent)(const char *name);     /* ... or dropped without being sent */
     /* Brackets reports made together in one library call (opened +
      * received, closed + unlinked), which the client may then deliver as
      * one; nothing that can block runs in between. Calls nest. */

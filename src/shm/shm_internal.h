@@ -18,6 +18,7 @@ struct mp__segment {
     dev_t dev;   /* cache key */
     ino_t ino;
     pid_t ref_pid; /* FS: the process owning one header reference */
+    bool reported; /* FS: its creation or opening was reported, so its closing is */
     void *user;
     struct mp__segment *next; /* hash chain */
     char name[MP__SHM_NAME_MAX];

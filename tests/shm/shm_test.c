@@ -203,8 +203,9 @@ static void ev_batch(bool begin) { note(begin ? '(' : ')'); }
 
 static void test_handles_fs_and_hooks(void **state)
 {
-    mp__shm_hooks hooks = {ev_created, ev_opened,   ev_closed, ev_unlinked,
-                           ev_sent,    ev_received, ev_batch};
+    mp__shm_hooks hooks = {.created = ev_created, .opened = ev_opened, .closed = ev_closed,
+                           .unlinked = ev_unlinked, .sent = ev_sent, .received = ev_received,
+                           .batch = ev_batch};
     mp__segment *s, *o;
     mp__segment_handle h, h2;
     mp__fs_header *hd;

@@ -68,6 +68,12 @@ static int creator(int in, int out, void *arg)
             while (k > 0)
                 mp__segment_release(s[--k]);
             return 0;
+        } else if (c == 'u') { /* a message carrying the last one, never sent */
+            mp__segment_handle h;
+            if (k == 0 || mp__segment_export(s[k - 1], &h) != 0)
+                return 14;
+            mp__segment_handle_drop(&h, false);
+            mgr_put(out, 'r');
         } else if (c == 'f') { /* fork a grandchild that keeps the mappings */
             int ready[2];
             pid_t g;
@@ -100,6 +106,23 @@ static void test_sigkill_after_create(void **state)
     assert_true(mgr_daemon_pid() > 0); /* started on demand */
     child_end(&c, true);
     assert_true(mgr_wait_clean(&c.pid, 1, MGR_GRACE + 1));
+}
+
+/* A send that failed (the name never left) ends the message's flight: a
+ * holder killed afterwards leaves a segment the daemon reclaims at once,
+ * while another client keeps the grace period from starting. */
+static void test_unsent_not_in_flight(void **state)
+{
+    child keeper = child_start(creator, (void *)(intptr_t)1), c;
+    assert_int_equal(mgr_get(keeper.from, 10), 'r');
+    c = child_start(creator, (void *)(intptr_t)1);
+    assert_int_equal(mgr_get(c.from, 10), 'r');
+    mgr_put(c.to, 'u');
+    assert_int_equal(mgr_get(c.from, 10), 'r');
+    child_end(&c, true);
+    assert_true(mgr_wait_clean(&c.pid, 1, MGR_GRACE + 1));
+    child_end(&keeper, true);
+    assert_true(mgr_wait_clean(&keeper.pid, 1, MGR_GRACE + 1));
 }
 
 static void test_release_and_exit(void **state)
@@ -537,6 +560,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         T(test_sigkill_after_create),
         T(test_release_and_exit),
+        T(test_unsent_not_in_flight),
         T(test_two_starters_one_daemon),
         T(test_in_flight_kept_until_received),
         T(test_other_daemon_leaves_tracked),
