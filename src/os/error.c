@@ -78,6 +78,19 @@ void mp__log(int level, const char *fmt, ...)
 
 void mp__error_clear(void) { last_error[0] = '\0'; }
 
+void mp__error_save(mp__error_saved *s)
+{
+    _Static_assert(sizeof s->text == sizeof last_error, "one size");
+    memcpy(s->text, last_error, sizeof last_error);
+    s->err = errno;
+}
+
+void mp__error_restore(const mp__error_saved *s)
+{
+    memcpy(last_error, s->text, sizeof last_error);
+    errno = s->err;
+}
+
 int mp__error(int code, const char *fmt, ...)
 {
     va_list ap;

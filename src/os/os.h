@@ -36,6 +36,15 @@ int mp__errno_error(int err, const char *fmt, ...) __attribute__((format(printf,
 int mp__errno_code(int err);
 /* Clears the thread-local sentence (successful calls need not call it). */
 void mp__error_clear(void);
+/* The calling thread's mp_last_error() sentence and errno, kept aside and
+ * put back: for work inside a library call (the shm manager client's
+ * reports) whose own failures must not replace the call's. */
+typedef struct mp__error_saved {
+    char text[512];
+    int err;
+} mp__error_saved;
+void mp__error_save(mp__error_saved *s);
+void mp__error_restore(const mp__error_saved *s);
 /* Sends a line to the log hook, if one is set. */
 void mp__log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

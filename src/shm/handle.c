@@ -239,14 +239,8 @@ int mp__segment_open(mp__segment_handle *h, mp__segment **out)
         return open_fd(h, out);
     }
     if (h->strategy == MP__STRATEGY_FS) {
-        rc = open_fs(h, out);
-        if (rc < 0) {
-            int keep = rc;
-            char msg[512];
-            snprintf(msg, sizeof msg, "%s", mp_last_error());
+        if ((rc = open_fs(h, out)) < 0)
             mp__segment_handle_drop(h, true);
-            mp__error(keep, "%s", msg);
-        }
         return rc;
     }
     rc = mp__error(MP_EPROTO, "mp__segment_open: unknown strategy %d", h->strategy);

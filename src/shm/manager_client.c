@@ -281,7 +281,8 @@ static int reconnect(const struct sockaddr_un *sa)
     return 0;
 }
 
-static void report_locked(const char *line)
+/* Delivers line, starting or restarting the daemon if need be. */
+static void deliver_or_restart(const char *line)
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     int rc, spawn_rc = 0;
@@ -318,6 +319,16 @@ out_fail:
     retry_after = mp__now() + RETRY_AFTER;
 }
 
+/* Hooks run inside library calls, often on their error paths: the caller's
+ * errno and mp_last_error() sentence come out as they went in. */
+static void report_locked(const char *line)
+{
+    mp__error_saved saved;
+    mp__error_save(&saved);
+    deliver_or_restart(line);
+    mp__error_restore(&saved);
+}
+
 static void held_update(const char *name, uint64_t size, bool add)
 {
     for (int i = 0; i < nheld; i++)
@@ -352,7 +363,7 @@ static bool is_disabled(void)
 static void report(char verb, const char *name, uint64_t size, int held_change)
 {
     char line[MP__MGR_LINE_MAX];
-    int err = errno; /* hooks run inside library calls: leave errno alone */
+    int err = errno; /* held_update's realloc may set it */
     if (!mp__mgr_name_ok(name) || is_disabled())
         return;
     if (verb == 'C')
@@ -383,7 +394,6 @@ static void on_unsent(const char *name) { report('R', name, 0, 0); }
 
 static void on_batch(bool begin)
 {
-    int err = errno;
     if (begin) {
         batch_depth++;
         return;
@@ -394,7 +404,6 @@ static void on_batch(bool begin)
     report_locked(batch_buf);
     pthread_mutex_unlock(&lock);
     batch_len = 0;
-    errno = err;
 }
 
 static const mp__shm_hooks client_hooks = {

@@ -376,9 +376,26 @@ static void test_record_peer_killed(void **state)
     mp__close(sv[0]);
 }
 
+/* What a hook does inside a library call leaves the call's sentence and
+ * errno as they were. */
+static void test_error_save_restore(void **state)
+{
+    mp__error_saved saved;
+    (void)state;
+    mp__error(MP_EPROTO, "the call's own sentence");
+    errno = EBADF;
+    mp__error_save(&saved);
+    mp__errno_error(ENOENT, "the hook's failure");
+    errno = EPIPE;
+    mp__error_restore(&saved);
+    assert_string_equal(mp_last_error(), "the call's own sentence");
+    assert_int_equal(errno, EBADF);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_error_save_restore),
         cmocka_unit_test_setup_teardown(test_fault_injection, mp_test_setup, teardown),
         cmocka_unit_test_setup_teardown(test_clock, mp_test_setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_cloexec, mp_test_setup, teardown),
