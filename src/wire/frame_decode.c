@@ -350,7 +350,7 @@ int mp__wire_decode(const void *buf, size_t len, int *fds, int nfds, mp_msg **ou
     reader r;
     const unsigned char *payload;
     void *copy = NULL;
-    int rc, opened_table = 0;
+    int rc;
     if (out)
         *out = NULL;
     if (!buf || !out || nfds < 0 || nfds > MP__WIRE_MAX_FDS || (nfds && !fds)) {
@@ -379,7 +379,6 @@ int mp__wire_decode(const void *buf, size_t len, int *fds, int nfds, mp_msg **ou
     }
     if ((rc = parse_storages(d, &r)) < 0)
         goto out_dec;
-    opened_table = 1;
     if (!(payload = take(&r, h.payload_len))) {
         rc = BAD("payload of %llu bytes runs past the body", (unsigned long long)h.payload_len);
         goto out_dec;
@@ -418,7 +417,9 @@ int mp__wire_decode(const void *buf, size_t len, int *fds, int nfds, mp_msg **ou
 out_dec:
     for (uint32_t i = 0; d && i < d->nstorages; i++) {
         mp__storage_release(d->storages[i]);
-        if (rc < 0 && opened_table && !d->opened[i] && d->handles[i].strategy == MP__STRATEGY_FS)
+        /* Every file_system entry that parsed holds the sender's reference
+         * (calloc'd entries past a failure read as file_descriptor). */
+        if (rc < 0 && !d->opened[i] && d->handles[i].strategy == MP__STRATEGY_FS)
             mp__segment_handle_drop(&d->handles[i], true);
     }
     if (d) {

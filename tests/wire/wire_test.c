@@ -410,6 +410,44 @@ static void test_drop_nudge_dead_reader(void **state)
     munmap(rx, sizeof *rx);
 }
 
+/* A frame whose second file_system storage entry is malformed gives back
+ * the first entry's in-flight reference: only the bad entry's own (its name
+ * never parsed) stays with the segment. */
+static void test_decode_fault_drops_parsed_fs(void **state)
+{
+    mp_tensor *a = iota(4, 4, 0), *b = iota(4, 4, 1);
+    mp_msg *m = NULL, *r = NULL;
+    unsigned char *buf = NULL, *e;
+    size_t len = 0;
+    int fds[MP__WIRE_MAX_FDS], nfds = 0, base = mp_test_count_shm();
+    mp__frame_storage st;
+    char leftover[MP__SHM_NAME_MAX];
+    (void)state;
+    assert_mp_ok(mp_set_sharing_strategy("file_system"));
+    assert_mp_ok(mp_msg_create(&m));
+    assert_mp_ok(mp_msg_add_tensor(m, "a", a));
+    assert_mp_ok(mp_msg_add_tensor(m, "b", b));
+    assert_mp_ok(mp__wire_encode(m, (void **)&buf, &len, fds, &nfds));
+    assert_int_equal(nfds, 0);
+    /* the second entry: after the first one and its padded name */
+    e = buf + sizeof(mp__frame_header);
+    memcpy(&st, e, sizeof st);
+    e += sizeof st + mp__pad8(st.ref);
+    memcpy(&st, e, sizeof st);
+    memcpy(leftover, e + sizeof st, st.ref);
+    leftover[st.ref] = '\0';
+    st.size = 0;
+    memcpy(e, &st, sizeof st);
+    assert_mp_err(mp__wire_decode(buf, len, fds, nfds, &r), MP_EPROTO);
+    free(buf);
+    mp_msg_destroy(m);
+    mp_tensor_release(a);
+    mp_tensor_release(b);
+    /* a is gone with its last user; b still counts the lost message */
+    assert_int_equal(mp_test_count_shm(), base + 1);
+    assert_int_equal(shm_unlink(leftover), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -422,6 +460,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_recv_fault, setup, teardown),
         cmocka_unit_test_setup_teardown(test_consume_fault, setup, teardown),
         cmocka_unit_test_setup_teardown(test_markers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_decode_fault_drops_parsed_fs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_drop_nudge_dead_reader, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
