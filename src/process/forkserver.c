@@ -28,6 +28,7 @@ typedef struct fs_rec {
     char type; /* 'F' fork request, 'P' its reply (+ pidfd), 'X' a child exited */
     int32_t pid;
     int32_t value; /* 'P': errno of a failed fork, 'X': the wait status */
+    uint32_t seq;  /* 'F' and its 'P': a late reply is never taken for a new one */
 } fs_rec;
 
 typedef struct fs_exit {
@@ -43,7 +44,8 @@ static struct {
     int ctl;
     fs_exit *exits; /* statuses relayed before anyone asked */
     size_t n_exits, cap_exits;
-} fs = {PTHREAD_MUTEX_INITIALIZER, 0, 0, -1, -1, NULL, 0, 0};
+    uint32_t seq;   /* of the last fork request */
+} fs = {PTHREAD_MUTEX_INITIALIZER, 0, 0, -1, -1, NULL, 0, 0, 0};
 
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
@@ -147,7 +149,8 @@ static int remember_exit(pid_t pid, int status)
 
 /* Reads server records until one of `type` (for pid, when pid > 0) arrives;
  * exit records on the way are remembered. */
-static int read_until_locked(char type, pid_t pid, double deadline, fs_rec *out, int *fd)
+static int read_until_locked(char type, pid_t pid, uint32_t seq, double deadline, fs_rec *out,
+                             int *fd)
 {
     for (;;) {
         fs_rec r;
@@ -161,7 +164,7 @@ static int read_until_locked(char type, pid_t pid, double deadline, fs_rec *out,
                 mp__close(fds[0]);
             return mp__error(MP_EPROTO, "forkserver: malformed record (%zu bytes)", len);
         }
-        if (r.type == type && (pid <= 0 || r.pid == pid)) {
+        if (r.type == type && (pid <= 0 || r.pid == pid) && (type != 'P' || r.seq == seq)) {
             *out = r;
             if (fd)
                 *fd = nfds ? fds[0] : -1;
@@ -169,6 +172,10 @@ static int read_until_locked(char type, pid_t pid, double deadline, fs_rec *out,
                 mp__close(fds[0]);
             return 0;
         }
+        /* The reply to a request that timed out: nobody supervises that
+         * child, so it must not run the entry. */
+        if (r.type == 'P' && nfds)
+            mp__pidfd_signal(fds[0], SIGKILL, "forkserver");
         if (nfds)
             mp__close(fds[0]);
         if (r.type == 'X' && remember_exit(r.pid, r.value) < 0)
@@ -178,11 +185,11 @@ static int read_until_locked(char type, pid_t pid, double deadline, fs_rec *out,
 
 static int request_locked(int chan, pid_t *pid, int *pidfd)
 {
-    fs_rec req = {.type = 'F'}, rep;
+    fs_rec req = {.type = 'F', .seq = ++fs.seq}, rep;
     double deadline = mp__deadline(10);
     int rc = mp__send_record(fs.ctl, &req, sizeof req, &chan, 1, deadline);
     if (rc == 0)
-        rc = read_until_locked('P', 0, deadline, &rep, pidfd);
+        rc = read_until_locked('P', 0, req.seq, deadline, &rep, pidfd);
     if (rc < 0)
         return rc;
     if (rep.value != 0 || *pidfd < 0) {
@@ -229,7 +236,7 @@ int mp__forkserver_status(pid_t pid, double deadline, int *wstatus)
                        (int)pid);
         goto out_unlock;
     }
-    rc = read_until_locked('X', pid, deadline, &r, NULL);
+    rc = read_until_locked('X', pid, 0, deadline, &r, NULL);
     if (rc == 0)
         *wstatus = r.value;
     else if (rc == MP_ECLOSED)
@@ -251,10 +258,10 @@ static void server_reap(int ctl)
     }
 }
 
-static void server_fork(int ctl, int sfd, int chan, const sigset_t *chld)
+static void server_fork(int ctl, int sfd, int chan, uint32_t seq, const sigset_t *chld)
 {
     pid_t self = getpid();
-    fs_rec rep = {.type = 'P'};
+    fs_rec rep = {.type = 'P', .seq = seq};
     int pidfd = -1;
     pid_t child = fork();
     if (child == 0) {
@@ -267,8 +274,12 @@ static void server_fork(int ctl, int sfd, int chan, const sigset_t *chld)
     }
     if (child < 0)
         rep.value = errno;
-    else if ((pidfd = mp__pidfd_open(child)) < 0)
-        rep.value = errno; /* the child runs; its exit is still relayed */
+    else if ((pidfd = mp__pidfd_open(child)) < 0) {
+        rep.value = errno;
+        /* Told the start failed, nobody would supervise it: it must not
+         * run the entry. Its exit is still relayed. */
+        kill(child, SIGKILL);
+    }
     rep.pid = child;
     mp__send_record(ctl, &rep, sizeof rep, &pidfd, pidfd >= 0 ? 1 : 0, -1);
     mp__close(pidfd);
@@ -301,17 +312,18 @@ _Noreturn void mp__forkserver_main(int ctl)
             server_reap(ctl);
         }
         if (p[0].revents) {
-            fs_rec req;
+            fs_rec req = {0}; /* filled even when the fd did not fit (EMFILE) */
             size_t len;
             int chan = -1, nfds = 0;
             int rc = mp__recv_record(ctl, &req, sizeof req, &len, &chan, 1, &nfds, -1);
             if (rc == MP_ECLOSED || (rc < 0 && rc != MP_EPROTO && rc != MP_EMFILE))
                 break;
             if (rc == 0 && len == sizeof req && req.type == 'F' && nfds == 1) {
-                server_fork(ctl, sfd, chan, &chld);
+                server_fork(ctl, sfd, chan, req.seq, &chld);
             } else {
                 /* Answer every request, or the parent waits for nothing. */
-                fs_rec rep = {.type = 'P', .pid = -1, .value = rc == MP_EMFILE ? EMFILE : EPROTO};
+                fs_rec rep = {.type = 'P', .pid = -1, .value = rc == MP_EMFILE ? EMFILE : EPROTO,
+                              .seq = req.seq};
                 mp__send_record(ctl, &rep, sizeof rep, NULL, 0, -1);
             }
             if (nfds)
