@@ -52,9 +52,10 @@ int idx_open(const char *path, idx_file *f, char *err, size_t cap)
         return fail(err, cap, "%s: not gzip data (expected a .gz idx file)", path);
     }
     if (read_exact(f, magic, 4) != 0) {
-        const char *why = gz_why(f->gz);
+        /* gzerror's text lives in the gz state: format before closing */
+        int rc = fail(err, cap, "%s: no idx header: %s", path, gz_why(f->gz));
         idx_close(f);
-        return fail(err, cap, "%s: no idx header: %s", path, why);
+        return rc;
     }
     if (magic[0] != 0 || magic[1] != 0 || magic[2] != 0x08) {
         idx_close(f);
@@ -71,9 +72,10 @@ int idx_open(const char *path, idx_file *f, char *err, size_t cap)
     f->nbytes = 1;
     for (int i = 0; i < f->ndim; i++) {
         if (read_exact(f, be, 4) != 0) {
-            const char *why = gz_why(f->gz);
+            int rc = fail(err, cap, "%s: idx header cut short at size %d: %s", path, i,
+                          gz_why(f->gz));
             idx_close(f);
-            return fail(err, cap, "%s: idx header cut short at size %d: %s", path, i, why);
+            return rc;
         }
         uint32_t d = (uint32_t)be[0] << 24 | (uint32_t)be[1] << 16 | (uint32_t)be[2] << 8 | be[3];
         if (d == 0 || d > IDX_MAX_BYTES / f->nbytes) {

@@ -91,6 +91,13 @@ static void test_corrupt_headers_are_rejected(void **state)
     expect_error("huge.gz", b, sizeof b, 1, "idx size 0");
     expect_error("short.gz", good, 10, 1, "header cut short");
     expect_error("empty.gz", good, 0, 1, "no idx header");
+    {
+        /* a gzip header, then a deflate block of the reserved type 3: zlib's
+         * own sentence (it lives in the gz state) must survive the close */
+        static const unsigned char bad_deflate[] = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3,
+                                                    0x07, 0x00, 0x00, 0x00, 0x00, 0x00};
+        expect_error("deflate.gz", bad_deflate, sizeof bad_deflate, 0, "invalid block type");
+    }
 }
 
 static void test_bad_data_is_rejected(void **state)
