@@ -1,5 +1,6 @@
 /* Packs: several messages carried as one (one wire record per chunk). */
 #include "pool/pool_internal.h"
+#include "wire/msg_impl.h"
 #include "wire/wire.h"
 
 #include <stdio.h>
@@ -142,8 +143,7 @@ int mp__packer_finish(mp__packer *p, mp_msg **out)
 {
     mp__pack_hdr h = {p->magic, p->count, (uint32_t)strlen(p->name), 0};
     size_t total = sizeof h + p->count * sizeof(mp__pack_entry) + h.name_len + p->len;
-    char *buf = malloc(total ? total : 1), *w = buf;
-    int rc;
+    char *buf = malloc(total), *w = buf;
     if (!buf) {
         mp__packer_drop(p);
         return mp__error(MP_ENOMEM, "pool: out of memory for a %zu-byte chunk", total);
@@ -157,12 +157,7 @@ int mp__packer_finish(mp__packer *p, mp_msg **out)
     w += h.name_len;
     if (p->len)
         memcpy(w, p->data, p->len);
-    rc = mp_msg_set_payload(p->msg, buf, total);
-    free(buf);
-    if (rc) {
-        mp__packer_drop(p);
-        return rc;
-    }
+    mp__msg_adopt_payload(p->msg, buf, total); /* built in place: no second copy */
     *out = p->msg;
     p->msg = NULL;
     mp__packer_drop(p);
