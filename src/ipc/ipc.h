@@ -69,6 +69,9 @@ static inline double mp__ipc_deadline(double timeout)
     return timeout == 0 ? 0 : mp__deadline(timeout);
 }
 
+/* The socket under a connection, borrowed (for poll sets). */
+int mp__conn_fd(const mp_conn *c);
+
 /* Checks that fd is an AF_UNIX SOCK_SEQPACKET socket (for decoders). */
 int mp__check_seqpacket(int fd, const char *what);
 

@@ -250,9 +250,7 @@ static void handle_events(mp_pool *p, struct pollfd *fds, bool running)
             drain(p, w);
         if (!w->exiting && p->maxtasks && w->chunks >= p->maxtasks && !w->cur)
             mp__worker_send_exit(w);
-        bool dead = (d->revents & POLLIN) ||
-                    (w->pidfd < 0 && (s->revents & (POLLHUP | POLLERR)));
-        if (dead) {
+        if (d->revents & POLLIN) { /* its pidfd: the worker ended */
             drain(p, w);
             worker_reap(p, i);
             if (running)

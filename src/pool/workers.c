@@ -1,6 +1,7 @@
 /* Worker processes: started with mp_process under the pool's start method,
  * each with one duplex connection to the parent; the entry they run; and
  * how their end is described. */
+#include "ipc/ipc.h"
 #include "pool/pool_internal.h"
 #include "process/process_internal.h"
 #include "wire/wire.h"
@@ -12,18 +13,6 @@
 #include "mproc/process.h"
 #include "mproc/queue.h"
 
-/* The socket under a connection, without owning it: what the connection
- * would put on the wire (the fd is borrowed). */
-static int conn_fd(mp_conn *c)
-{
-    const mp__objkind *k = mp__objkind_lookup(MP_ATTACH_CONN);
-    char buf[256];
-    size_t len;
-    int fds[4], nfds = 0;
-    if (!k || k->encode(c, buf, sizeof buf, &len, fds, 4, &nfds) != 0 || nfds < 1)
-        return mp__error(MP_EPROTO, "mp_pool: a connection without a socket");
-    return fds[0];
-}
 
 /* The worker's argument: a pack named after the initializer whose one item
  * is the initializer's argument message, then the connection as the last
@@ -78,7 +67,7 @@ int mp__worker_start(mp_pool *p, int slot)
         goto out;
     w->proc = proc;
     w->conn = mine;
-    w->sock = conn_fd(mine);
+    w->sock = mp__conn_fd(mine);
     w->pidfd = mp_process_sentinel(proc); /* owned by proc */
     w->cur = NULL;
     w->chunks = 0;
