@@ -122,7 +122,7 @@ static void destroy(mp__refseg *seg)
     free(seg);
 }
 
-static int map_fd(mp__refseg *seg, bool writable_header)
+static int map_fd(mp__refseg *seg)
 {
     seg->map = mp__sys.mmap(NULL, seg->size, PROT_READ | PROT_WRITE, MAP_SHARED, seg->fd, 0);
     if (seg->map == MAP_FAILED) {
@@ -183,7 +183,7 @@ int mp__refseg_create(uint32_t nslots, uint32_t nrefs, mp__refseg **out)
     }
     seg->dev = st.st_dev;
     seg->ino = st.st_ino;
-    if ((rc = map_fd(seg, true)) < 0)
+    if ((rc = map_fd(seg)) < 0)
         goto out_destroy;
     seg->hdr->magic = MP__REFSEG_MAGIC;
     seg->hdr->version = MP__REFSEG_VERSION;
@@ -265,7 +265,7 @@ int mp__refseg_open(int fd, mp__refseg **out)
     seg->ino = st.st_ino;
     seg->size = (size_t)st.st_size;
     seg->refcount = 1;
-    if ((rc = validate(seg, &st)) < 0 || (rc = map_fd(seg, false)) < 0 ||
+    if ((rc = validate(seg, &st)) < 0 || (rc = map_fd(seg)) < 0 ||
         (rc = validate_header(seg)) < 0) {
         pthread_mutex_unlock(&lock);
         destroy(seg);

@@ -100,7 +100,7 @@ int mp__error(int code, const char *fmt, ...)
     return code;
 }
 
-int mp__errno_code(int err)
+static int mp__errno_code(int err)
 {
     switch (err) {
     case EMFILE:

@@ -32,8 +32,6 @@ int mp__error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3
  * EAGAIN -> MP_EAGAIN, EPERM/EACCES -> MP_EPERM, ENOENT -> MP_ENOENT,
  * everything else -> MP_ESYS. */
 int mp__errno_error(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Maps an errno value as mp__errno_error does, without recording text. */
-int mp__errno_code(int err);
 /* Clears the thread-local sentence (successful calls need not call it). */
 void mp__error_clear(void);
 /* The calling thread's mp_last_error() sentence and errno, kept aside and

@@ -264,14 +264,10 @@ static void handle_record(mp__status *st, const char *rec, size_t len)
             }
             st->failed = true;
             return;
-        case MP__REC_SIGNAL: {
-            char num[16] = {0};
-            memcpy(num, rec + 2, len - 2 < 15 ? len - 2 : 15);
-            st->fatal_signal = atoi(num);
+        case MP__REC_SIGNAL: /* the signal itself comes with the exit status */
             st->in_backtrace = true;
             st->failed = true;
             return;
-        }
         case MP__REC_END:
             st->in_backtrace = false;
             return;

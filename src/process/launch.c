@@ -59,9 +59,7 @@ static int open_pidfd(pid_t pid, int *pidfd, const char *call)
 int mp__launch_fork(int chan, int parent_end, pid_t *pid, int *pidfd)
 {
     pid_t parent = getpid();
-    pid_t child;
-    mp__backtrace_prime(); /* once here, not once in every child */
-    child = fork();
+    pid_t child = fork(); /* mp_process_create primed backtrace() already */
     if (child < 0)
         return mp__errno_error(errno, "mp_process_start: fork");
     if (child == 0) {

@@ -4,7 +4,6 @@
 #include "wire/wire.h"
 
 #include <errno.h>
-#include <execinfo.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -103,10 +102,7 @@ static void atfork_child(void)
 
 static void init_once_fn(void)
 {
-    void *frame;
-    /* Load libgcc_s for backtrace() once here, so fork children inherit it
-     * instead of each paying for the dlopen. */
-    backtrace(&frame, 1);
+    mp__backtrace_prime(); /* before any fork: children inherit libgcc_s */
     atexit(at_exit);
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
 }

@@ -60,7 +60,6 @@ typedef struct mp__status {
     char message[MP__MESSAGE_MAX];
     char *backtrace; /* malloc'd, NUL-terminated; NULL until a line came */
     size_t bt_len;
-    int fatal_signal; /* from an MP__REC_SIGNAL record */
     bool in_backtrace;
     bool failed; /* a raise or signal record arrived */
     bool eof;

@@ -13,7 +13,6 @@ struct mp_spawn_context {
     mp_process **procs;
     double grace;
     int failed; /* rank of the first failure, or -1 */
-    bool done;
     mp_child_error err;
 };
 
@@ -92,10 +91,8 @@ int mp_spawn_context_join(mp_spawn_context *c, double timeout)
                 who[n++] = i;
             }
         }
-        if (n == 0) {
-            c->done = true;
+        if (n == 0)
             return 0;
-        }
         ready = poll(pf, (nfds_t)n, mp__poll_ms(deadline));
         if (ready < 0 && errno != EINTR)
             return mp__errno_error(errno, "mp_spawn_context_join: poll");

@@ -128,12 +128,3 @@ void mp__cache_remove(mp__segment *s)
     }
     pthread_mutex_unlock(&lock);
 }
-
-int mp__cache_count(void)
-{
-    int n;
-    pthread_mutex_lock(&lock);
-    n = count;
-    pthread_mutex_unlock(&lock);
-    return n;
-}

@@ -141,8 +141,6 @@ const mp__shm_hooks *mp__mgr_client_hooks(void);
  * runtime directory.
  * For tests that change $MPROC_RUNTIME_DIR. */
 void mp__mgr_client_reset(void);
-/* Number of segments this process holds, as the client knows it. */
-int mp__mgr_client_held(void);
 /* The client's socket to the daemon, kept open once a report was made (-1
  * before). Leak checks in tests discount it: it is the library's, like the
  * forkserver's socket. */

@@ -434,14 +434,6 @@ void mp__mgr_client_reset(void)
 
 int mp__mgr_client_fd(void) { return conn_fd; }
 
-int mp__mgr_client_held(void)
-{
-    pthread_mutex_lock(&lock);
-    int n = nheld;
-    pthread_mutex_unlock(&lock);
-    return n;
-}
-
 /* A child forked while another thread reported must not inherit a locked
  * mutex. (It re-registers at its first report: reg_pid differs.) */
 static void atfork_prepare(void) { pthread_mutex_lock(&lock); }

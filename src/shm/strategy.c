@@ -47,11 +47,6 @@ int mp__shm_strategy(void)
     return atomic_load(&strategy);
 }
 
-const char *mp__strategy_name(int s)
-{
-    return s == MP__STRATEGY_FD || s == MP__STRATEGY_FS ? names[s] : NULL;
-}
-
 void mp__shm_set_hooks(const mp__shm_hooks *h)
 {
     if (h)

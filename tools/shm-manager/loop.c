@@ -11,7 +11,6 @@
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -106,7 +105,7 @@ static client *client_of(pid_t pid)
     c->id = next_id++;
     c->gone = false;
     c->ring = NULL;
-    c->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    c->pidfd = mp__pidfd_open(pid);
     if (c->pidfd < 0 && errno == ESRCH)
         c->gone = true; /* already dead: apply its last reports, then forget it */
     return c;
