@@ -316,17 +316,22 @@ static int reclaim_adopted(double now, bool final)
 {
     mp__seg_users users;
     char *peers = NULL;
-    bool asked = false;
+    bool asked = false, have_users = false;
     int pending = 0;
-    if (!table_has_adopted() || mp__seg_users_collect(&users) != 0)
-        return 0;
     for (int i = 0; i < nsegs; i++) {
         dseg *s = &segs[i];
         bool ok;
         if (!s->adopted)
             continue;
-        ok = s->nholders == 0 && s->sent <= s->received && !mp__pid_alive(s->creator) &&
-             mp__seg_users_count(&users, s->name) == 0;
+        ok = s->nholders == 0 && s->sent <= s->received && !mp__pid_alive(s->creator);
+        /* Who maps or holds it takes a walk of all of /proc: only for a
+         * segment that passed the cheap checks, once per round. */
+        if (ok && !have_users) {
+            if (mp__seg_users_collect(&users) != 0)
+                break;
+            have_users = true;
+        }
+        ok = ok && mp__seg_users_count(&users, s->name) == 0;
         if (qualified_long_enough(s, ok, now, quarantine)) {
             int owned = peer_owned(s, now, &peers, &asked);
             if (owned < 0) {
@@ -341,7 +346,8 @@ static int reclaim_adopted(double now, bool final)
         }
         pending += ok && !final;
     }
-    mp__seg_users_free(&users);
+    if (have_users)
+        mp__seg_users_free(&users);
     free(peers);
     return pending;
 }
