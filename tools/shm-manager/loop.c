@@ -52,7 +52,7 @@ static int bind_at(const char *path, int type)
     int one = 1, fd = socket(AF_UNIX, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
     if (fd < 0)
-        return -1;
+        return mp__errno_error(errno, "socket for %s", path);
     if (type == SOCK_DGRAM) {
         int rcv = 4 << 20;
         setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof one);
@@ -61,9 +61,9 @@ static int bind_at(const char *path, int type)
     unlink(path); /* a stale socket of a killed daemon; we hold the lock */
     if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
         (type == SOCK_STREAM && listen(fd, 128) != 0)) {
-        dlog("bind %s: %s", path, strerror(errno));
+        int rc = mp__errno_error(errno, "bind %s", path);
         close(fd);
-        return -1;
+        return rc;
     }
     if (type == SOCK_DGRAM) {
         /* Clients re-register when the socket is another daemon's. tmpfs
@@ -444,7 +444,8 @@ int loop_run(const loop_config *cfg, int ready_fd)
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGHUP);
     sigprocmask(SIG_BLOCK, &sigs, NULL);
-    sfd = signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK);
+    if ((sfd = signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK)) < 0)
+        mp__errno_error(errno, "signalfd");
     if (mp__mgr_path(spath, sizeof spath, MP__MGR_SOCKET, true) < 0 ||
         mp__mgr_path(dpath, sizeof dpath, MP__MGR_DGRAM, true) < 0 || sfd < 0 ||
         bind_both(spath, dpath, &lfd, &dfd) < 0) {
