@@ -83,13 +83,16 @@ int cmd_shm_manager(int argc, char **argv)
         /* It exits right after answering; wait until its socket is gone. */
         for (int i = 0; i < 500; i++) {
             int fd;
-            if (mp__mgr_connect(&fd) != 0)
-                break;
+            if (mp__mgr_connect(&fd) != 0) {
+                printf("mproc-shm-manager stopped\n");
+                return EXIT_OK;
+            }
             close(fd);
             nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
         }
-        printf("mproc-shm-manager stopped\n");
-        return EXIT_OK;
+        fprintf(stderr, "mproc shm-manager stop: it still answers after 5 s; see %s in the "
+                        "runtime directory (mproc doctor shows where)\n", MP__MGR_LOG);
+        return EXIT_FAIL;
     }
     if (strcmp(sub, "status") == 0) {
         rc = mp__mgr_control("STATUS", &reply, 5.0);
