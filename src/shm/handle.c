@@ -1,5 +1,6 @@
 /* What crosses the wire for a segment: export on the sending side, open
  * (through the mapping cache) on the receiving side, drop when undelivered. */
+#include "shm/manager.h"
 #include "shm/shm_internal.h"
 
 #include <errno.h>
@@ -123,11 +124,9 @@ out_close:
     return rc;
 }
 
-static bool valid_name(const char *name)
+bool mp__shm_name_ok(const char *name)
 {
-    size_t n = strnlen(name, MP__SHM_NAME_MAX), p = sizeof MP__SHM_PREFIX;
-    return n > p && n < MP__SHM_NAME_MAX && name[0] == '/' &&
-           strncmp(name + 1, MP__SHM_PREFIX, p - 1) == 0 && !strchr(name + 1, '/');
+    return name && name[0] == '/' && mp__mgr_name_ok(name);
 }
 
 /* Maps a named segment and checks its header. */
@@ -177,7 +176,7 @@ static int open_fs(mp__segment_handle *h, mp__segment **out)
     struct stat st;
     mp__segment *s = NULL, *cached;
     int fd, rc;
-    if (!valid_name(h->name))
+    if (!mp__shm_name_ok(h->name))
         return mp__error(MP_EPROTO, "mp__segment_open: \"%.64s\" is not an mproc segment name",
                          h->name);
     fd = mp__sys.shm_open(h->name, O_RDWR | O_CLOEXEC, 0);
@@ -270,7 +269,7 @@ void mp__segment_handle_drop(mp__segment_handle *h, bool received)
     if (!h)
         return;
     if (h->strategy == MP__STRATEGY_FS) {
-        if (valid_name(h->name)) {
+        if (mp__shm_name_ok(h->name)) {
             const mp__shm_hooks *hk = mp__shm_hooks_get();
             /* Either way its flight is over: the manager counted the send. */
             if (received && hk->received)

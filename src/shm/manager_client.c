@@ -364,7 +364,7 @@ static void report(char verb, const char *name, uint64_t size, int held_change)
 {
     char line[MP__MGR_LINE_MAX];
     int err = errno; /* held_update's realloc may set it */
-    if (!mp__mgr_name_ok(name) || is_disabled())
+    if (!mp__shm_name_ok(name) || is_disabled())
         return;
     if (verb == 'C')
         snprintf(line, sizeof line, "C %s %llu\n", name, (unsigned long long)size);

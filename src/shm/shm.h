@@ -16,6 +16,9 @@ typedef struct mp__segment mp__segment;
  * prefix is what the daemon and `mproc shm` recognise. */
 #define MP__SHM_PREFIX "mproc-"
 #define MP__SHM_NAME_MAX 64
+/* Whether name is "/" MP__SHM_PREFIX followed by letters, digits, '-' or
+ * '_' and fits MP__SHM_NAME_MAX: the one rule for a file_system name. */
+bool mp__shm_name_ok(const char *name);
 
 /* file_system segments start with this header (page-sized; data follows at
  * MP__FS_HEADER_SIZE, so data stays page aligned). */

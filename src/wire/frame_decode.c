@@ -86,16 +86,17 @@ static int claim_fds(dec *d, uint64_t first, uint64_t n, const char *what, uint3
 
 static int check_shm_name(const char *name, size_t len, uint32_t index)
 {
+    char z[MP__SHM_NAME_MAX];
     size_t plen = strlen(MP__SHM_PREFIX);
     if (len < 2 + plen || len >= MP__SHM_NAME_MAX)
         return BAD("storage %u: segment name length %zu is outside [%zu, %d)", index, len,
                    plen + 2, MP__SHM_NAME_MAX);
-    if (name[0] != '/' || memcmp(name + 1, MP__SHM_PREFIX, plen) != 0)
-        return BAD("storage %u: segment name does not start with \"/%s\"", index,
-                   MP__SHM_PREFIX);
-    for (size_t i = 1; i < len; i++)
-        if (name[i] == '/' || name[i] == '\0')
-            return BAD("storage %u: segment name contains a '/' or NUL byte", index);
+    memcpy(z, name, len);
+    z[len] = '\0';
+    /* The rule the shm layer and the shm manager apply too. */
+    if (!mp__shm_name_ok(z))
+        return BAD("storage %u: segment name is not \"/%s\" followed by letters, digits, "
+                   "'-' or '_'", index, MP__SHM_PREFIX);
     return 0;
 }
 

@@ -448,6 +448,38 @@ static void test_decode_fault_drops_parsed_fs(void **state)
     assert_int_equal(shm_unlink(leftover), 0);
 }
 
+/* One rule for file_system names, the shm manager's: a name with a byte
+ * outside [A-Za-z0-9_-] is refused by the decoder (the manager would not
+ * track it), not mapped. */
+static void test_decode_refuses_bad_fs_name(void **state)
+{
+    mp_tensor *a = iota(2, 2, 0);
+    mp_msg *m = NULL, *r = NULL;
+    unsigned char *buf = NULL, *e;
+    size_t len = 0;
+    int fds[MP__WIRE_MAX_FDS], nfds = 0, base = mp_test_count_shm();
+    mp__frame_storage st;
+    char name[MP__SHM_NAME_MAX];
+    (void)state;
+    assert_mp_ok(mp_set_sharing_strategy("file_system"));
+    assert_mp_ok(mp_msg_create(&m));
+    assert_mp_ok(mp_msg_add_tensor(m, "a", a));
+    assert_mp_ok(mp__wire_encode(m, (void **)&buf, &len, fds, &nfds));
+    e = buf + sizeof(mp__frame_header);
+    memcpy(&st, e, sizeof st);
+    memcpy(name, e + sizeof st, st.ref);
+    name[st.ref] = '\0';
+    e[sizeof st + st.ref - 1] = '.';
+    assert_mp_err(mp__wire_decode(buf, len, fds, nfds, &r), MP_EPROTO);
+    assert_non_null(strstr(mp_last_error(), "letters, digits"));
+    free(buf);
+    mp_msg_destroy(m);
+    mp_tensor_release(a);
+    /* the refused message's reference stays with the segment */
+    assert_int_equal(mp_test_count_shm(), base + 1);
+    assert_int_equal(shm_unlink(name), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -460,6 +492,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_recv_fault, setup, teardown),
         cmocka_unit_test_setup_teardown(test_consume_fault, setup, teardown),
         cmocka_unit_test_setup_teardown(test_markers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_decode_refuses_bad_fs_name, setup, teardown),
         cmocka_unit_test_setup_teardown(test_decode_fault_drops_parsed_fs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_drop_nudge_dead_reader, setup, teardown),
     };

@@ -182,7 +182,7 @@ int table_report(uint64_t id, pid_t pid, const char *line)
     int n = sscanf(line, "%c %64s %llu", &verb, name, &size);
     dseg *s;
 
-    if (n < 2 || line[1] != ' ' || !mp__mgr_name_ok(name) || name[0] != '/') {
+    if (n < 2 || line[1] != ' ' || !mp__shm_name_ok(name)) {
         dlog("client %d: malformed report \"%s\"", (int)pid, line);
         return -1;
     }
