@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 #include <time.h>
 
@@ -124,6 +125,23 @@ int mp__pidfd_send_signal(int pidfd, int sig);
  * borrowed (the kernel dups them). A closed peer is MP_ECLOSED (no SIGPIPE).
  * One sendmsg in the common case, blocking when deadline < 0; poll only
  * after EAGAIN. */
+/* Room for every fd the kernel can attach to one record (SCM_MAX_FD), so
+ * MSG_CTRUNC can only mean that installing the fds failed (the open-files
+ * limit), never that the buffer was short. */
+#define MP__MAX_FDS 253
+typedef union mp__fd_cmsg {
+    struct cmsghdr align;
+    char buf[CMSG_SPACE(sizeof(int) * MP__MAX_FDS)];
+} mp__fd_cmsg;
+/* Waits for `events` on fd until deadline (< 0 forever; 0 -> MP_EAGAIN,
+ * passed -> MP_ETIMEDOUT; the sentences start with what). 0 when ready, or
+ * on an error or hang-up that the next call reports. */
+int mp__wait_fd(int fd, short events, double deadline, const char *what);
+/* The SCM_RIGHTS fds the kernel installed for msg: counts them all, copies
+ * the first cap to out (may be NULL), or closes them all. Read in place
+ * from the control buffer. */
+int mp__received_fds(struct msghdr *msg, int *out, int cap, bool close_them);
+
 int mp__send_record(int sock, const void *buf, size_t len, const int *fds, int nfds,
                     double deadline);
 /* Receives one record of at most cap bytes and at most maxfds fds (deadline

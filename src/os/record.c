@@ -7,18 +7,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#define MAX_FDS 253 /* SCM_MAX_FD: the kernel's limit per message */
-
-/* Room for every fd the kernel can attach to one message, so MSG_CTRUNC can
- * only mean that installing the fds failed (the open-files limit), never
- * that our buffer was short. */
-typedef union {
-    struct cmsghdr align;
-    char buf[CMSG_SPACE(sizeof(int) * MAX_FDS)];
-} fd_cmsg;
-
-/* Waits for `events` on sock until deadline. 0 when ready. */
-static int wait_ready(int sock, short events, double deadline, const char *what)
+int mp__wait_fd(int sock, short events, double deadline, const char *what)
 {
     struct pollfd p = {.fd = sock, .events = events};
     for (;;) {
@@ -41,14 +30,14 @@ int mp__send_record(int sock, const void *buf, size_t len, const int *fds, int n
 {
     struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
     struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
-    fd_cmsg cbuf;
+    mp__fd_cmsg cbuf;
 
     /* A zero-byte record would read as EOF at the receiver. */
-    if (sock < 0 || !buf || len == 0 || nfds < 0 || nfds > MAX_FDS || (nfds > 0 && !fds))
+    if (sock < 0 || !buf || len == 0 || nfds < 0 || nfds > MP__MAX_FDS || (nfds > 0 && !fds))
         return mp__error(MP_EINVAL,
                          "mp__send_record: need a socket, 1+ bytes and "
                          "0..%d fds (got len %zu, nfds %d)",
-                         MAX_FDS, len, nfds);
+                         MP__MAX_FDS, len, nfds);
     if (nfds > 0) {
         struct cmsghdr *c;
         msg.msg_control = cbuf.buf;
@@ -77,16 +66,13 @@ int mp__send_record(int sock, const void *buf, size_t len, const int *fds, int n
             continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK)
             return mp__errno_error(errno, "sendmsg(%zu bytes, %d fds)", len, nfds);
-        rc = wait_ready(sock, POLLOUT, deadline, "sendmsg");
+        rc = mp__wait_fd(sock, POLLOUT, deadline, "sendmsg");
         if (rc < 0)
             return rc;
     }
 }
 
-/* Visits the SCM_RIGHTS fds the kernel installed for msg: counts them all,
- * copies the first `cap` to `out` (may be NULL) or closes them all. They are
- * read in place from the control buffer, so receiving needs no copy. */
-static int visit_fds(struct msghdr *msg, int *out, int cap, bool close_them)
+int mp__received_fds(struct msghdr *msg, int *out, int cap, bool close_them)
 {
     int n = 0;
     if (msg->msg_controllen == 0)
@@ -130,7 +116,7 @@ static int check_received(struct msghdr *msg, ssize_t n, size_t cap, int ngot, i
     else if (n == 0)
         rc = mp__error(MP_ECLOSED, "recvmsg: the peer closed the connection");
     if (rc < 0)
-        visit_fds(msg, NULL, 0, true);
+        mp__received_fds(msg, NULL, 0, true);
     return rc;
 }
 
@@ -138,7 +124,7 @@ int mp__recv_record(int sock, void *buf, size_t cap, size_t *len, int *fds, int 
                     double deadline)
 {
     struct iovec iov = {.iov_base = buf, .iov_len = cap};
-    fd_cmsg cbuf;
+    mp__fd_cmsg cbuf;
 
     if (sock < 0 || !buf || cap == 0 || !len || maxfds < 0 || (maxfds > 0 && !fds) || !nfds)
         return mp__error(MP_EINVAL,
@@ -157,14 +143,14 @@ int mp__recv_record(int sock, void *buf, size_t cap, size_t *len, int *fds, int 
                 continue;
             if (errno != EAGAIN && errno != EWOULDBLOCK)
                 return mp__errno_error(errno, "recvmsg");
-            rc = wait_ready(sock, POLLIN, deadline, "recvmsg");
+            rc = mp__wait_fd(sock, POLLIN, deadline, "recvmsg");
             if (rc < 0)
                 return rc;
             continue;
         }
         /* one pass: copies at most maxfds, counts all, so a record with
          * too many is refused (and its fds closed) by check_received */
-        ngot = visit_fds(&msg, fds, maxfds, false);
+        ngot = mp__received_fds(&msg, fds, maxfds, false);
         rc = check_received(&msg, n, cap, ngot, maxfds);
         if (rc < 0)
             return rc;

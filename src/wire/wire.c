@@ -23,11 +23,6 @@
 
 #include "wire/frame.h"
 
-typedef union {
-    struct cmsghdr align;
-    char buf[CMSG_SPACE(sizeof(int) * MP__WIRE_MAX_FDS)];
-} fd_cmsg;
-
 /* Room for the largest inline record plus one byte, so a longer record shows
  * up as MSG_TRUNC. Per thread: receivers in several threads do not share. */
 static _Thread_local alignas(8) unsigned char rbuf[sizeof(mp__frame_header) +
@@ -53,20 +48,6 @@ int mp__wire_send_rx(int sock, mp__rx *rx, const mp_msg *m, double deadline)
     return rc;
 }
 
-static int collect_fds(struct msghdr *mh, int *fds)
-{
-    int n = 0;
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c)) {
-        size_t k;
-        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-            continue;
-        k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (size_t i = 0; i < k && n < MP__WIRE_MAX_FDS; i++)
-            memcpy(&fds[n++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-    }
-    return n;
-}
-
 static void close_fds(int *fds, int n)
 {
     for (int i = 0; i < n; i++)
@@ -88,33 +69,16 @@ static int emfile_error(const unsigned char *buf, size_t len, int got)
                      h.nfds, got, (unsigned long long)rl.rlim_cur);
 }
 
-static int wait_readable(int sock, double deadline)
-{
-    struct pollfd p = {.fd = sock, .events = POLLIN};
-    for (;;) {
-        int ms, n;
-        if (deadline == 0)
-            return mp__error(MP_EAGAIN, "mp_wire_recv: no message ready");
-        if ((ms = mp__poll_ms(deadline)) == 0)
-            return mp__error(MP_ETIMEDOUT, "mp_wire_recv: timed out waiting for a message");
-        n = poll(&p, 1, ms);
-        if (n > 0)
-            return 0;
-        if (n < 0 && errno != EINTR)
-            return mp__errno_error(errno, "mp_wire_recv: poll");
-    }
-}
-
 /* One recvmsg into rbuf, the fds it brings into fds; -1 and errno on failure. */
 static ssize_t read_record(int sock, int flags, int *fds, int *nfds, int *mflags)
 {
-    fd_cmsg cbuf;
+    mp__fd_cmsg cbuf;
     struct iovec iov = {.iov_base = rbuf, .iov_len = sizeof rbuf};
     struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf.buf,
                         .msg_controllen = sizeof cbuf.buf};
     ssize_t n = mp__sys.recvmsg(sock, &mh, flags | MSG_CMSG_CLOEXEC);
     if (n >= 0) {
-        *nfds = collect_fds(&mh, fds);
+        *nfds = mp__received_fds(&mh, fds, MP__WIRE_MAX_FDS, false);
         *mflags = mh.msg_flags;
     }
     return n;
@@ -140,7 +104,8 @@ static ssize_t next_record(int sock, mp__rx *rx, int *fds, int *nfds, int *mflag
             continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK)
             return mp__errno_error(errno, "mp_wire_recv: recvmsg");
-        if ((rc = wait_readable(sock, deadline)) < 0)
+        rc = mp__wait_fd(sock, POLLIN, deadline, "mp_wire_recv: waiting for a message");
+        if (rc < 0)
             return rc;
     }
 }

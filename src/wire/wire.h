@@ -79,7 +79,7 @@ bool mp__wire_drop_nudge(int sock, mp__rx *rx);
 /* Encode/decode without a socket, for the fuzzer and tests: encode writes
  * the frame into *buf (malloc'd) and the fds to send into fds (borrowed).
  * decode takes ownership of fds (closes them on error). */
-#define MP__WIRE_MAX_FDS 253 /* SCM_MAX_FD */
+#define MP__WIRE_MAX_FDS MP__MAX_FDS
 int mp__wire_encode(const mp_msg *m, void **buf, size_t *len, int *fds, int *nfds);
 int mp__wire_decode(const void *buf, size_t len, int *fds, int nfds, mp_msg **out);
 
