@@ -90,7 +90,7 @@ static int encode(void *obj, void *buf, size_t cap, size_t *len, int *fds, int m
     if ((rc = prepare_send(a, who)) < 0)
         goto out_unlock;
     fill_frame(t, a, &f);
-    rc = mp__refseg_ref_add(a->seg, a->slot, a->gen, (uint32_t)getpid(), &f.ref, &f.ref_word);
+    rc = mp__refseg_ref_add(a->seg, a->slot, a->gen, (uint32_t)mp__pid(), &f.ref, &f.ref_word);
     if (rc < 0)
         goto out_unlock;
     if ((rc = mp__cuda_frame_encode(&f, buf, cap, len)) < 0) {
@@ -154,7 +154,7 @@ static int import_open(const mp__cuda_frame *f, mp__refseg *seg, mp__cuda_alloc 
                           .nbytes = (size_t)f->alloc_nbytes, .seg = seg, .shared = true,
                           .slot = f->slot, .gen = f->gen, .has_handle = true, .users = 1};
     memcpy(&a->handle, f->mem_handle, sizeof h);
-    if ((rc = mp__refseg_ref_adopt(seg, f->ref, f->ref_word, (uint32_t)getpid(),
+    if ((rc = mp__refseg_ref_adopt(seg, f->ref, f->ref_word, (uint32_t)mp__pid(),
                                    &a->ref_word)) < 0)
         goto out_free;
     a->ref = f->ref;

@@ -72,17 +72,25 @@ static uint64_t pid_start(uint32_t pid, char *state)
 }
 
 /* Alive means running, stopped or sleeping: a zombie has unmapped
- * everything, so its references count for nothing. */
-static bool pid_alive(uint32_t pid)
+ * everything, so its references count for nothing. With one read of
+ * /proc/<pid>/stat, also its start time (0 when unreadable). */
+static bool pid_alive_since(uint32_t pid, uint64_t *start)
 {
     char state = '?';
+    *start = 0;
     if (pid == 0)
         return false;
     if (kill((pid_t)pid, 0) < 0 && errno == ESRCH)
         return false;
-    if (pid_start(pid, &state) == 0)
+    if ((*start = pid_start(pid, &state)) == 0)
         return errno != ENOENT; /* unreadable /proc: trust kill() */
     return state != 'Z' && state != 'X';
+}
+
+static bool pid_alive(uint32_t pid)
+{
+    uint64_t start;
+    return pid_alive_since(pid, &start);
 }
 
 /* Small per-scan memo, since one consumer usually holds many words. */
@@ -161,7 +169,7 @@ int mp__refseg_create(uint32_t nslots, uint32_t nrefs, mp__refseg **out)
     seg->fd = -1;
     seg->size = segment_size(nrefs);
     seg->owner = true;
-    seg->owner_pid = (uint32_t)getpid();
+    seg->owner_pid = (uint32_t)mp__pid();
     seg->refcount = 1;
     if ((rc = owner_arrays(seg, nslots)) < 0)
         goto out_destroy;
@@ -324,19 +332,19 @@ uint32_t mp__refseg_nslots(const mp__refseg *seg) { return seg->hdr->nslots; }
 /* A forked child inherits the object but is not the producer. */
 bool mp__refseg_is_owner(const mp__refseg *seg)
 {
-    return seg->owner && seg->owner_pid == (uint32_t)getpid();
+    return seg->owner && seg->owner_pid == (uint32_t)mp__pid();
 }
 
 bool mp__refseg_producer_alive(const mp__refseg *seg)
 {
-    char state = '?';
+    uint64_t start;
     if (atomic_load(&seg->hdr->producer_state) != PRODUCER_RUNNING)
         return false;
-    if (seg->hdr->producer_pid == (uint32_t)getpid())
+    if (seg->hdr->producer_pid == (uint32_t)mp__pid())
         return true;
-    if (!pid_alive(seg->hdr->producer_pid))
+    if (!pid_alive_since(seg->hdr->producer_pid, &start))
         return false;
-    uint64_t start = pid_start(seg->hdr->producer_pid, &state);
+    /* the same pid, but not the same process? */
     return start == 0 || seg->hdr->producer_start == 0 || start == seg->hdr->producer_start;
 }
 
