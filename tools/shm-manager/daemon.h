@@ -52,8 +52,9 @@ int table_reclaim_adopted(double now);
  * quarantine is over. */
 void table_reclaim_all(double now);
 /* Adopts the /dev/shm/mproc-* segments of this uid that we do not track
- * (pid > 0: only those named after that pid). */
-void table_scan(pid_t only_pid);
+ * (n > 0: only those named after one of the n pids in only). One pass over
+ * /dev/shm whatever n is. */
+void table_scan(const pid_t *only, int n);
 /* Number of tracked segments; LIST output. */
 int table_count(void);
 void table_list(FILE *f);

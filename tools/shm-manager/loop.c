@@ -343,6 +343,9 @@ static void close_gone(void)
         free(conns[i]);
         conns[i--] = conns[--nconns];
     }
+    static pid_t *gone;
+    static int gone_cap;
+    int ngone = 0;
     for (int i = 0; i < nclients; i++) {
         client *c = &clients[i];
         if (!c->gone && c->pidfd < 0 && !mp__pid_alive(c->pid))
@@ -354,11 +357,25 @@ static void close_gone(void)
         read_ring(c);
         ring_detach(c->ring);
         table_client_gone(c->id, c->pid);
-        table_scan(c->pid); /* what it created but could not report */
+        if (ngone == gone_cap) {
+            int cap = gone_cap ? gone_cap * 2 : 16;
+            pid_t *g = realloc(gone, (size_t)cap * sizeof *g);
+            if (g) {
+                gone = g;
+                gone_cap = cap;
+            }
+        }
+        if (ngone < gone_cap)
+            gone[ngone++] = c->pid;
+        else
+            table_scan(&c->pid, 1); /* out of memory: this one alone */
         if (c->pidfd >= 0)
             close(c->pidfd);
         clients[i--] = clients[--nclients];
     }
+    /* What they created but could not report: one pass for all of them. */
+    if (ngone)
+        table_scan(gone, ngone);
 }
 
 /* One poll round. Returns the number of reclaim candidates. */
@@ -456,7 +473,7 @@ int loop_run(const loop_config *cfg, int ready_fd)
         return 1;
     }
     table_init(cfg->grace, spath);
-    table_scan(0);
+    table_scan(NULL, 0);
     dlog("listening on %s (grace %g s%s)", spath, cfg->grace,
          cfg->persistent ? ", persistent" : "");
     starter_tell(ready_fd, 'R');
@@ -492,7 +509,7 @@ int loop_run(const loop_config *cfg, int ready_fd)
          * one last scan adopts them (their quarantine delays the exit). */
         if (!rescanned) {
             rescanned = true;
-            table_scan(0);
+            table_scan(NULL, 0);
             adopted_check = mp__now();
             if ((adopted_pending = table_reclaim_adopted(adopted_check)) > 0)
                 continue;

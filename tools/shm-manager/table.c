@@ -357,7 +357,8 @@ int table_reclaim_adopted(double now) { return reclaim_adopted(now, false); }
 /* Untracked segments (a SIGKILL between shm_open and the report, or while
  * no daemon ran): adopted, so the quarantine rule above applies. */
 typedef struct scan_ctx {
-    pid_t only;
+    const pid_t *only; /* only segments named after these pids; all when n == 0 */
+    int n;
     mp__seg_users users;
     bool have_users;
 } scan_ctx;
@@ -372,8 +373,14 @@ static int scan_one(const char *name, void *arg)
     snprintf(full, sizeof full, "/%s", name);
     if (find(full))
         return 0;
-    if (c->only > 0 && atoi(name + strlen(MP__SHM_PREFIX)) != c->only)
-        return 0;
+    if (c->n > 0) {
+        pid_t creator = (pid_t)atoi(name + strlen(MP__SHM_PREFIX));
+        int k = 0;
+        while (k < c->n && c->only[k] != creator)
+            k++;
+        if (k == c->n)
+            return 0;
+    }
     if (!c->have_users) {
         if (mp__seg_users_collect(&c->users) != 0)
             return 1;
@@ -389,9 +396,9 @@ static int scan_one(const char *name, void *arg)
     return 0;
 }
 
-void table_scan(pid_t only_pid)
+void table_scan(const pid_t *only, int n)
 {
-    scan_ctx c = {.only = only_pid};
+    scan_ctx c = {.only = only, .n = n};
     mp__seg_each(scan_one, &c);
     if (c.have_users)
         mp__seg_users_free(&c.users);
