@@ -89,7 +89,7 @@ int main(int argc, char **argv)
     int sv[2], rc = bench_parse_args(argc, argv, "pool per-task cost vs a raw round trip", &o);
     if (rc)
         return rc < 0 ? 2 : 0;
-    if (mp_init(&argc, &argv) != 0)
+    if (mp_setup(&argc, &argv) != 0)
         return 1;
     c.n = bench_iters(&o, 100000);
     c.in = calloc(c.n, sizeof *c.in);

@@ -190,7 +190,7 @@ int main(int argc, char **argv)
 {
     static const char *const methods[] = {"fork", "spawn", "forkserver"};
     bench_opts o;
-    if (mp_init(&argc, &argv) != 0)
+    if (mp_setup(&argc, &argv) != 0)
         return 2;
     if (argc == 2 && strcmp(argv[1], "--noop") == 0)
         return 0; /* the posix_spawn primitive's child */

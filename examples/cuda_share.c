@@ -50,8 +50,8 @@ int main(int argc, char **argv)
     mp_msg *args = NULL;
     int n = 0, code = -1, rc;
 
-    if (mp_init(&argc, &argv) != 0)
-        return fail("mp_init");
+    if (mp_setup(&argc, &argv) != 0)
+        return fail("mp_setup");
     if ((rc = mp_cuda_device_count(&n)) != 0 || n == 0) {
         printf("skipped: no CUDA device (%s)\n", rc != 0 ? mp_last_error() : "0 devices visible");
         return 0;

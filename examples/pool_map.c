@@ -28,7 +28,7 @@ int main(int argc, char **argv)
     mp_pool *pool;
     int rc;
 
-    if (mp_init(&argc, &argv) != 0) /* a spawned worker never returns from here */
+    if (mp_setup(&argc, &argv) != 0) /* a spawned worker never returns from here */
         return 1;
     in = malloc((size_t)n * sizeof *in);
     out = malloc((size_t)n * sizeof *out);

@@ -77,7 +77,7 @@ int main(int argc, char **argv)
     mp_child_error e;
 
     /* First, before anything else: in a spawned child this runs the entry. */
-    if (mp_init(&argc, &argv) != 0)
+    if (mp_setup(&argc, &argv) != 0)
         return 2;
     if (parse(argc, argv, &mode, &method) < 0) {
         fprintf(stderr,

@@ -356,8 +356,8 @@ int main(int argc, char **argv)
     dataset d;
     char err[1024];
     int rc;
-    if (mp_init(&argc, &argv) != 0) {
-        fprintf(stderr, "dataloader: mp_init: %s\n", mp_last_error());
+    if (mp_setup(&argc, &argv) != 0) {
+        fprintf(stderr, "dataloader: mp_setup: %s\n", mp_last_error());
         return 1;
     }
     if ((rc = parse_args(argc, argv, &o)) != 0)

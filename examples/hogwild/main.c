@@ -201,8 +201,8 @@ int main(int argc, char **argv)
     dataset d;
     char err[1024];
     int rc;
-    if ((rc = mp_init(&argc, &argv)) != 0) {
-        fprintf(stderr, "hogwild: mp_init: %s\n", mp_last_error());
+    if ((rc = mp_setup(&argc, &argv)) != 0) {
+        fprintf(stderr, "hogwild: mp_setup: %s\n", mp_last_error());
         return 1;
     }
     train_options_init(&o);

@@ -65,7 +65,7 @@ typedef struct train_result {
 typedef struct run train_state;
 
 /* Checks the options against d and sets up the shared state (parameters
- * initialized from the seed). Returns 0 or a negative mp_err, after printing
+ * initialized from the seed). Returns 0 or a negative mp_error, after printing
  * why to stderr (MP_EINVAL for options that do not fit the data). */
 int train_start(const train_options *o, const dataset *d, train_state **out);
 /* Runs epoch (0-based) with the workers, then evaluates on the test set.
@@ -75,7 +75,7 @@ int train_epoch(train_state *s, int epoch);
  * NULL s is a no-op (r zeroed). */
 void train_finish(train_state *s, train_result *r);
 
-/* Trains as o says on d. Blocks until done. Returns 0, or a negative mp_err
+/* Trains as o says on d. Blocks until done. Returns 0, or a negative mp_error
  * after printing why to stderr: MP_EINVAL for options that do not fit the
  * data, MP_ECHILD with mp_spawn's error record when a worker died or failed
  * (the others are stopped), or the failing mproc call's code. */

@@ -1,6 +1,6 @@
 /* mproc — error model, version and logging.
  *
- * Every mproc call returns int: 0 on success or a negative mp_err code.
+ * Every mproc call returns int: 0 on success or a negative mp_error code.
  * Objects come back through out-parameters. After a failure,
  * mp_last_error() returns a thread-local sentence naming the failing call,
  * the system's errno text and, where one is known, the fix.
@@ -24,7 +24,7 @@ extern "C" {
 #define MP_VERSION_NUMBER \
     (MP_VERSION_MAJOR * 10000 + MP_VERSION_MINOR * 100 + MP_VERSION_PATCH)
 
-typedef enum mp_err {
+typedef enum mp_error {
     MP_OK = 0,
     MP_EINVAL = -1,      /* invalid argument */
     MP_ENOMEM = -2,      /* out of memory */
@@ -43,7 +43,7 @@ typedef enum mp_err {
     MP_EBROKEN = -15,    /* barrier broken: a member died or timed out */
     MP_EPERM = -16,      /* permission denied (peer of another user, ...) */
     MP_EOVERFLOW = -17   /* a size or count does not fit */
-} mp_err;
+} mp_error;
 
 /* Short human text for a code, e.g. "invalid argument". Never NULL. */
 const char *mp_strerror(int code);

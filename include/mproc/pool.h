@@ -52,7 +52,7 @@ typedef struct mp_async_result mp_async_result;
 typedef struct mp_imap mp_imap;
 
 /* A task: reads `in`, writes its result into `out` (an empty message the
- * runtime owns). 0 on success; non-zero fails the item (a negative mp_err
+ * runtime owns). 0 on success; non-zero fails the item (a negative mp_error
  * is passed on as such, anything else as MP_ECHILD). */
 typedef int (*mp_task_fn)(const mp_msg *in, mp_msg *out);
 

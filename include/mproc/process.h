@@ -2,9 +2,9 @@
  *
  * Entry functions are registered by name at load time with MP_ENTRY, so a
  * child started by exec (spawn) or by the forkserver finds them. Call
- * mp_init(&argc, &argv) at the top of main: in a child started by exec it
+ * mp_setup(&argc, &argv) at the top of main: in a child started by exec it
  * runs the entry and exits, never returning; in the parent it returns 0 at
- * once. Code above mp_init runs in every spawned child too (as Python code
+ * once. Code above mp_setup runs in every spawned child too (as Python code
  * above `if __name__ == '__main__':` does).
  *
  * Start methods: "fork" (the default; the child runs the entry in a copy of
@@ -54,8 +54,8 @@ int mp_register_entry(const char *name, mp_entry_fn fn);
 /* See the file comment. Returns 0 in the parent; never returns in a child
  * started by exec (spawn) nor in the forkserver. Saves argv for spawn,
  * which re-executes the program with it: spawn and forkserver fail with
- * MP_ESTATE until mp_init has run. Call it once, from main, first. */
-int mp_init(int *argc, char ***argv);
+ * MP_ESTATE until mp_setup has run. Call it once, from main, first. */
+int mp_setup(int *argc, char ***argv);
 
 /* Fails the calling child with a message that reaches the parent's error
  * record, then exits with status 1 (stdio flushed, atexit handlers not run).
@@ -89,7 +89,7 @@ int mp_get_context(const char *method, mp_context **out);
 const char *mp_context_start_method(const mp_context *ctx);
 
 /* Starts the forkserver now (idempotent) instead of on first use, e.g.
- * before creating threads or big allocations. Needs mp_init. Blocks for the
+ * before creating threads or big allocations. Needs mp_setup. Blocks for the
  * exec (a few ms). Thread-safe. */
 int mp_forkserver_start(void);
 /* Stops the forkserver: closes its connection; the server exits and is
@@ -148,7 +148,7 @@ int mp_process_create(const char *entry, mp_msg *args, const mp_process_options 
                       mp_process **out);
 /* Starts the child. Does not wait for the entry to run. Errors: MP_ESTATE
  * (started before; fork refused in a threaded process; spawn without
- * mp_init), MP_ESYS/MP_EMFILE/MP_ENOMEM (fork, exec, socket), the errors of
+ * mp_setup), MP_ESYS/MP_EMFILE/MP_ENOMEM (fork, exec, socket), the errors of
  * sending args (MP_ENOSPC, ...). On error no child is left. */
 int mp_process_start(mp_process *p);
 /* Waits until the child exits and reaps it. timeout in seconds, negative

@@ -108,7 +108,7 @@ int mp_semaphore_acquire(mp_semaphore *s, double timeout);
  * a bounded semaphore would exceed its initial value, or the count would
  * pass INT32_MAX. */
 int mp_semaphore_release(mp_semaphore *s);
-/* Permits available now (a snapshot), or a negative mp_err. */
+/* Permits available now (a snapshot), or a negative mp_error. */
 int mp_semaphore_value(const mp_semaphore *s);
 
 /* ---- Event: a flag that waiters sleep on -------------------------------- */
@@ -120,7 +120,7 @@ void mp_event_destroy(mp_event *e);
 int mp_event_set(mp_event *e);
 /* Clears the flag. */
 int mp_event_clear(mp_event *e);
-/* 1 when set, 0 when clear, or a negative mp_err. */
+/* 1 when set, 0 when clear, or a negative mp_error. */
 int mp_event_is_set(const mp_event *e);
 /* Blocks until the flag is set: 0, or MP_ETIMEDOUT. */
 int mp_event_wait(mp_event *e, double timeout);

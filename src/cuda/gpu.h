@@ -39,7 +39,7 @@ typedef struct mp__cuda_ops {
 extern mp__cuda_ops mp__cuda;
 extern const mp__cuda_ops mp__cuda_real;
 
-/* Records "<what>: <CUDA error text>" and returns the mp_err for e:
+/* Records "<what>: <CUDA error text>" and returns the mp_error for e:
  * out of memory -> MP_ENOMEM, invalid device -> MP_EINVAL, else MP_ESYS. */
 int mp__cuda_fail(cudaError_t e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Makes device current (remembering the previous one in *prev); restore

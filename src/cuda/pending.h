@@ -10,7 +10,7 @@
 
 #include "cuda/refseg.h"
 
-/* Really frees one allocation; 0 or a negative mp_err (then it stays). */
+/* Really frees one allocation; 0 or a negative mp_error (then it stays). */
 typedef int (*mp__pending_free_fn)(void *alloc);
 
 typedef struct mp__pending_entry {

@@ -1,4 +1,4 @@
-/* The child runtime (mp_init, mp_raise, the fatal-signal handler) and both
+/* The child runtime (mp_setup, mp_raise, the fatal-signal handler) and both
  * ends of the per-child status channel. */
 #include "cuda/cuda_internal.h"
 #include "process/process_internal.h"
@@ -176,7 +176,7 @@ _Noreturn void mp__child_run(int chan)
     _exit(exit_status(rc));
 }
 
-/* ---- mp_init ------------------------------------------------------------- */
+/* ---- mp_setup ------------------------------------------------------------- */
 
 static int save_argv(int argc, char **argv)
 {
@@ -185,14 +185,14 @@ static int save_argv(int argc, char **argv)
         return 0;
     copy = calloc((size_t)argc + 1, sizeof *copy);
     if (!copy)
-        return mp__error(MP_ENOMEM, "mp_init: out of memory");
+        return mp__error(MP_ENOMEM, "mp_setup: out of memory");
     for (int i = 0; i < argc; i++) {
         copy[i] = strdup(argv[i] ? argv[i] : "");
         if (!copy[i]) {
             while (i-- > 0)
                 free(copy[i]);
             free(copy);
-            return mp__error(MP_ENOMEM, "mp_init: out of memory");
+            return mp__error(MP_ENOMEM, "mp_setup: out of memory");
         }
     }
     saved_argv = copy;
@@ -212,12 +212,12 @@ static bool parse_boot_var(const char *var, int *fd, pid_t *ppid)
     return true;
 }
 
-int mp_init(int *argc, char ***argv)
+int mp_setup(int *argc, char ***argv)
 {
     int fd, rc;
     pid_t ppid;
     if (!argc || !argv || !*argv || *argc < 1)
-        return mp__error(MP_EINVAL, "mp_init: pass &argc and &argv from main");
+        return mp__error(MP_EINVAL, "mp_setup: pass &argc and &argv from main");
     rc = save_argv(*argc, *argv);
     if (rc < 0)
         return rc;

@@ -182,7 +182,7 @@ int mp__launch_exec(int chan, const char *var, bool pdeathsig, pid_t *pid, int *
     if (!pl.argv)
         return mp__error(MP_ESTATE, "mp_process_start: the spawn and forkserver start "
                                     "methods re-execute the program: call "
-                                    "mp_init(&argc, &argv) first in main");
+                                    "mp_setup(&argc, &argv) first in main");
     snprintf(value, sizeof value, "%s=3,%d", var, (int)pl.parent);
     pl.envp = build_env(value, var);
     if (!pl.envp)

@@ -80,7 +80,7 @@ void mp__child_die_with_parent(pid_t expected_parent);
 /* Makes the first backtrace() call of this process (it loads libgcc_s), so
  * that children forked afterwards do not each load it again. Idempotent. */
 void mp__backtrace_prime(void);
-/* argv saved by mp_init; NULL before. */
+/* argv saved by mp_setup; NULL before. */
 char *const *mp__saved_argv(void);
 
 /* ---- launchers (launch.c) ------------------------------------------------ */

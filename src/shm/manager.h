@@ -92,7 +92,7 @@ int mp__mgr_control_at(const char *path, const char *cmd, char **reply, double t
 const char *mp__mgr_binary(char *buf, size_t cap);
 /* Starts the daemon (it detaches itself) with one optional argument (e.g.
  * "--persistent", or NULL) and waits for it to be ready or to find another
- * one already running. Returns 0 or a negative mp_err. */
+ * one already running. Returns 0 or a negative mp_error. */
 int mp__mgr_spawn(const char *arg, double timeout);
 
 /* A valid segment name: "/mproc-" or "mproc-" then [A-Za-z0-9_-], shorter
@@ -128,7 +128,7 @@ void mp__seg_users_free(mp__seg_users *u);
  * users from u (-1 when u is NULL). MP_ENOENT when it does not exist. */
 int mp__seg_inspect(const char *name, const mp__seg_users *u, mp__seg_info *info);
 /* Calls fn for each /dev/shm/mproc-* file of this uid; stops when fn
- * returns non-zero. Returns the number visited or a negative mp_err. */
+ * returns non-zero. Returns the number visited or a negative mp_error. */
 int mp__seg_each(int (*fn)(const char *name, void *ctx), void *ctx);
 /* Whether a process with this pid exists (kill 0; EPERM counts as alive). */
 bool mp__pid_alive(pid_t pid);

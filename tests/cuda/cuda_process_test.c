@@ -1,7 +1,7 @@
 /* CUDA with the process layer: the fork guard (simulated CUDA start-up)
  * refuses the fork start method (processes and pool workers) and names
  * spawn and forkserver. In CUDA builds, on the fake device (installed before
- * mp_init, so the spawned children use it too), with spawned children and
+ * mp_setup, so the spawned children use it too), with spawned children and
  * mp_queue: a CUDA tensor passed as an argument to a child that adds 1 in
  * place; a received tensor sent on to a third process; a consumer killed
  * while holding a tensor (its reference does not pin the memory); 1000
@@ -398,11 +398,11 @@ int main(int argc, char **argv)
 #endif
     };
 #ifdef MPROC_HAVE_CUDA
-    /* Above mp_init: spawned children run it too, before their arguments
+    /* Above mp_setup: spawned children run it too, before their arguments
      * (CUDA tensors among them) are decoded. */
     fake_device_install();
 #endif
-    if (mp_init(&argc, &argv) != 0)
+    if (mp_setup(&argc, &argv) != 0)
         return 1;
 #ifdef MPROC_HAVE_CUDA
     /* Process-lifetime state before the leak snapshots. */

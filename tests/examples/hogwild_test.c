@@ -151,7 +151,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_missing_dataset_names_the_package, setup, teardown),
     };
     char err[1024];
-    if (mp_init(&argc, &argv) != 0)
+    if (mp_setup(&argc, &argv) != 0)
         return 1;
     /* Loaded once: the shared training tensors exist before every test's
      * leak snapshot, as they do in the example. */

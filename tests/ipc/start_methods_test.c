@@ -98,7 +98,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_forkserver, setup, teardown),
     };
     int rc;
-    if (mp_init(&argc, &argv) != 0)
+    if (mp_setup(&argc, &argv) != 0)
         return 1;
     rc = cmocka_run_group_tests(tests, NULL, NULL);
     mp_forkserver_stop();

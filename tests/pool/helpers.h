@@ -220,13 +220,13 @@ static inline void check_crash(mp_pool *p, int sig, const char *name)
     (void)before;
 }
 
-/* The start of each test binary's main: mp_init (spawned workers run from
+/* The start of each test binary's main: mp_setup (spawned workers run from
  * there), then a warm-up of what the leak snapshots would otherwise catch
  * growing: a thread stack in glibc's cache, the allocator's first regions. */
 static inline int pool_tests_begin(int *argc, char ***argv)
 {
     mp_pool *p;
-    if (mp_init(argc, argv) != 0)
+    if (mp_setup(argc, argv) != 0)
         return 1;
     if (mp_pool_create(1, NULL, &p) == 0)
         mp_pool_destroy(p);

@@ -114,7 +114,7 @@ MP_ENTRY(t_tensor)
     return 0;
 }
 
-/* Registered in main after mp_init: children started by exec lack it. */
+/* Registered in main after mp_setup: children started by exec lack it. */
 static int t_late(int rank, mp_msg *args)
 {
     return 0;
@@ -842,7 +842,7 @@ int main(int argc, char **argv)
         ONCE(test_fork_hazard),        ONCE(test_threads),
         ONCE(test_daemon_at_exit),
     };
-    if (mp_init(&argc, &argv) != 0)
+    if (mp_setup(&argc, &argv) != 0)
         return 1;
     if (mp_register_entry("t_late", t_late) != 0)
         return 1;

@@ -295,7 +295,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_start_methods, setup, teardown),
         cmocka_unit_test_setup_teardown(test_create_faults, setup, teardown),
     };
-    if (mp_init(&argc, &argv) != 0) /* spawned children run from here */
+    if (mp_setup(&argc, &argv) != 0) /* spawned children run from here */
         return 1;
     warm_up();
     return cmocka_run_group_tests(tests, NULL, NULL);
