@@ -47,6 +47,22 @@ void mp__error_restore(const mp__error_saved *s);
 /* Sends a line to the log hook, if one is set. */
 void mp__log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* ---- strict number parsing (src/os/parse.c) -----------------------------
+ * One rule for every number a person types: command-line options and
+ * environment variables. The whole string must be one decimal number inside
+ * [min, max]; empty strings, junk after the digits, overflow, NaN, inf and
+ * hex are refused with MP_EINVAL and a sentence that names what (an option
+ * such as "--tensors" or a variable such as "MPROC_SHM_MANAGER_GRACE"), the
+ * text given, what is wrong and the accepted range. */
+int mp__parse_ll(const char *what, const char *text, long long min, long long max,
+                 long long *out);
+int mp__parse_double(const char *what, const char *text, double min, double max, double *out);
+/* The same for $name: 0 leaves *out alone when it is unset or empty (the
+ * caller's default holds), 1 when it was set and valid, MP_EINVAL (with the
+ * variable named, and "unset it" in the fix) when it was set but bad. */
+int mp__env_ll(const char *name, long long min, long long max, long long *out);
+int mp__env_double(const char *name, double min, double max, double *out);
+
 /* ---- swappable system calls (src/os/sys.c) ----------------------------- */
 
 /* Each member has the libc signature and errno convention, except

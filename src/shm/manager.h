@@ -68,12 +68,25 @@ typedef struct mp__mgr_ring {
 /* Default grace period (seconds) after the last client is gone; override with
  * $MPROC_SHM_MANAGER_GRACE or the daemon's --grace. */
 #define MP__MGR_GRACE_DEFAULT 2.0
+#define MP__MGR_GRACE_MAX 31536000.0 /* a year: anything longer is a typo */
+/* The grace period from $MPROC_SHM_MANAGER_GRACE into *out (left alone when
+ * unset or empty); MP_EINVAL naming the variable when it is not a number in
+ * [0, MP__MGR_GRACE_MAX]. The daemon refuses to start on it, and the library
+ * checks it before starting one, so the failing call reports it. */
+int mp__mgr_grace_env(double *out);
 
 /* The private runtime directory: $MPROC_RUNTIME_DIR, else
  * $XDG_RUNTIME_DIR/mproc, else /tmp/mproc-<uid>. With create it is made mode
  * 0700 when missing. It must be a real directory (not a symlink) owned by us
  * with no group/other access, else MP_EPERM naming the problem. */
 int mp__mgr_runtime_dir(char *buf, size_t cap, bool create);
+/* The same check for `mproc doctor`: on failure also fills problem (what is
+ * wrong) and fix (the one action that matches it, e.g. `chmod 700 DIR`).
+ * A fix never tells to remove a path that mproc did not choose itself: for
+ * $MPROC_RUNTIME_DIR it says to point the variable elsewhere or unset it.
+ * *exists is false (and 0 returned) when the directory is not there yet. */
+int mp__mgr_runtime_dir_diagnose(char *buf, size_t cap, bool create, bool *exists,
+                                 char *problem, size_t pcap, char *fix, size_t fcap);
 /* <runtime dir>/<file>. */
 int mp__mgr_path(char *buf, size_t cap, const char *file, bool create);
 

@@ -26,36 +26,122 @@ extern char **environ;
 #define MPROC_INSTALL_BINDIR "/usr/local/bin"
 #endif
 
-int mp__mgr_runtime_dir(char *buf, size_t cap, bool create)
+/* Where the runtime directory is and who chose it. */
+static int runtime_dir_path(char *buf, size_t cap, bool *from_env)
 {
     const char *env = getenv("MPROC_RUNTIME_DIR");
     const char *xdg = getenv("XDG_RUNTIME_DIR");
-    struct stat st;
     int n;
-
-    if (env && *env)
+    *from_env = env && *env;
+    if (*from_env)
         n = snprintf(buf, cap, "%s", env);
     else if (xdg && xdg[0] == '/')
         n = snprintf(buf, cap, "%s/mproc", xdg);
     else
         n = snprintf(buf, cap, "/tmp/mproc-%u", (unsigned)geteuid());
     if (n < 0 || (size_t)n >= cap - sizeof(MP__MGR_SOCKET) - 1)
-        return mp__error(MP_EOVERFLOW, "shm manager: runtime directory path too long: %s", buf);
-    if (create && mkdir(buf, 0700) != 0 && errno != EEXIST)
-        return mp__errno_error(errno, "shm manager: mkdir(%s)", buf);
-    if (lstat(buf, &st) != 0)
-        return mp__errno_error(errno, "shm manager: runtime directory %s", buf);
-    if (!S_ISDIR(st.st_mode))
-        return mp__error(MP_EPERM, "shm manager: %s is not a directory; remove it", buf);
-    if (st.st_uid != geteuid())
-        return mp__error(MP_EPERM,
-                         "shm manager: %s belongs to uid %u, not to us (uid %u); "
-                         "set MPROC_RUNTIME_DIR to a private directory",
-                         buf, (unsigned)st.st_uid, (unsigned)geteuid());
-    if (st.st_mode & 077)
-        return mp__error(MP_EPERM, "shm manager: %s is mode %03o; it must be 0700 (chmod 700 %s)",
-                         buf, (unsigned)(st.st_mode & 0777), buf);
+        return mp__error(MP_EOVERFLOW,
+                         "shm manager: runtime directory path too long: %s; set "
+                         "MPROC_RUNTIME_DIR to a shorter private directory", buf);
     return 0;
+}
+
+static const char *file_kind(mode_t m)
+{
+    return S_ISLNK(m) ? "a symbolic link" : S_ISREG(m) ? "a regular file"
+         : S_ISSOCK(m) ? "a socket" : S_ISFIFO(m) ? "a FIFO" : "not a directory";
+}
+
+/* problem/fix for a directory that exists but must not be used. mproc only
+ * ever suggests removing the path it chose itself; a path the user chose
+ * through $MPROC_RUNTIME_DIR may be anything (/etc/passwd), so the fix is
+ * to point the variable elsewhere. */
+static int runtime_dir_judge(const char *dir, const struct stat *st, bool env, char *problem,
+                             size_t pcap, char *fix, size_t fcap)
+{
+    const char *var = env ? "MPROC_RUNTIME_DIR=" : "";
+    if (!S_ISDIR(st->st_mode)) {
+        snprintf(problem, pcap, "%s%s is %s, not a directory mproc made", var, dir,
+                 file_kind(st->st_mode));
+        if (env)
+            snprintf(fix, fcap, "set MPROC_RUNTIME_DIR to a private directory (yours, mode "
+                     "0700) or unset it");
+        else
+            snprintf(fix, fcap, "mproc keeps its socket in %s: if nothing of yours uses that "
+                     "name, remove it (rm %s); or set MPROC_RUNTIME_DIR to a private directory",
+                     dir, dir);
+        return MP_EPERM;
+    }
+    if (st->st_uid != geteuid()) {
+        snprintf(problem, pcap, "%s%s belongs to uid %u, not to you (uid %u)", var, dir,
+                 (unsigned)st->st_uid, (unsigned)geteuid());
+        snprintf(fix, fcap, env ? "set MPROC_RUNTIME_DIR to a directory you own (mode 0700) "
+                                  "or unset it"
+                                : "another user made it, so it cannot be trusted with mproc's "
+                                  "socket; set MPROC_RUNTIME_DIR to a private directory");
+        return MP_EPERM;
+    }
+    if (st->st_mode & 077) {
+        snprintf(problem, pcap, "%s%s is mode %04o; other users can reach mproc's socket "
+                 "there, it must be 0700", var, dir, (unsigned)(st->st_mode & 07777));
+        snprintf(fix, fcap, env ? "chmod 700 %s (if it is meant for mproc alone), or set "
+                                  "MPROC_RUNTIME_DIR to a private directory"
+                                : "chmod 700 %s", dir);
+        return MP_EPERM;
+    }
+    return 0;
+}
+
+int mp__mgr_runtime_dir_diagnose(char *buf, size_t cap, bool create, bool *exists,
+                                 char *problem, size_t pcap, char *fix, size_t fcap)
+{
+    struct stat st;
+    bool env;
+    int rc = runtime_dir_path(buf, cap, &env);
+    *exists = false;
+    if (rc < 0) {
+        snprintf(problem, pcap, "%s", mp_last_error());
+        snprintf(fix, fcap, "set MPROC_RUNTIME_DIR to a shorter private directory");
+        return rc;
+    }
+    if (create && mkdir(buf, 0700) != 0 && errno != EEXIST) {
+        rc = mp__errno_error(errno, "shm manager: mkdir(%s)", buf);
+        snprintf(problem, pcap, "%s", mp_last_error());
+        snprintf(fix, fcap, env ? "set MPROC_RUNTIME_DIR to a directory that can be created, "
+                                  "or unset it" : "check that its parent directory exists "
+                                  "and is writable, or set MPROC_RUNTIME_DIR");
+        return rc;
+    }
+    if (lstat(buf, &st) != 0) {
+        if (errno == ENOENT && !create)
+            return 0;
+        rc = mp__errno_error(errno, "shm manager: runtime directory %s", buf);
+        snprintf(problem, pcap, "%s", mp_last_error());
+        snprintf(fix, fcap, "set MPROC_RUNTIME_DIR to a private directory");
+        return rc;
+    }
+    *exists = true;
+    rc = runtime_dir_judge(buf, &st, env, problem, pcap, fix, fcap);
+    if (rc < 0)
+        return mp__error(rc, "shm manager: %s; %s", problem, fix);
+    return 0;
+}
+
+int mp__mgr_runtime_dir(char *buf, size_t cap, bool create)
+{
+    char problem[512], fix[512];
+    bool exists;
+    int rc = mp__mgr_runtime_dir_diagnose(buf, cap, create, &exists, problem, sizeof problem,
+                                          fix, sizeof fix);
+    if (rc == 0 && !exists)
+        return mp__error(MP_ENOENT, "shm manager: runtime directory %s does not exist", buf);
+    return rc;
+}
+
+int mp__mgr_grace_env(double *out)
+{
+    int rc = mp__env_double("MPROC_SHM_MANAGER_GRACE", 0, MP__MGR_GRACE_MAX, out);
+    return rc < 0 ? rc : 0;
 }
 
 int mp__mgr_path(char *buf, size_t cap, const char *file, bool create)
@@ -225,6 +311,13 @@ int mp__mgr_spawn(const char *arg, double timeout)
     pid_t pid, w;
     struct timespec ts = {0, 5 * 1000 * 1000};
 
+    char why[512];
+    double grace;
+    int rc = mp__mgr_grace_env(&grace);
+    if (rc < 0) { /* the daemon would refuse it: say why here, not in its log */
+        snprintf(why, sizeof why, "%s", mp_last_error());
+        return mp__error(rc, "shm manager: cannot start the daemon: %s", why);
+    }
     mp__mgr_binary(bin, sizeof bin);
     argv[0] = bin;
     argv[1] = (char *)arg;
