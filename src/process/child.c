@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 /* The status channel of this process when it is an mproc child, and the
@@ -84,17 +85,29 @@ _Noreturn void mp_raise(const char *fmt, ...)
     child_vfail(fmt ? fmt : "(null)", ap);
 }
 
-static void on_fatal_signal(int sig)
+/* The interrupted instruction, to cut the handler's frames off the trace. */
+static uintptr_t fault_pc(const void *uctx)
+{
+    const ucontext_t *uc = uctx;
+#if defined(__x86_64__)
+    return (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
+#elif defined(__aarch64__)
+    return (uintptr_t)uc->uc_mcontext.pc;
+#else
+    (void)uc;
+    return 0;
+#endif
+}
+
+static void on_fatal_signal(int sig, siginfo_t *info, void *uctx)
 {
     int saved = errno;
+    (void)info;
     if (is_child()) {
         char hdr[16];
-        void *frames[64];
         int n = snprintf(hdr, sizeof hdr, "%c%c%d", MP__REC_MARK, MP__REC_SIGNAL, sig);
         send(child_chan, hdr, (size_t)n, MSG_NOSIGNAL);
-        n = backtrace(frames, 64);
-        /* One writev per frame: each line is one record. */
-        backtrace_symbols_fd(frames, n, child_chan);
+        mp__backtrace_send(child_chan, fault_pc(uctx));
         hdr[1] = MP__REC_END;
         send(child_chan, hdr, 2, MSG_NOSIGNAL);
     }
@@ -124,8 +137,8 @@ static void install_fatal_handlers(void)
     mp__backtrace_prime();
     sigaltstack(&ss, NULL); /* stack overflows too */
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_fatal_signal;
-    sa.sa_flags = SA_RESETHAND | SA_ONSTACK;
+    sa.sa_sigaction = on_fatal_signal;
+    sa.sa_flags = SA_SIGINFO | SA_RESETHAND | SA_ONSTACK;
     sigemptyset(&sa.sa_mask);
     sigaddset(&sa.sa_mask, SIGPIPE);
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
@@ -236,7 +249,7 @@ int mp_setup(int *argc, char ***argv)
 
 /* ---- parent side --------------------------------------------------------- */
 
-static void append_line(mp__status *st, const char *line, size_t len)
+void mp__status_append(mp__status *st, const char *line, size_t len)
 {
     char *bt;
     if (st->bt_len + len + 2 > MP__BACKTRACE_MAX)
@@ -268,15 +281,19 @@ static void handle_record(mp__status *st, const char *rec, size_t len)
             st->in_backtrace = true;
             st->failed = true;
             return;
+        case MP__REC_FRAME:
+            mp__backtrace_add_frame(st, rec + 2, len - 2);
+            return;
         case MP__REC_END:
             st->in_backtrace = false;
+            mp__backtrace_finish(st);
             return;
         default:
             break;
         }
     }
     if (st->in_backtrace)
-        append_line(st, rec, len);
+        mp__status_append(st, rec, len);
 }
 
 void mp__status_drain(int chan, mp__status *st)
@@ -296,6 +313,7 @@ void mp__status_drain(int chan, mp__status *st)
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             return;
         st->eof = true; /* 0: the child's end is closed; < 0: reset */
+        mp__backtrace_finish(st); /* it died inside its handler: what came */
     }
 }
 
@@ -304,4 +322,5 @@ void mp__status_free(mp__status *st)
     free(st->backtrace);
     st->backtrace = NULL;
     st->bt_len = 0;
+    mp__backtrace_free(st);
 }

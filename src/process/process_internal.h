@@ -34,12 +34,16 @@ int mp__fork_check(const char *call);
  * Each child holds one end of a SOCK_SEQPACKET pair; the parent polls the
  * other. Parent -> child: the boot record, then the argument message.
  * Child -> parent: records that start with MP__REC_MARK and a type byte;
- * after MP__REC_SIGNAL, every record up to MP__REC_END is one backtrace line
- * written by backtrace_symbols_fd. */
+ * after MP__REC_SIGNAL come MP__REC_FRAME records, one per stack frame
+ * ("PC BASE PATH" in hex: the address, the load address of the file it is
+ * in, that file), then MP__REC_END; the parent symbolizes them (backtrace.c). */
 #define MP__REC_MARK '\001'
 #define MP__REC_RAISE 'R'
 #define MP__REC_SIGNAL 'S'
+#define MP__REC_FRAME 'F'
 #define MP__REC_END 'E'
+#define MP__FRAMES_MAX 48
+#define MP__FRAME_PATH_MAX 1024
 #define MP__BOOT_MAGIC 0x6d70626fu /* "mpbo" */
 #define MP__MESSAGE_MAX 2048
 
@@ -55,11 +59,19 @@ typedef struct mp__boot {
     char entry[MP_ENTRY_NAME_MAX + 1];
 } mp__boot;
 
+/* One raw frame from a dying child, until the parent symbolizes it. */
+typedef struct mp__frame {
+    uintptr_t pc, base;
+    char *path; /* malloc'd; NULL when the address is in no file */
+} mp__frame;
+
 /* What the parent learned from a child's status channel. */
 typedef struct mp__status {
     char message[MP__MESSAGE_MAX];
     char *backtrace; /* malloc'd, NUL-terminated; NULL until a line came */
     size_t bt_len;
+    mp__frame *frames; /* raw frames not yet symbolized */
+    int nframes;
     bool in_backtrace;
     bool failed; /* a raise or signal record arrived */
     bool eof;
@@ -69,6 +81,21 @@ typedef struct mp__status {
  * or on an error of the socket. */
 void mp__status_drain(int chan, mp__status *st);
 void mp__status_free(mp__status *st);
+/* Appends one line (a newline is added) to st->backtrace. */
+void mp__status_append(mp__status *st, const char *line, size_t len);
+
+/* ---- fatal-signal backtraces (backtrace.c) --------------------------------
+ * Child, inside its fatal-signal handler (async-signal-safe): sends one
+ * MP__REC_FRAME per frame from fault_pc (the interrupted instruction; 0 if
+ * unknown) outwards. */
+void mp__backtrace_send(int chan, uintptr_t fault_pc);
+/* Parent: keeps one frame record (without its two-byte header). */
+void mp__backtrace_add_frame(mp__status *st, const char *rec, size_t len);
+/* Parent: symbolizes the frames kept so far with libdw into st->backtrace,
+ * one "#N  function at file:line (module+0xoffset)" line each (parts libdw
+ * cannot resolve are left out); no-op without frames. */
+void mp__backtrace_finish(mp__status *st);
+void mp__backtrace_free(mp__status *st);
 
 /* ---- child side (child.c) --------------------------------------------------
  * Runs the child: reads the boot record and args from chan, runs the entry,
