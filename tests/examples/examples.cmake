@@ -11,6 +11,7 @@ endfunction()
 mproc_example_test(mlp_test mlp.c)
 mproc_example_test(idx_test idx.c)
 mproc_example_test(hogwild_test data.c idx.c mlp.c progress.c train.c worker.c)
+mproc_example_test(progress_test progress.c)
 # The dataloader's loader.c, with the hogwild sources it uses.
 mproc_example_test(augment_test data.c idx.c ../dataloader/loader.c)
 if(TARGET augment_test)
