@@ -12,6 +12,7 @@
  * instead would malloc and take locks inside a signal handler. */
 #include "process/process_internal.h"
 
+#include <dwarf.h>
 #include <elfutils/libdwfl.h>
 #include <errno.h>
 #include <execinfo.h>
@@ -222,7 +223,30 @@ static Dwfl *report_modules(const mp__status *st)
     return dwfl;
 }
 
-/* "#3  fn at /src/file.c:42 (module+0x1a2b)", fewer parts when unknown. */
+/* The innermost inlined function at a (DWARF scopes), into buf; false when
+ * a is not inside an inlined call (or there is no DWARF). */
+static bool inlined_name(Dwfl_Module *m, Dwarf_Addr a, char *buf, size_t cap)
+{
+    Dwarf_Addr bias = 0;
+    Dwarf_Die *cu = dwfl_module_addrdie(m, a, &bias), *scopes = NULL;
+    int n = cu ? dwarf_getscopes(cu, a - bias, &scopes) : 0;
+    bool found = false;
+    for (int i = 0; i < n && !found; i++) {
+        int tag = dwarf_tag(&scopes[i]);
+        const char *name = dwarf_diename(&scopes[i]); /* follows abstract_origin */
+        if (tag == DW_TAG_subprogram)
+            break;
+        if (tag == DW_TAG_inlined_subroutine && name) {
+            snprintf(buf, cap, "%s", name);
+            found = true;
+        }
+    }
+    free(scopes);
+    return found;
+}
+
+/* "#3  fn at /src/file.c:42 (module+0x1a2b)", fewer parts when unknown;
+ * "#0  inner (inlined into fn) at ..." when the line is in inlined code. */
 static void format_frame(Dwfl *dwfl, int i, const mp__frame *f, char *buf, size_t cap)
 {
     /* Frame 0 is the faulting instruction; the others are return addresses,
@@ -235,8 +259,14 @@ static void format_frame(Dwfl *dwfl, int i, const mp__frame *f, char *buf, size_
     int lineno = 0, n;
     if (line)
         file = dwfl_lineinfo(line, NULL, &lineno, NULL, NULL, NULL);
+    char inl[256];
     /* "__libc_start_main@@GLIBC_2.34": the version says nothing here. */
-    n = snprintf(buf, cap, "#%-2d %.*s", i, fn ? (int)strcspn(fn, "@") : 2, fn ? fn : "??");
+    if (fn && inlined_name(m, a, inl, sizeof inl))
+        n = snprintf(buf, cap, "#%-2d %s (inlined into %.*s)", i, inl, (int)strcspn(fn, "@"),
+                     fn);
+    else
+        n = snprintf(buf, cap, "#%-2d %.*s", i, fn ? (int)strcspn(fn, "@") : 2,
+                     fn ? fn : "??");
     if (file && n >= 0 && (size_t)n < cap)
         n += snprintf(buf + n, cap - (size_t)n, " at %s:%d", file, lineno);
     if (n >= 0 && (size_t)n < cap) {
