@@ -54,7 +54,9 @@ int mp_register_entry(const char *name, mp_entry_fn fn);
 /* See the file comment. Returns 0 in the parent; never returns in a child
  * started by exec (spawn) nor in the forkserver. Saves argv for spawn,
  * which re-executes the program with it: spawn and forkserver fail with
- * MP_ESTATE until mp_setup has run. Call it once, from main, first. */
+ * MP_ESTATE until mp_setup has run. Call it once, from main, first.
+ * MP_EINVAL when MPROC_SPAWN or MPROC_FORKSERVER (set by mproc in the
+ * children it starts) is in the environment but malformed: unset it. */
 int mp_setup(int *argc, char ***argv);
 
 /* Fails the calling child with a message that reaches the parent's error

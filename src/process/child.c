@@ -5,6 +5,7 @@
 #include "wire/wire.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <execinfo.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -212,17 +213,35 @@ static int save_argv(int argc, char **argv)
     return 0;
 }
 
-/* "FD,PPID" from var; false when absent or malformed. */
-static bool parse_boot_var(const char *var, int *fd, pid_t *ppid)
+/* "FD,PPID" from var: 1 when set (and unset now), 0 when absent, MP_EINVAL
+ * when malformed: mproc sets it for the programs it starts, so a bad value
+ * is a stray variable the user should unset, not a reason to guess. */
+static int parse_boot_var(const char *var, int *fd, pid_t *ppid)
 {
-    const char *v = getenv(var);
-    int f, p, used = 0;
-    if (!v || sscanf(v, "%d,%d%n", &f, &p, &used) != 2 || v[used] != '\0' || f < 0 || p <= 0)
-        return false;
-    *fd = f;
-    *ppid = (pid_t)p;
-    unsetenv(var); /* grandchildren started by the entry are not ours */
-    return true;
+    const char *v = getenv(var), *comma;
+    char what[64], text[32], why[512];
+    long long f, p;
+    if (!v)
+        return 0;
+    comma = strchr(v, ',');
+    if (!comma || (size_t)(comma - v) >= sizeof text)
+        return mp__error(MP_EINVAL, "mp_setup: environment variable %s=\"%s\" is not FD,PPID; "
+                         "mproc sets it only in the children it starts: unset it", var, v);
+    memcpy(text, v, (size_t)(comma - v));
+    text[comma - v] = '\0';
+    snprintf(what, sizeof what, "%s (its FD part)", var);
+    if (mp__parse_ll(what, text, 0, INT_MAX, &f) == 0) {
+        snprintf(what, sizeof what, "%s (its PPID part)", var);
+        if (mp__parse_ll(what, comma + 1, 1, INT_MAX, &p) == 0) {
+            *fd = (int)f;
+            *ppid = (pid_t)p;
+            unsetenv(var); /* grandchildren started by the entry are not ours */
+            return 1;
+        }
+    }
+    snprintf(why, sizeof why, "%s", mp_last_error());
+    return mp__error(MP_EINVAL, "mp_setup: environment variable %s; mproc sets it only in the "
+                     "children it starts: unset it", why);
 }
 
 int mp_setup(int *argc, char ***argv)
@@ -234,11 +253,15 @@ int mp_setup(int *argc, char ***argv)
     rc = save_argv(*argc, *argv);
     if (rc < 0)
         return rc;
-    if (parse_boot_var("MPROC_SPAWN", &fd, &ppid)) {
+    if ((rc = parse_boot_var("MPROC_SPAWN", &fd, &ppid)) < 0)
+        return rc;
+    if (rc > 0) {
         mp__child_die_with_parent(ppid);
         mp__child_run(fd);
     }
-    if (parse_boot_var("MPROC_FORKSERVER", &fd, &ppid)) {
+    if ((rc = parse_boot_var("MPROC_FORKSERVER", &fd, &ppid)) < 0)
+        return rc;
+    if (rc > 0) {
         /* No PDEATHSIG (see forkserver.c): EOF on fd says the parent died. */
         if (getppid() != ppid)
             _exit(1);

@@ -154,6 +154,18 @@ static int take_lock(const char *path)
     return -1;
 }
 
+/* getopt_long's '?' or ':' for arg: says which option and why; exit 2. */
+static int bad_option(int c, const char *arg)
+{
+    const char *what = c == ':' ? "a value is missing after" : "unknown option";
+    if (optopt && strncmp(arg, "--", 2) != 0) /* optopt names a short option */
+        fprintf(stderr, "mproc-shm-manager: %s -%c\n", what, optopt);
+    else
+        fprintf(stderr, "mproc-shm-manager: %s %.*s\n", what, (int)strcspn(arg, "="), arg);
+    usage(stderr);
+    return 2;
+}
+
 /* Options and $MPROC_SHM_MANAGER_GRACE into cfg; -1 to go on, else the
  * exit status (0 after --help/--version, 2 on a bad value). A bad variable
  * is refused even with --grace: it would bite the next start without one. */
@@ -191,16 +203,8 @@ static int parse_args(int argc, char **argv, loop_config *cfg, bool *foreground)
         case 'V':
             printf("mproc-shm-manager %s (libmproc %s)\n", MP_VERSION_STRING, mp_version());
             return 0;
-        default: /* optopt: the short option at fault; 0 for a long one */
-            if (optopt)
-                fprintf(stderr, "mproc-shm-manager: %s -%c\n",
-                        c == ':' ? "a value is missing after" : "unknown option", optopt);
-            else
-                fprintf(stderr, "mproc-shm-manager: %s %s\n",
-                        c == ':' ? "a value is missing after" : "unknown option",
-                        argv[optind - 1]);
-            usage(stderr);
-            return 2;
+        default:
+            return bad_option(c, argv[optind - 1]);
         }
     }
     if (optind != argc) {
