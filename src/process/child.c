@@ -309,7 +309,6 @@ static void handle_record(mp__status *st, const char *rec, size_t len)
             return;
         case MP__REC_END:
             st->in_backtrace = false;
-            mp__backtrace_finish(st);
             return;
         default:
             break;
@@ -336,7 +335,6 @@ void mp__status_drain(int chan, mp__status *st)
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             return;
         st->eof = true; /* 0: the child's end is closed; < 0: reset */
-        mp__backtrace_finish(st); /* it died inside its handler: what came */
     }
 }
 

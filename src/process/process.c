@@ -403,6 +403,9 @@ int mp_process_error(mp_process *p, mp_child_error *out)
     out->signal = p->exitcode < 0 ? -p->exitcode : 0;
     out->signal_name = mp__signal_name(out->signal, p->signame, sizeof p->signame);
     out->message = p->status.message;
+    /* Symbolized here, once, not when the frames arrive: it reads DWARF
+     * (tens of ms), which the failure notification should not wait for. */
+    mp__backtrace_finish(&p->status);
     out->backtrace = p->status.backtrace ? p->status.backtrace : "";
     out->name = p->name;
     return 0;

@@ -91,7 +91,9 @@ void mp__status_append(mp__status *st, const char *line, size_t len);
 void mp__backtrace_send(int chan, uintptr_t fault_pc);
 /* Parent: keeps one frame record (without its two-byte header). */
 void mp__backtrace_add_frame(mp__status *st, const char *rec, size_t len);
-/* Parent: symbolizes the frames kept so far with libdw into st->backtrace,
+/* Parent (mp_process_error, lazily): symbolizes the frames kept so far, all
+ * that arrived even if the child died before its end record, with libdw
+ * into st->backtrace,
  * one "#N  function at file:line (module+0xoffset)" line each (parts libdw
  * cannot resolve are left out); no-op without frames. */
 void mp__backtrace_finish(mp__status *st);
