@@ -137,7 +137,11 @@ typedef struct mp_child_error {
     int signal;              /* the signal that killed it, or 0 */
     const char *signal_name; /* "SIGSEGV", or "" */
     const char *message;     /* the mp_raise text, or "" */
-    const char *backtrace;   /* lines from the fatal-signal handler, or "" */
+    /* For a fatal signal, one line per frame, innermost first, symbolized
+     * by the parent from the program's symbols and DWARF:
+     * "#0  fn at file.c:42 (module+0x1a2b)"; "#N  ?? (module+0x...)" where
+     * nothing resolves. "" otherwise. */
+    const char *backtrace;
     const char *name;        /* the process name */
 } mp_child_error;
 
