@@ -182,7 +182,7 @@ static void check_manager(bool usable_dir)
     char *reply = NULL, dir[256] = "?";
     int rc;
     if (!usable_dir) {
-        add("shm_manager", FAIL, "fix runtime_dir above first",
+        add("shm_manager", FAIL, "fix the runtime_dir check first",
             "mproc-shm-manager cannot run: its runtime directory is unusable");
         return;
     }
