@@ -52,9 +52,7 @@ int progress_columns(int fd)
     return 80;
 }
 
-/* The figures after the bar, at a level from 4 (all) down to 0 (none):
- * samples/s go first as the width shrinks, then the count, the loss, the
- * ETA, so the bar (the point of it) stays longest. */
+/* snprintf at buf + *n that stops at cap instead of running past it. */
 static void append(char *buf, size_t cap, int *n, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static void append(char *buf, size_t cap, int *n, const char *fmt, ...)
@@ -70,6 +68,9 @@ static void append(char *buf, size_t cap, int *n, const char *fmt, ...)
         *n = (size_t)(*n + k) >= cap ? (int)cap - 1 : *n + k;
 }
 
+/* The figures after the bar, at a level from 4 (all) down to 0 (none):
+ * samples/s go first as the width shrinks, then the count, the loss, the
+ * ETA, so the bar (the point of it) stays longest. */
 static int tail_text(char *buf, size_t cap, const progress_figures *f, int level)
 {
     int n = 0;

@@ -298,7 +298,7 @@ static void test_option_syntax(void **state)
     assert_int_equal(MPROC("shm", "ls", "--prefix=/mproc-0-none", "--json"), 0);
     assert_out("{\"segments\":[]}\n");
     /* -V / --version anywhere a command is expected */
-    const char *const version[][3] = {{"-V"}, {"--version"}, {"version", "-V"}, {"doctor", "-V"},
+    const char *const version[][4] = {{"-V"}, {"--version"}, {"version", "-V"}, {"doctor", "-V"},
                                       {"shm", "ls", "--version"}};
     for (size_t i = 0; i < sizeof version / sizeof version[0]; i++) {
         assert_int_equal(run_mproc(0, version[i]), 0);
