@@ -1,6 +1,8 @@
-/* CUDA IPC end to end on a fake device (tests/cuda/fake_device.h), so the
- * whole path — IPC handles, events, the shared count, the pending list, the
- * handle cache, re-sending, dead consumers and a producer that exits first —
+/* CUDA IPC end to end on the fake CUDA runtime (tests/cuda/fake_cudart.c,
+ * loaded by mproc's own loader through MPROC_CUDART: tests/cuda/fake_device.h),
+ * so the whole path — the runtime table, IPC handles, events, the shared
+ * count, the pending list, the handle cache, re-sending, dead consumers, a
+ * producer that exits first, and the device count asked once per process —
  * runs on machines without a GPU. Processes are forked (the fake device,
  * unlike CUDA, survives fork) and attachments cross a SOCK_SEQPACKET pair
  * through the kind's own encode/decode. The same scenarios on a real GPU are
