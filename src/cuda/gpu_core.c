@@ -46,6 +46,17 @@ static int32_t cached_count(void)
     return v;
 }
 
+/* The (cached) count in *n, or the (cached) failure, told for caller. */
+static int device_count(const char *caller, int *n)
+{
+    int32_t v = cached_count();
+    if (v < 0)
+        return mp__cuda_fail((cudaError_t)-v, "%s: no usable CUDA driver (is the NVIDIA driver "
+                                              "installed and a GPU visible?)", caller);
+    *n = v;
+    return 0;
+}
+
 int mp_cuda_device_count(int *count)
 {
     int rc;
@@ -55,12 +66,7 @@ int mp_cuda_device_count(int *count)
         return rc;
     if (!count)
         return mp__error(MP_EINVAL, "mp_cuda_device_count: count is NULL");
-    int32_t v = cached_count();
-    if (v < 0)
-        return mp__cuda_fail((cudaError_t)-v, "mp_cuda_device_count: no usable CUDA driver (is "
-                                              "the NVIDIA driver installed and a GPU visible?)");
-    *count = v;
-    return 0;
+    return device_count("mp_cuda_device_count", count);
 }
 
 bool mp_cuda_is_available(void)
@@ -71,15 +77,11 @@ bool mp_cuda_is_available(void)
 
 int mp__cuda_device_enter(int device, int *prev, const char *caller)
 {
-    int rc;
+    int n = 0, rc;
     cudaError_t e;
     *prev = -1;
-    if ((rc = mp__cuda_load(caller)) < 0)
+    if ((rc = mp__cuda_load(caller)) < 0 || (rc = device_count(caller, &n)) < 0)
         return rc;
-    int32_t n = cached_count();
-    if (n < 0)
-        return mp__cuda_fail((cudaError_t)-n, "%s: no usable CUDA driver (is the NVIDIA driver "
-                                              "installed and a GPU visible?)", caller);
     if (device < 0 || device >= n)
         return mp__error(MP_EINVAL, "%s: CUDA device %d does not exist (%d visible)", caller,
                          device, n);
@@ -102,8 +104,6 @@ void mp__cuda_device_leave(int prev)
 int mp_cuda_synchronize(int device)
 {
     int prev, rc;
-    if ((rc = mp__cuda_load("mp_cuda_synchronize")) < 0)
-        return rc;
     if ((rc = mp__cuda_device_enter(device, &prev, "mp_cuda_synchronize")) < 0)
         return rc;
     cudaError_t e = mp__cuda.DeviceSynchronize();
