@@ -142,7 +142,7 @@ static void check_scm_rights(void)
 
 static void check_manager(void)
 {
-    char *reply = NULL, dir[256] = "?";
+    char *reply = NULL, dir[256] = "?", bin[4096];
     int rc = mp__mgr_control("STATUS", &reply, 2.0);
     mp__mgr_runtime_dir(dir, sizeof dir, false);
     if (rc == 0) {
@@ -156,11 +156,21 @@ static void check_manager(void)
             segs = atoi(p + 9);
         add("shm_manager", OK, NULL, "mproc-shm-manager runs (pid %d, %d clients, %d segments) in %s",
             pid, clients, segs, dir);
+    } else if (rc == MP_ENOENT && mp__mgr_binary(bin, sizeof bin) < 0) {
+        /* Then the library cannot start it either: leak protection is off. */
+        add("shm_manager", FAIL,
+            getenv("MPROC_SHM_MANAGER")
+                ? "point MPROC_SHM_MANAGER at an executable mproc-shm-manager, or unset it"
+                : "install mproc-shm-manager where the library looks for it (<prefix>/libexec/"
+                  "mproc/ of libmproc's install prefix), or set "
+                  "MPROC_SHM_MANAGER=/path/to/mproc-shm-manager",
+            "mproc-shm-manager is not running and cannot be started: %s", mp_last_error());
     } else if (rc == MP_ENOENT) {
         add("shm_manager", INFO,
             "nothing to do: the library starts it when a process first uses file_system "
             "(or run `mproc shm-manager start`)",
-            "mproc-shm-manager is not running (runtime directory %s)", dir);
+            "mproc-shm-manager is not running (runtime directory %s); it starts on demand "
+            "from %s", dir, bin);
     } else {
         add("shm_manager", FAIL, "see the log in the runtime directory; `mproc shm-manager stop`",
             "mproc-shm-manager does not answer: %s", mp_last_error());
