@@ -76,7 +76,7 @@ deb: deps
 # The packages unpacked into a scratch root: the README example builds with
 # pkg-config and runs, and the packaged daemon reclaims a killed producer's segment.
 deb-test: deb
-	sh tests/build/deb_test.sh $(CURDIR) $(CURDIR)/$(DEB_BUILD) cc
+	@sh tests/build/private_shm.sh sh tests/build/deb_test.sh $(CURDIR) $(CURDIR)/$(DEB_BUILD) cc
 
 # The API reference (Doxygen) in $(BUILD)/docs/html; fails on an undocumented
 # public function.

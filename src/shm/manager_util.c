@@ -262,8 +262,12 @@ int mp__mgr_binary(char *buf, size_t cap)
      * in one folder) holds it. No absolute path is compiled in. */
     snprintf(buf, cap, "%s/%s/%s", dir,
              program ? MPROC_LIBEXEC_FROM_BINDIR : MPROC_LIBEXEC_FROM_LIBDIR, DAEMON_NAME);
-    if (access(buf, X_OK) == 0)
+    if (access(buf, X_OK) == 0) {
+        /* <prefix>/libexec/..., not <prefix>/lib/../libexec/..., in messages */
+        if (realpath(buf, next) && strlen(next) < cap)
+            memcpy(buf, next, strlen(next) + 1);
         return 0;
+    }
     snprintf(next, sizeof next, "%s/%s", dir, DAEMON_NAME);
     if (access(next, X_OK) == 0) {
         if ((size_t)snprintf(buf, cap, "%s", next) >= cap)
