@@ -51,7 +51,7 @@ demo: configure
 	@$(CMAKE_BUILD) $(BUILD) -j $(JOBS) --target hogwild mproc-shm-manager_tool \
 	    >$(BUILD)/demo-build.log 2>&1 || \
 	    { cat $(BUILD)/demo-build.log; exit 1; }
-	@$(BUILD)/hogwild
+	$(BUILD)/hogwild
 
 # The bench runner when it exists, else every bench_<name>, one JSON file each.
 bench: build
