@@ -246,6 +246,9 @@ int mp__mgr_binary(char *buf, size_t cap)
     bool program = false;
     int rc;
 
+    if (env && strcmp(env, "none") == 0)
+        return mp__error(MP_ENOENT, "shm manager: turned off (MPROC_SHM_MANAGER=none); unset "
+                         "MPROC_SHM_MANAGER to protect file_system segments against leaks");
     if (env && *env) {
         if ((size_t)snprintf(buf, cap, "%s", env) >= cap)
             return mp__error(MP_EOVERFLOW, "shm manager: MPROC_SHM_MANAGER is too long");

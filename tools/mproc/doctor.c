@@ -156,6 +156,11 @@ static void check_manager(void)
             segs = atoi(p + 9);
         add("shm_manager", OK, NULL, "mproc-shm-manager runs (pid %d, %d clients, %d segments) in %s",
             pid, clients, segs, dir);
+    } else if (rc == MP_ENOENT && getenv("MPROC_SHM_MANAGER") &&
+               strcmp(getenv("MPROC_SHM_MANAGER"), "none") == 0) {
+        add("shm_manager", WARN, "unset MPROC_SHM_MANAGER to turn leak protection back on",
+            "MPROC_SHM_MANAGER=none: the library starts no daemon, so file_system segments of "
+            "killed processes are not reclaimed");
     } else if (rc == MP_ENOENT && mp__mgr_binary(bin, sizeof bin) < 0) {
         /* Then the library cannot start it either: leak protection is off. */
         add("shm_manager", FAIL,
