@@ -235,6 +235,8 @@ static int self_dir(char *dir, size_t cap, bool *program)
     }
     if ((size_t)snprintf(dir, cap, "%s", file) >= cap)
         return mp__error(MP_EOVERFLOW, "shm manager: path too long: %s", file);
+    if (!strrchr(dir, '/'))
+        return mp__error(MP_ESYS, "shm manager: libmproc's path \"%s\" has no folder", dir);
     *strrchr(dir, '/') = '\0';
     return 0;
 }

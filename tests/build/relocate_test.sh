@@ -9,7 +9,8 @@
 #     each start the installed daemon, which reclaims their segments after
 #     they are SIGKILLed, with nothing said on stderr;
 #   - without the daemon, `mproc doctor` fails with the fix, and a producer
-#     says "not protected against leaks" exactly once on stderr.
+#     says "not protected against leaks" exactly once on stderr, or only to
+#     its log hook when it set one.
 # CTest runs it through private_shm.sh (its own /dev/shm when root).
 # usage: relocate_test.sh SOURCE_DIR CC CMAKE
 set -eu
@@ -66,7 +67,7 @@ start() {
   rt=$tmp/rt-$2
   mkdir -m 700 "$rt"
   : >"$tmp/$2.out"
-  MPROC_RUNTIME_DIR=$rt "$1" >"$tmp/$2.out" 2>"$tmp/$2.err" &
+  MPROC_RUNTIME_DIR=$rt $1 >"$tmp/$2.out" 2>"$tmp/$2.err" &
   pid=$!
   pids="$pids $pid"
   i=0
@@ -120,5 +121,13 @@ n=$(grep -c 'mproc: warning: file_system segments are not protected against leak
 [ "$n" = 1 ] || { cat "$tmp/nodaemon.err"; fail "no daemon: said $n times on stderr, not once"; }
 grep -q 'libexec/mproc/mproc-shm-manager' "$tmp/nodaemon.err" ||
   { cat "$tmp/nodaemon.err"; fail "the warning does not say where the daemon was looked for"; }
+# with a log hook the warning goes there, not to stderr
+start "$tmp/fs_leak_shared --hook" hooked
+kill -9 $pid
+wait $pid 2>/dev/null || true
+rm -f /dev/shm/mproc-$pid-*
+grep -q '^hook: file_system segments are not protected against leaks' "$tmp/hooked.out" ||
+  { cat "$tmp/hooked.out"; fail "no daemon, log hook set: the hook heard nothing"; }
+[ ! -s "$tmp/hooked.err" ] || { cat "$tmp/hooked.err"; fail "log hook set, yet stderr was used"; }
 mv "$tmp/hidden" "$daemon"
 echo "ok: relocated install works without its build tree; doctor and the library report a missing daemon"
