@@ -86,12 +86,12 @@ docs: configure
 # Release builds with gcc and clang (warnings are errors with WERROR=ON).
 compilers: deps
 	@for cc in gcc clang; do \
-	    echo "== Release build with $$cc"; \
-	    $(CONFIGURE) -S . -B build-release-$$cc -DCMAKE_BUILD_TYPE=Release \
-	        -DCMAKE_C_COMPILER=$$cc -DCMAKE_CXX_COMPILER=$$(echo $$cc | sed 's/gcc/g++/;s/clang$$/clang++/') \
-	        >/dev/null && \
-	    $(CMAKE_BUILD) build-release-$$cc -j $(JOBS) >build-release-$$cc.log 2>&1 || \
-	        { cat build-release-$$cc.log; exit 1; }; \
+	    echo "== Release build with $$cc"; mkdir -p build-release-$$cc; \
+	    $(CONFIGURE) -S . -B build-release-$$cc -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=$$cc \
+	        -DCMAKE_CXX_COMPILER=$$(echo $$cc | sed 's/gcc/g++/;s/clang$$/clang++/') \
+	        >build-release-$$cc/build.log 2>&1 && \
+	    $(CMAKE_BUILD) build-release-$$cc -j $(JOBS) >>build-release-$$cc/build.log 2>&1 || \
+	        { cat build-release-$$cc/build.log; exit 1; }; \
 	done
 
 # What .ci/run runs: the suite twice, Release builds with gcc and clang, the
