@@ -56,7 +56,9 @@ const char *mp_err_name(int code);
  * mproc call in the same thread. */
 const char *mp_last_error(void);
 
-/* Library version, "MAJOR.MINOR.PATCH", of the linked library. */
+/* Library version, "MAJOR.MINOR.PATCH", of the linked library: the
+ * MP_VERSION_* above (the one place the version is written), which is also
+ * the CMake package's, mproc.pc's and the Debian packages' version. */
 const char *mp_version(void);
 
 /* Log hook: the library never prints; when a hook is set, warnings (for

@@ -126,6 +126,7 @@ typedef struct mp_process_options {
     mp_context *context;      /* NULL: the default context */
 } mp_process_options;
 
+/* Sets every field of *opts to its default (and size); call before changing one. */
 void mp_process_options_init(mp_process_options *opts);
 
 /* A failed child's record (also filled for a successful one). The strings
@@ -201,6 +202,7 @@ typedef struct mp_spawn_options {
     double grace_period;      /* seconds between SIGTERM and SIGKILL on failure (1.0) */
 } mp_spawn_options;
 
+/* Sets every field of *opts to its default (and size); call before changing one. */
 void mp_spawn_options_init(mp_spawn_options *opts);
 
 /* torch.multiprocessing.spawn: runs entry(rank, args) in nprocs children.

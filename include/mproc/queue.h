@@ -79,6 +79,8 @@ int mp_conn_close(mp_conn *c);
 
 typedef struct mp_simple_queue mp_simple_queue;
 
+/* Creates a SimpleQueue (one reference); retain adds a reference, release
+ * drops one and the last closes it (NULL is a no-op). MP_EMFILE, MP_ESYS. */
 int mp_simple_queue_create(mp_simple_queue **out);
 mp_simple_queue *mp_simple_queue_retain(mp_simple_queue *q);
 void mp_simple_queue_release(mp_simple_queue *q);

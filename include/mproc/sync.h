@@ -76,6 +76,7 @@ int mp_lock_locked(const mp_lock *l);
 
 /* ---- RLock: a recursive lock, owned by a thread ------------------------- */
 
+/* Creates an unlocked RLock; _retain/_destroy as for every object here. */
 int mp_rlock_create(mp_rlock **out);
 mp_rlock *mp_rlock_retain(mp_rlock *l);
 void mp_rlock_destroy(mp_rlock *l);
@@ -113,6 +114,7 @@ int mp_semaphore_value(const mp_semaphore *s);
 
 /* ---- Event: a flag that waiters sleep on -------------------------------- */
 
+/* Creates a clear Event; _retain/_destroy as for every object here. */
 int mp_event_create(mp_event **out);
 mp_event *mp_event_retain(mp_event *e);
 void mp_event_destroy(mp_event *e);
@@ -127,6 +129,7 @@ int mp_event_wait(mp_event *e, double timeout);
 
 /* ---- Condition: a condition variable with its own recursive lock -------- */
 
+/* Creates a Condition; _retain/_destroy as for every object here. */
 int mp_condition_create(mp_condition **out);
 mp_condition *mp_condition_retain(mp_condition *c);
 void mp_condition_destroy(mp_condition *c);

@@ -64,16 +64,17 @@ void mp_set_log_hook(mp_log_fn fn, void *user)
     log_user = user;
 }
 
-void mp__log(int level, const char *fmt, ...)
+bool mp__log(int level, const char *fmt, ...)
 {
     char line[512];
     va_list ap;
     if (!log_hook)
-        return;
+        return false;
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
     log_hook(level, line, log_user);
+    return true;
 }
 
 void mp__error_clear(void) { last_error[0] = '\0'; }

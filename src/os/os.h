@@ -44,8 +44,8 @@ typedef struct mp__error_saved {
 } mp__error_saved;
 void mp__error_save(mp__error_saved *s);
 void mp__error_restore(const mp__error_saved *s);
-/* Sends a line to the log hook, if one is set. */
-void mp__log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Sends a line to the log hook, if one is set; false when none is. */
+bool mp__log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---- strict number parsing (src/os/parse.c) -----------------------------
  * One rule for every number a person types: command-line options and

@@ -100,9 +100,13 @@ int mp__mgr_control(const char *cmd, char **reply, double timeout);
 int mp__mgr_connect_at(const char *path, int *fd);
 int mp__mgr_control_at(const char *path, const char *cmd, char **reply, double timeout);
 
-/* The daemon binary: $MPROC_SHM_MANAGER, the build tree's, the install
- * bindir's, else "mproc-shm-manager" for a $PATH lookup. */
-const char *mp__mgr_binary(char *buf, size_t cap);
+/* The daemon binary into buf: $MPROC_SHM_MANAGER when set ("none":
+ * MP_ENOENT, the client is off), else found relative to the object holding
+ * libmproc (dladdr): libmproc.so's folder, or the program's for a static
+ * link, then MPROC_LIBEXEC_FROM_LIBDIR (or _BINDIR)/mproc-shm-manager, then
+ * mproc-shm-manager in that folder itself (the build tree). 0, or MP_ENOENT
+ * with the paths tried and the fix. */
+int mp__mgr_binary(char *buf, size_t cap);
 /* Starts the daemon (it detaches itself) with one optional argument (e.g.
  * "--persistent", or NULL) and waits for it to be ready or to find another
  * one already running. Returns 0 or a negative mp_error. */

@@ -2,7 +2,10 @@
  * directory, connecting, starting the daemon, and inspecting segments. */
 #include "shm/manager.h"
 
+#include <dlfcn.h>
 #include <errno.h>
+#include <limits.h>
+#include <link.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -19,12 +22,17 @@
 
 extern char **environ;
 
-#ifndef MPROC_BUILD_BINDIR
-#define MPROC_BUILD_BINDIR ""
+/* The daemon's folder relative to the library's (libdir -> libexecdir/mproc)
+ * and, for a program that linked libmproc.a, to the program's (bindir ->
+ * libexecdir/mproc); set by CMakeLists.txt from the GNUInstallDirs layout.
+ * Relative, so an installed tree can be moved anywhere. */
+#ifndef MPROC_LIBEXEC_FROM_LIBDIR
+#define MPROC_LIBEXEC_FROM_LIBDIR "../libexec/mproc"
 #endif
-#ifndef MPROC_INSTALL_BINDIR
-#define MPROC_INSTALL_BINDIR "/usr/local/bin"
+#ifndef MPROC_LIBEXEC_FROM_BINDIR
+#define MPROC_LIBEXEC_FROM_BINDIR "../libexec/mproc"
 #endif
+#define DAEMON_NAME "mproc-shm-manager"
 
 /* Where the runtime directory is and who chose it. */
 static int runtime_dir_path(char *buf, size_t cap, bool *from_env)
@@ -284,23 +292,85 @@ out_close:
     return rc;
 }
 
-const char *mp__mgr_binary(char *buf, size_t cap)
+/* Anything of ours: its address tells dladdr which object holds this code. */
+static const char self_anchor;
+
+/* The folder of the object this code was linked into: libmproc.so's, or the
+ * program's when it linked libmproc.a (then *program is true). */
+static int self_dir(char *dir, size_t cap, bool *program)
+{
+    Dl_info info;
+    struct link_map *map = NULL;
+    char real[PATH_MAX];
+    const char *file;
+    ssize_t n;
+
+    if (!dladdr1(&self_anchor, &info, (void **)&map, RTLD_DL_LINKMAP) || !map)
+        return mp__error(MP_ESYS, "shm manager: dladdr cannot name the object holding libmproc");
+    /* The main program's link map has an empty name (dladdr then reports
+     * argv[0], which may be relative or a lie); the kernel knows better. */
+    *program = map->l_name[0] == '\0';
+    if (*program) {
+        if ((n = readlink("/proc/self/exe", real, sizeof real - 1)) <= 0)
+            return mp__errno_error(errno, "shm manager: readlink(/proc/self/exe)");
+        real[n] = '\0';
+        file = real;
+    } else {
+        /* Through symlinks, to the folder the library really lives in. */
+        file = realpath(info.dli_fname, real) ? real : info.dli_fname;
+    }
+    if ((size_t)snprintf(dir, cap, "%s", file) >= cap)
+        return mp__error(MP_EOVERFLOW, "shm manager: path too long: %s", file);
+    if (!strrchr(dir, '/'))
+        return mp__error(MP_ESYS, "shm manager: libmproc's path \"%s\" has no folder", dir);
+    *strrchr(dir, '/') = '\0';
+    return 0;
+}
+
+int mp__mgr_binary(char *buf, size_t cap)
 {
     const char *env = getenv("MPROC_SHM_MANAGER");
+    char dir[PATH_MAX], next[PATH_MAX + sizeof DAEMON_NAME];
+    bool program = false;
+    int rc;
+
+    if (env && strcmp(env, "none") == 0)
+        return mp__error(MP_ENOENT, "shm manager: turned off (MPROC_SHM_MANAGER=none); unset "
+                         "MPROC_SHM_MANAGER to protect file_system segments against leaks");
     if (env && *env) {
-        snprintf(buf, cap, "%s", env);
-        return buf;
+        if ((size_t)snprintf(buf, cap, "%s", env) >= cap)
+            return mp__error(MP_EOVERFLOW, "shm manager: MPROC_SHM_MANAGER is too long");
+        if (access(buf, X_OK) != 0)
+            return mp__errno_error(errno, "shm manager: MPROC_SHM_MANAGER=%s is not an "
+                                   "executable file; set it to the path of %s, or unset it",
+                                   env, DAEMON_NAME);
+        return 0;
     }
-    if (MPROC_BUILD_BINDIR[0]) {
-        snprintf(buf, cap, "%s/mproc-shm-manager", MPROC_BUILD_BINDIR);
-        if (access(buf, X_OK) == 0)
-            return buf;
+    if ((rc = self_dir(dir, sizeof dir, &program)) < 0)
+        return rc;
+    /* The installed layout first; then a daemon beside the library or
+     * program, which is how the build tree (and a bundle that ships both
+     * in one folder) holds it. No absolute path is compiled in. */
+    snprintf(buf, cap, "%s/%s/%s", dir,
+             program ? MPROC_LIBEXEC_FROM_BINDIR : MPROC_LIBEXEC_FROM_LIBDIR, DAEMON_NAME);
+    if (access(buf, X_OK) == 0) {
+        /* <prefix>/libexec/..., not <prefix>/lib/../libexec/..., in messages */
+        if (realpath(buf, next) && strlen(next) < cap)
+            memcpy(buf, next, strlen(next) + 1);
+        return 0;
     }
-    snprintf(buf, cap, "%s/mproc-shm-manager", MPROC_INSTALL_BINDIR);
-    if (access(buf, X_OK) == 0)
-        return buf;
-    snprintf(buf, cap, "mproc-shm-manager");
-    return buf;
+    snprintf(next, sizeof next, "%s/%s", dir, DAEMON_NAME);
+    if (access(next, X_OK) == 0) {
+        if ((size_t)snprintf(buf, cap, "%s", next) >= cap)
+            return mp__error(MP_EOVERFLOW, "shm manager: path too long: %s", next);
+        return 0;
+    }
+    return mp__error(MP_ENOENT,
+                     "shm manager: %s not found: neither %s nor %s is an executable file "
+                     "(%s is in %s); install mproc's %s there, or set MPROC_SHM_MANAGER to "
+                     "its path",
+                     DAEMON_NAME, buf, next, program ? "this program" : "libmproc", dir,
+                     DAEMON_NAME);
 }
 
 int mp__mgr_spawn(const char *arg, double timeout)
@@ -318,7 +388,9 @@ int mp__mgr_spawn(const char *arg, double timeout)
         snprintf(why, sizeof why, "%s", mp_last_error());
         return mp__error(rc, "shm manager: cannot start the daemon: %s", why);
     }
-    mp__mgr_binary(bin, sizeof bin);
+    rc = mp__mgr_binary(bin, sizeof bin);
+    if (rc < 0)
+        return rc;
     argv[0] = bin;
     argv[1] = (char *)arg;
     argv[2] = NULL;
@@ -332,13 +404,12 @@ int mp__mgr_spawn(const char *arg, double timeout)
     posix_spawnattr_init(&attr);
     posix_spawnattr_setsigmask(&attr, &none);
     posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
-    int err = strchr(bin, '/') ? posix_spawn(&pid, bin, NULL, &attr, argv, environ)
-                               : posix_spawnp(&pid, bin, NULL, &attr, argv, environ);
+    int err = posix_spawn(&pid, bin, NULL, &attr, argv, environ);
     posix_spawnattr_destroy(&attr);
     if (err == ENOENT || err == EACCES)
         return mp__error(MP_ENOENT,
                          "shm manager: cannot execute %s; set MPROC_SHM_MANAGER to the path "
-                         "of mproc-shm-manager or add its directory to PATH", bin);
+                         "of mproc-shm-manager", bin);
     if (err != 0)
         return mp__errno_error(err, "shm manager: posix_spawn(%s)", bin);
     /* a real deadline: counting 5 ms naps would stretch the wait on a busy machine */
@@ -359,7 +430,7 @@ int mp__mgr_spawn(const char *arg, double timeout)
     if (w == pid && WIFEXITED(status) && WEXITSTATUS(status) == 127)
         return mp__error(MP_ENOENT,
                          "shm manager: cannot execute %s; set MPROC_SHM_MANAGER to the path "
-                         "of mproc-shm-manager or add its directory to PATH", bin);
+                         "of mproc-shm-manager", bin);
     if (w == pid && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
         return mp__error(MP_ESYS, "shm manager: %s failed to start (status 0x%x); see %s in "
                          "the runtime directory", bin, (unsigned)status, MP__MGR_LOG);

@@ -498,15 +498,9 @@ int main(void)
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
 #else
-static void test_skip(void **state)
-{
-    printf("skipped: built without CUDA (-DMPROC_CUDA=OFF), no fake-device path to test\n");
-    skip();
-}
-
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_skip)};
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    printf("skipped: built without CUDA (-DMPROC_CUDA=OFF), no fake-device path to test\n");
+    return 77; /* ctest's SKIP_RETURN_CODE: reported as skipped, not passed */
 }
 #endif

@@ -179,7 +179,7 @@ static bool check_grace_env(void)
 
 static void check_manager(bool usable_dir)
 {
-    char *reply = NULL, dir[256] = "?";
+    char *reply = NULL, dir[256] = "?", bin[4096];
     int rc;
     if (!usable_dir) {
         add("shm_manager", FAIL, "fix the runtime_dir check first",
@@ -199,11 +199,26 @@ static void check_manager(bool usable_dir)
             segs = atoi(p + 9);
         add("shm_manager", OK, NULL, "mproc-shm-manager runs (pid %d, %d clients, %d segments) in %s",
             pid, clients, segs, dir);
+    } else if (rc == MP_ENOENT && getenv("MPROC_SHM_MANAGER") &&
+               strcmp(getenv("MPROC_SHM_MANAGER"), "none") == 0) {
+        add("shm_manager", WARN, "unset MPROC_SHM_MANAGER to turn leak protection back on",
+            "MPROC_SHM_MANAGER=none: the library starts no daemon, so file_system segments of "
+            "killed processes are not reclaimed");
+    } else if (rc == MP_ENOENT && mp__mgr_binary(bin, sizeof bin) < 0) {
+        /* Then the library cannot start it either: leak protection is off. */
+        add("shm_manager", FAIL,
+            getenv("MPROC_SHM_MANAGER")
+                ? "point MPROC_SHM_MANAGER at an executable mproc-shm-manager, or unset it"
+                : "install mproc-shm-manager where the library looks for it (<prefix>/libexec/"
+                  "mproc/ of libmproc's install prefix), or set "
+                  "MPROC_SHM_MANAGER=/path/to/mproc-shm-manager",
+            "mproc-shm-manager is not running and cannot be started: %s", mp_last_error());
     } else if (rc == MP_ENOENT) {
         add("shm_manager", INFO,
             "nothing to do: the library starts it when a process first uses file_system "
             "(or run `mproc shm-manager start`)",
-            "mproc-shm-manager is not running (runtime directory %s)", dir);
+            "mproc-shm-manager is not running (runtime directory %s); it starts on demand "
+            "from %s", dir, bin);
     } else if (rc == MP_ETIMEDOUT || rc == MP_EAGAIN) {
         add("shm_manager", FAIL,
             "it is hung: `mproc shm-manager stop`, else kill the pid in its lock file; see "
