@@ -160,6 +160,7 @@ _Noreturn void mp__child_run(int chan)
         mp_raise("mproc child: no valid start record from the parent (%s)",
                  rc < 0 ? mp_last_error() : "bad size or magic");
     boot.entry[MP_ENTRY_NAME_MAX] = '\0';
+    mp__method_inherit((mp__method)boot.method);
     fn = mp__entry_lookup(boot.entry);
     if (!fn)
         mp_raise("mproc child: no entry called '%s' is registered in this program; "

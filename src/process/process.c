@@ -178,7 +178,7 @@ int mp_process_create(const char *entry, mp_msg *args, const mp_process_options 
  * child exists: it finds them waiting and nobody blocks. */
 static int send_args(mp_process *p, int sock)
 {
-    mp__boot boot = {.magic = MP__BOOT_MAGIC, .rank = p->rank};
+    mp__boot boot = {.magic = MP__BOOT_MAGIC, .rank = p->rank, .method = (int32_t)p->method};
     mp_msg *empty = NULL;
     int rc;
     strncpy(boot.entry, p->entry, MP_ENTRY_NAME_MAX);

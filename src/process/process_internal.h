@@ -27,6 +27,9 @@ mp_entry_fn mp__entry_lookup(const char *name);
 int mp__method_parse(const char *name, mp__method *out);
 mp__method mp__method_default(void);
 const char *mp__method_name(mp__method m);
+/* A child's default start method is the one it was started with (Python's
+ * spawn and forkserver children report theirs): set by the child runtime. */
+void mp__method_inherit(mp__method m);
 /* MP_ESTATE when fork is refused in a threaded process. */
 int mp__fork_check(const char *call);
 
@@ -52,6 +55,7 @@ extern _Thread_local void (*mp__raise_hook)(const char *text);
 typedef struct mp__boot {
     uint32_t magic;
     int32_t rank;
+    int32_t method; /* the mp__method that started the child */
     char entry[MP_ENTRY_NAME_MAX + 1];
 } mp__boot;
 

@@ -58,6 +58,23 @@ static int add_storage(enc *e, mp_tensor *t, size_t index)
     return 0;
 }
 
+int mp__wire_check_sendable(const mp_msg *m)
+{
+    enc e = {.m = m};
+    int rc = 0;
+    if (!m)
+        return mp__error(MP_EINVAL, "mp_wire_send: message is NULL");
+    for (size_t i = 0; i < m->count && rc == 0; i++) {
+        mp_tensor *g;
+        if (m->att[i].kind != MP_ATTACH_TENSOR)
+            continue;
+        rc = add_storage(&e, m->att[i].u.tensor, i);
+        if (rc == 0 && (g = mp_tensor_grad(m->att[i].u.tensor)))
+            rc = add_storage(&e, g, i);
+    }
+    return rc;
+}
+
 static int export_storages(enc *e)
 {
     mp__frame_out *o = e->o;
