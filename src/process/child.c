@@ -230,7 +230,7 @@ int mp_setup(int *argc, char ***argv)
         /* No PDEATHSIG (see forkserver.c): EOF on fd says the parent died. */
         if (getppid() != ppid)
             _exit(1);
-        mp__forkserver_main(fd);
+        mp__forkserver_main(fd, ppid);
     }
     return 0;
 }

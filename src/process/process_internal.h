@@ -106,13 +106,12 @@ int mp__pidfd_signal(int pidfd, int sig, const char *call);
 const char *mp__signal_name(int sig, char *buf, size_t cap);
 
 /* ---- forkserver client (forkserver.c) ------------------------------------ */
-/* Asks the server to fork a child running mp__child_run on chan. */
+/* Asks the server to fork a child running mp__child_run on chan. The child
+ * becomes this process's own (see forkserver.c): waited for with waitpid. */
 int mp__forkserver_launch(int chan, pid_t *pid, int *pidfd);
-/* The relayed wait status of an exited forkserver child; waits until
- * deadline. MP_ECLOSED when the server died (the child died with it). */
-int mp__forkserver_status(pid_t pid, double deadline, int *wstatus);
-/* Server main for a program started with MPROC_FORKSERVER. Never returns. */
-_Noreturn void mp__forkserver_main(int ctl);
+/* Server main for a program started with MPROC_FORKSERVER by parent.
+ * Never returns. */
+_Noreturn void mp__forkserver_main(int ctl, pid_t parent);
 
 /* ---- processes (process.c), used by mp_spawn ----------------------------- */
 int mp__process_create(const char *entry, mp_msg *args, const mp_process_options *opts, int rank,
@@ -124,8 +123,11 @@ bool mp__process_reaped(const mp_process *p);
 bool mp__process_poll_status(mp_process *p);
 /* Reaps if exited (block: wait for it). 1 when reaped, 0 still running. */
 int mp__process_reap(mp_process *p, bool block);
-/* SIGTERM all running but except (which is dying on its own), wait up to
- * grace, SIGKILL and reap the rest. */
-void mp__process_stop_all(mp_process **ps, int n, int except, double grace);
+/* torch's shutdown after a failure: waits up to grace seconds for every
+ * child to exit on its own, then SIGTERMs the running ones but except (which
+ * is dying on its own), waits up to kill_timeout, SIGKILLs and reaps the
+ * rest. */
+void mp__process_stop_all(mp_process **ps, int n, int except, double grace,
+                          double kill_timeout);
 
 #endif
