@@ -164,8 +164,9 @@ int mp_process_join(mp_process *p, double timeout);
 /* True from start until the child has exited. Never blocks. */
 bool mp_process_is_alive(mp_process *p);
 /* Python's sentinel: an fd (the child's pidfd) that becomes readable when
- * the child exits, to poll together with other fds. Owned by p; -1 before
- * start and once the child has been reaped. Never blocks. */
+ * the child exits, to poll together with other fds (or use mp_wait,
+ * mproc/wait.h). Owned by p; -1 before start and once the child has been
+ * reaped. Never blocks. */
 int mp_process_sentinel(const mp_process *p);
 /* The child's pid; 0 before start. */
 pid_t mp_process_pid(const mp_process *p);

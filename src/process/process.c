@@ -348,6 +348,18 @@ bool mp_process_daemon(const mp_process *p)
 {
     return p && p->daemon;
 }
+int mp__process_wait_fd(const mp_process *p, int *fd, const char *call)
+{
+    if (!p || p->state == ST_CREATED)
+        return mp__error(MP_EINVAL, "%s: process %s", call,
+                         p ? "has not been started" : "is NULL");
+    if (p->owner != getpid())
+        return mp__error(MP_EINVAL, "%s: process '%s' belongs to pid %d; only the process "
+                         "that started it can wait for it", call, p->name, (int)p->owner);
+    *fd = p->state == ST_STARTED ? p->pidfd : -1;
+    return 0;
+}
+
 int mp__process_pidfd(const mp_process *p)
 {
     return p->pidfd;

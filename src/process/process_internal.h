@@ -117,6 +117,9 @@ _Noreturn void mp__forkserver_main(int ctl, pid_t parent);
 int mp__process_create(const char *entry, mp_msg *args, const mp_process_options *opts, int rank,
                        mp_process **out);
 int mp__process_pidfd(const mp_process *p);
+/* For mp_wait: the pidfd to poll, -1 once reaped (ready); MP_EINVAL before
+ * start or in another process than the starter. */
+int mp__process_wait_fd(const mp_process *p, int *fd, const char *call);
 int mp__process_chan(const mp_process *p);
 bool mp__process_reaped(const mp_process *p);
 /* Reads the status channel; true once the child reported a failure. */
