@@ -223,8 +223,9 @@ int mp_spawn_ex(const char *entry, mp_msg *args, const mp_spawn_options *opts,
  * failure seen, reported within milliseconds of its mp_raise message or
  * fatal signal; as torch does, the others got grace_period seconds to
  * finish on their own, then SIGTERM, then SIGKILL kill_timeout seconds
- * later, and all are reaped (this call blocks for that); mp_spawn_context_error gives the record and
- * mp_last_error a sentence. Later calls return the same result. */
+ * later, and all are reaped (this call blocks for that);
+ * mp_spawn_context_error gives the record and mp_last_error a sentence.
+ * Later calls return the same result. */
 int mp_spawn_context_join(mp_spawn_context *ctx, double timeout);
 /* The failing child's record: MP_ESTATE when no child has failed. */
 int mp_spawn_context_error(const mp_spawn_context *ctx, mp_child_error *out);
