@@ -32,7 +32,6 @@
 #include <fcntl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -247,64 +246,66 @@ int mp__forkserver_launch(int chan, pid_t *pid, int *pidfd)
 
 /* ---- the server ---------------------------------------------------------- */
 
-/* The child, forked by the intermediate: waits until the intermediate is
- * gone and it belongs to the parent (the subreaper), then dies with that
- * parent. Exits when anyone else adopted it: the parent died meanwhile. */
-static _Noreturn void child_main(int chan, pid_t middle, pid_t parent)
+/* The child, forked by the intermediate: waits until the server closes
+ * `go` (it does once it reaped the intermediate, so the child has been
+ * re-parented by then), then dies with its parent. Exits when anyone else
+ * adopted it: the parent died meanwhile. */
+static _Noreturn void child_main(int chan, int go, pid_t parent)
 {
-    for (int i = 0; i < 200000 && getppid() == middle; i++) {
-        struct timespec ts = {0, 20000};
-        nanosleep(&ts, NULL);
-    }
+    char c;
+    while (read(go, &c, 1) < 0 && errno == EINTR)
+        ;
+    close(go);
     if (getppid() != parent)
         _exit(1);
     mp__child_die_with_parent(parent);
     mp__child_run(chan);
 }
 
-/* Forks the intermediate, which forks the child and exits. The child's pid
- * comes back through a pipe; the intermediate is reaped before the reply,
- * so by then the child has been re-parented. 0 or an errno. */
+/* What the intermediate leaves for the server: it shares the server's
+ * memory (vfork), so no pipe is needed. */
+typedef struct fork_result {
+    pid_t child;
+    int err;
+} fork_result;
+
+/* Makes the intermediate with vfork, which forks the child and exits: the
+ * server resumes only then, so the child has been re-parented by the time
+ * its pid is read. vfork spares copying the server's page tables a second
+ * time; the intermediate's fork() is safe here because the server is
+ * single-threaded and suspended until the intermediate is gone, and what
+ * fork changes in the memory they share (atfork handlers, stdio and malloc
+ * locks) it takes and gives back before returning. 0 or an errno. */
 static int server_fork(int ctl, int chan, pid_t parent, pid_t *child)
 {
-    int p[2], err = 0, status;
+    volatile fork_result res = {-1, 0};
+    int go[2], status;
     pid_t middle;
-    if (pipe2(p, O_CLOEXEC) < 0)
+    if (pipe2(go, O_CLOEXEC) < 0)
         return errno;
-    middle = fork();
+    middle = vfork();
     if (middle == 0) {
-        pid_t c, me = getpid();
-        close(ctl);
-        close(p[0]);
-        signal(SIGINT, SIG_DFL);
-        c = fork();
+        pid_t c = fork();
         if (c == 0) {
-            close(p[1]);
-            child_main(chan, me, parent);
+            close(ctl);
+            close(go[1]);
+            signal(SIGINT, SIG_DFL);
+            child_main(chan, go[0], parent);
         }
-        err = c < 0 ? errno : 0;
-        if (write(p[1], c < 0 ? (void *)&err : (void *)&c, sizeof c) != (ssize_t)sizeof c)
-            _exit(2);
-        _exit(c < 0 ? 1 : 0);
+        res.child = c;
+        res.err = c < 0 ? errno : 0;
+        _exit(0);
     }
-    close(p[1]);
+    close(go[0]);
     if (middle < 0) {
-        err = errno;
-        close(p[0]);
-        return err;
+        res.err = errno;
+    } else {
+        while (waitpid(middle, &status, 0) < 0 && errno == EINTR)
+            ;
     }
-    if (read(p[0], child, sizeof *child) != (ssize_t)sizeof *child)
-        err = EPROTO;
-    close(p[0]);
-    while (waitpid(middle, &status, 0) < 0 && errno == EINTR)
-        ;
-    if (!err && WIFEXITED(status) && WEXITSTATUS(status) == 1) {
-        err = *child; /* the intermediate's fork failed: its errno came */
-        *child = -1;
-    } else if (!err && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
-        err = EPROTO;
-    }
-    return err;
+    close(go[1]); /* re-parented now: the child may go on */
+    *child = res.child;
+    return res.err;
 }
 
 _Noreturn void mp__forkserver_main(int ctl, pid_t parent)
