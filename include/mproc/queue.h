@@ -21,6 +21,10 @@
  * process's handle with the last. Calls on one object may come from several
  * threads, except where a function says otherwise.
  *
+ * To wait on several pipes, queues and processes at once, or to watch them
+ * from your own poll/epoll loop, see mproc/wait.h (mp_wait, the _fileno
+ * calls).
+ *
  * Receiving fds can hit the open-files limit: then the receiving call fails
  * with MP_EMFILE, names the limit and the two fixes (raise it, or use the
  * file_system strategy), and the message stays queued, whole.
