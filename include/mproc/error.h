@@ -42,7 +42,8 @@ typedef enum mp_error {
     MP_ENOENT = -14,     /* no such name (entry, strategy, segment, attachment) */
     MP_EBROKEN = -15,    /* barrier broken: a member died or timed out */
     MP_EPERM = -16,      /* permission denied (peer of another user, ...) */
-    MP_EOVERFLOW = -17   /* a size or count does not fit */
+    MP_EOVERFLOW = -17,  /* a size or count does not fit */
+    MP_ETOOMANYREFS = -18 /* too many fds in flight: the kernel's per-user limit */
 } mp_error;
 
 /* Short human text for a code, e.g. "invalid argument". Never NULL. */

@@ -170,6 +170,22 @@ int mp__send_record(int sock, const void *buf, size_t len, const int *fds, int n
 int mp__recv_record(int sock, void *buf, size_t cap, size_t *len, int *fds, int maxfds,
                     int *nfds, double deadline);
 
+/* A function pointer that survives exec (src/os/coderef.c): the loaded
+ * object that holds it and its offset there, plus its first code bytes as a
+ * check. Plain data: it lives in shared memory. */
+typedef struct mp__coderef {
+    uint32_t set; /* 0: no function */
+    uint32_t reserved;
+    uint64_t offset;
+    unsigned char code[16];
+    char module[256]; /* dl_iterate_phdr's name; "" for the main program */
+} mp__coderef;
+/* MP_EINVAL when fn is not in the code of a loaded object. */
+int mp__coderef_make(void (*fn)(void), mp__coderef *ref, const char *call);
+/* *fn = the function in this process (NULL when ref is unset); MP_ENOENT
+ * when its object is not loaded here or holds other code at that offset. */
+int mp__coderef_resolve(const mp__coderef *ref, void (**fn)(void), const char *call);
+
 /* Counts this process's open fds (/proc/self/fd), for leak checks and doctor. */
 int mp__count_open_fds(void);
 

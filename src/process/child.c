@@ -174,6 +174,7 @@ _Noreturn void mp__child_run(int chan)
         mp_raise("mproc child: no valid start record from the parent (%s)",
                  rc < 0 ? mp_last_error() : "bad size or magic");
     boot.entry[MP_ENTRY_NAME_MAX] = '\0';
+    mp__method_inherit((mp__method)boot.method);
     fn = mp__entry_lookup(boot.entry);
     if (!fn)
         mp_raise("mproc child: no entry called '%s' is registered in this program; "
@@ -265,7 +266,7 @@ int mp_setup(int *argc, char ***argv)
         /* No PDEATHSIG (see forkserver.c): EOF on fd says the parent died. */
         if (getppid() != ppid)
             _exit(1);
-        mp__forkserver_main(fd);
+        mp__forkserver_main(fd, ppid);
     }
     return 0;
 }

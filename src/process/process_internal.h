@@ -27,6 +27,9 @@ mp_entry_fn mp__entry_lookup(const char *name);
 int mp__method_parse(const char *name, mp__method *out);
 mp__method mp__method_default(void);
 const char *mp__method_name(mp__method m);
+/* A child's default start method is the one it was started with (Python's
+ * spawn and forkserver children report theirs): set by the child runtime. */
+void mp__method_inherit(mp__method m);
 /* MP_ESTATE when fork is refused in a threaded process. */
 int mp__fork_check(const char *call);
 
@@ -56,6 +59,7 @@ extern _Thread_local void (*mp__raise_hook)(const char *text);
 typedef struct mp__boot {
     uint32_t magic;
     int32_t rank;
+    int32_t method; /* the mp__method that started the child */
     char entry[MP_ENTRY_NAME_MAX + 1];
 } mp__boot;
 
@@ -131,26 +135,31 @@ int mp__pidfd_signal(int pidfd, int sig, const char *call);
 const char *mp__signal_name(int sig, char *buf, size_t cap);
 
 /* ---- forkserver client (forkserver.c) ------------------------------------ */
-/* Asks the server to fork a child running mp__child_run on chan. */
+/* Asks the server to fork a child running mp__child_run on chan. The child
+ * becomes this process's own (see forkserver.c): waited for with waitpid. */
 int mp__forkserver_launch(int chan, pid_t *pid, int *pidfd);
-/* The relayed wait status of an exited forkserver child; waits until
- * deadline. MP_ECLOSED when the server died (the child died with it). */
-int mp__forkserver_status(pid_t pid, double deadline, int *wstatus);
-/* Server main for a program started with MPROC_FORKSERVER. Never returns. */
-_Noreturn void mp__forkserver_main(int ctl);
+/* Server main for a program started with MPROC_FORKSERVER by parent.
+ * Never returns. */
+_Noreturn void mp__forkserver_main(int ctl, pid_t parent);
 
 /* ---- processes (process.c), used by mp_spawn ----------------------------- */
 int mp__process_create(const char *entry, mp_msg *args, const mp_process_options *opts, int rank,
                        mp_process **out);
 int mp__process_pidfd(const mp_process *p);
+/* For mp_wait: the pidfd to poll, -1 once reaped (ready); MP_EINVAL before
+ * start or in another process than the starter. */
+int mp__process_wait_fd(const mp_process *p, int *fd, const char *call);
 int mp__process_chan(const mp_process *p);
 bool mp__process_reaped(const mp_process *p);
 /* Reads the status channel; true once the child reported a failure. */
 bool mp__process_poll_status(mp_process *p);
 /* Reaps if exited (block: wait for it). 1 when reaped, 0 still running. */
 int mp__process_reap(mp_process *p, bool block);
-/* SIGTERM all running but except (which is dying on its own), wait up to
- * grace, SIGKILL and reap the rest. */
-void mp__process_stop_all(mp_process **ps, int n, int except, double grace);
+/* torch's shutdown after a failure: waits up to grace seconds for every
+ * child to exit on its own, then SIGTERMs the running ones but except (which
+ * is dying on its own), waits up to kill_timeout, SIGKILLs and reaps the
+ * rest. */
+void mp__process_stop_all(mp_process **ps, int n, int except, double grace,
+                          double kill_timeout);
 
 #endif
