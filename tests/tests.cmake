@@ -32,12 +32,13 @@ if(TARGET mproc-shm-manager_tool)               # they run the daemon and the CL
     mproc_tests(shm_manager killloop_test)
   endif()
 endif()
-mproc_tests(tensor share_test tensor_test)
+mproc_tests(tensor empty_tensor_test share_test tensor_test)
 mproc_tests(wire malformed_test wire_test)
-mproc_tests(sync barrier_test sync_test)
-mproc_tests(ipc emfile_test mpmc_test pipe_test queue_test rx_test start_methods_test)
-mproc_tests(process backtrace_test process_test)
-mproc_tests(pool pool_test workers_test)
+mproc_tests(sync barrier_test sync_behaviour_test sync_test)
+mproc_tests(ipc emfile_test mpmc_test pipe_test queue_test rx_test start_methods_test
+            toomanyrefs_test wait_test)
+mproc_tests(process backtrace_test process_behaviour_test process_test)
+mproc_tests(pool pool_behaviour_test pool_test workers_test)
 mproc_tests(cuda cuda_api_test cuda_fake_test cuda_gpu_test cuda_loader_test cuda_process_test frame_test
             pending_test refseg_test)
 if(TARGET hogwild)

@@ -182,6 +182,7 @@ typedef struct mp_barrier_options {
 /* Passed as mp_barrier_wait's timeout: the barrier's default (Python's
  * wait(timeout=None)). */
 #define MP_BARRIER_DEFAULT_TIMEOUT (__builtin_nan(""))
+/* Fills *o with the defaults (no action, wait forever) and sets its size. */
 void mp_barrier_options_init(mp_barrier_options *o);
 /* As mp_barrier_create, with options (NULL: the defaults). MP_EINVAL: bad
  * parties, options not initialized, a NaN timeout, or an action that is
