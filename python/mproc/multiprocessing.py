@@ -1,0 +1,125 @@
+"""mproc.multiprocessing: Python's multiprocessing with mproc's Queue,
+JoinableQueue, SimpleQueue and Pipe; NumPy arrays (and torch tensors, when
+torch is loaded) inside what they carry travel as mproc shared-memory
+handles. Everything else is Python's own (Process, Lock, Event, Barrier,
+Manager, get_context, set_start_method, ...).
+
+    import mproc.multiprocessing as mp
+"""
+import multiprocessing as _std
+import multiprocessing.pool as _std_pool
+from multiprocessing import *  # noqa: F401,F403  the drop-in: every public name
+
+from . import _channels, _sharing
+from ._channels import Connection, JoinableQueue, Pipe, Queue, SimpleQueue  # noqa: F401
+from ._sharing import shared_array  # noqa: F401
+from ._spawn import (ProcessContext, ProcessException, ProcessExitedException,  # noqa: F401
+                     ProcessRaisedException, spawn, start_processes)
+
+__all__ = [n for n in _std.__all__] + [
+    "Connection", "shared_array", "share_array", "spawn", "start_processes", "ProcessContext",
+    "ProcessException", "ProcessExitedException", "ProcessRaisedException",
+    "get_sharing_strategy", "set_sharing_strategy", "get_all_sharing_strategies"]
+
+from ._mproc import get_all_sharing_strategies as _all_strategies  # noqa: E402
+from ._mproc import get_sharing_strategy, set_sharing_strategy  # noqa: E402,F401
+
+
+def get_all_sharing_strategies():
+    """{'file_descriptor', 'file_system'}"""
+    return _all_strategies()
+
+
+def share_array(a):
+    """A copy of NumPy array a in mproc shared memory (a itself when it is
+    there already)."""
+    st, offset, strides = _sharing.share_array(a)
+    return _sharing._make_array(st, a.dtype, a.shape, offset, strides)
+
+
+def _started(start):
+    def wrapped(self):
+        try:
+            start(self)
+        finally:
+            _sharing.release_pending()
+    return wrapped
+
+
+def _process_class(base):
+    """base with a start() that drops the fds kept for the child once the
+    child has them."""
+    name = base.__name__
+    cls = globals().get(name)
+    if cls is None or cls.__bases__ != (base,):
+        # a module attribute, so a spawned child's unpickler finds it
+        cls = globals()[name] = type(name, (base,), {"start": _started(base.start),
+                                                      "__module__": __name__})
+    return cls
+
+
+Process = _process_class(_std.Process)
+for _m in _std.get_all_start_methods():
+    _process_class(_std.get_context(_m).Process)
+
+
+class Pool(_std_pool.Pool):
+    """multiprocessing.Pool; tensors and arrays in arguments and results go
+    through mproc shared memory (only handles cross the pool's pipes)."""
+
+    def __init__(self, processes=None, initializer=None, initargs=(), maxtasksperchild=None,
+                 context=None):
+        ctx = context._std if isinstance(context, _Context) else context
+        super().__init__(processes, initializer, initargs, maxtasksperchild, ctx)
+
+    def _repopulate_pool(self):
+        try:
+            return super()._repopulate_pool()
+        finally:
+            _sharing.release_pending()
+
+
+class _Context:
+    """A start method's context with mproc's channels."""
+
+    def __init__(self, std):
+        self._std = std
+        self.Process = _process_class(std.Process)
+
+    def __getattr__(self, name):
+        return getattr(self._std, name)
+
+    def Queue(self, maxsize=0):
+        return Queue(maxsize)
+
+    def JoinableQueue(self, maxsize=0):
+        return JoinableQueue(maxsize)
+
+    def SimpleQueue(self):
+        return SimpleQueue()
+
+    def Pipe(self, duplex=True):
+        return Pipe(duplex)
+
+    def Pool(self, processes=None, initializer=None, initargs=(), maxtasksperchild=None):
+        return Pool(processes, initializer, initargs, maxtasksperchild, self._std)
+
+    def get_context(self, method=None):
+        return get_context(method)
+
+    def get_start_method(self, allow_none=False):
+        return self._std.get_start_method(allow_none)
+
+
+_contexts = {}
+
+
+def get_context(method=None):
+    std = _std.get_context(method)
+    ctx = _contexts.get(id(std))
+    if ctx is None:
+        ctx = _contexts[id(std)] = _Context(std)
+    return ctx
+
+
+_sharing.install_numpy()
