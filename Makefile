@@ -5,7 +5,7 @@ ASAN_BUILD ?= build-asan
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?=
 
-.PHONY: all deps build asan-build test test-normal asan demo bench install format clean
+.PHONY: all deps build asan-build test test-normal asan demo bench install format clean python test-python
 
 all: build
 
@@ -26,8 +26,18 @@ test: test-normal asan
 
 test-normal: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_FLAGS)
+	@$(MAKE) --no-print-directory test-python
+
+# The Python package (python/): the _mproc extension in place, against $(BUILD).
+PYTHON ?= /usr/bin/python3
+python: build
+	@cd python && MPROC_BUILD_DIR=$(abspath $(BUILD)) $(PYTHON) setup.py -q build_ext --inplace
+
+test-python: python
+	@scripts/pytest $(PYTHON) python tests/python
 
 asan: asan-build
+	@scripts/pytest-asan $(PYTHON) $(abspath $(ASAN_BUILD))
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS) -LE noasan $(CTEST_FLAGS)
 

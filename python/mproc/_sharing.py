@@ -17,6 +17,7 @@ A registry maps the address of every mproc storage this process uses to its
 copy); an entry lives as long as some torch storage or array uses the memory.
 """
 import io
+import os
 import pickle
 import sys
 import threading
@@ -30,7 +31,7 @@ Storage = _mproc.Storage
 _registry = {}  # storage address -> weakref to its _mproc.Storage
 _lock = threading.Lock()
 _tls = threading.local()
-_pending = []  # encode() holders whose fds wait for a child's start
+_pending = []  # fds (our own dups) that wait for a child's start
 
 
 def _register(st):
@@ -74,26 +75,42 @@ def tensor_storage(t):
 def _torch_base(st, dtype):
     """A 1-d torch tensor of dtype over the whole storage, no copy."""
     torch = _torch()
+    if torch.Tensor not in _REDUCERS:
+        # a child that unpickles tensors without having imported mproc.torch
+        # (spawn imports only what the pickle names): install it now
+        import mproc.torch  # noqa: F401
     u8 = torch.from_dlpack(st)
     return u8 if dtype is torch.uint8 else u8.view(dtype)
 
 
-def share_tensor_(t):
+def share_tensor_(t, moved=None):
     """Moves t's storage (and its grad's) into mproc shared memory: one copy,
-    then t uses the shared memory. A no-op when it is there already."""
+    then t uses the shared memory. A no-op when it is there already.
+
+    torch gives Python no way to swap the memory under a storage in place,
+    so t (not other tensors viewing its old storage) is rebound to the new
+    storage. moved (old address -> (Storage, old storage)) lets one message
+    move several views of one storage to one shared copy."""
     torch = _torch()
     if not _shareable(t):
         return t
     ts = t.storage()
     nbytes = ts.nbytes()
-    if nbytes and lookup(ts.data_ptr()) is None:
-        st = _register(Storage.empty(nbytes))
-        base = _torch_base(st, t.dtype)
+    ptr = ts.data_ptr()
+    if nbytes and lookup(ptr) is None:
+        hit = moved.get(ptr) if moved is not None else None
+        if hit is None:
+            st = _register(Storage.empty(nbytes))
+            with torch.no_grad():
+                _torch_base(st, t.dtype).copy_(torch.empty(0, dtype=t.dtype).set_(ts))
+            if moved is not None:
+                moved[ptr] = (st, ts)  # ts pins the old address for the message's life
+        else:
+            st = hit[0]
         with torch.no_grad():
-            base.copy_(torch.empty(0, dtype=t.dtype).set_(ts))
-            t.set_(base.storage(), t.storage_offset(), t.size(), t.stride())
+            t.set_(_torch_base(st, t.dtype).storage(), t.storage_offset(), t.size(), t.stride())
     if t.grad is not None:
-        share_tensor_(t.grad)
+        share_tensor_(t.grad, moved)
     return t
 
 
@@ -101,14 +118,14 @@ def is_shared(t):
     return _shareable(t) and lookup(t.storage().data_ptr()) is not None
 
 
-def _tensor_meta(t):
+def _tensor_meta(t, moved=None):
     if t.requires_grad and not t.is_leaf:
         raise RuntimeError(
             "Cowardly refusing to serialize non-leaf tensor which requires_grad, since "
             "autograd does not support crossing process boundaries. If you just want "
             "to transfer the data, call detach() on the tensor before serializing "
             "(e.g., putting it on the queue).")
-    share_tensor_(t)
+    share_tensor_(t, moved)
     return (t.dtype, tuple(t.size()), t.stride(), t.storage_offset(), t.requires_grad,
             t.grad, type(t) is _torch().nn.Parameter)
 
@@ -223,6 +240,7 @@ class _Pickler(pickle.Pickler):
         super().__init__(file, pickle.HIGHEST_PROTOCOL)
         self.atts = atts
         self.index = {}
+        self.moved = {}
 
     def attach(self, obj):
         i = self.index.get(id(obj))
@@ -244,7 +262,7 @@ class _Pickler(pickle.Pickler):
 def _reduce_tensor(t, p):
     if not _shareable(t) or t.storage().nbytes() == 0:
         return NotImplemented
-    meta = _tensor_meta(t)
+    meta = _tensor_meta(t, p.moved)
     return _rebuild_tensor, (p.attach(tensor_storage(t)), meta)
 
 
@@ -254,7 +272,7 @@ def _reduce_storage(s, p):
         s = torch.TypedStorage(wrap_storage=s, dtype=torch.uint8)
     if s.device.type != "cpu" or s.nbytes() == 0:
         return NotImplemented
-    t = share_tensor_(_storage_tensor(s))
+    t = share_tensor_(_storage_tensor(s), p.moved)
     return _rebuild_storage, (p.attach(tensor_storage(t)), s.dtype)
 
 
@@ -306,9 +324,13 @@ def _encode(obj):
     frame, fds, holder = _mproc.encode(b"", [obj])
     from multiprocessing import context
     if context.get_spawning_popen() is not None:
-        # the fds are passed when the child starts; keep them open until then
-        _pending.append(holder)
+        # The fds are passed when the child starts: own copies (two handles
+        # may share one fd, e.g. a pipe's two ends their control segment),
+        # kept open until then.
+        fds = [os.dup(fd) for fd in fds]
+        _pending.extend(fds)
     dups = [_reduction.DupFd(fd) for fd in fds]
+    del holder  # the resource sharer and the spawn path hold their own fds now
     return frame, dups
 
 
@@ -318,8 +340,9 @@ def _decode(frame, dups):
 
 
 def release_pending():
-    """Drops what _encode kept for a child now started."""
-    del _pending[:]
+    """Closes the fds _encode kept for a child now started."""
+    while _pending:
+        os.close(_pending.pop())
 
 
 def _fp_rebuild_tensor(frame, dups, meta):

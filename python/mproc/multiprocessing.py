@@ -8,6 +8,7 @@ Manager, get_context, set_start_method, ...).
 """
 import multiprocessing as _std
 import multiprocessing.pool as _std_pool
+import threading
 from multiprocessing import *  # noqa: F401,F403  the drop-in: every public name
 
 from . import _channels, _sharing
@@ -63,20 +64,61 @@ for _m in _std.get_all_start_methods():
     _process_class(_std.get_context(_m).Process)
 
 
+class _PoolQueue:
+    """What Pool needs of its task and result queues, on one one-way mproc
+    pipe. Readers in several processes take turns through the pipe end's
+    robust reader lock, so a worker killed while waiting for a task does
+    not leave the others locked out (Python's SimpleQueue would: its lock
+    dies with the worker)."""
+
+    def __init__(self):
+        self._reader, self._writer = Pipe(duplex=False)
+        self._rlock = threading.Lock()  # for Pool._help_stuff_finish, parent only
+
+    def __getstate__(self):
+        return self._reader, self._writer
+
+    def __setstate__(self, state):
+        self._reader, self._writer = state
+        self._reader._readable, self._reader._writable = True, False
+        self._writer._readable, self._writer._writable = False, True
+        self._rlock = threading.Lock()
+
+    def put(self, obj):
+        self._writer.send(obj)
+
+    def get(self):
+        return self._reader.recv()
+
+    def empty(self):
+        return not self._reader.poll()
+
+    def close(self):
+        self._reader.close()
+        self._writer.close()
+
+
 class Pool(_std_pool.Pool):
-    """multiprocessing.Pool; tensors and arrays in arguments and results go
-    through mproc shared memory (only handles cross the pool's pipes)."""
+    """multiprocessing.Pool on mproc pipes: tensors and arrays in arguments
+    and results go through mproc shared memory (only handles cross), and
+    a killed worker is replaced without stalling the others."""
+
+    def _setup_queues(self):
+        self._inqueue = _PoolQueue()
+        self._outqueue = _PoolQueue()
+        self._quick_put = self._inqueue._writer.send
+        self._quick_get = self._outqueue._reader.recv
 
     def __init__(self, processes=None, initializer=None, initargs=(), maxtasksperchild=None,
                  context=None):
         ctx = context._std if isinstance(context, _Context) else context
         super().__init__(processes, initializer, initargs, maxtasksperchild, ctx)
 
-    def _repopulate_pool(self):
-        try:
-            return super()._repopulate_pool()
-        finally:
-            _sharing.release_pending()
+    @staticmethod
+    def Process(ctx, *args, **kwds):
+        # workers (also those started to replace dead ones) release the fds
+        # kept for their start
+        return _process_class(ctx.Process)(*args, **kwds)
 
 
 class _Context:
