@@ -138,6 +138,10 @@ static PyObject *st_from_dlpack(PyObject *cls, PyObject *obj)
     PyObject *cap;
     if (PyCapsule_CheckExact(obj))
         cap = Py_NewRef(obj);
+    else if (!PyObject_HasAttrString(obj, "__dlpack__"))
+        return PyErr_Format(PyExc_TypeError, "Storage.from_dlpack takes a DLPack capsule or an "
+                            "object with __dlpack__ (a torch tensor, a NumPy array), not %.80s",
+                            Py_TYPE(obj)->tp_name);
     else if (!(cap = PyObject_CallMethod(obj, "__dlpack__", NULL)))
         return NULL;
     DLManagedTensor *m = PyCapsule_GetPointer(cap, "dltensor");
