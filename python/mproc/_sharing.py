@@ -69,7 +69,7 @@ def _shareable(t):
 
 def tensor_storage(t):
     """The mproc Storage under a CPU tensor, or None when it is private."""
-    return lookup(t.storage().data_ptr())
+    return lookup(t._storage().data_ptr())
 
 
 def _torch_base(st, dtype):
@@ -94,10 +94,11 @@ def share_tensor_(t, moved=None):
     torch = _torch()
     if not _shareable(t):
         return t
-    ts = t.storage()
-    nbytes = ts.nbytes()
-    ptr = ts.data_ptr()
+    us = t._storage()  # untyped: cheaper than storage()'s TypedStorage wrapper
+    nbytes = us.nbytes()
+    ptr = us.data_ptr()
     if nbytes and lookup(ptr) is None:
+        ts = t.storage()
         hit = moved.get(ptr) if moved is not None else None
         if hit is None:
             st = _register(Storage.empty(nbytes))
@@ -115,7 +116,7 @@ def share_tensor_(t, moved=None):
 
 
 def is_shared(t):
-    return _shareable(t) and lookup(t.storage().data_ptr()) is not None
+    return _shareable(t) and lookup(t._storage().data_ptr()) is not None
 
 
 def _tensor_meta(t, moved=None):
@@ -238,6 +239,8 @@ class _Pickler(pickle.Pickler):
 
     def __init__(self, file, atts):
         super().__init__(file, pickle.HIGHEST_PROTOCOL)
+        self.buf = file
+        self.busy = False
         self.atts = atts
         self.index = {}
         self.moved = {}
@@ -260,7 +263,7 @@ class _Pickler(pickle.Pickler):
 
 
 def _reduce_tensor(t, p):
-    if not _shareable(t) or t.storage().nbytes() == 0:
+    if not _shareable(t) or t._storage().nbytes() == 0:
         return NotImplemented
     meta = _tensor_meta(t, p.moved)
     return _rebuild_tensor, (p.attach(tensor_storage(t)), meta)
@@ -300,10 +303,24 @@ def dumps(obj):
     """(payload, attachments or None) for an mproc message."""
     if type(obj) in _SCALARS:
         return pickle.dumps(obj, pickle.HIGHEST_PROTOCOL), None
-    buf = io.BytesIO()
-    atts = []
-    _Pickler(buf, atts).dump(obj)
-    return buf.getbuffer(), (atts or None)
+    # One pickler per thread, reset per call: building a Pickler and a
+    # BytesIO costs more than pickling a small object.
+    p = getattr(_tls, "pickler", None)
+    if p is None or p.busy:
+        p = _Pickler(io.BytesIO(), [])
+        if getattr(_tls, "pickler", None) is None:
+            _tls.pickler = p
+    buf = p.buf
+    p.busy = True
+    try:
+        p.dump(obj)
+        payload, atts = buf.getvalue(), p.atts
+    finally:
+        buf.seek(0)
+        buf.truncate()
+        p.clear_memo()
+        p.atts, p.index, p.moved, p.busy = [], {}, {}, False
+    return payload, (atts or None)
 
 
 def loads(payload, atts):
@@ -371,7 +388,7 @@ def _fp_rebuild_handle(frame, dups, cls):
 
 
 def fp_reduce_tensor(t):
-    if not _shareable(t) or t.storage().nbytes() == 0:
+    if not _shareable(t) or t._storage().nbytes() == 0:
         return t.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
     meta = _tensor_meta(t)
     return (_fp_rebuild_tensor, (*_encode(tensor_storage(t)), meta))
