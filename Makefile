@@ -50,6 +50,8 @@ bench: build
 	@if [ -x $(BUILD)/bench_all ]; then $(BUILD)/bench_all; else \
 	    for b in $(BUILD)/bench_*; do [ -x "$$b" ] || continue; n=$${b##*/bench_}; \
 	        echo "== $$n" >&2; "$$b" | tee bench/results/$$n.jsonl || exit 1; done; fi
+	@if $(PYTHON) -c 'import torch' 2>/dev/null; then $(MAKE) --no-print-directory python && \
+	    echo "== python" >&2 && $(PYTHON) bench/python/bench_mp.py; fi
 
 # make install PREFIX=/opt/mproc (default: the configured prefix, /usr/local); DESTDIR works.
 install: build
