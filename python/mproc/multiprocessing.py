@@ -111,7 +111,7 @@ class Pool(_std_pool.Pool):
 
     def __init__(self, processes=None, initializer=None, initargs=(), maxtasksperchild=None,
                  context=None):
-        ctx = context._std if isinstance(context, _Context) else context
+        ctx = getattr(context, "_std", context)
         super().__init__(processes, initializer, initargs, maxtasksperchild, ctx)
 
     @staticmethod
@@ -121,15 +121,10 @@ class Pool(_std_pool.Pool):
         return _process_class(ctx.Process)(*args, **kwds)
 
 
-class _Context:
-    """A start method's context with mproc's channels."""
-
-    def __init__(self, std):
-        self._std = std
-        self.Process = _process_class(std.Process)
-
-    def __getattr__(self, name):
-        return getattr(self._std, name)
+class _Channels:
+    """mproc's channels in a start method's context (mixed into a subclass
+    of Python's context class, so isinstance(ctx, BaseContext) holds, as
+    DataLoader requires)."""
 
     def Queue(self, maxsize=0):
         return Queue(maxsize)
@@ -147,20 +142,23 @@ class _Context:
         return Pool(processes, initializer, initargs, maxtasksperchild, self._std)
 
     def get_context(self, method=None):
-        return get_context(method)
-
-    def get_start_method(self, allow_none=False):
-        return self._std.get_start_method(allow_none)
+        return get_context(method) if method is not None else self
 
 
 _contexts = {}
 
 
 def get_context(method=None):
+    """Python's context for method, with mproc's Queue, JoinableQueue,
+    SimpleQueue, Pipe, Pool and Process."""
     std = _std.get_context(method)
     ctx = _contexts.get(id(std))
     if ctx is None:
-        ctx = _contexts[id(std)] = _Context(std)
+        base = type(std)
+        cls = type("Mproc" + base.__name__, (_Channels, base),
+                   {"Process": _process_class(std.Process), "__module__": __name__})
+        ctx = _contexts[id(std)] = cls()
+        ctx._std = std
     return ctx
 
 

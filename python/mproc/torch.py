@@ -41,10 +41,26 @@ def _is_shared(self):
     return _sharing.is_shared(self) or _torch_is_shared(self)
 
 
+_torch_new_shared = _torch.TypedStorage._new_shared
+
+
+def _new_shared(self, size, *, device=None):
+    """TypedStorage._new_shared in mproc shared memory: DataLoader's workers
+    collate batches straight into it, so a batch crosses without a copy."""
+    if device is not None and _torch.device(device).type != "cpu":
+        return _torch_new_shared(self, size, device=device)
+    nbytes = size * self.element_size()
+    if nbytes == 0:
+        return _torch_new_shared(self, size, device=device)
+    st = _sharing._register(_sharing.Storage.empty(nbytes))
+    return _sharing._torch_base(st, self.dtype).storage()
+
+
 def init_reductions():
     """Installs mproc's sharing into torch (done on import; idempotent)."""
     _torch.Tensor.share_memory_ = _share_memory_
     _torch.Tensor.is_shared = _is_shared
+    _torch.TypedStorage._new_shared = _new_shared
     _sharing.install_torch()
     _sharing.install_numpy()
 
