@@ -7,16 +7,16 @@ CMAKE_FLAGS ?=
 CTEST_FLAGS ?=
 # WERROR=ON turns warnings into errors in every build below (.ci/run sets it).
 WERROR ?= OFF
-# Until libmproc loads the CUDA runtime with dlopen (issue 18), a package built
-# where the CUDA toolkit is installed would need an unpackaged libcudart.
-DEB_FLAGS ?= -DMPROC_CUDA=OFF
+# Extra configure flags for the package build (libmproc loads the CUDA runtime
+# with dlopen, so a package built with CUDA support depends on no CUDA package).
+DEB_FLAGS ?=
 # Quiet builds: the generated makefiles' sub-makes print no "Entering
 # directory" lines (MAKEFLAGS reaches them; Ninja ignores it).
 CMAKE_BUILD = MAKEFLAGS=--no-print-directory cmake --build
 CONFIGURE = cmake -DMPROC_WERROR=$(WERROR) $(CMAKE_FLAGS)
 
 .PHONY: all deps configure build asan-build test test-normal asan demo bench install \
-        format clean deb deb-test docs compilers ci
+        format clean deb deb-test docs compilers ci python test-python
 
 all: build
 
@@ -39,8 +39,18 @@ test: test-normal asan
 
 test-normal: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_FLAGS)
+	@$(MAKE) --no-print-directory test-python
+
+# The Python package (python/): the _mproc extension in place, against $(BUILD).
+PYTHON ?= /usr/bin/python3
+python: build
+	@cd python && MPROC_BUILD_DIR=$(abspath $(BUILD)) $(PYTHON) setup.py -q build_ext --inplace
+
+test-python: python
+	@scripts/pytest $(PYTHON) python tests/python
 
 asan: asan-build
+	@scripts/pytest-asan $(PYTHON) $(abspath $(ASAN_BUILD))
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS) -LE noasan $(CTEST_FLAGS)
 
@@ -59,6 +69,8 @@ bench: build
 	@if [ -x $(BUILD)/bench_all ]; then $(BUILD)/bench_all; else \
 	    for b in $(BUILD)/bench_*; do [ -x "$$b" ] || continue; n=$${b##*/bench_}; \
 	        echo "== $$n" >&2; "$$b" | tee bench/results/$$n.jsonl || exit 1; done; fi
+	@if $(PYTHON) -c 'import torch' 2>/dev/null; then $(MAKE) --no-print-directory python && \
+	    echo "== python" >&2 && $(PYTHON) bench/python/bench_mp.py; fi
 
 # make install PREFIX=/opt/mproc (default: the configured prefix, /usr/local); DESTDIR works.
 install: build
@@ -102,4 +114,5 @@ format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(DEB_BUILD) build-release-gcc build-release-clang
+	rm -rf $(BUILD) $(ASAN_BUILD) $(DEB_BUILD) build-release-gcc build-release-clang \
+	    python/build python/mproc/*.so
