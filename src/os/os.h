@@ -41,6 +41,7 @@ void mp__error_clear(void);
 typedef struct mp__error_saved {
     char text[512];
     int err;
+    int last_errno;
 } mp__error_saved;
 void mp__error_save(mp__error_saved *s);
 void mp__error_restore(const mp__error_saved *s);

@@ -107,7 +107,7 @@ static int run_item(const mp__pack_view *v, uint32_t i, mp_task_fn fn, mp__packe
         goto out;
     }
     if (rc) {
-        int code = rc < 0 && rc >= MP_EOVERFLOW ? rc : MP_ECHILD;
+        int code = rc < 0 && rc >= MP_ERROR_LAST ? rc : MP_ECHILD;
         snprintf(err, sizeof err, "task '%s' returned %d%s%s", v->name, rc,
                  mp_last_error()[0] ? ": " : "", mp_last_error());
         rc = mp__packer_add(res, NULL, 0, NULL, code, err);
