@@ -26,6 +26,14 @@
 #include <stdarg.h>
 #include <stddef.h>
 
+/* Marks every public function: the library is built with
+ * -fvisibility=hidden, so only what carries MP_API leaves libmproc.so.
+ * A program may define MP_API itself before including mproc.h (for
+ * example empty, for a static build with its own visibility rules). */
+#ifndef MP_API
+#define MP_API __attribute__((visibility("default")))
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -79,28 +87,28 @@ typedef enum mp_error {
  * (MP_ESYS, and every code mapped from an errno: MP_EMFILE, MP_ENOSPC, ...);
  * 0 when the last failure did not come from errno. Thread-local, reset by
  * every failure the library records. */
-int mp_last_errno(void);
+MP_API int mp_last_errno(void);
 
 /* Short human text for a code, e.g. "invalid argument". Never NULL. */
-const char *mp_strerror(int code);
+MP_API const char *mp_strerror(int code);
 
 /* The code's name, e.g. "MP_EINVAL". Never NULL ("MP_E?" for unknown). */
-const char *mp_err_name(int code);
+MP_API const char *mp_err_name(int code);
 
 /* Thread-local detail of the last failure in this thread: the failing call,
  * the errno text and the fix where known. "" when none. Valid until the next
  * mproc call in the same thread. */
-const char *mp_last_error(void);
+MP_API const char *mp_last_error(void);
 
 /* Library version, "MAJOR.MINOR.PATCH", of the linked library. */
-const char *mp_version(void);
+MP_API const char *mp_version(void);
 
 /* Log hook: the library never prints; when a hook is set, warnings (for
  * example leaked shared CUDA allocations at exit) go to it. level is one of
  * MP_LOG_*. NULL restores silence. Not thread-safe against concurrent logging. */
 enum { MP_LOG_ERROR = 0, MP_LOG_WARN = 1, MP_LOG_INFO = 2, MP_LOG_DEBUG = 3 };
 typedef void (*mp_log_fn)(int level, const char *line, void *user);
-void mp_set_log_hook(mp_log_fn fn, void *user);
+MP_API void mp_set_log_hook(mp_log_fn fn, void *user);
 
 #ifdef __cplusplus
 }
