@@ -57,10 +57,17 @@ MP_API int mp_register_entry(const char *name, mp_entry_fn fn);
  * MP_ESTATE until mp_setup has run. Call it once, from main, first. */
 MP_API int mp_setup(int *argc, char ***argv);
 
-/* Fails the calling child with a message that reaches the parent's error
- * record, then exits with status 1 (stdio flushed, atexit handlers not run).
- * In a process that is not an mproc child it writes the message to stderr
- * and exits 1. Never returns. (GNU attribute form: valid C and C++.) */
+/* Fails the current unit of work with a message; never returns to its
+ * caller. Where it goes depends on what is running:
+ *  - in a pool task (mp_pool_*, on the task's thread): the item fails with
+ *    the message (MP_ECHILD in its result) and control jumps back to the
+ *    worker's loop, which serves on; like an exception it unwinds nothing,
+ *    so memory the task allocated before raising is lost;
+ *  - in a child started by mp_process or mp_spawn: the message reaches the
+ *    parent's error record, then the child exits with status 1 (stdio
+ *    flushed, atexit handlers not run);
+ *  - in any other process: the message goes to stderr and it exits 1.
+ * (GNU attribute form: valid C and C++.) */
 MP_API __attribute__((noreturn, format(printf, 1, 2))) void mp_raise(const char *fmt, ...);
 
 /* ---- start methods and contexts ------------------------------------------ */
