@@ -84,11 +84,9 @@ out:
 
 int main(void)
 {
-    const char *const *names;
-    int n;
+    const char *const *names = mp_get_all_sharing_strategies();
     printf("mproc %s: sharing a tensor with a forked child\n", mp_version());
-    mp_get_all_sharing_strategies(&names, &n);
-    for (int i = 0; i < n; i++)
+    for (int i = 0; names[i]; i++)
         if (run(names[i]) < 0)
             return 1;
     printf("copies into shared memory: %llu (one per tensor shared)\n",

@@ -126,8 +126,8 @@ MP_API int mp_async_result_wait(mp_async_result *r, double timeout);
  * MP_ECLOSED after terminate), with mp_last_error() set to its sentence.
  * MP_ETIMEDOUT when not ready in time. */
 MP_API int mp_async_result_get(mp_async_result *r, double timeout, const mp_msg **out);
-/* 1 when ready, else 0. */
-MP_API int mp_async_result_ready(const mp_async_result *r);
+/* Whether the result is ready (false for NULL). */
+MP_API bool mp_async_result_ready(const mp_async_result *r);
 /* 1 when ready and every item succeeded, 0 when ready and some failed,
  * MP_ESTATE when not ready yet. */
 MP_API int mp_async_result_successful(const mp_async_result *r);

@@ -10,7 +10,10 @@
  * _retain adds one, _destroy drops one (the last unmaps the segment in this
  * process; the object itself lives on while any process maps it). All
  * calls are safe from several threads, and a handle is usable in a forked
- * child. NULL passed to _destroy is a no-op.
+ * child. NULL passed to _destroy is a no-op. (Every other refcounted
+ * object drops a reference with _release; here _release is Python's
+ * release, the unlock of a Lock, RLock, Semaphore or Condition, so the
+ * reference drop keeps the name _destroy for all six kinds.)
  *
  * Timeouts are in seconds: negative waits forever, 0 tries once. A wait
  * that runs out returns MP_ETIMEDOUT. Nothing busy-waits: waiters sleep in
@@ -71,8 +74,8 @@ MP_API int mp_lock_release(mp_lock *l);
 /* After MP_EOWNERDEAD: marks the lock consistent again. MP_ESTATE when the
  * caller does not hold it or it was not inconsistent. */
 MP_API int mp_lock_consistent(mp_lock *l);
-/* 1 if some thread holds the lock now, 0 if not (a snapshot). */
-MP_API int mp_lock_locked(const mp_lock *l);
+/* Whether some thread holds the lock now (a snapshot); false for NULL. */
+MP_API bool mp_lock_locked(const mp_lock *l);
 
 /* ---- RLock: a recursive lock, owned by a thread ------------------------- */
 
@@ -120,8 +123,8 @@ MP_API void mp_event_destroy(mp_event *e);
 MP_API int mp_event_set(mp_event *e);
 /* Clears the flag. */
 MP_API int mp_event_clear(mp_event *e);
-/* 1 when set, 0 when clear, or a negative mp_error. */
-MP_API int mp_event_is_set(const mp_event *e);
+/* Whether the flag is set (a snapshot); false for NULL. */
+MP_API bool mp_event_is_set(const mp_event *e);
 /* Blocks until the flag is set: 0, or MP_ETIMEDOUT. */
 MP_API int mp_event_wait(mp_event *e, double timeout);
 
@@ -169,10 +172,11 @@ MP_API int mp_barrier_wait(mp_barrier *b, double timeout, unsigned *index);
 MP_API int mp_barrier_abort(mp_barrier *b);
 /* Back to the initial state; threads waiting now get MP_EBROKEN. */
 MP_API int mp_barrier_reset(mp_barrier *b);
-/* parties; threads waiting now; 1 if broken, 0 if not. */
+/* parties; threads waiting now (or a negative mp_error for NULL); whether
+ * it is broken (false for NULL). */
 MP_API int mp_barrier_parties(const mp_barrier *b);
 MP_API int mp_barrier_n_waiting(const mp_barrier *b);
-MP_API int mp_barrier_broken(const mp_barrier *b);
+MP_API bool mp_barrier_broken(const mp_barrier *b);
 
 /* ---- as message attachments ---------------------------------------------
  * add retains the object; get returns a new reference (destroy it), and

@@ -149,8 +149,9 @@ MP_API uint64_t mp_tensor_shared_copy_count(void);
  * message. "file_system": named /dev/shm segments ("/mproc-..."), unlinked by
  * their last user or, after a crash, by mproc-shm-manager. The strategy is
  * per process and applies to storages shared after the call. */
-/* Sets *names to a static array of *count names. */
-MP_API void mp_get_all_sharing_strategies(const char *const **names, int *count);
+/* NULL-terminated static list of the strategies, the default first (the
+ * shape of every "list all names" call, as mp_get_all_start_methods). */
+MP_API const char *const *mp_get_all_sharing_strategies(void);
 MP_API const char *mp_get_sharing_strategy(void);
 /* MP_ENOENT for an unknown name; the sentence lists the valid ones. */
 MP_API int mp_set_sharing_strategy(const char *name);

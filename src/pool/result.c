@@ -160,13 +160,15 @@ int mp_async_result_get(mp_async_result *r, double timeout, const mp_msg **out)
     return rc;
 }
 
-int mp_async_result_ready(const mp_async_result *r)
+bool mp_async_result_ready(const mp_async_result *r)
 {
-    if (!r)
-        return mp__error(MP_EINVAL, "mp_async_result_ready: result is NULL");
+    if (!r) {
+        mp__error(MP_EINVAL, "mp_async_result_ready: result is NULL");
+        return false;
+    }
     mp_async_result *w = (mp_async_result *)r;
     pthread_mutex_lock(&w->mu);
-    int ready = w->ready;
+    bool ready = w->ready;
     pthread_mutex_unlock(&w->mu);
     return ready;
 }

@@ -8,17 +8,12 @@
 
 #include "mproc/tensor.h"
 
-static const char *const names[] = {"file_descriptor", "file_system"};
+/* NULL-terminated, as every "list all names" call returns. */
+static const char *const names[] = {"file_descriptor", "file_system", NULL};
 static atomic_int strategy = MP__STRATEGY_FD;
 static mp__shm_hooks hooks;
 
-void mp_get_all_sharing_strategies(const char *const **out, int *count)
-{
-    if (out)
-        *out = names;
-    if (count)
-        *count = (int)(sizeof names / sizeof names[0]);
-}
+const char *const *mp_get_all_sharing_strategies(void) { return names; }
 
 const char *mp_get_sharing_strategy(void)
 {
@@ -30,7 +25,7 @@ int mp_set_sharing_strategy(const char *name)
     if (!name)
         return mp__error(MP_EINVAL, "mp_set_sharing_strategy: name is NULL (valid: "
                                     "\"file_descriptor\", \"file_system\")");
-    for (int i = 0; i < (int)(sizeof names / sizeof names[0]); i++) {
+    for (int i = 0; names[i]; i++) {
         if (strcmp(name, names[i]) == 0) {
             atomic_store(&strategy, i);
             return 0;
