@@ -70,9 +70,9 @@ MP_API int mp_register_task(const char *name, mp_task_fn fn);
     }                                                                           \
     static int NAME(const mp_msg *in, mp_msg *out)
 
-#define MP_POOL_OPTIONS_VERSION 1
+/* Extensible (docs/api-stability.md): size first, set by _init. */
 typedef struct mp_pool_options {
-    unsigned version;          /* MP_POOL_OPTIONS_VERSION (set by _init) */
+    size_t size;               /* sizeof(mp_pool_options), set by _init */
     const char *start_method;  /* "fork", "spawn", "forkserver"; NULL: the default */
     const char *initializer;   /* MP_ENTRY run in each worker first, or NULL */
     const mp_msg *initargs;    /* its argument message (copied), or NULL */
@@ -107,6 +107,7 @@ MP_API int mp_pool_size(const mp_pool *p);
  * is borrowed for the call (retain it to keep it). */
 typedef void (*mp_result_fn)(mp_async_result *r, void *user);
 typedef struct mp_pool_callbacks {
+    size_t size; /* sizeof(mp_pool_callbacks): set it, e.g. {.size = sizeof cb, ...} */
     mp_result_fn on_success;
     mp_result_fn on_error;
     void *user;

@@ -134,8 +134,11 @@ typedef struct mp_process_options {
 MP_API void mp_process_options_init(mp_process_options *opts);
 
 /* A failed child's record (also filled for a successful one). The strings
- * belong to the process (or spawn context) and live as long as it. */
+ * belong to the process (or spawn context) and live as long as it. Set
+ * size before the call (mp_child_error e = {.size = sizeof e};): the
+ * library writes no more than that, so the record can grow. */
 typedef struct mp_child_error {
+    size_t size; /* sizeof(mp_child_error), set by the caller */
     int rank; /* index under mp_spawn; 0 for an mp_process */
     pid_t pid;
     int exitcode;            /* as exitcode: status, or -signal */

@@ -48,6 +48,27 @@ void mp__error_restore(const mp__error_saved *s);
 /* Sends a line to the log hook, if one is set. */
 void mp__log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* ---- extensible structs (src/os/extstruct.c) ---------------------------- */
+
+/* Every public options, callbacks or record struct starts with
+ * `size_t size`, set by the caller (its _init function, or sizeof). The
+ * struct only ever grows at its end, and a new field's zero value means the
+ * behaviour from before it existed (docs/api-stability.md). */
+#define MP__STRUCT_SIZE_MAX 4096
+
+/* Copies the caller's struct src into the library's dst (dst_size bytes):
+ * an older, smaller struct is zero-filled up to dst_size; a newer, larger
+ * one is accepted when every byte past dst_size is zero (MP_ENOTSUP naming
+ * the byte otherwise). MP_EINVAL for a size below sizeof(size_t) or above
+ * MP__STRUCT_SIZE_MAX (not initialized). dst's size becomes dst_size. */
+int mp__struct_in(void *dst, size_t dst_size, const void *src, const char *call,
+                  const char *type);
+/* Writes the library's record src (src_size bytes) into the caller's dst,
+ * whose size field says how much room it has: at most that much is written,
+ * a larger caller's tail is zeroed, dst's size field is left as it was. */
+int mp__struct_out(void *dst, const void *src, size_t src_size, const char *call,
+                   const char *type);
+
 /* ---- swappable system calls (src/os/sys.c) ----------------------------- */
 
 /* Each member has the libc signature and errno convention, except

@@ -9,9 +9,16 @@
 
 /* ---- results --------------------------------------------------------------------- */
 
-int mp__result_new(int kind, size_t n, const char *task, const mp_pool_callbacks *cb,
+int mp__result_new(int kind, size_t n, const char *task, const mp_pool_callbacks *user_cb,
                    mp_async_result **out)
 {
+    mp_pool_callbacks copy, *cb = NULL;
+    if (user_cb) {
+        int rc = mp__struct_in(&copy, sizeof copy, user_cb, "mp_pool", "mp_pool_callbacks");
+        if (rc)
+            return rc;
+        cb = &copy;
+    }
     mp_async_result *r = calloc(1, sizeof *r);
     size_t m = n ? n : 1;
     if (!r || !(r->outs = calloc(m, sizeof *r->outs)) || !(r->rcs = calloc(m, sizeof(int))) ||

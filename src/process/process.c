@@ -131,12 +131,17 @@ int mp__process_create(const char *entry, mp_msg *args, const mp_process_options
     mp_process *p;
     char defname[32];
     mp__method m;
+    mp_process_options copy;
     if (!out || !entry)
         return mp__error(MP_EINVAL, "mp_process_create: entry and out must not be NULL");
     *out = NULL;
-    if (opts && opts->size != sizeof *opts)
-        return mp__error(MP_EINVAL, "mp_process_create: options not initialized "
-                                    "(call mp_process_options_init first)");
+    if (opts) {
+        int rc = mp__struct_in(&copy, sizeof copy, opts, "mp_process_create",
+                               "mp_process_options");
+        if (rc)
+            return rc;
+        opts = &copy;
+    }
     if (!mp__entry_lookup(entry))
         return mp__error(MP_ENOENT,
                          "mp_process_create: no entry called '%s' is "
@@ -392,20 +397,21 @@ int mp_process_exitcode(mp_process *p, int *exitcode)
 int mp_process_error(mp_process *p, mp_child_error *out)
 {
     int rc;
+    mp_child_error e = {.size = sizeof e};
     if (!out)
         return mp__error(MP_EINVAL, "mp_process_error: out is NULL");
     rc = check_finished(p, "mp_process_error");
     if (rc < 0)
         return rc;
-    out->rank = p->rank;
-    out->pid = p->pid;
-    out->exitcode = p->exitcode;
-    out->signal = p->exitcode < 0 ? -p->exitcode : 0;
-    out->signal_name = mp__signal_name(out->signal, p->signame, sizeof p->signame);
-    out->message = p->status.message;
-    out->backtrace = p->status.backtrace ? p->status.backtrace : "";
-    out->name = p->name;
-    return 0;
+    e.rank = p->rank;
+    e.pid = p->pid;
+    e.exitcode = p->exitcode;
+    e.signal = p->exitcode < 0 ? -p->exitcode : 0;
+    e.signal_name = mp__signal_name(e.signal, p->signame, sizeof p->signame);
+    e.message = p->status.message;
+    e.backtrace = p->status.backtrace ? p->status.backtrace : "";
+    e.name = p->name;
+    return mp__struct_out(out, &e, sizeof e, "mp_process_error", "mp_child_error");
 }
 
 /* ---- signals and destroy --------------------------------------------------- */
