@@ -63,7 +63,7 @@ extern "C" {
     X(MP_EMFILE, -7, "too many open files")                                                        \
     X(MP_ENOSPC, -8, "no space left in shared memory")                                             \
     X(MP_ENOTSUP, -9, "not supported")                                                             \
-    X(MP_EAGAIN, -10, "would block")                                                               \
+    X(MP_EAGAIN, -10, "resource temporarily unavailable")                                          \
     X(MP_ECHILD, -11, "child process failed")                                                      \
     X(MP_EOWNERDEAD, -12, "previous owner died holding the lock")                                  \
     X(MP_ESTATE, -13, "invalid in the current state")                                              \

@@ -13,8 +13,11 @@
  * also travel to other processes as message attachments (mp_msg_add_queue,
  * ...), which is how children started by spawn or forkserver get them.
  *
- * Timeouts are in seconds: a negative timeout waits forever, 0 tries once
- * (MP_EAGAIN when it would block), a positive one fails with MP_ETIMEDOUT.
+ * Timeouts are in seconds and mean the same in every mproc call: a
+ * negative timeout waits forever, 0 polls (tries once), a positive one
+ * waits that long; not ready in time, 0 included, is MP_ETIMEDOUT. The
+ * _nowait calls are the timeout-0 calls. (mp_conn_poll, a query, returns
+ * 0 instead.)
  *
  * Queues and connections are refcounted: _create returns one reference,
  * _retain adds one, _release drops one (NULL is a no-op) and frees the
@@ -53,15 +56,16 @@ MP_API void mp_conn_release(mp_conn *c);
 
 /* Sends m (not consumed; the caller still owns it). Blocks while the socket
  * buffer is full, up to timeout. Errors: MP_EINVAL, MP_ESTATE (receive-only
- * end), MP_ECLOSED (this end closed, or the peer is gone), MP_ETIMEDOUT,
- * MP_EAGAIN, MP_ENOSPC/MP_EMFILE (sharing a private tensor). */
+ * end), MP_ECLOSED (this end closed, or the peer is gone), MP_ETIMEDOUT
+ * (no room in time), MP_ENOSPC/MP_EMFILE (sharing a private tensor). */
 MP_API int mp_conn_send(mp_conn *c, const mp_msg *m, double timeout);
 /* Receives one message into *out (caller owns it). Several threads or
  * processes may receive on one end: they take turns through the end's
  * robust reader lock (so each message goes to exactly one of them; timeout
  * covers the wait for the lock). Errors:
- * MP_ECLOSED (peer closed: every end in every process), MP_ETIMEDOUT,
- * MP_EAGAIN, MP_EPROTO (malformed message, dropped), MP_EMFILE (message kept). */
+ * MP_ECLOSED (peer closed: every end in every process), MP_ETIMEDOUT
+ * (nothing in time), MP_EPROTO (malformed message, dropped), MP_EMFILE
+ * (message kept). */
 MP_API int mp_conn_recv(mp_conn *c, mp_msg **out, double timeout);
 /* Sends len bytes as a message without attachments (any length: large
  * payloads spill into shared memory). */
@@ -105,12 +109,12 @@ MP_API mp_queue *mp_queue_retain(mp_queue *q);
 MP_API void mp_queue_release(mp_queue *q);
 
 /* Puts m (not consumed). Blocks while the queue holds maxsize messages or
- * the socket buffer is full. Errors: MP_ECLOSED (closed), MP_ETIMEDOUT,
- * MP_EAGAIN (put_nowait: full), MP_EINVAL, sharing errors. */
+ * the socket buffer is full. Errors: MP_ECLOSED (closed), MP_ETIMEDOUT
+ * (still full in time; put_nowait: full now), MP_EINVAL, sharing errors. */
 MP_API int mp_queue_put(mp_queue *q, const mp_msg *m, double timeout);
 MP_API int mp_queue_put_nowait(mp_queue *q, const mp_msg *m);
 /* Takes the oldest message. Errors: MP_ECLOSED (closed and drained),
- * MP_ETIMEDOUT, MP_EAGAIN (get_nowait: empty), MP_EMFILE (kept queued),
+ * MP_ETIMEDOUT (still empty in time; get_nowait: empty now), MP_EMFILE (kept queued),
  * MP_EPROTO (a malformed message, dropped). */
 MP_API int mp_queue_get(mp_queue *q, mp_msg **out, double timeout);
 MP_API int mp_queue_get_nowait(mp_queue *q, mp_msg **out);
@@ -127,8 +131,8 @@ MP_API bool mp_queue_is_joinable(mp_queue *q);
  * when called more times than messages were put, or on a plain Queue. */
 MP_API int mp_queue_task_done(mp_queue *q);
 /* JoinableQueue: waits until every message put has been task_done'd.
- * Errors: MP_ETIMEDOUT, MP_EAGAIN (timeout 0 and messages outstanding),
- * MP_ESTATE on a plain Queue. */
+ * Errors: MP_ETIMEDOUT (messages still outstanding in time, 0
+ * included), MP_ESTATE on a plain Queue. */
 MP_API int mp_queue_join(mp_queue *q, double timeout);
 
 /* Convenience: a message carrying one tensor, or a state_dict. */

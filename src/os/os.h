@@ -142,7 +142,7 @@ int mp__pidfd_send_signal(int pidfd, int sig);
 
 /* Sends len bytes plus nfds fds as one record (SOCK_SEQPACKET) on sock,
  * retrying EINTR, waiting for writability until deadline (< 0 forever; 0
- * try once -> MP_EAGAIN; passed -> MP_ETIMEDOUT). len must be >= 1 (a
+ * try once; no room by then -> MP_ETIMEDOUT). len must be >= 1 (a
  * zero-byte record reads as EOF) and nfds 0..253 (SCM_MAX_FD). The fds are
  * borrowed (the kernel dups them). A closed peer is MP_ECLOSED (no SIGPIPE).
  * One sendmsg in the common case, blocking when deadline < 0; poll only
@@ -155,8 +155,8 @@ typedef union mp__fd_cmsg {
     struct cmsghdr align;
     char buf[CMSG_SPACE(sizeof(int) * MP__MAX_FDS)];
 } mp__fd_cmsg;
-/* Waits for `events` on fd until deadline (< 0 forever; 0 -> MP_EAGAIN,
- * passed -> MP_ETIMEDOUT; the sentences start with what). 0 when ready, or
+/* Waits for `events` on fd until deadline (< 0 forever; 0 polls; not ready
+ * by then -> MP_ETIMEDOUT; the sentences start with what). 0 when ready, or
  * on an error or hang-up that the next call reports. */
 int mp__wait_fd(int fd, short events, double deadline, const char *what);
 /* The SCM_RIGHTS fds the kernel installed for msg: counts them all, copies
@@ -167,7 +167,7 @@ int mp__received_fds(struct msghdr *msg, int *out, int cap, bool close_them);
 int mp__send_record(int sock, const void *buf, size_t len, const int *fds, int nfds,
                     double deadline);
 /* Receives one record of at most cap bytes and at most maxfds fds (deadline
- * as for send; MP_EAGAIN / MP_ETIMEDOUT). On success
+ * as for send; MP_ETIMEDOUT). On success
  * *len and *nfds are set and the received fds are O_CLOEXEC and owned by the
  * caller. A record or fd list that was truncated by the kernel yields
  * MP_EPROTO with every received fd closed. An orderly EOF yields MP_ECLOSED.

@@ -194,7 +194,7 @@ static int send_args(mp_process *p, int sock)
         return rc;
     rc = mp__wire_send(sock, p->args ? p->args : empty, 0);
     mp_msg_destroy(empty);
-    if (rc == MP_EAGAIN)
+    if (rc == MP_ETIMEDOUT) /* a timeout of 0: the socket buffer is full */
         return mp__error(MP_EOVERFLOW, "mp_process_start: the argument message does not "
                                        "fit in the socket buffer; send big data as "
                                        "tensors or through a queue");

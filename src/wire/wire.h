@@ -47,21 +47,20 @@ typedef struct mp__rx {
 } mp__rx;
 
 int mp__rx_init(mp__rx *rx, const char *fn);
-/* Takes the reader lock until deadline (< 0 forever, 0 try once ->
- * MP_EAGAIN). A holder that died leaves it EOWNERDEAD: it is made consistent
+/* Takes the reader lock until deadline (< 0 forever, 0 try once; not
+ * taken in time -> MP_ETIMEDOUT). A holder that died leaves it EOWNERDEAD: it is made consistent
  * and the caller goes on (nothing is left half-done under the lock). */
 int mp__rx_lock(mp__rx *rx, double deadline, const char *fn);
 void mp__rx_unlock(mp__rx *rx);
 
 /* Sends m as one record on a SOCK_SEQPACKET socket, waiting for room until
- * deadline (absolute mp__now() seconds; < 0 forever; 0 try once ->
- * MP_EAGAIN). Private tensors are shared first. A payload above the spill
+ * deadline (absolute mp__now() seconds; < 0 forever; 0 try once; no room
+ * in time -> MP_ETIMEDOUT). Private tensors are shared first. A payload above the spill
  * threshold travels in a sealed segment. */
 int mp__wire_send(int sock, const mp_msg *m, double deadline);
 /* As mp__wire_send, to a socket whose readers share rx. */
 int mp__wire_send_rx(int sock, mp__rx *rx, const mp_msg *m, double deadline);
-/* Receives one message. MP_ECLOSED at EOF, MP_ETIMEDOUT / MP_EAGAIN as
- * above, MP_EPROTO for any malformed frame (every fd received is closed),
+/* Receives one message. MP_ECLOSED at EOF, MP_ETIMEDOUT as above, MP_EPROTO for any malformed frame (every fd received is closed),
  * MP_EMFILE when the fds did not fit under RLIMIT_NOFILE. */
 int mp__wire_recv(int sock, mp_msg **out, double deadline);
 /* As mp__wire_recv, by a reader that holds rx's lock; every sender to sock
