@@ -56,9 +56,13 @@ typedef struct mp_imap mp_imap;
  * is passed on as such, anything else as MP_ECHILD). */
 typedef int (*mp_task_fn)(const mp_msg *in, mp_msg *out);
 
-/* Registers fn under name (1..63 bytes); MP_EINVAL on a duplicate or bad
- * name. Normally called through MP_TASK from a constructor, before main. */
+/* Registers fn under name (1..MP_ENTRY_NAME_MAX bytes) in the registry
+ * entries use (mproc/process.h: one capacity, MP_REGISTRY_MAX, for both).
+ * MP_EINVAL on a duplicate or bad name, MP_EOVERFLOW when full. */
 MP_API int mp_register_task(const char *name, mp_task_fn fn);
+/* What MP_TASK calls from its constructor; a failure is kept and reported
+ * as for mp_register_entry_at_load. */
+MP_API void mp_register_task_at_load(const char *name, mp_task_fn fn);
 
 /* Defines and registers a task called NAME:
  *   MP_TASK(square) { ... use in, fill out ...; return 0; } */
@@ -66,7 +70,7 @@ MP_API int mp_register_task(const char *name, mp_task_fn fn);
     static int NAME(const mp_msg *in, mp_msg *out);                             \
     __attribute__((constructor)) static void mp__register_task_##NAME(void)     \
     {                                                                           \
-        mp_register_task(#NAME, NAME);                                          \
+        mp_register_task_at_load(#NAME, NAME);                                  \
     }                                                                           \
     static int NAME(const mp_msg *in, mp_msg *out)
 

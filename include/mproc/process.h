@@ -34,12 +34,22 @@ extern "C" {
  * what you keep). Returning non-zero fails the child with that exit code. */
 typedef int (*mp_entry_fn)(int rank, mp_msg *args);
 
-/* Longest entry name, bytes without the NUL. */
+/* Longest entry or task name, bytes without the NUL. */
 #define MP_ENTRY_NAME_MAX 127
+/* How many entries and pool tasks one program can register, together: one
+ * registry holds both (a name is unique among its kind). */
+#define MP_REGISTRY_MAX 1024
 
-/* Registers fn under name; MP_EINVAL on a duplicate or bad name. Normally
- * called through MP_ENTRY from a constructor, before main. Thread-safe. */
+/* Registers fn under name. MP_EINVAL on a duplicate, empty or too long
+ * name or a NULL fn; MP_EOVERFLOW when MP_REGISTRY_MAX functions are
+ * registered. Thread-safe. */
 MP_API int mp_register_entry(const char *name, mp_entry_fn fn);
+/* What MP_ENTRY calls from its constructor, before main: registers as
+ * mp_register_entry, but a constructor has nobody to return a failure to,
+ * so the first failure (a duplicate name, a full registry) is kept and
+ * returned, with its sentence naming the entry, by mp_setup and by every
+ * mp_process_start, mp_spawn and mp_pool_create. */
+MP_API void mp_register_entry_at_load(const char *name, mp_entry_fn fn);
 
 /* Defines and registers an entry called NAME:
  *   MP_ENTRY(worker) { ... use rank, args ...; return 0; } */
@@ -47,12 +57,14 @@ MP_API int mp_register_entry(const char *name, mp_entry_fn fn);
     static int NAME(int rank, mp_msg *args);                                                       \
     __attribute__((constructor)) static void mp__register_entry_##NAME(void)                       \
     {                                                                                              \
-        mp_register_entry(#NAME, NAME);                                                            \
+        mp_register_entry_at_load(#NAME, NAME);                                                    \
     }                                                                                              \
     static int NAME(int rank, mp_msg *args)
 
 /* See the file comment. Returns 0 in the parent; never returns in a child
- * started by exec (spawn) nor in the forkserver. Saves argv for spawn,
+ * started by exec (spawn) nor in the forkserver. Fails with the kept error
+ * when an MP_ENTRY or MP_TASK could not be registered (see
+ * mp_register_entry_at_load). Saves argv for spawn,
  * which re-executes the program with it: spawn and forkserver fail with
  * MP_ESTATE until mp_setup has run. Call it once, from main, first. */
 MP_API int mp_setup(int *argc, char ***argv);

@@ -59,7 +59,7 @@ static void fail_chunk(mp_pool *p, mp__chunk *c, int rc, const char *why)
 static void worker_reap(mp_pool *p, int slot)
 {
     worker *w = &p->w[slot];
-    char how[MP__WHY_MAX], why[MP__WHY_MAX + 160];
+    char how[MP__WHY_MAX], why[MP__WHY_MAX + MP__TASK_NAME_MAX + 64];
     mp__worker_reap(p, slot, how, sizeof how);
     if (w->cur) {
         snprintf(why, sizeof why, "pool worker %d %s while running task '%s'", slot, how,
@@ -445,7 +445,7 @@ int mp_pool_create(int nprocs, const mp_pool_options *opts, mp_pool **out)
                                  "mp_pool_options")) != 0)
         return rc;
     opts = &copy;
-    if ((rc = check_options(opts)) != 0)
+    if ((rc = mp__registry_check("mp_pool_create")) != 0 || (rc = check_options(opts)) != 0)
         return rc;
     if (nprocs < 0 || nprocs > 4096)
         return mp__error(MP_EINVAL, "mp_pool_create: nprocs = %d, want 0 (one per CPU) .. "

@@ -218,6 +218,8 @@ int mp_setup(int *argc, char ***argv)
     pid_t ppid;
     if (!argc || !argv || !*argv || *argc < 1)
         return mp__error(MP_EINVAL, "mp_setup: pass &argc and &argv from main");
+    if ((rc = mp__registry_check("mp_setup")) < 0)
+        return rc;
     rc = save_argv(*argc, *argv);
     if (rc < 0)
         return rc;

@@ -223,6 +223,8 @@ int mp_process_start(mp_process *p)
                          "mp_process_start: process '%s' was already started; "
                          "a process can be started only once",
                          p->name);
+    if ((rc = mp__registry_check("mp_process_start")) < 0)
+        return rc;
     if (p->method == MP__FORK && (rc = mp__fork_check("mp_process_start")) < 0)
         return rc;
     if (mp__sys.socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
