@@ -69,6 +69,20 @@ int mp__struct_in(void *dst, size_t dst_size, const void *src, const char *call,
 int mp__struct_out(void *dst, const void *src, size_t src_size, const char *call,
                    const char *type);
 
+/* ---- fork hazards and child-exit work (src/os/hazard.c) ---------------- */
+
+/* 0 when forking is safe for the registering layer, else a negative code
+ * with a sentence naming call and the fix. */
+typedef int (*mp__fork_hazard_fn)(const char *call);
+/* A layer above registers these when it becomes a hazard / gets exit work
+ * (idempotent; up to 8 of each; MP_EOVERFLOW past that). */
+int mp__fork_hazard_register(mp__fork_hazard_fn fn);
+int mp__child_exit_register(void (*fn)(void));
+/* The process layer: before a fork-method start, and before an mproc
+ * child's _exit (which skips atexit). */
+int mp__fork_hazards_check(const char *call);
+void mp__child_exit_run(void);
+
 /* ---- swappable system calls (src/os/sys.c) ----------------------------- */
 
 /* Each member has the libc signature and errno convention, except

@@ -1,5 +1,4 @@
 /* Entry registry, start methods, contexts and the fork-with-threads guard. */
-#include "cuda/cuda_internal.h"
 #include "process/process_internal.h"
 
 #include <dirent.h>
@@ -251,7 +250,7 @@ int mp__fork_check(const char *call)
 {
     bool hazard;
     int n;
-    int rc = mp__cuda_fork_check(call); /* the CUDA runtime does not survive fork */
+    int rc = mp__fork_hazards_check(call); /* e.g. CUDA: its runtime does not survive fork */
     if (rc < 0)
         return rc;
     if (!atomic_load(&refuse_threads))
