@@ -3,7 +3,6 @@
  * collects results, replaces the dead and runs callbacks. */
 #include "pool/pool_internal.h"
 #include "process/process_internal.h"
-#include "wire/wire.h"
 
 #include <errno.h>
 #include <poll.h>

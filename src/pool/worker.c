@@ -1,7 +1,6 @@
 /* The task registry, and the worker's side: receive a chunk, run each item,
  * send one result pack back. */
 #include "pool/pool_internal.h"
-#include "wire/wire.h"
 
 #include <setjmp.h>
 #include <stdio.h>

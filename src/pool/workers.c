@@ -4,7 +4,6 @@
 #include "ipc/ipc.h"
 #include "pool/pool_internal.h"
 #include "process/process_internal.h"
-#include "wire/wire.h"
 
 #include <stdio.h>
 #include <string.h>
