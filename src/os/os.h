@@ -69,6 +69,31 @@ int mp__struct_in(void *dst, size_t dst_size, const void *src, const char *call,
 int mp__struct_out(void *dst, const void *src, size_t src_size, const char *call,
                    const char *type);
 
+/* ---- the one fork handler (src/os/atfork.c) ---------------------------- */
+
+/* The locks mproc holds across fork, in the order prepare takes them
+ * (outermost first); code that holds two of them at once takes them in
+ * this order too. parent and child release in reverse. A new lock gets a
+ * level here, placed by what it is held around. */
+typedef enum mp__fork_level {
+    MP__FORK_FORKSERVER,   /* forkserver.c fs.lock: held while sending a start
+                            * request, whose message shares tensors (below) */
+    MP__FORK_PROCESS_LIST, /* process.c list_lock: the live children */
+    MP__FORK_STORAGE_USER, /* tensor/storage.c user_lock: segment -> storage */
+    MP__FORK_SHM_CACHE,    /* shm/cache.c lock: the mapping cache */
+    MP__FORK_SHM_MANAGER,  /* shm/manager_client.c lock: daemon reports */
+    MP__FORK_IDS,          /* os/ids.c: no lock; the child forgets cached ids */
+    MP__FORK_LEVELS
+} mp__fork_level;
+typedef struct mp__fork_handlers {
+    void (*prepare)(void);
+    void (*parent)(void);
+    void (*child)(void);
+} mp__fork_handlers;
+/* Installs h (static storage; any member may be NULL) at level, replacing
+ * what was there. The first call installs the one pthread_atfork handler. */
+void mp__atfork_register(mp__fork_level level, const mp__fork_handlers *h);
+
 /* ---- fork hazards and child-exit work (src/os/hazard.c) ---------------- */
 
 /* 0 when forking is safe for the registering layer, else a negative code

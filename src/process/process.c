@@ -104,7 +104,8 @@ static void init_once_fn(void)
 {
     mp__backtrace_prime(); /* before any fork: children inherit libgcc_s */
     atexit(at_exit);
-    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    static const mp__fork_handlers h = {atfork_prepare, atfork_parent, atfork_child};
+    mp__atfork_register(MP__FORK_PROCESS_LIST, &h);
 }
 
 /* ---- create ------------------------------------------------------------- */

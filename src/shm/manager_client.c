@@ -451,7 +451,8 @@ const int mp__mgr_client_anchor = 1;
 
 __attribute__((constructor)) static void client_install(void)
 {
-    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    static const mp__fork_handlers h = {atfork_prepare, atfork_parent, atfork_child};
+    mp__atfork_register(MP__FORK_SHM_MANAGER, &h);
     if (mp__shm_set_hooks)
         mp__shm_set_hooks(&client_hooks);
 }
