@@ -80,7 +80,7 @@ int main(int argc, char **argv)
         return 1;
     }
     if (mp_process_exitcode(child, &code) != 0 || code != 0) {
-        mp_child_error e;
+        mp_child_error e = {.size = sizeof e};
         const char *why = mp_process_error(child, &e) == 0 ? e.message : mp_last_error();
         fprintf(stderr, "cuda_share: child failed (exit %d): %s\n", code, why);
         return 1;

@@ -183,7 +183,7 @@ static int join_all(mp_spawn_context *ctx, const char *what)
 {
     int rc = mp_spawn_context_join(ctx, -1);
     if (rc) {
-        mp_child_error e;
+        mp_child_error e = {.size = sizeof e};
         if (mp_spawn_context_error(ctx, &e) == 0)
             fprintf(stderr, "%s %d failed (exit code %d%s%s)\n", what, e.rank, e.exitcode,
                     e.message[0] ? ": " : "", e.message);

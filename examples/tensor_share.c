@@ -107,12 +107,11 @@ out:
 int main(int argc, char **argv)
 {
     const char *const *names;
-    int n;
     if (mp_setup(&argc, &argv) != 0)
         return 1;
+    names = mp_get_all_sharing_strategies();
     printf("mproc %s: sharing a tensor with a forked child\n", mp_version());
-    mp_get_all_sharing_strategies(&names, &n);
-    for (int i = 0; i < n; i++)
+    for (int i = 0; names[i]; i++)
         if (run(names[i]) < 0)
             return 1;
     printf("copies into shared memory: %llu (one per tensor shared)\n",

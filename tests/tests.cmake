@@ -24,7 +24,8 @@ function(mproc_tests folder)
   endforeach()
 endfunction()
 
-mproc_tests(os os_test parse_test)
+mproc_tests(api contract_test timeout_test)
+mproc_tests(os error_test os_test parse_test)
 mproc_tests(shm shm_test)
 if(TARGET mproc-shm-manager_tool)               # they run the daemon and the CLI
   mproc_tests(shm_manager chaos_test cli_test manager_test)
@@ -37,7 +38,7 @@ mproc_tests(wire malformed_test wire_test)
 mproc_tests(sync barrier_test sync_behaviour_test sync_test)
 mproc_tests(ipc emfile_test mpmc_test pipe_test queue_test rx_test start_methods_test
             toomanyrefs_test wait_test)
-mproc_tests(process backtrace_test process_behaviour_test process_test)
+mproc_tests(process backtrace_test process_behaviour_test process_test registry_test)
 mproc_tests(pool pool_behaviour_test pool_test workers_test)
 mproc_tests(cuda cuda_api_test cuda_fake_test cuda_gpu_test cuda_loader_test cuda_process_test frame_test
             pending_test refseg_test)

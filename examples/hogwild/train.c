@@ -240,7 +240,7 @@ static int epoch_args(run *r, int epoch, mp_msg **out)
  * still run, or MP_ECHILD after printing mp_spawn's error record. */
 static int poll_workers(mp_spawn_context *ctx, double timeout)
 {
-    mp_child_error e;
+    mp_child_error e = {.size = sizeof e};
     int rc = mp_spawn_context_join(ctx, timeout);
     if (rc == 0)
         return 1;

@@ -43,30 +43,30 @@ typedef struct mp_wait_item {
 
 /* Waits until at least one of items[0..n-1] is ready, or timeout seconds
  * pass (negative: forever). Sets every item's `ready` and returns how many
- * are ready (>= 1). None ready: MP_EAGAIN for timeout 0 (a poll),
- * MP_ETIMEDOUT otherwise. Other errors: MP_EINVAL (n == 0, NULL items, an
+ * are ready (>= 1). None ready: MP_ETIMEDOUT (timeout 0 polls, as every
+ * blocking call's does). Other errors: MP_EINVAL (n == 0, NULL items, an
  * unknown kind, a NULL object, a send-only connection end, a process not
  * started or started by another process), MP_ECLOSED (a closed connection
  * handle), MP_ESYS (poll). Never receives, gets or reaps: a ready item is
  * then received from or joined by the caller. Wake-up records that mproc's
  * queues and pipes use internally are dropped on the way, never reported.
  * Thread-safe (several threads may wait on the same objects). */
-int mp_wait(mp_wait_item *items, size_t n, double timeout);
+MP_API int mp_wait(mp_wait_item *items, size_t n, double timeout);
 
 /* The fd to watch for the object in your own poll/epoll loop (level- or
  * edge-triggered, POLLIN / EPOLLIN); -1 for NULL or a closed handle. Owned
  * by the object: do not close it or read from it. Readable means "look":
  * call the object's non-blocking receive (mp_conn_poll(c, 0) or
- * mp_conn_recv(c, &m, 0), mp_queue_get_nowait) until it says MP_EAGAIN;
+ * mp_conn_recv(c, &m, 0), mp_queue_get_nowait) until it says MP_ETIMEDOUT;
  * it may find nothing, since the fd also carries wake-up records (which
  * that call drops) and other consumers may take the message first. Closing
  * a queue queues an end-of-stream record, which makes the fd readable; a
  * consumer that got MP_ECLOSED should stop watching it (mp_wait checks the
  * queue's closed flag itself). For a process, mp_process_sentinel (its
  * pidfd, readable once the child has exited). */
-int mp_conn_fileno(const mp_conn *c);
-int mp_queue_fileno(const mp_queue *q);
-int mp_simple_queue_fileno(const mp_simple_queue *q);
+MP_API int mp_conn_fileno(const mp_conn *c);
+MP_API int mp_queue_fileno(const mp_queue *q);
+MP_API int mp_simple_queue_fileno(const mp_simple_queue *q);
 
 #ifdef __cplusplus
 }

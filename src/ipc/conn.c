@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 
 #include "ipc/ipc.h"
+#include "mproc/wait.h"
 
 enum { CONN_READ = 1, CONN_WRITE = 2 };
 

@@ -109,7 +109,7 @@ static int reserve_slot(mp__qctl *c, double deadline, const char *fn)
             continue;
         }
         if (deadline == 0)
-            return mp__error(MP_EAGAIN, "%s: the queue is full (maxsize %lld)", fn,
+            return mp__error(MP_ETIMEDOUT, "%s: the queue is full (maxsize %lld)", fn,
                              (long long)c->maxsize);
         seq = atomic_load(&c->space_seq);
         if (atomic_load(&c->puts) - atomic_load(&c->gets) < c->maxsize ||
@@ -167,10 +167,10 @@ int mp__queue_get(mp__queue *q, mp_msg **out, double deadline, const char *fn)
         atomic_fetch_add(&c->gets, 1);
         if (c->maxsize)
             wake_space(c);
-    } else if (rc == MP_ECLOSED || (rc == MP_EAGAIN && atomic_load(&c->closed))) {
+    } else if (rc == MP_ECLOSED || (rc == MP_ETIMEDOUT && atomic_load(&c->closed))) {
         rc = mp__error(MP_ECLOSED, "%s: the queue is closed and drained", fn);
-    } else if (rc == MP_EAGAIN) {
-        rc = mp__error(MP_EAGAIN, "%s: the queue is empty", fn);
+    } else if (rc == MP_ETIMEDOUT && deadline == 0) {
+        rc = mp__error(MP_ETIMEDOUT, "%s: the queue is empty", fn);
     } else if (rc == MP_ETIMEDOUT) {
         rc = mp__error(MP_ETIMEDOUT, "%s: timed out waiting for a message", fn);
     }

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "ipc/ipc.h"
+#include "mproc/wait.h"
 
 #define Q(x) (&(x)->q)
 
@@ -119,8 +120,7 @@ int mp_queue_join(mp_queue *q, double timeout)
             return 0;
         if (deadline == 0 ||
             mp__futex_wait((uint32_t *)&c->join_seq, seq, deadline, true) == MP_ETIMEDOUT)
-            return mp__error(deadline == 0 ? MP_EAGAIN : MP_ETIMEDOUT,
-                             "mp_queue_join: %lld messages not yet task_done", (long long)left);
+            return mp__error(MP_ETIMEDOUT, "mp_queue_join: %lld messages not yet task_done", (long long)left);
     }
 }
 

@@ -1,7 +1,6 @@
 /* The task registry, and the worker's side: receive a chunk, run each item,
  * send one result pack back. */
 #include "pool/pool_internal.h"
-#include "wire/wire.h"
 
 #include <setjmp.h>
 #include <stdio.h>
@@ -9,47 +8,20 @@
 
 #include "process/process_internal.h"
 
-#define TASKS_MAX 256
-
-/* Readers take no lock: a worker forked while another thread registers or
- * looks up must not inherit a held mutex. An entry is complete before the
- * count that publishes it is stored (release/acquire). */
-static struct {
-    char name[MP__TASK_NAME_MAX + 1];
-    mp_task_fn fn;
-} tasks[TASKS_MAX];
-static atomic_int ntasks;
-static pthread_mutex_t tasks_mu = PTHREAD_MUTEX_INITIALIZER; /* writers */
-
+/* Tasks live in the process layer's registry, beside the entries. */
 int mp_register_task(const char *name, mp_task_fn fn)
 {
-    size_t len = name ? strlen(name) : 0;
-    int rc = 0;
-    if (!fn || len == 0 || len > MP__TASK_NAME_MAX)
-        return mp__error(MP_EINVAL, "mp_register_task: want a function and a name of 1..%d "
-                         "bytes", MP__TASK_NAME_MAX);
-    pthread_mutex_lock(&tasks_mu);
-    int n = atomic_load_explicit(&ntasks, memory_order_relaxed);
-    if (mp__task_lookup(name))
-        rc = mp__error(MP_EINVAL, "mp_register_task: '%s' is registered already", name);
-    else if (n == TASKS_MAX)
-        rc = mp__error(MP_EOVERFLOW, "mp_register_task: more than %d tasks", TASKS_MAX);
-    if (!rc) {
-        memcpy(tasks[n].name, name, len + 1);
-        tasks[n].fn = fn;
-        atomic_store_explicit(&ntasks, n + 1, memory_order_release);
-    }
-    pthread_mutex_unlock(&tasks_mu);
-    return rc;
+    return mp__registry_add(MP__REG_TASK, name, (void (*)(void))fn, "mp_register_task");
+}
+
+void mp_register_task_at_load(const char *name, mp_task_fn fn)
+{
+    mp__registry_add_at_load(MP__REG_TASK, name, (void (*)(void))fn);
 }
 
 mp_task_fn mp__task_lookup(const char *name)
 {
-    int n = atomic_load_explicit(&ntasks, memory_order_acquire);
-    for (int i = 0; i < n; i++)
-        if (strcmp(tasks[i].name, name) == 0)
-            return tasks[i].fn;
-    return NULL;
+    return (mp_task_fn)mp__registry_find(MP__REG_TASK, name);
 }
 
 /* mp_raise inside a task comes back here instead of ending the worker:
@@ -107,7 +79,7 @@ static int run_item(const mp__pack_view *v, uint32_t i, mp_task_fn fn, mp__packe
         goto out;
     }
     if (rc) {
-        int code = rc < 0 && rc >= MP_EOVERFLOW ? rc : MP_ECHILD;
+        int code = rc < 0 && rc >= MP_ERROR_LAST ? rc : MP_ECHILD;
         snprintf(err, sizeof err, "task '%s' returned %d%s%s", v->name, rc,
                  mp_last_error()[0] ? ": " : "", mp_last_error());
         rc = mp__packer_add(res, NULL, 0, NULL, code, err);

@@ -4,7 +4,6 @@
 #include "ipc/ipc.h"
 #include "pool/pool_internal.h"
 #include "process/process_internal.h"
-#include "wire/wire.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -85,7 +84,7 @@ out:
 void mp__worker_reap(mp_pool *p, int slot, char *how, size_t cap)
 {
     worker *w = &p->w[slot];
-    mp_child_error e;
+    mp_child_error e = {.size = sizeof e};
     pid_t pid = mp_process_pid(w->proc);
     mp_process_join(w->proc, -1);
     if (mp_process_error(w->proc, &e) != 0)

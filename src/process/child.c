@@ -1,6 +1,5 @@
 /* The child runtime (mp_setup, mp_raise, the fatal-signal handler) and both
  * ends of the per-child status channel. */
-#include "cuda/cuda_internal.h"
 #include "process/process_internal.h"
 #include "wire/wire.h"
 
@@ -186,7 +185,7 @@ _Noreturn void mp__child_run(int chan)
         mp_raise("mproc child: receiving the argument message failed: %s", mp_last_error());
     rc = fn(boot.rank, args);
     mp_msg_destroy(args);
-    mp__cuda_on_exit(); /* _exit skips atexit: the CUDA producer's warning */
+    mp__child_exit_run(); /* _exit skips atexit: e.g. the CUDA producer's warning */
     fflush(NULL);
     _exit(exit_status(rc));
 }
@@ -251,6 +250,8 @@ int mp_setup(int *argc, char ***argv)
     pid_t ppid;
     if (!argc || !argv || !*argv || *argc < 1)
         return mp__error(MP_EINVAL, "mp_setup: pass &argc and &argv from main");
+    if ((rc = mp__registry_check("mp_setup")) < 0)
+        return rc;
     rc = save_argv(*argc, *argv);
     if (rc < 0)
         return rc;

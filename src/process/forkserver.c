@@ -20,7 +20,7 @@
  * thread first needs it, and a PDEATHSIG would fire when that thread exits,
  * not the process. When the parent dies, the kernel closes the connection
  * and the server sees EOF. Nobody else holds the parent's end: it is
- * O_CLOEXEC and forked copies close it (pthread_atfork). */
+ * O_CLOEXEC and forked copies close it (mp__atfork_register). */
 #include "process/process_internal.h"
 
 #include <errno.h>
@@ -73,7 +73,8 @@ static void atfork_child(void)
 
 static void register_atfork(void)
 {
-    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    static const mp__fork_handlers h = {atfork_prepare, atfork_parent, atfork_child};
+    mp__atfork_register(MP__FORK_FORKSERVER, &h);
 }
 
 static bool running_locked(void)

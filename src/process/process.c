@@ -104,7 +104,8 @@ static void init_once_fn(void)
 {
     mp__backtrace_prime(); /* before any fork: children inherit libgcc_s */
     atexit(at_exit);
-    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    static const mp__fork_handlers h = {atfork_prepare, atfork_parent, atfork_child};
+    mp__atfork_register(MP__FORK_PROCESS_LIST, &h);
 }
 
 /* ---- create ------------------------------------------------------------- */
@@ -131,12 +132,17 @@ int mp__process_create(const char *entry, mp_msg *args, const mp_process_options
     mp_process *p;
     char defname[32];
     mp__method m;
+    mp_process_options copy;
     if (!out || !entry)
         return mp__error(MP_EINVAL, "mp_process_create: entry and out must not be NULL");
     *out = NULL;
-    if (opts && opts->size != sizeof *opts)
-        return mp__error(MP_EINVAL, "mp_process_create: options not initialized "
-                                    "(call mp_process_options_init first)");
+    if (opts) {
+        int rc = mp__struct_in(&copy, sizeof copy, opts, "mp_process_create",
+                               "mp_process_options");
+        if (rc)
+            return rc;
+        opts = &copy;
+    }
     if (!mp__entry_lookup(entry))
         return mp__error(MP_ENOENT,
                          "mp_process_create: no entry called '%s' is "
@@ -189,7 +195,7 @@ static int send_args(mp_process *p, int sock)
         return rc;
     rc = mp__wire_send(sock, p->args ? p->args : empty, 0);
     mp_msg_destroy(empty);
-    if (rc == MP_EAGAIN)
+    if (rc == MP_ETIMEDOUT) /* a timeout of 0: the socket buffer is full */
         return mp__error(MP_EOVERFLOW, "mp_process_start: the argument message does not "
                                        "fit in the socket buffer; send big data as "
                                        "tensors or through a queue");
@@ -218,6 +224,8 @@ int mp_process_start(mp_process *p)
                          "mp_process_start: process '%s' was already started; "
                          "a process can be started only once",
                          p->name);
+    if ((rc = mp__registry_check("mp_process_start")) < 0)
+        return rc;
     if (p->method == MP__FORK && (rc = mp__fork_check("mp_process_start")) < 0)
         return rc;
     if (mp__sys.socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
@@ -400,23 +408,24 @@ int mp_process_exitcode(mp_process *p, int *exitcode)
 int mp_process_error(mp_process *p, mp_child_error *out)
 {
     int rc;
+    mp_child_error e = {.size = sizeof e};
     if (!out)
         return mp__error(MP_EINVAL, "mp_process_error: out is NULL");
     rc = check_finished(p, "mp_process_error");
     if (rc < 0)
         return rc;
-    out->rank = p->rank;
-    out->pid = p->pid;
-    out->exitcode = p->exitcode;
-    out->signal = p->exitcode < 0 ? -p->exitcode : 0;
-    out->signal_name = mp__signal_name(out->signal, p->signame, sizeof p->signame);
-    out->message = p->status.message;
+    e.rank = p->rank;
+    e.pid = p->pid;
+    e.exitcode = p->exitcode;
+    e.signal = p->exitcode < 0 ? -p->exitcode : 0;
+    e.signal_name = mp__signal_name(e.signal, p->signame, sizeof p->signame);
+    e.message = p->status.message;
     /* Symbolized here, once, not when the frames arrive: it reads DWARF
      * (tens of ms), which the failure notification should not wait for. */
     mp__backtrace_finish(&p->status);
-    out->backtrace = p->status.backtrace ? p->status.backtrace : "";
-    out->name = p->name;
-    return 0;
+    e.backtrace = p->status.backtrace ? p->status.backtrace : "";
+    e.name = p->name;
+    return mp__struct_out(out, &e, sizeof e, "mp_process_error", "mp_child_error");
 }
 
 /* ---- signals and destroy --------------------------------------------------- */

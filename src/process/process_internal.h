@@ -22,6 +22,21 @@ struct mp_context {
 };
 
 /* ---- registry / start methods (registry.c) ------------------------------ */
+
+/* One registry of named functions for MP_ENTRY (entries) and MP_TASK (pool
+ * tasks): same limits (MP_REGISTRY_MAX slots, MP_ENTRY_NAME_MAX names), a
+ * name unique per kind, lock-free lookups (safe in a forked child). */
+typedef enum mp__reg_kind { MP__REG_ENTRY = 0, MP__REG_TASK = 1 } mp__reg_kind;
+/* MP_EINVAL (bad or duplicate name, NULL fn), MP_EOVERFLOW (full); call
+ * names the public function in the sentence. */
+int mp__registry_add(mp__reg_kind kind, const char *name, void (*fn)(void), const char *call);
+void (*mp__registry_find(mp__reg_kind kind, const char *name))(void);
+/* As add, from a constructor: a failure is kept (the first one) instead of
+ * returned, for mp__registry_check. */
+void mp__registry_add_at_load(mp__reg_kind kind, const char *name, void (*fn)(void));
+/* 0, or the kept load-time failure with its sentence, prefixed by call:
+ * mp_setup and every start call it, so the failure is never silent. */
+int mp__registry_check(const char *call);
 mp_entry_fn mp__entry_lookup(const char *name);
 /* MP_EINVAL with a sentence for an unknown name. */
 int mp__method_parse(const char *name, mp__method *out);

@@ -46,6 +46,7 @@ static int fail(mp_spawn_context *c, int rank)
 {
     c->failed = rank;
     mp__process_stop_all(c->procs, c->nprocs, rank, c->grace, c->kill_timeout);
+    c->err.size = sizeof c->err;
     mp_process_error(c->procs[rank], &c->err);
     return fail_result(c);
 }
@@ -114,8 +115,8 @@ int mp_spawn_context_error(const mp_spawn_context *c, mp_child_error *out)
         return mp__error(MP_EINVAL, "mp_spawn_context_error: NULL argument");
     if (c->failed < 0)
         return mp__error(MP_ESTATE, "mp_spawn_context_error: no child has failed");
-    *out = c->err;
-    return 0;
+    return mp__struct_out(out, &c->err, sizeof c->err, "mp_spawn_context_error",
+                          "mp_child_error");
 }
 
 int mp_spawn_context_nprocs(const mp_spawn_context *c)
@@ -163,11 +164,8 @@ void mp_spawn_context_destroy(mp_spawn_context *c)
 static int check_options(const char *entry, const mp_spawn_options *o, mp_spawn_context **out)
 {
     mp__method m;
-    if (!entry || !o)
-        return mp__error(MP_EINVAL, "mp_spawn: entry and options must not be NULL");
-    if (o->size != sizeof *o)
-        return mp__error(MP_EINVAL, "mp_spawn: options not initialized (call "
-                                    "mp_spawn_options_init first)");
+    if (!entry)
+        return mp__error(MP_EINVAL, "mp_spawn: entry must not be NULL");
     if (o->nprocs < 1 || o->nprocs > 4096)
         return mp__error(MP_EINVAL, "mp_spawn: nprocs must be 1..4096 (got %d)", o->nprocs);
     if (!(o->grace_period >= 0) || !(o->kill_timeout >= 0))
@@ -210,10 +208,17 @@ static int destroy_keeping_error(mp_spawn_context *c, int rc)
     return rc < 0 ? mp__error(rc, "%s", why) : rc;
 }
 
-int mp_spawn_ex(const char *entry, mp_msg *args, const mp_spawn_options *o, mp_spawn_context **out)
+int mp_spawn_ex(const char *entry, mp_msg *args, const mp_spawn_options *opts,
+                mp_spawn_context **out)
 {
     mp_spawn_context *c;
-    int rc = check_options(entry, o, out);
+    mp_spawn_options copy, *o = &copy;
+    int rc;
+    if (!opts)
+        return mp__error(MP_EINVAL, "mp_spawn: options must not be NULL");
+    rc = mp__struct_in(&copy, sizeof copy, opts, "mp_spawn", "mp_spawn_options");
+    if (!rc)
+        rc = check_options(entry, o, out);
     if (rc < 0)
         return rc;
     if (out)

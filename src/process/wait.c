@@ -96,7 +96,7 @@ int mp_wait(mp_wait_item *items, size_t n, double timeout)
             break;
         ms = deadline == 0 ? 0 : mp__poll_ms(deadline);
         if (ms == 0) {
-            rc = timeout == 0 ? mp__error(MP_EAGAIN, "mp_wait: nothing is ready")
+            rc = timeout == 0 ? mp__error(MP_ETIMEDOUT, "mp_wait: nothing is ready")
                               : mp__error(MP_ETIMEDOUT, "mp_wait: nothing was ready within "
                                                         "%g s", timeout);
             break;

@@ -85,14 +85,14 @@ static int send_dgram(const char *buf, size_t len)
 static int ring_make(int *fd)
 {
     mp__mgr_ring *r;
-    int f = memfd_create(MP__MGR_RING_NAME, MFD_CLOEXEC | MFD_ALLOW_SEALING), err;
+    int f = mp__sys.memfd_create(MP__MGR_RING_NAME, MFD_CLOEXEC | MFD_ALLOW_SEALING), err;
     if (f < 0)
         return -errno;
     /* Sealed so the daemon can trust that the size stays. */
-    if (ftruncate(f, (off_t)RING_LEN) != 0 ||
-        fcntl(f, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+    if (mp__sys.ftruncate(f, (off_t)RING_LEN) != 0 ||
+        mp__sys.fcntl(f, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
         goto fail;
-    r = mmap(NULL, RING_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
+    r = mp__sys.mmap(NULL, RING_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
     if (r == MAP_FAILED)
         goto fail;
     r->magic = MP__MGR_RING_MAGIC;
@@ -106,8 +106,8 @@ static int ring_make(int *fd)
         err = pthread_mutex_init(&r->daemon, &a);
         pthread_mutexattr_destroy(&a);
         if (err) {
-            munmap(r, RING_LEN);
-            close(f);
+            mp__sys.munmap(r, RING_LEN);
+            mp__sys.close(f);
             return -err;
         }
     }
@@ -116,14 +116,14 @@ static int ring_make(int *fd)
     return 0;
 fail:
     err = errno;
-    close(f);
+    mp__sys.close(f);
     return -err;
 }
 
 static void ring_drop(void)
 {
     if (ring)
-        munmap(ring, RING_LEN);
+        mp__sys.munmap(ring, RING_LEN);
     ring = NULL;
 }
 
@@ -214,7 +214,7 @@ static int send_register(void)
     }
     iov.iov_len = (size_t)snprintf(buf, sizeof buf, "HELLO %d %d\n", MP__MGR_PROTOCOL,
                                    (int)mp__pid());
-    while (sendmsg(conn_fd, &mh, MSG_NOSIGNAL) < 0)
+    while (mp__sys.sendmsg(conn_fd, &mh, MSG_NOSIGNAL) < 0)
         if (errno != EINTR) {
             rc = -errno;
             break;
@@ -459,5 +459,6 @@ static void atfork_child(void) { pthread_mutex_unlock(&lock); }
  * that reference (no linker flag needed) and with it this constructor. */
 __attribute__((constructor)) static void client_install(void)
 {
-    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    static const mp__fork_handlers h = {atfork_prepare, atfork_parent, atfork_child};
+    mp__atfork_register(MP__FORK_SHM_MANAGER, &h);
 }

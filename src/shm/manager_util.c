@@ -196,10 +196,10 @@ int mp__mgr_connect_at(const char *path, int *out)
         return mp__errno_error(err, "shm manager: connect(%s)", sa.sun_path);
     }
     /* Connected: from now on the control protocol blocks (with timeouts). */
-    int fl = fcntl(fd, F_GETFL);
-    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+    int fl = mp__sys.fcntl(fd, F_GETFL, 0);
+    if (fl < 0 || mp__sys.fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
         int err = errno;
-        close(fd);
+        mp__sys.close(fd);
         return mp__errno_error(err, "shm manager: fcntl(F_SETFL) on the control socket");
     }
     *out = fd;

@@ -283,12 +283,15 @@ int mp_barrier_n_waiting(const mp_barrier *b)
     return n;
 }
 
-int mp_barrier_broken(const mp_barrier *b)
+bool mp_barrier_broken(const mp_barrier *b)
 {
-    MP__CHECK_HANDLE(b, "mp_barrier_broken");
+    if (!b) {
+        mp__error(MP_EINVAL, "mp_barrier_broken: the handle is NULL");
+        return false;
+    }
     barrier_shared *sh = bar(b);
     mp__guard_lock(&sh->guard);
-    int broken = sh->broken ? 1 : 0;
+    bool broken = sh->broken != 0;
     mp__guard_unlock(&sh->guard);
     return broken;
 }

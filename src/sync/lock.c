@@ -192,10 +192,13 @@ int mp_lock_consistent(mp_lock *l)
     return mp__olock_consistent(olock_of(&l->s), "mp_lock_consistent");
 }
 
-int mp_lock_locked(const mp_lock *l)
+bool mp_lock_locked(const mp_lock *l)
 {
-    MP__CHECK_HANDLE(l, "mp_lock_locked");
-    return mp__mutex_held(&olock_of(&l->s)->mutex) ? 1 : 0;
+    if (!l) {
+        mp__error(MP_EINVAL, "mp_lock_locked: the handle is NULL");
+        return false;
+    }
+    return mp__mutex_held(&olock_of(&l->s)->mutex);
 }
 
 /* ---- RLock ----------------------------------------------------------------- */

@@ -11,7 +11,7 @@
 #include "tensor/tensor_internal.h"
 #include "wire/frame.h"
 
-#define BAD(...) mp__error(MP_EPROTO, "mp_wire_recv: malformed frame: " __VA_ARGS__)
+#define BAD(...) mp__error(MP_EPROTO, "receiving a message: malformed frame: " __VA_ARGS__)
 
 /* MP_EPROTO whose sentence is the formatted context followed by the sentence
  * a lower layer just recorded (copied first: mp__error writes the same buffer). */
@@ -63,7 +63,7 @@ static int dec_alloc(dec *d, uint32_t nstorages)
     if (!nstorages)
         return 0;
     if (!(block = calloc(nstorages, each)))
-        return mp__error(MP_ENOMEM, "mp_wire_recv: out of memory");
+        return mp__error(MP_ENOMEM, "receiving a message: out of memory");
     d->storages = (mp__storage **)block;
     d->handles = (mp__segment_handle *)(block + nstorages * sizeof *d->storages);
     d->opened = (bool *)(block + nstorages * (sizeof *d->storages + sizeof *d->handles));
@@ -285,7 +285,7 @@ static int check_header(const mp__frame_header *h, size_t len, int nfds)
     if (h->flags & MP__FRAME_CLOSED)
         return h->body_len || nfds || len != sizeof *h
                    ? BAD("an end-of-stream marker carries a body or fds")
-                   : mp__error(MP_ECLOSED, "mp_wire_recv: the queue is closed");
+                   : mp__error(MP_ECLOSED, "receiving a message: the queue is closed");
     /* A well-formed nudge is dropped before decoding; one that gets here is
      * either malformed or handed to the decoder by hand. */
     if (h->flags & MP__FRAME_NUDGE)
@@ -420,7 +420,7 @@ int mp__wire_decode(const void *buf, size_t len, int *fds, int nfds, mp_msg **ou
         goto out_dec;
     if (h.payload_len) {
         if (!(copy = malloc(h.payload_len))) {
-            rc = mp__error(MP_ENOMEM, "mp_wire_recv: cannot allocate a %llu-byte payload",
+            rc = mp__error(MP_ENOMEM, "receiving a message: cannot allocate a %llu-byte payload",
                            (unsigned long long)h.payload_len);
             goto out_dec;
         }

@@ -50,19 +50,19 @@ static int add_storage(enc *e, mp_tensor *t, size_t index)
     mp__segment *seg = NULL;
     int rc;
     if (mp__storage_device(st).device_type != kDLCPU)
-        return mp__error(MP_EINVAL, "mp_wire_send: attachment %zu is not a CPU tensor", index);
+        return mp__error(MP_EINVAL, "sending a message: attachment %zu is not a CPU tensor", index);
     if (mp__storage_nbytes(st)) {
         if ((rc = mp__storage_share(st)) < 0)
             return rc;
         seg = mp__storage_segment(st);
         if (!seg)
-            return mp__error(MP_ESTATE, "mp_wire_send: attachment %zu has no shared segment "
+            return mp__error(MP_ESTATE, "sending a message: attachment %zu has no shared segment "
                                         "after sharing", index);
     }
     if (seg_index(e, storage_key(t)) >= 0)
         return 0;
     if (e->nseg == MP__WIRE_MAX_FDS - 1)
-        return mp__error(MP_EOVERFLOW, "mp_wire_send: more than %d distinct storages in "
+        return mp__error(MP_EOVERFLOW, "sending a message: more than %d distinct storages in "
                                        "one message; send them in several messages",
                          MP__WIRE_MAX_FDS - 1);
     e->keys[e->nseg] = storage_key(t);
@@ -75,7 +75,7 @@ int mp__wire_check_sendable(const mp_msg *m)
     enc e = {.m = m};
     int rc = 0;
     if (!m)
-        return mp__error(MP_EINVAL, "mp_wire_send: message is NULL");
+        return mp__error(MP_EINVAL, "sending a message: the message is NULL");
     for (size_t i = 0; i < m->count && rc == 0; i++) {
         mp_tensor *g;
         if (m->att[i].kind != MP_ATTACH_TENSOR)
@@ -119,18 +119,18 @@ static int encode_object(enc *e, size_t i)
     size_t len = 0;
     int nfds = 0, rc;
     if (!k)
-        return mp__error(MP_EINVAL, "mp_wire_send: attachment %zu has unknown kind %d", i,
+        return mp__error(MP_EINVAL, "sending a message: attachment %zu has unknown kind %d", i,
                          a->kind);
     rc = k->encode(a->u.obj, scratch, sizeof scratch, &len, o->fds + o->nfds,
                    MP__WIRE_MAX_FDS - 1 - o->nfds, &nfds);
     if (rc < 0)
         return rc;
     if (len > sizeof scratch || nfds < 0 || nfds > MP__WIRE_MAX_FDS - 1 - o->nfds)
-        return mp__error(MP_EOVERFLOW, "mp_wire_send: %s attachment %zu is too large",
+        return mp__error(MP_EOVERFLOW, "sending a message: %s attachment %zu is too large",
                          k->name, i);
     e->objs[i].bytes = malloc(len ? len : 1);
     if (!e->objs[i].bytes)
-        return mp__error(MP_ENOMEM, "mp_wire_send: out of memory");
+        return mp__error(MP_ENOMEM, "sending a message: out of memory");
     memcpy(e->objs[i].bytes, scratch, len);
     e->objs[i].len = len;
     e->objs[i].fd_first = o->nfds;
@@ -245,7 +245,7 @@ static int place_body(enc *e, uint64_t blen, mp__frame_header *h, unsigned char 
     if (blen <= MP__WIRE_INLINE_MAX) {
         o->len = sizeof *h + (size_t)blen;
         if (!(o->buf = malloc(o->len)))
-            return mp__error(MP_ENOMEM, "mp_wire_send: cannot allocate a %zu-byte frame",
+            return mp__error(MP_ENOMEM, "sending a message: cannot allocate a %zu-byte frame",
                              o->len);
         *body = (unsigned char *)o->buf + sizeof *h;
         return 0;
@@ -258,7 +258,7 @@ static int place_body(enc *e, uint64_t blen, mp__frame_header *h, unsigned char 
     h->flags |= MP__FRAME_SPILLED;
     o->len = sizeof *h;
     if (!(o->buf = malloc(o->len)))
-        return mp__error(MP_ENOMEM, "mp_wire_send: out of memory");
+        return mp__error(MP_ENOMEM, "sending a message: out of memory");
     *body = mp__segment_data(o->spill);
     return 0;
 }
@@ -276,9 +276,9 @@ int mp__frame_encode(const mp_msg *m, mp__frame_out *o)
     o->nhandles = 0;
     o->spill = NULL;
     if (!m)
-        return mp__error(MP_EINVAL, "mp_wire_send: message is NULL");
+        return mp__error(MP_EINVAL, "sending a message: message is NULL");
     if (m->count && !(e.objs = calloc(m->count, sizeof *e.objs)))
-        return mp__error(MP_ENOMEM, "mp_wire_send: out of memory");
+        return mp__error(MP_ENOMEM, "sending a message: out of memory");
     for (size_t i = 0; i < m->count && rc == 0; i++) {
         const mp__attach *a = &m->att[i];
         mp_tensor *g;

@@ -61,3 +61,18 @@ set_tests_properties(build_apidoc build_apidoc_check PROPERTIES TIMEOUT 120 LABE
 add_test(NAME build_man
   COMMAND ${MPROC_SH} ${mproc_build_dir}/man_test.sh ${PROJECT_SOURCE_DIR})
 set_tests_properties(build_man PROPERTIES TIMEOUT 60 LABELS build SKIP_RETURN_CODE 77)
+
+# build_names: no exported symbol or public name of mproc is also one of
+#   libtommath's or GMP's (both often linked beside mproc).
+# build_exports: libmproc.so exports exactly the functions include/ declares.
+find_program(MPROC_PYTHON3 python3 REQUIRED)
+foreach(mode names exports)
+  set(arg ${mode})
+  if(mode STREQUAL "names")
+    set(arg clash)
+  endif()
+  add_test(NAME build_${mode}
+    COMMAND ${MPROC_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/names_test.py ${arg}
+            ${PROJECT_SOURCE_DIR} ${CMAKE_C_COMPILER} $<TARGET_FILE:mproc>)
+  set_tests_properties(build_${mode} PROPERTIES TIMEOUT 120 LABELS build)
+endforeach()

@@ -55,7 +55,7 @@ static void join_ok(mp_process *p)
     assert_mp_ok(mp_process_join(p, 30));
     assert_mp_ok(mp_process_exitcode(p, &code));
     if (code != 0) {
-        mp_child_error e;
+        mp_child_error e = {.size = sizeof e};
         mp_process_error(p, &e);
         fail_msg("child exit %d: %s", code, e.message);
     }

@@ -61,7 +61,7 @@ static void test_segv_record_is_symbolized(void **state)
 {
     const char *method = ((tstate *)*state)->method;
     mp_spawn_context *ctx = NULL;
-    mp_child_error e;
+    mp_child_error e = {.size = sizeof e};
     mp_msg *m = NULL;
     char want[64], *first;
     assert_mp_ok(mp_msg_create(&m));

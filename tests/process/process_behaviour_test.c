@@ -158,7 +158,7 @@ static void test_child_start_method(void **state)
     int idx = strcmp(method, "fork") == 0 ? 0 : strcmp(method, "spawn") == 0 ? 1 : 2;
     mp_msg *m = int_msg(idx);
     mp_process *p;
-    mp_child_error e;
+    mp_child_error e = {.size = sizeof e};
     /* the parent's default stays fork; the child reports its own method */
     assert_mp_ok(mp_set_start_method("fork", true));
     p = start("report_method", m, method);

@@ -61,7 +61,7 @@ static mp_process *start(const char *entry, mp_msg *args, const char *method)
 
 static void join_ok(mp_process *p)
 {
-    mp_child_error e;
+    mp_child_error e = {.size = sizeof e};
     assert_mp_ok(mp_process_join(p, 30));
     assert_mp_ok(mp_process_error(p, &e));
     if (e.exitcode != 0)

@@ -135,7 +135,7 @@ static void run(const char *method, const char *strategy)
     mp_msg *args = NULL, *m = NULL, *back = NULL;
     mp_process_options o;
     mp_process *p = NULL;
-    mp_child_error e;
+    mp_child_error e = {.size = sizeof e};
     assert_mp_ok(mp_set_sharing_strategy(strategy));
     assert_mp_ok(mp_queue_create(0, &q));
     assert_mp_ok(mp_pipe(true, &a, &b));
