@@ -1,0 +1,142 @@
+/* mproc — ranks as processes across hosts, on MPI (libmproc_mpi).
+ *
+ * A program started by `mpirun -np N prog` calls mp_setup, then
+ * mp_mpi_init; every rank is then one mproc process. This header is served
+ * by the separate library libmproc_mpi (CMake target mproc_mpi), which links
+ * MPI; libmproc itself never depends on MPI. Built without MPI (CMake
+ * -DMPROC_MPI=OFF, or Open MPI not installed), every call here fails with
+ * MP_ENOTSUP and a sentence saying how to enable it.
+ *
+ * Ranks on one host (found with MPI_Comm_split_type(MPI_COMM_TYPE_SHARED))
+ * exchange messages through mproc's own local path: a real mproc pipe whose
+ * tensors travel as shared-memory handles. Ranks on different hosts (or
+ * every pair when the environment has MPROC_MPI_LOCAL=0) exchange them over
+ * MPI: payload and tensor metadata in one MPI message, then each tensor's
+ * storage by a non-blocking send straight from its memory; the receiver
+ * gets each tensor in mproc shared memory (mp_tensor_empty_shared) with the
+ * bytes received into it directly, so it can be passed on locally.
+ *
+ * Host-local things: queues, connections and sync objects attached to a
+ * message cross only between ranks of one host; sending one to another host
+ * fails with MP_ENOTSUP naming the attachment. docs/mpi.md tells more.
+ *
+ * Failure contract: every blocking call here watches the job. When any
+ * rank fails (its mp_mpi_spawn entry returns non-zero or calls mp_raise, it
+ * dies of a signal, or a rank on this host vanishes), every other rank's
+ * blocking call returns MP_ECHILD within a bounded time (a few ms for a
+ * reported failure, a poll period for a vanished local rank) and
+ * mp_mpi_failure gives the record. Ranks lost on other hosts are reported by
+ * mpirun, which ends the job.
+ *
+ * Threads: mp_mpi_init asks MPI for MPI_THREAD_MULTIPLE; one conn end is
+ * used by one thread at a time. No call starts a thread.
+ */
+#ifndef MPROC_MPI_H
+#define MPROC_MPI_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "mproc/error.h"
+#include "mproc/msg.h"
+#include "mproc/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- the job --------------------------------------------------------------- */
+
+/* Initializes MPI (unless the program already did) and the job: ranks,
+ * hosts, pids and the same-host sockets. Collective: every rank calls it.
+ * Call after mp_setup. MP_ENOTSUP without MPI; MP_ESTATE when called twice;
+ * MP_ESYS when MPI or a socket failed (the sentence says which). */
+int mp_mpi_init(int *argc, char ***argv);
+/* Waits for the sends still in flight, closes the sockets and finalizes
+ * MPI when mp_mpi_init initialized it. Collective. No-op before init. */
+int mp_mpi_finalize(void);
+
+/* This rank, the number of ranks, this rank's index among the ranks of its
+ * host and their number. MP_ESTATE before mp_mpi_init. */
+int mp_mpi_rank(void);
+int mp_mpi_size(void);
+int mp_mpi_local_rank(void);
+int mp_mpi_local_size(void);
+/* The host name and pid of rank. MP_EINVAL for a bad rank. */
+int mp_mpi_rank_info(int rank, const char **host, pid_t *pid);
+/* 1 when messages to rank take mproc's same-host path, 0 when they go over
+ * MPI (another host, or MPROC_MPI_LOCAL=0), or a negative error. */
+int mp_mpi_is_local(int rank);
+
+/* ---- launch and failures ---------------------------------------------------- */
+
+/* A failed rank: what mp_spawn's mp_child_error says of a child, plus host. */
+typedef struct mp_mpi_error {
+    int rank;
+    pid_t pid;
+    const char *host;
+    int exitcode;            /* the entry's return value, 1 after mp_raise, -signal */
+    int signal;              /* the signal that killed it, or 0 */
+    const char *message;     /* the mp_raise text, or a sentence of what was seen */
+} mp_mpi_error;
+
+/* Runs the entry registered as `entry` (MP_ENTRY) on this rank with args
+ * (borrowed; NULL: an empty message) as entry(rank, args). Collective: every
+ * rank calls it. Returns 0 once the entry returned 0 on every rank.
+ * MP_ECHILD when any rank failed: its entry returned non-zero or called
+ * mp_raise (caught here; the call returns instead of exiting), or it died;
+ * *err (may be NULL) gets the record, the same on every rank that learns
+ * of it, and mp_last_error a sentence. A rank whose entry failed tells every
+ * other rank at once, then (unless it is rank 0) waits up to 10 s for rank 0
+ * to report and end the job, so rank 0's report is never cut off by mpirun.
+ * MP_ENOENT: no entry of that name. Rank 0 should print the record and exit
+ * non-zero, which makes mpirun end the whole job. */
+int mp_mpi_spawn(const char *entry, mp_msg *args, mp_mpi_error *err);
+/* The first failure this rank learned of: 0 and *err, or MP_ESTATE. */
+int mp_mpi_failure(mp_mpi_error *err);
+
+/* ---- pipes between two ranks ------------------------------------------------ */
+
+typedef struct mp_mpi_conn mp_mpi_conn;
+
+/* A duplex connection between this rank and peer. Both ranks call it, each
+ * naming the other, in the same order as their other mp_mpi_pipe calls
+ * for that pair. Blocks until the peer has called it (same-host path). */
+int mp_mpi_pipe(int peer, mp_mpi_conn **out);
+/* Sends m (not consumed). Same host: as mp_conn_send. Across hosts: the
+ * message is handed to MPI and the call returns; the conn keeps its tensors
+ * until MPI is done with them. It blocks (up to timeout) only while the
+ * previous message on this conn is still being transferred (one in flight),
+ * then MP_ETIMEDOUT with nothing sent. MP_ECLOSED once either end closed,
+ * MP_ENOTSUP for an attachment that cannot leave its host, MP_ECHILD when
+ * a rank failed. */
+int mp_mpi_conn_send(mp_mpi_conn *c, const mp_msg *m, double timeout);
+/* Receives the next message (FIFO, exactly once). Timeouts as mp_conn_recv.
+ * MP_ECLOSED when the peer closed and everything it sent was received;
+ * MP_ECHILD when a rank failed; MP_ENOSPC when /dev/shm cannot hold a
+ * received tensor (the message is dropped). */
+int mp_mpi_conn_recv(mp_mpi_conn *c, mp_msg **out, double timeout);
+/* Closes this end: later calls here fail with MP_ECLOSED; the peer
+ * receives what was sent before, then MP_ECLOSED. */
+int mp_mpi_conn_close(mp_mpi_conn *c);
+/* 1 when the conn takes the same-host path. */
+int mp_mpi_conn_is_local(const mp_mpi_conn *c);
+/* Closes if needed, waits for sends in flight and frees. NULL is a no-op. */
+void mp_mpi_conn_destroy(mp_mpi_conn *c);
+
+/* ---- collectives ----------------------------------------------------------- */
+
+typedef enum mp_mpi_op { MP_MPI_SUM = 0, MP_MPI_MEAN = 1 } mp_mpi_op;
+
+/* Reduces t over every rank, in place: the sum or the mean (float types)
+ * lands in every rank's t. Collective: same dtype and numel everywhere.
+ * t must be a contiguous CPU tensor of a float or integer dtype (MEAN:
+ * float32 or float64). Blocks; MP_ECHILD when a rank failed. */
+int mp_mpi_allreduce_tensor(mp_tensor *t, mp_mpi_op op);
+/* Blocks until every rank called it (MP_ECHILD when a rank failed). */
+int mp_mpi_barrier(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

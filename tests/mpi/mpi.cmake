@@ -1,0 +1,31 @@
+# MPI tests: tests/mpi/mpi_suite.c run under mpirun (tests/mpi/run.sh), 4
+# ranks on this machine, once with the same-host shared-memory path and once
+# with it forced off and Open MPI on TCP (the cross-host path). Registered
+# only when the MPI layer is built and mpirun is found.
+if(MPROC_MPI_FOUND AND MPROC_MPIEXEC)
+  add_executable(mpi_suite ${CMAKE_CURRENT_LIST_DIR}/mpi_suite.c)
+  target_link_libraries(mpi_suite PRIVATE mproc_mpi)
+  set(run ${CMAKE_CURRENT_LIST_DIR}/run.sh)
+  foreach(v shm tcp)
+    foreach(c roundtrip alltoall allreduce)
+      add_test(NAME mpi_${c}_${v} COMMAND ${run} 4 ${v} ok "ok on 4 ranks" $<TARGET_FILE:mpi_suite> ${c})
+    endforeach()
+    add_test(NAME mpi_raise_${v} COMMAND ${run} 4 ${v} fail
+             "rank 0: job failed.*rank 1 .*gives up on purpose" $<TARGET_FILE:mpi_suite> raise)
+    # Same host: rank 0 itself reports the SIGKILL (pidfd watch); over TCP
+    # mpirun's report is what is guaranteed.
+    if(v STREQUAL "shm")
+      set(pat "rank 0: job failed.*rank 2 .*signal 9")
+    else()
+      set(pat "signal 9")
+    endif()
+    add_test(NAME mpi_kill_${v} COMMAND ${run} 4 ${v} fail "${pat}" $<TARGET_FILE:mpi_suite> kill)
+  endforeach()
+  get_property(mpi_tests DIRECTORY ${PROJECT_SOURCE_DIR} PROPERTY TESTS)
+  foreach(t ${mpi_tests})
+    if(t MATCHES "^mpi_")
+      # One at a time: each takes 4 ranks on a small machine.
+      set_tests_properties(${t} PROPERTIES TIMEOUT 200 LABELS "mpi;noasan" RESOURCE_LOCK mpi)
+    endif()
+  endforeach()
+endif()
