@@ -133,17 +133,18 @@ int mp__mpi_check(const char *fn)
 }
 
 /* Spins on MPI first (latency), then yields, then naps: ranks may share
- * cores (oversubscribed runs) and must not starve each other. */
+ * cores (oversubscribed runs, worker processes beside them) and a long
+ * wait must not take a core from them. */
 void mp__mpi_backoff(unsigned *spins)
 {
     (*spins)++;
-    if (*spins < 200)
+    if (*spins < 500)
         return;
-    if (*spins < 2000) {
+    if (*spins < 1000) {
         sched_yield();
         return;
     }
-    struct timespec ts = {0, 50000};
+    struct timespec ts = {0, *spins < 2000 ? 20000 : 200000};
     nanosleep(&ts, NULL);
 }
 

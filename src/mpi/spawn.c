@@ -64,7 +64,13 @@ static void report_own(const char *entry, int rc, bool raised)
     if (raised)
         snprintf(f.message, sizeof f.message, "%s", raise_text);
     else
-        snprintf(f.message, sizeof f.message, "entry '%s' returned %d", entry, rc);
+        snprintf(f.message, sizeof f.message, "entry '%s' returned %d%s%s%s", entry, rc,
+                 rc < 0 ? " (" : "", rc < 0 ? mp_err_name(rc) : "", rc < 0 ? ")" : "");
+    /* A negative return is an mproc error: its sentence says what failed. */
+    if (!raised && rc < 0 && mp_last_error()[0]) {
+        size_t len = strlen(f.message);
+        snprintf(f.message + len, sizeof f.message - len, ": %s", mp_last_error());
+    }
     mp__mpi_fail_report(&f);
 }
 

@@ -8,7 +8,8 @@
 set -u
 np=$1 variant=$2 want=$3 pattern=$4
 shift 4
-args=(--oversubscribe -np "$np" --mca btl_vader_single_copy_mechanism none)
+# mpi_warn_on_fork 0: mproc forks worker processes (they never call MPI).
+args=(--oversubscribe -np "$np" --mca btl_vader_single_copy_mechanism none --mca mpi_warn_on_fork 0)
 [ "$(id -u)" -eq 0 ] && args+=(--allow-run-as-root)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
