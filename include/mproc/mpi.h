@@ -124,6 +124,49 @@ int mp_mpi_conn_is_local(const mp_mpi_conn *c);
 /* Closes if needed, waits for sends in flight and frees. NULL is a no-op. */
 void mp_mpi_conn_destroy(mp_mpi_conn *c);
 
+/* ---- a pool over ranks ------------------------------------------------------
+ * The mpi4py.futures shape: rank 0 submits, every other rank serves.
+ * Tasks are MP_TASK functions (mproc/pool.h), registered in every rank;
+ * a task's message may carry bytes and tensors. Rank 0 hands a task to a
+ * worker rank only when that rank is idle; work moves while rank 0 is in
+ * a pool or result call (no thread). A task that returns non-zero or calls
+ * mp_raise fails that task only (its result says why; the worker serves
+ * on); a worker rank that dies fails the job (every call: MP_ECHILD).
+ * Pool and results are used from one thread of rank 0. */
+
+typedef struct mp_mpi_pool mp_mpi_pool;
+typedef struct mp_mpi_result mp_mpi_result;
+
+/* Collective. On rank 0: *out is the pool (rank 0 itself runs no task).
+ * On the other ranks: serves tasks until rank 0 destroys the pool, then
+ * returns 0 with *out NULL (or MP_ECHILD when a rank failed). MP_EINVAL
+ * with fewer than 2 ranks. */
+int mp_mpi_pool_create(mp_mpi_pool **out);
+/* Worker ranks (size - 1). */
+int mp_mpi_pool_size(const mp_mpi_pool *p);
+/* Queues task(in) (copied: the caller keeps in). *res: the caller's
+ * reference (mp_mpi_result_release). MP_ENOENT: no such task here. */
+int mp_mpi_pool_apply_async(mp_mpi_pool *p, const char *task, const mp_msg *in,
+                            mp_mpi_result **res);
+/* Runs task(in) on a worker and waits: *out a new message (destroy it), or
+ * the task's error (mp_last_error: the rank and the mp_raise text). */
+int mp_mpi_pool_apply(mp_mpi_pool *p, const char *task, const mp_msg *in, mp_msg **out);
+/* task over in[0..n-1] spread over the workers; out[i] new messages. On a
+ * failed item: its error, and no out set. */
+int mp_mpi_pool_map(mp_mpi_pool *p, const char *task, const mp_msg *const *in, size_t n,
+                    mp_msg **out);
+/* Waits (moving p's work) until r is done: 0, MP_ETIMEDOUT, MP_EAGAIN. */
+int mp_mpi_result_wait(mp_mpi_result *r, mp_mpi_pool *p, double timeout);
+/* Waits, then 0 with *out (may be NULL) the result message, handed over
+ * once (MP_ESTATE the second time), or the task's error. */
+int mp_mpi_result_get(mp_mpi_result *r, mp_mpi_pool *p, double timeout, mp_msg **out);
+/* The failed task's sentence ("" when it succeeded or is not done). */
+const char *mp_mpi_result_error(const mp_mpi_result *r);
+void mp_mpi_result_release(mp_mpi_result *r);
+/* Lets queued and running tasks finish, stops the workers (their
+ * mp_mpi_pool_create returns) and frees p. Results stay valid. NULL: no-op. */
+void mp_mpi_pool_destroy(mp_mpi_pool *p);
+
 /* ---- collectives ----------------------------------------------------------- */
 
 typedef enum mp_mpi_op { MP_MPI_SUM = 0, MP_MPI_MEAN = 1 } mp_mpi_op;

@@ -40,3 +40,30 @@ int mp_mpi_conn_is_local(const mp_mpi_conn *c) { return 0; }
 void mp_mpi_conn_destroy(mp_mpi_conn *c) {}
 int mp_mpi_allreduce_tensor(mp_tensor *t, mp_mpi_op op) { return off("mp_mpi_allreduce_tensor"); }
 int mp_mpi_barrier(void) { return off("mp_mpi_barrier"); }
+int mp_mpi_pool_create(mp_mpi_pool **out) { return off("mp_mpi_pool_create"); }
+int mp_mpi_pool_size(const mp_mpi_pool *p) { return off("mp_mpi_pool_size"); }
+int mp_mpi_pool_apply_async(mp_mpi_pool *p, const char *task, const mp_msg *in,
+                            mp_mpi_result **res)
+{
+    return off("mp_mpi_pool_apply_async");
+}
+int mp_mpi_pool_apply(mp_mpi_pool *p, const char *task, const mp_msg *in, mp_msg **out)
+{
+    return off("mp_mpi_pool_apply");
+}
+int mp_mpi_pool_map(mp_mpi_pool *p, const char *task, const mp_msg *const *in, size_t n,
+                    mp_msg **out)
+{
+    return off("mp_mpi_pool_map");
+}
+int mp_mpi_result_wait(mp_mpi_result *r, mp_mpi_pool *p, double timeout)
+{
+    return off("mp_mpi_result_wait");
+}
+int mp_mpi_result_get(mp_mpi_result *r, mp_mpi_pool *p, double timeout, mp_msg **out)
+{
+    return off("mp_mpi_result_get");
+}
+const char *mp_mpi_result_error(const mp_mpi_result *r) { return ""; }
+void mp_mpi_result_release(mp_mpi_result *r) {}
+void mp_mpi_pool_destroy(mp_mpi_pool *p) {}

@@ -11,6 +11,7 @@
  *   allreduce  sum and mean of float32/float64/int32 tensors
  *   raise      rank 1's entry calls mp_raise: rank 0 reports it
  *   kill       rank 2 SIGKILLs itself mid-run: every rank errors out
+ *   pool       a pool over ranks: map, apply with a tensor, per-task failure
  */
 #include <signal.h>
 #include <stdio.h>
@@ -311,6 +312,100 @@ MP_ENTRY(case_kill)
         return rc;
     }
     return mp_mpi_barrier();
+}
+
+MP_TASK(square)
+{
+    int64_t x;
+    size_t len = 0;
+    const void *p = mp_msg_payload(in, &len);
+    if (len != sizeof x)
+        return MP_EINVAL;
+    memcpy(&x, p, sizeof x);
+    if (x == 13)
+        mp_raise("unlucky %lld", (long long)x);
+    x *= x;
+    return mp_msg_set_payload(out, &x, sizeof x);
+}
+
+/* Doubles the tensor's elements into a new tensor. */
+MP_TASK(twice)
+{
+    mp_tensor *t = NULL, *r = NULL;
+    int rc = mp_msg_get_tensor(in, 0, &t);
+    if (rc == 0)
+        rc = mp_tensor_clone(t, &r);
+    for (int64_t i = 0; rc == 0 && i < mp_tensor_numel(r); i++)
+        ((float *)mp_tensor_data(r))[i] *= 2;
+    if (rc == 0)
+        rc = mp_msg_add_tensor(out, "r", r);
+    mp_tensor_release(t), mp_tensor_release(r);
+    return rc;
+}
+
+static mp_msg *int_msg(int64_t x)
+{
+    mp_msg *m = NULL;
+    OK(mp_msg_create(&m));
+    OK(mp_msg_set_payload(m, &x, sizeof x));
+    return m;
+}
+
+MP_ENTRY(case_pool)
+{
+    enum { N = 40 };
+    mp_mpi_pool *p = NULL;
+    mp_msg *in[N], *out[N];
+    OK(mp_mpi_pool_create(&p));
+    if (rank != 0) {
+        CHECK(p == NULL, "a worker rank got a pool");
+        return 0;
+    }
+    CHECK(mp_mpi_pool_size(p) == size - 1, "size %d", mp_mpi_pool_size(p));
+    for (int i = 0; i < N; i++)
+        in[i] = int_msg(i + 100);
+    OK(mp_mpi_pool_map(p, "square", (const mp_msg *const *)in, N, out));
+    for (int i = 0; i < N; i++) {
+        int64_t v;
+        memcpy(&v, mp_msg_payload(out[i], NULL), sizeof v);
+        CHECK(v == (int64_t)(i + 100) * (i + 100), "item %d: %lld", i, (long long)v);
+        mp_msg_destroy(out[i]), mp_msg_destroy(in[i]);
+    }
+    /* A failing task fails alone; the others and the worker carry on. */
+    mp_mpi_result *r[3];
+    for (int i = 0; i < 3; i++) {
+        mp_msg *m = int_msg(12 + i);
+        OK(mp_mpi_pool_apply_async(p, "square", m, &r[i]));
+        mp_msg_destroy(m);
+    }
+    mp_msg *o = NULL;
+    OK(mp_mpi_result_get(r[0], p, 30, &o));
+    mp_msg_destroy(o), o = NULL;
+    CHECK(mp_mpi_result_get(r[1], p, 30, &o) == MP_ECHILD, "the raising task");
+    CHECK(strstr(mp_last_error(), "unlucky 13") != NULL, "error text: %s", mp_last_error());
+    CHECK(strstr(mp_mpi_result_error(r[1]), "unlucky 13") != NULL, "result error");
+    OK(mp_mpi_result_get(r[2], p, 30, &o));
+    mp_msg_destroy(o), o = NULL;
+    for (int i = 0; i < 3; i++)
+        mp_mpi_result_release(r[i]);
+    /* Tensors both ways. */
+    int64_t n = 1 << 16;
+    mp_tensor *t = NULL, *back = NULL;
+    mp_msg *m = NULL;
+    OK(mp_tensor_empty(MP_FLOAT32, 1, &n, &t));
+    for (int64_t i = 0; i < n; i++)
+        ((float *)mp_tensor_data(t))[i] = (float)i;
+    OK(mp_msg_create(&m));
+    OK(mp_msg_add_tensor(m, NULL, t));
+    OK(mp_mpi_pool_apply(p, "twice", m, &o));
+    OK(mp_msg_find_tensor(o, "r", &back));
+    for (int64_t i = 0; i < n; i++)
+        CHECK(((float *)mp_tensor_data(back))[i] == 2.0f * (float)i, "tensor item %lld",
+              (long long)i);
+    CHECK(mp_mpi_pool_apply(p, "nosuch", m, &o) == MP_ENOENT, "unknown task");
+    mp_tensor_release(t), mp_tensor_release(back), mp_msg_destroy(m), mp_msg_destroy(o);
+    mp_mpi_pool_destroy(p);
+    return 0;
 }
 
 int main(int argc, char **argv)
