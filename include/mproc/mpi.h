@@ -124,6 +124,35 @@ int mp_mpi_conn_is_local(const mp_mpi_conn *c);
 /* Closes if needed, waits for sends in flight and frees. NULL is a no-op. */
 void mp_mpi_conn_destroy(mp_mpi_conn *c);
 
+/* ---- queues shared by every rank ---------------------------------------------
+ * An mproc Queue (unbounded) that lives on rank `home`: any rank puts, any
+ * rank gets, each message goes to exactly one getter, FIFO per producer.
+ * Ranks on the home's host use the real queue (shared memory, as mproc
+ * processes do); ranks on other hosts go through a broker thread on the
+ * home rank (the one thread this layer starts), with tensors over MPI. */
+
+typedef struct mp_mpi_queue mp_mpi_queue;
+
+/* Collective: every rank calls it, queues in the same order everywhere.
+ * Blocks until every rank has its handle. */
+int mp_mpi_queue_create(int home, mp_mpi_queue **out);
+/* Puts m (not consumed). From another host it returns once the home has
+ * queued it (the timeout is not needed: the queue is unbounded).
+ * MP_ECLOSED after close, MP_ENOTSUP for host-local attachments sent to
+ * another host, MP_ECHILD when a rank failed. */
+int mp_mpi_queue_put(mp_mpi_queue *q, const mp_msg *m, double timeout);
+/* Takes the oldest message: MP_EAGAIN (timeout 0: none within one round
+ * trip to the home), MP_ETIMEDOUT, MP_ECLOSED (closed and drained). A get
+ * that times out from another host never loses a message: one answered
+ * before the cancel arrives is returned. */
+int mp_mpi_queue_get(mp_mpi_queue *q, mp_msg **out, double timeout);
+/* Closes the queue for every rank: puts fail, gets drain, then MP_ECLOSED. */
+int mp_mpi_queue_close(mp_mpi_queue *q);
+/* 1 when this rank uses the real queue (home's host, same-host path on). */
+int mp_mpi_queue_is_local(const mp_mpi_queue *q);
+/* Collective: waits for every rank, stops the broker, frees. NULL: no-op. */
+void mp_mpi_queue_destroy(mp_mpi_queue *q);
+
 /* ---- a pool over ranks ------------------------------------------------------
  * The mpi4py.futures shape: rank 0 submits, every other rank serves.
  * Tasks are MP_TASK functions (mproc/pool.h), registered in every rank;

@@ -7,6 +7,7 @@
 #include "wire/wire.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -247,7 +248,10 @@ int mp_mpi_conn_recv(mp_mpi_conn *c, mp_msg **out, double timeout)
             return mp__error(MP_EAGAIN, "mp_mpi_conn_recv: nothing to receive");
         if (deadline > 0 && mp__now() >= deadline)
             return mp__error(MP_ETIMEDOUT, "mp_mpi_conn_recv: timed out");
-        mp__mpi_backoff(&spins);
+        if (c->inflight && spins >= 500)
+            sched_yield(); /* our own send still moves only while MPI is called */
+        else
+            mp__mpi_backoff(&spins);
     }
 }
 

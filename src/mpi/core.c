@@ -114,6 +114,10 @@ static void check_local_pids(void)
 int mp__mpi_check(const char *fn)
 {
     int done = 0;
+    /* The queue broker's thread waits too; the watch's request is the
+     * initializing thread's alone (an MPI request is tested by one thread). */
+    if (!pthread_equal(pthread_self(), mp__mpi.main_thread))
+        return 0;
     if (!mp__mpi.failed && mp__mpi.fail_req != MPI_REQUEST_NULL) {
         MPI_Test(&mp__mpi.fail_req, &done, MPI_STATUS_IGNORE);
         if (done) {
@@ -148,7 +152,8 @@ void mp__mpi_backoff(unsigned *spins)
     nanosleep(&ts, NULL);
 }
 
-int mp__mpi_wait(MPI_Request *req, double deadline, MPI_Status *st, const char *fn)
+static int wait_req(MPI_Request *req, double deadline, MPI_Status *st, const char *fn,
+                    bool data)
 {
     unsigned spins = 0;
     for (;;) {
@@ -163,8 +168,21 @@ int mp__mpi_wait(MPI_Request *req, double deadline, MPI_Status *st, const char *
             return mp__error(MP_EAGAIN, "%s: would block", fn);
         if (deadline > 0 && mp__now() >= deadline)
             return mp__error(MP_ETIMEDOUT, "%s: timed out", fn);
-        mp__mpi_backoff(&spins);
+        if (data && spins >= 500)
+            sched_yield(); /* bytes flow only while MPI is called: never nap */
+        else
+            mp__mpi_backoff(&spins);
     }
+}
+
+int mp__mpi_wait(MPI_Request *req, double deadline, MPI_Status *st, const char *fn)
+{
+    return wait_req(req, deadline, st, fn, false);
+}
+
+int mp__mpi_wait_data(MPI_Request *req, double deadline, MPI_Status *st, const char *fn)
+{
+    return wait_req(req, deadline, st, fn, true);
 }
 
 /* Rank 0 draws a random token that names this job's same-host sockets. */
@@ -231,7 +249,11 @@ static int init_mpi(int *argc, char ***argv)
         if (rc != MPI_SUCCESS)
             return mp__mpi_error(rc, "mp_mpi_init", "MPI_Init_thread");
         mp__mpi.owns_mpi = true;
+    } else {
+        MPI_Query_thread(&provided);
     }
+    mp__mpi.thread_level = provided;
+    mp__mpi.main_thread = pthread_self();
     MPI_Comm_dup(MPI_COMM_WORLD, &mp__mpi.comm);
     /* Errors come back as codes: a dead peer must not abort us silently. */
     MPI_Comm_set_errhandler(mp__mpi.comm, MPI_ERRORS_RETURN);

@@ -4,6 +4,7 @@
 #define MPROC_MPI_INTERNAL_H
 
 #include <mpi.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -53,6 +54,8 @@ typedef struct mp__mpi_job {
     bool failed;            /* a failure is known: every blocking call fails */
     mp__mpi_fail failure;   /* the first one */
     double next_pid_check;  /* mp__now() of the next pidfd poll */
+    int thread_level;       /* what MPI_Init_thread provided */
+    pthread_t main_thread;  /* the one that initialized: the failure watch is its */
 } mp__mpi_job;
 
 extern mp__mpi_job mp__mpi;
@@ -71,6 +74,9 @@ int mp__mpi_fail_error(const char *fn);
  * failure check: 0, MP_ETIMEDOUT/MP_EAGAIN (req still pending), MP_ECHILD,
  * MP_ESYS (MPI error). st may be NULL. */
 int mp__mpi_wait(MPI_Request *req, double deadline, MPI_Status *st, const char *fn);
+/* As mp__mpi_wait for a transfer of data: yields instead of napping, since
+ * MPI moves the bytes (TCP fragments, rendezvous) only while it is called. */
+int mp__mpi_wait_data(MPI_Request *req, double deadline, MPI_Status *st, const char *fn);
 /* One step of a polling loop: spin, then yield, then nap. */
 void mp__mpi_backoff(unsigned *spins);
 /* An MPI error code as an mproc error with MPI's text. */
@@ -85,10 +91,15 @@ typedef struct mp__mpi_inflight mp__mpi_inflight;
 /* Starts sending m to rank dest with tag: header, then each tensor's
  * bytes. *out keeps the requests and tensors until mp__mpi_inflight_done. */
 int mp__mpi_xfer_send(const mp_msg *m, int dest, int tag, mp__mpi_inflight **out);
+/* 0 when every attachment of m can cross hosts, else MP_ENOTSUP naming it. */
+int mp__mpi_xfer_check(const mp_msg *m);
 /* 1 when every request completed (and frees f), 0 while pending; waits
  * until deadline as mp__mpi_wait does. */
 int mp__mpi_inflight_wait(mp__mpi_inflight *f, double deadline, const char *fn);
 void mp__mpi_inflight_free(mp__mpi_inflight *f);
+/* 1 when every request completed, else 0: one MPI_Testall, no failure
+ * check (safe from the queue broker's thread). */
+int mp__mpi_inflight_test(mp__mpi_inflight *f);
 /* Receives one message whose header is matched on (src, tag). */
 int mp__mpi_xfer_recv(MPI_Message *msg, MPI_Status *st, int tag, mp_msg **out);
 

@@ -67,3 +67,15 @@ int mp_mpi_result_get(mp_mpi_result *r, mp_mpi_pool *p, double timeout, mp_msg *
 const char *mp_mpi_result_error(const mp_mpi_result *r) { return ""; }
 void mp_mpi_result_release(mp_mpi_result *r) {}
 void mp_mpi_pool_destroy(mp_mpi_pool *p) {}
+int mp_mpi_queue_create(int home, mp_mpi_queue **out) { return off("mp_mpi_queue_create"); }
+int mp_mpi_queue_put(mp_mpi_queue *q, const mp_msg *m, double timeout)
+{
+    return off("mp_mpi_queue_put");
+}
+int mp_mpi_queue_get(mp_mpi_queue *q, mp_msg **out, double timeout)
+{
+    return off("mp_mpi_queue_get");
+}
+int mp_mpi_queue_close(mp_mpi_queue *q) { return off("mp_mpi_queue_close"); }
+int mp_mpi_queue_is_local(const mp_mpi_queue *q) { return 0; }
+void mp_mpi_queue_destroy(mp_mpi_queue *q) {}

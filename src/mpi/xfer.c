@@ -79,6 +79,18 @@ static int xfer_tensor_at(const mp_msg *m, size_t i, mp_tensor **out)
     return rc;
 }
 
+int mp__mpi_xfer_check(const mp_msg *m)
+{
+    for (size_t i = 0; i < mp_msg_count(m); i++) {
+        mp_tensor *t = NULL;
+        int rc = xfer_tensor_at(m, i, &t);
+        mp_tensor_release(t);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
 /* The header: counts, each tensor's record, the payload. */
 static int build_header(const mp_msg *m, mp_tensor **ts, size_t n, void **out, size_t *len)
 {
@@ -174,7 +186,7 @@ int mp__mpi_inflight_wait(mp__mpi_inflight *f, double deadline, const char *fn)
         int i = 0;
         while (i < f->nreq - 1 && f->reqs[i] == MPI_REQUEST_NULL)
             i++;
-        rc = mp__mpi_wait(&f->reqs[i], deadline, NULL, fn);
+        rc = mp__mpi_wait_data(&f->reqs[i], deadline, NULL, fn);
         if (rc == MP_ETIMEDOUT || rc == MP_EAGAIN)
             return 0;
         if (rc != 0)
@@ -199,7 +211,7 @@ static int recv_body(mp_tensor *t, size_t nbytes, int src, int tag)
         if (mrc != MPI_SUCCESS)
             rc = mp__mpi_error(mrc, "mp_mpi_conn_recv", "MPI_Irecv");
         else
-            rc = mp__mpi_wait(&req, -1, NULL, "mp_mpi_conn_recv");
+            rc = mp__mpi_wait_data(&req, -1, NULL, "mp_mpi_conn_recv");
         free(scratch);
         if (data)
             data += piece;
@@ -296,7 +308,7 @@ int mp__mpi_xfer_recv(MPI_Message *msg, MPI_Status *st, int tag, mp_msg **out)
         return mp__error(MP_ENOMEM, "mp_mpi_conn_recv: out of memory for %d bytes", count);
     /* Once matched, the message is ours: receive it whatever the deadline. */
     rc = MPI_Imrecv(buf, count, MPI_BYTE, msg, &req);
-    rc = rc == MPI_SUCCESS ? mp__mpi_wait(&req, -1, NULL, "mp_mpi_conn_recv")
+    rc = rc == MPI_SUCCESS ? mp__mpi_wait_data(&req, -1, NULL, "mp_mpi_conn_recv")
                            : mp__mpi_error(rc, "mp_mpi_conn_recv", "MPI_Imrecv");
     if (rc == 0 && ((size_t)count < sizeof(xfer_head) ||
                     ((xfer_head *)buf)->magic != XFER_MAGIC ||
@@ -307,4 +319,11 @@ int mp__mpi_xfer_recv(MPI_Message *msg, MPI_Status *st, int tag, mp_msg **out)
         rc = recv_message(buf, (size_t)count, src, tag, out);
     free(buf);
     return rc;
+}
+
+int mp__mpi_inflight_test(mp__mpi_inflight *f)
+{
+    int done = 0;
+    MPI_Testall(f->nreq, f->reqs, &done, MPI_STATUSES_IGNORE);
+    return done;
 }

@@ -7,7 +7,7 @@ if(MPROC_MPI_FOUND AND MPROC_MPIEXEC)
   target_link_libraries(mpi_suite PRIVATE mproc_mpi)
   set(run ${CMAKE_CURRENT_LIST_DIR}/run.sh)
   foreach(v shm tcp)
-    foreach(c roundtrip alltoall allreduce pool)
+    foreach(c roundtrip alltoall allreduce queue pool)
       add_test(NAME mpi_${c}_${v} COMMAND ${run} 4 ${v} ok "ok on 4 ranks" $<TARGET_FILE:mpi_suite> ${c})
     endforeach()
     add_test(NAME mpi_raise_${v} COMMAND ${run} 4 ${v} fail

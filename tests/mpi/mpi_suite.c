@@ -11,6 +11,8 @@
  *   allreduce  sum and mean of float32/float64/int32 tensors
  *   raise      rank 1's entry calls mp_raise: rank 0 reports it
  *   kill       rank 2 SIGKILLs itself mid-run: every rank errors out
+ *   queue      one queue, every rank a producer and a consumer (MPMC):
+ *              each message taken exactly once, FIFO per producer
  *   pool       a pool over ranks: map, apply with a tensor, per-task failure
  */
 #include <signal.h>
@@ -312,6 +314,75 @@ MP_ENTRY(case_kill)
         return rc;
     }
     return mp_mpi_barrier();
+}
+
+MP_ENTRY(case_queue)
+{
+    enum { K = 30 };
+    mp_mpi_queue *q = NULL;
+    mp_msg *m = NULL;
+    int64_t total = (int64_t)size * K, len = 1000;
+    mp_tensor *seen = NULL;
+    int last[64];
+    OK(mp_mpi_queue_create(0, &q));
+    const char *env = getenv("MPROC_MPI_LOCAL");
+    bool local_path = !(env && !strcmp(env, "0"));
+    CHECK(mp_mpi_queue_is_local(q) == (rank == 0 || local_path), "is_local");
+    CHECK(mp_mpi_queue_get(q, &m, 0) == MP_EAGAIN, "poll of the empty queue");
+    CHECK(mp_mpi_queue_get(q, &m, 0.05) == MP_ETIMEDOUT, "timed get");
+    OK(mp_mpi_barrier());
+    for (int i = 0; i < K; i++) {
+        mp_tensor *t = pattern_tensor(len, (unsigned)(rank * 100 + i));
+        int hdr[2] = {rank, i};
+        OK(mp_msg_create(&m));
+        OK(mp_msg_set_payload(m, hdr, sizeof hdr));
+        OK(mp_msg_add_tensor(m, "t", t));
+        OK(mp_mpi_queue_put(q, m, 30));
+        mp_msg_destroy(m), m = NULL;
+        mp_tensor_release(t);
+    }
+    if (!mp_mpi_queue_is_local(q)) {
+        mp_queue *local = NULL;
+        OK(mp_queue_create(0, &local));
+        OK(mp_msg_create(&m));
+        OK(mp_msg_add_queue(m, NULL, local));
+        CHECK(mp_mpi_queue_put(q, m, 30) == MP_ENOTSUP, "a queue sent to another host");
+        mp_msg_destroy(m), m = NULL;
+        mp_queue_release(local);
+    }
+    OK(mp_mpi_barrier()); /* every put is in */
+    if (rank == size - 1)
+        OK(mp_mpi_queue_close(q));
+    OK(mp_mpi_barrier());
+    CHECK(mp_mpi_queue_put(q, NULL == m ? (mp_msg_create(&m), m) : m, 1) == MP_ECLOSED,
+          "put after close");
+    mp_msg_destroy(m), m = NULL;
+    OK(mp_tensor_empty(MP_INT32, 1, &total, &seen));
+    for (int r = 0; r < 64; r++)
+        last[r] = -1;
+    for (;;) {
+        int rc = mp_mpi_queue_get(q, &m, 30), hdr[2];
+        mp_tensor *t = NULL;
+        if (rc == MP_ECLOSED)
+            break;
+        OK(rc);
+        memcpy(hdr, mp_msg_payload(m, NULL), sizeof hdr);
+        CHECK(hdr[0] >= 0 && hdr[0] < size && hdr[1] > last[hdr[0]], "order from %d: %d after %d",
+              hdr[0], hdr[1], last[hdr[0]]);
+        last[hdr[0]] = hdr[1];
+        OK(mp_msg_find_tensor(m, "t", &t));
+        check_pattern(t, len, (unsigned)(hdr[0] * 100 + hdr[1]));
+        ((int32_t *)mp_tensor_data(seen))[hdr[0] * K + hdr[1]]++;
+        mp_tensor_release(t);
+        mp_msg_destroy(m), m = NULL;
+    }
+    OK(mp_mpi_allreduce_tensor(seen, MP_MPI_SUM));
+    for (int64_t i = 0; i < total; i++)
+        CHECK(((int32_t *)mp_tensor_data(seen))[i] == 1, "message %lld taken %d times",
+              (long long)i, ((int32_t *)mp_tensor_data(seen))[i]);
+    mp_tensor_release(seen);
+    mp_mpi_queue_destroy(q);
+    return 0;
 }
 
 MP_TASK(square)
