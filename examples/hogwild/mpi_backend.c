@@ -84,6 +84,6 @@ int mpi_backend_run(int *argc, char ***argv, train_options *o, const dataset *d,
                 e.rank, (int)e.pid, e.host, e.exitcode, e.signal, e.message);
     free(job.own);
     mp_tensor_release(job.mean);
-    mp_mpi_finalize(); /* after a failure it ends the job, non-zero */
+    mp_mpi_finalize(); /* after a failure: MP_ECHILD; our non-zero exit ends the job */
     return rc;
 }

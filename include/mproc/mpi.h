@@ -52,8 +52,12 @@ extern "C" {
  * Call after mp_setup. MP_ENOTSUP without MPI; MP_ESTATE when called twice;
  * MP_ESYS when MPI or a socket failed (the sentence says which). */
 int mp_mpi_init(int *argc, char ***argv);
-/* Waits for the sends still in flight, closes the sockets and finalizes
- * MPI when mp_mpi_init initialized it. Collective. No-op before init. */
+/* Waits for every rank, closes the sockets and finalizes MPI when
+ * mp_mpi_init initialized it. Collective. No-op before init. After a
+ * failure it returns MP_ECHILD without finalizing (a collective finalize
+ * would wait for the dead rank): exit non-zero and mpirun ends the job.
+ * Ranks other than 0 first wait up to 10 s for rank 0 to end it, so rank
+ * 0's report is not cut off. */
 int mp_mpi_finalize(void);
 
 /* This rank, the number of ranks, this rank's index among the ranks of its
@@ -90,7 +94,8 @@ typedef struct mp_mpi_error {
  * other rank at once, then (unless it is rank 0) waits up to 10 s for rank 0
  * to report and end the job, so rank 0's report is never cut off by mpirun.
  * MP_ENOENT: no entry of that name. Rank 0 should print the record and exit
- * non-zero, which makes mpirun end the whole job. */
+ * non-zero, which makes mpirun end the whole job (mp_mpi_finalize then
+ * returns MP_ECHILD). */
 int mp_mpi_spawn(const char *entry, mp_msg *args, mp_mpi_error *err);
 /* The first failure this rank learned of: 0 and *err, or MP_ESTATE. */
 int mp_mpi_failure(mp_mpi_error *err);

@@ -314,9 +314,10 @@ int mp_mpi_finalize(void)
         rc = mp__mpi_wait(&req, -1, NULL, "mp_mpi_finalize");
     }
     if (mp__mpi.failed || rc != 0) {
-        /* A collective finalize would wait for dead ranks: end the job. */
+        /* A collective finalize would wait for the dead: MPI stays up and
+         * the caller exits non-zero, which makes mpirun end the job. */
         linger_for_rank0();
-        MPI_Abort(MPI_COMM_WORLD, 1);
+        return mp__mpi.failed ? mp__mpi_fail_error("mp_mpi_finalize") : rc;
     }
     MPI_Cancel(&mp__mpi.fail_req);
     MPI_Wait(&mp__mpi.fail_req, MPI_STATUS_IGNORE);

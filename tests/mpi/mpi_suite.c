@@ -500,8 +500,8 @@ int main(int argc, char **argv)
             fprintf(stderr, "rank 0: job failed after %.2f s: rank %d (pid %d on %s) exit %d "
                             "signal %d: %s\n", MPI_Wtime() - t0, e.rank, (int)e.pid, e.host,
                     e.exitcode, e.signal, e.message);
-        mp_mpi_finalize(); /* ends the job (non-zero) after a failure */
-        return 1;
+        CHECK(mp_mpi_finalize() == MP_ECHILD, "finalize after a failure");
+        return 1; /* mpirun ends the job */
     }
     if (rank == 0)
         printf("mpi_suite %s: ok on %d ranks in %.2f s\n", argv[1], size, MPI_Wtime() - t0);
