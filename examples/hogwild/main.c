@@ -159,12 +159,15 @@ static int parse_args(int argc, char **argv, train_options *o, bool *mpi)
 
 static void summary(const char *label, const train_options *o, const train_result *r)
 {
-    printf("%-9s %d worker%s, %s, %d epochs: wall %.1f s (training %.1f s), %.0f samples/s, "
+    char ranks[32] = "";
+    if (o->shards > 1) /* --backend mpi */
+        snprintf(ranks, sizeof ranks, "%d ranks x ", o->shards);
+    printf("%-9s %s%d worker%s, %s, %d epochs: wall %.1f s (training %.1f s), %.0f samples/s, "
            "test accuracy %.4f\n",
-           label, o->workers, o->workers == 1 ? "" : "s",
+           label, ranks, o->workers, o->workers == 1 ? "" : "s",
            o->sync == TRAIN_SHARED ? "Hogwild shared" : "periodic", r->epochs, r->wall_s,
            r->train_s, r->samples_per_s, r->test_accuracy);
-    if (o->workers == 1) /* what --seed reproduces */
+    if (o->workers == 1 && o->shards == 1) /* what --seed reproduces */
         printf("%-9s parameters fnv1a %016llx (seed %llu)\n", "", (unsigned long long)r->param_hash,
                (unsigned long long)o->seed);
 }
