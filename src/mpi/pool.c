@@ -20,7 +20,7 @@ struct mp_mpi_result {
     int rc;
     mp_msg *in;         /* the task message, until sent */
     mp_msg *out;
-    char error[MP__MPI_TEXT_MAX];
+    char error[MP__MPI_TEXT_MAX + 64]; /* "task on rank N: " + the text */
     uint64_t id;
     mp_mpi_result *next; /* pool's pending list */
 };
