@@ -18,9 +18,9 @@
 #include <cblas.h>
 #include <mproc.h>
 
-#include "../hogwild/data.h"
-#include "../hogwild/mlp.h"
-#include "../hogwild/progress.h"
+#include "data.h"
+#include "mlp.h"
+#include "progress.h"
 #include "loader.h"
 
 #define MAX_WORKERS 64

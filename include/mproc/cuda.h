@@ -14,9 +14,14 @@
  * The CUDA runtime does not survive fork: after any CUDA call in this process
  * start children with the spawn or forkserver method.
  *
- * Builds without CUDA (-DMPROC_CUDA=OFF, or no toolkit found) keep every
- * function below; each returns MP_ENOTSUP with a sentence saying how to
- * enable CUDA. No CUDA runtime call happens until one of these is called.
+ * libmproc is never linked with the CUDA runtime: the first call below loads
+ * it with dlopen (libcudart.so.<major of the toolkit mproc was built with>,
+ * or the library named by the MPROC_CUDART environment variable, read
+ * once). Where it cannot be loaded (no CUDA installed, or a library that is
+ * not a CUDA runtime), every function below except mp_tensor_is_cuda returns
+ * MP_ENOTSUP with a sentence naming the library and the fix; so does a build
+ * without the CUDA headers (-DMPROC_CUDA=OFF, or no toolkit found), saying
+ * how to enable CUDA. Programs that never call these need no CUDA at all.
  *
  * Streams: mproc uses the legacy default stream of each device. Copies are
  * synchronous with respect to the host.
@@ -41,9 +46,11 @@ extern "C" {
  * which fork is refused). Thread-safe. */
 bool mp_cuda_is_available(void);
 
-/* Number of visible CUDA devices in *count (0 is a success: no GPU).
- * Errors: MP_EINVAL (count NULL), MP_ENOTSUP (built without CUDA), MP_ESYS
- * when the driver cannot be loaded (the sentence has the CUDA error text). */
+/* Number of visible CUDA devices in *count (0 is a success: no GPU). Asked
+ * of the CUDA runtime once per process (a forked child asks again), then
+ * cached, as is a failure. Errors: MP_EINVAL (count NULL), MP_ENOTSUP (built
+ * without CUDA, or no CUDA runtime could be loaded), MP_ESYS when the driver
+ * cannot be used (the sentence has the CUDA error text). */
 int mp_cuda_device_count(int *count);
 
 /* Waits until all work queued on device's default stream has finished.

@@ -42,7 +42,8 @@ typedef enum mp_error {
     MP_ENOENT = -14,     /* no such name (entry, strategy, segment, attachment) */
     MP_EBROKEN = -15,    /* barrier broken: a member died or timed out */
     MP_EPERM = -16,      /* permission denied (peer of another user, ...) */
-    MP_EOVERFLOW = -17   /* a size or count does not fit */
+    MP_EOVERFLOW = -17,  /* a size or count does not fit */
+    MP_ETOOMANYREFS = -18 /* too many fds in flight: the kernel's per-user limit */
 } mp_error;
 
 /* Short human text for a code, e.g. "invalid argument". Never NULL. */
@@ -56,7 +57,9 @@ const char *mp_err_name(int code);
  * mproc call in the same thread. */
 const char *mp_last_error(void);
 
-/* Library version, "MAJOR.MINOR.PATCH", of the linked library. */
+/* Library version, "MAJOR.MINOR.PATCH", of the linked library: the
+ * MP_VERSION_* above (the one place the version is written), which is also
+ * the CMake package's, mproc.pc's and the Debian packages' version. */
 const char *mp_version(void);
 
 /* Log hook: the library never prints; when a hook is set, warnings (for

@@ -46,6 +46,7 @@ typedef enum mp_attach_kind {
 /* Longest attachment name, bytes without the NUL. */
 #define MP_MSG_NAME_MAX 255
 
+/* A new empty message (no payload, no attachments) in *out. MP_ENOMEM. */
 int mp_msg_create(mp_msg **out);
 /* Drops the payload and every attachment's reference. NULL is a no-op. */
 void mp_msg_destroy(mp_msg *m);

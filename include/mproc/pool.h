@@ -21,7 +21,10 @@
  * worker that dies (any signal, any exit) fails exactly the items of that
  * chunk with an error naming the signal or status; it is replaced and the
  * pool keeps serving. A task that calls mp_raise, or returns non-zero,
- * fails that item only; the worker carries on.
+ * fails that item only; the worker carries on. So does a result that
+ * cannot be sent back (a tensor that cannot be moved to shared memory, a
+ * device tensor): that item fails with the send's error code and a
+ * sentence naming the cause, the other items of its chunk arrive.
  *
  * Chunks: map-like calls cut their n items into chunks of `chunksize`; 0
  * picks Python's rule, chunksize = ceil(n / (4 * nprocs)) (at least 1), so
@@ -74,7 +77,10 @@ int mp_register_task(const char *name, mp_task_fn fn);
 typedef struct mp_pool_options {
     unsigned version;          /* MP_POOL_OPTIONS_VERSION (set by _init) */
     const char *start_method;  /* "fork", "spawn", "forkserver"; NULL: the default */
-    const char *initializer;   /* MP_ENTRY run in each worker first, or NULL */
+    const char *initializer;   /* MP_ENTRY run in each worker first, or NULL; its
+                                * rank is the worker's index 0..nprocs-1, and a
+                                * replacement worker gets the index of the one
+                                * it replaces */
     const mp_msg *initargs;    /* its argument message (copied), or NULL */
     unsigned maxtasksperchild; /* replace a worker after this many chunks; 0: never */
 } mp_pool_options;

@@ -11,7 +11,9 @@
  * the parent), "spawn" (vfork + exec of /proc/self/exe with the same argv,
  * environment and cwd; only the argument message crosses) and "forkserver"
  * (a single-threaded server, exec'd on first use, forks children on
- * request). Every child dies with its parent (PR_SET_PDEATHSIG), reports a
+ * request; they become the parent's own children, re-parented to it as a
+ * child subreaper, so they outlive the server and report their real exit
+ * code). Every child dies with its parent (PR_SET_PDEATHSIG), reports a
  * failure through its own status channel (mp_raise text, fatal-signal
  * backtrace) and is reaped by mproc, never left a zombie.
  * docs/processes.md explains the choice of default and each call.
@@ -54,7 +56,9 @@ int mp_register_entry(const char *name, mp_entry_fn fn);
 /* See the file comment. Returns 0 in the parent; never returns in a child
  * started by exec (spawn) nor in the forkserver. Saves argv for spawn,
  * which re-executes the program with it: spawn and forkserver fail with
- * MP_ESTATE until mp_setup has run. Call it once, from main, first. */
+ * MP_ESTATE until mp_setup has run. Call it once, from main, first.
+ * MP_EINVAL when MPROC_SPAWN or MPROC_FORKSERVER (set by mproc in the
+ * children it starts) is in the environment but malformed: unset it. */
 int mp_setup(int *argc, char ***argv);
 
 /* Fails the calling child with a message that reaches the parent's error
@@ -77,7 +81,8 @@ typedef struct mp_context mp_context;
  * unknown name. Thread-safe. */
 int mp_set_start_method(const char *method, bool force);
 /* The default start method's name; fixes it, as Python's
- * get_start_method() does. Never fails. */
+ * get_start_method() does. In a child, the method it was started with.
+ * Never fails. */
 const char *mp_get_start_method(void);
 /* NULL-terminated static list of the methods this system supports, the
  * default first. */
@@ -93,8 +98,8 @@ const char *mp_context_start_method(const mp_context *ctx);
  * exec (a few ms). Thread-safe. */
 int mp_forkserver_start(void);
 /* Stops the forkserver: closes its connection; the server exits and is
- * reaped, and children it forked that still run die with it (SIGKILL).
- * No-op when none runs. Blocks up to 2 s. Thread-safe. */
+ * reaped. Children it started are the caller's and keep running. No-op
+ * when none runs. Blocks up to 2 s. Thread-safe. */
 int mp_forkserver_stop(void);
 
 /* fork() copies only the calling thread; a lock held by another thread at
@@ -124,6 +129,7 @@ typedef struct mp_process_options {
     mp_context *context;      /* NULL: the default context */
 } mp_process_options;
 
+/* Sets every field of *opts to its default (and size); call before changing one. */
 void mp_process_options_init(mp_process_options *opts);
 
 /* A failed child's record (also filled for a successful one). The strings
@@ -135,7 +141,11 @@ typedef struct mp_child_error {
     int signal;              /* the signal that killed it, or 0 */
     const char *signal_name; /* "SIGSEGV", or "" */
     const char *message;     /* the mp_raise text, or "" */
-    const char *backtrace;   /* lines from the fatal-signal handler, or "" */
+    /* For a fatal signal, one line per frame, innermost first, symbolized
+     * by the parent from the program's symbols and DWARF:
+     * "#0  fn at file.c:42 (module+0x1a2b)"; "#N  ?? (module+0x...)" where
+     * nothing resolves. "" otherwise. */
+    const char *backtrace;
     const char *name;        /* the process name */
 } mp_child_error;
 
@@ -146,7 +156,9 @@ typedef struct mp_child_error {
  * MP_ENOENT (no entry of that name is registered), MP_ENOMEM. */
 int mp_process_create(const char *entry, mp_msg *args, const mp_process_options *opts,
                       mp_process **out);
-/* Starts the child. Does not wait for the entry to run. Errors: MP_ESTATE
+/* Starts the child. Does not wait for the entry to run. With "fork",
+ * stdio's buffers are flushed first (fflush(NULL), as CPython does), so
+ * unflushed output is not printed again by the child. Errors: MP_ESTATE
  * (started before; fork refused in a threaded process; spawn without
  * mp_setup), MP_ESYS/MP_EMFILE/MP_ENOMEM (fork, exec, socket), the errors of
  * sending args (MP_ENOSPC, ...). On error no child is left. */
@@ -159,8 +171,9 @@ int mp_process_join(mp_process *p, double timeout);
 /* True from start until the child has exited. Never blocks. */
 bool mp_process_is_alive(mp_process *p);
 /* Python's sentinel: an fd (the child's pidfd) that becomes readable when
- * the child exits, to poll together with other fds. Owned by p; -1 before
- * start and once the child has been reaped. Never blocks. */
+ * the child exits, to poll together with other fds (or use mp_wait,
+ * mproc/wait.h). Owned by p; -1 before start and once the child has been
+ * reaped. Never blocks. */
 int mp_process_sentinel(const mp_process *p);
 /* The child's pid; 0 before start. */
 pid_t mp_process_pid(const mp_process *p);
@@ -192,9 +205,12 @@ typedef struct mp_spawn_options {
     bool join;                /* block until all finish or one fails (default true) */
     bool daemon;              /* default false */
     const char *start_method; /* NULL: the default method */
-    double grace_period;      /* seconds between SIGTERM and SIGKILL on failure (1.0) */
+    double grace_period; /* after a failure, seconds the others get to finish on
+                          * their own before SIGTERM (torch's grace_period; 0) */
+    double kill_timeout; /* seconds between that SIGTERM and SIGKILL (1.0) */
 } mp_spawn_options;
 
+/* Sets every field of *opts to its default (and size); call before changing one. */
 void mp_spawn_options_init(mp_spawn_options *opts);
 
 /* torch.multiprocessing.spawn: runs entry(rank, args) in nprocs children.
@@ -213,20 +229,25 @@ int mp_spawn_ex(const char *entry, mp_msg *args, const mp_spawn_options *opts,
  * 0: all exited with 0. MP_ETIMEDOUT: not done yet (timeout seconds,
  * negative forever, 0 polls). MP_ECHILD: a child failed; it is the first
  * failure seen, reported within milliseconds of its mp_raise message or
- * fatal signal; the others got SIGTERM, SIGKILL after the grace period,
- * and all are reaped; mp_spawn_context_error gives the record and
- * mp_last_error a sentence. Later calls return the same result. */
+ * fatal signal; as torch does, the others got grace_period seconds to
+ * finish on their own, then SIGTERM, then SIGKILL kill_timeout seconds
+ * later, and all are reaped (this call blocks for that);
+ * mp_spawn_context_error gives the record and mp_last_error a sentence.
+ * Later calls return the same result. */
 int mp_spawn_context_join(mp_spawn_context *ctx, double timeout);
 /* The failing child's record: MP_ESTATE when no child has failed. */
 int mp_spawn_context_error(const mp_spawn_context *ctx, mp_child_error *out);
 int mp_spawn_context_nprocs(const mp_spawn_context *ctx);
 /* Pid of rank; 0 for a bad rank. */
 pid_t mp_spawn_context_pid(const mp_spawn_context *ctx, int rank);
-/* Seconds between SIGTERM and SIGKILL when a child fails (>= 0). */
+/* After a child fails, the seconds the others get to finish on their own
+ * before SIGTERM (>= 0; MP_EINVAL otherwise). */
 int mp_spawn_context_set_grace_period(mp_spawn_context *ctx, double seconds);
-/* Frees ctx. Children still running get SIGTERM, then SIGKILL after the
- * grace period, and are reaped. NULL is a no-op. Blocks at most the grace
- * period. */
+/* Seconds between that SIGTERM and SIGKILL (>= 0; MP_EINVAL otherwise). */
+int mp_spawn_context_set_kill_timeout(mp_spawn_context *ctx, double seconds);
+/* Frees ctx. Children still running get SIGTERM at once, then SIGKILL
+ * after kill_timeout, and are reaped. NULL is a no-op. Blocks at most
+ * kill_timeout. */
 void mp_spawn_context_destroy(mp_spawn_context *ctx);
 
 #ifdef __cplusplus

@@ -21,6 +21,10 @@
  * process's handle with the last. Calls on one object may come from several
  * threads, except where a function says otherwise.
  *
+ * To wait on several pipes, queues and processes at once, or to watch them
+ * from your own poll/epoll loop, see mproc/wait.h (mp_wait, the _fileno
+ * calls).
+ *
  * Receiving fds can hit the open-files limit: then the receiving call fails
  * with MP_EMFILE, names the limit and the two fixes (raise it, or use the
  * file_system strategy), and the message stays queued, whole.
@@ -54,7 +58,8 @@ void mp_conn_release(mp_conn *c);
 /* Sends m (not consumed; the caller still owns it). Blocks while the socket
  * buffer is full, up to timeout. Errors: MP_EINVAL, MP_ESTATE (receive-only
  * end), MP_ECLOSED (this end closed, or the peer is gone), MP_ETIMEDOUT,
- * MP_EAGAIN, MP_ENOSPC/MP_EMFILE (sharing a private tensor). */
+ * MP_EAGAIN, MP_ENOSPC/MP_EMFILE (sharing a private tensor),
+ * MP_ETOOMANYREFS (the kernel's limit on fds in flight; nothing was sent). */
 int mp_conn_send(mp_conn *c, const mp_msg *m, double timeout);
 /* Receives one message into *out (caller owns it). Several threads or
  * processes may receive on one end: they take turns through the end's
@@ -79,6 +84,8 @@ int mp_conn_close(mp_conn *c);
 
 typedef struct mp_simple_queue mp_simple_queue;
 
+/* Creates a SimpleQueue (one reference); retain adds a reference, release
+ * drops one and the last closes it (NULL is a no-op). MP_EMFILE, MP_ESYS. */
 int mp_simple_queue_create(mp_simple_queue **out);
 mp_simple_queue *mp_simple_queue_retain(mp_simple_queue *q);
 void mp_simple_queue_release(mp_simple_queue *q);
@@ -106,7 +113,8 @@ void mp_queue_release(mp_queue *q);
 
 /* Puts m (not consumed). Blocks while the queue holds maxsize messages or
  * the socket buffer is full. Errors: MP_ECLOSED (closed), MP_ETIMEDOUT,
- * MP_EAGAIN (put_nowait: full), MP_EINVAL, sharing errors. */
+ * MP_EAGAIN (put_nowait: full), MP_EINVAL, sharing errors,
+ * MP_ETOOMANYREFS (the kernel's limit on fds in flight; nothing was put). */
 int mp_queue_put(mp_queue *q, const mp_msg *m, double timeout);
 int mp_queue_put_nowait(mp_queue *q, const mp_msg *m);
 /* Takes the oldest message. Errors: MP_ECLOSED (closed and drained),

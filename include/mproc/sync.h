@@ -71,11 +71,15 @@ int mp_lock_release(mp_lock *l);
 /* After MP_EOWNERDEAD: marks the lock consistent again. MP_ESTATE when the
  * caller does not hold it or it was not inconsistent. */
 int mp_lock_consistent(mp_lock *l);
-/* 1 if some thread holds the lock now, 0 if not (a snapshot). */
+/* 1 if the lock is taken now, 0 if not (a snapshot). A lock whose holder
+ * died holding it counts as taken (1) until someone acquires it (that
+ * acquire returns MP_EOWNERDEAD); releasing it meanwhile fails with
+ * MP_EPERM naming the dead holder. */
 int mp_lock_locked(const mp_lock *l);
 
 /* ---- RLock: a recursive lock, owned by a thread ------------------------- */
 
+/* Creates an unlocked RLock; _retain/_destroy as for every object here. */
 int mp_rlock_create(mp_rlock **out);
 mp_rlock *mp_rlock_retain(mp_rlock *l);
 void mp_rlock_destroy(mp_rlock *l);
@@ -113,6 +117,7 @@ int mp_semaphore_value(const mp_semaphore *s);
 
 /* ---- Event: a flag that waiters sleep on -------------------------------- */
 
+/* Creates a clear Event; _retain/_destroy as for every object here. */
 int mp_event_create(mp_event **out);
 mp_event *mp_event_retain(mp_event *e);
 void mp_event_destroy(mp_event *e);
@@ -127,6 +132,7 @@ int mp_event_wait(mp_event *e, double timeout);
 
 /* ---- Condition: a condition variable with its own recursive lock -------- */
 
+/* Creates a Condition; _retain/_destroy as for every object here. */
 int mp_condition_create(mp_condition **out);
 mp_condition *mp_condition_retain(mp_condition *c);
 void mp_condition_destroy(mp_condition *c);
@@ -157,13 +163,41 @@ int mp_condition_notify_all(mp_condition *c);
  * its process's last handle; a member that dies (its process ends) while
  * others wait breaks the barrier. */
 int mp_barrier_create(unsigned parties, mp_barrier **out);
+
+/* Python's Barrier(parties, action, timeout). The action is run by exactly
+ * one party, the last to arrive, before any party of that round is
+ * released, in whichever process that party lives; it takes no argument
+ * (Python's action neither) and must not use the barrier itself. It must
+ * live in the program or in a library that every process using the barrier
+ * loads (it is found again by its place in that file, so spawn and
+ * forkserver children run their own copy). Non-zero from the action breaks
+ * the barrier: every party of the round gets MP_EBROKEN. */
+typedef int (*mp_barrier_action_fn)(void);
+typedef struct mp_barrier_options {
+    size_t size;                 /* sizeof(mp_barrier_options), set by _init */
+    mp_barrier_action_fn action; /* NULL: none (default) */
+    double timeout; /* what mp_barrier_wait(b, MP_BARRIER_DEFAULT_TIMEOUT, ..)
+                     * waits: seconds, negative forever (default -1) */
+} mp_barrier_options;
+/* Passed as mp_barrier_wait's timeout: the barrier's default (Python's
+ * wait(timeout=None)). */
+#define MP_BARRIER_DEFAULT_TIMEOUT (__builtin_nan(""))
+/* Fills *o with the defaults (no action, wait forever) and sets its size. */
+void mp_barrier_options_init(mp_barrier_options *o);
+/* As mp_barrier_create, with options (NULL: the defaults). MP_EINVAL: bad
+ * parties, options not initialized, a NaN timeout, or an action that is
+ * not in the code of a loaded program or library. */
+int mp_barrier_create_ex(unsigned parties, const mp_barrier_options *o, mp_barrier **out);
 mp_barrier *mp_barrier_retain(mp_barrier *b);
 void mp_barrier_destroy(mp_barrier *b);
 /* Waits until `parties` threads have called it; *index (may be NULL) gets
  * the arrival order, 0 .. parties-1. MP_EBROKEN: the barrier is or became
  * broken (a member died, another waiter timed out, mp_barrier_abort or
  * mp_barrier_reset); MP_ETIMEDOUT: this waiter ran out of time, and broke
- * the barrier for the others; MP_EOVERFLOW: too many members. */
+ * the barrier for the others; MP_EOVERFLOW: too many members. timeout
+ * MP_BARRIER_DEFAULT_TIMEOUT waits the barrier's default timeout. The last
+ * party to arrive runs the barrier's action first (MP_EBROKEN for every
+ * party when it fails). */
 int mp_barrier_wait(mp_barrier *b, double timeout, unsigned *index);
 /* Breaks the barrier: current and later waiters get MP_EBROKEN until reset. */
 int mp_barrier_abort(mp_barrier *b);

@@ -82,6 +82,8 @@ int mp_tensor_clone(const mp_tensor *t, mp_tensor **out);
 /* Copies src's values into dst (same shape, same dtype; any strides). */
 int mp_tensor_copy_(mp_tensor *dst, const mp_tensor *src);
 
+/* Adds a reference (returns t) / drops one; the last frees the tensor and,
+ * with its last view, the storage. Release of NULL does nothing. */
 mp_tensor *mp_tensor_retain(mp_tensor *t);
 void mp_tensor_release(mp_tensor *t);
 

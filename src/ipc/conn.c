@@ -228,6 +228,8 @@ int mp_conn_poll(mp_conn *c, double timeout)
 
 int mp__conn_fd(const mp_conn *c) { return c->sock; }
 
+int mp_conn_fileno(const mp_conn *c) { return c ? c->sock : -1; }
+
 int mp_conn_close(mp_conn *c)
 {
     if (!c)

@@ -7,6 +7,7 @@
  * the next reader makes it consistent and goes on (a peeked record is still
  * queued). Writers need no lock: the kernel keeps records whole. */
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -192,3 +193,21 @@ int mp__queue_close(mp__queue *q)
 }
 
 bool mp__queue_empty(mp__queue *q) { return !q || mp__queue_size(q) == 0; }
+
+int mp__queue_poll(mp__queue *q)
+{
+    struct pollfd p = {.fd = q->rsock, .events = POLLIN};
+    /* Closed: a get answers at once (a message, or MP_ECLOSED), even after
+     * a reader took the end-of-stream record off the socket. */
+    if (atomic_load(&q->ctl->closed))
+        return 1;
+    for (;;) {
+        int n = poll(&p, 1, 0);
+        if (n > 0 && mp__wire_drop_nudge(q->rsock, &q->ctl->rx))
+            continue; /* a wake-up record, not a message: look again */
+        if (n >= 0)
+            return n > 0;
+        if (errno != EINTR)
+            return mp__errno_error(errno, "mp_wait: poll");
+    }
+}

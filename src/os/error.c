@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 
 static _Thread_local char last_error[512];
 static mp_log_fn log_hook;
@@ -32,6 +33,7 @@ static const struct {
     {MP_EBROKEN, "MP_EBROKEN", "broken"},
     {MP_EPERM, "MP_EPERM", "permission denied"},
     {MP_EOVERFLOW, "MP_EOVERFLOW", "value too large"},
+    {MP_ETOOMANYREFS, "MP_ETOOMANYREFS", "too many file descriptors in flight"},
 };
 
 static int find(int code)
@@ -64,16 +66,17 @@ void mp_set_log_hook(mp_log_fn fn, void *user)
     log_user = user;
 }
 
-void mp__log(int level, const char *fmt, ...)
+bool mp__log(int level, const char *fmt, ...)
 {
     char line[512];
     va_list ap;
     if (!log_hook)
-        return;
+        return false;
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
     log_hook(level, line, log_user);
+    return true;
 }
 
 void mp__error_clear(void) { last_error[0] = '\0'; }
@@ -119,6 +122,7 @@ static int mp__errno_code(int err)
     case EOPNOTSUPP: return MP_ENOTSUP;
     case EOVERFLOW:
     case EFBIG: return MP_EOVERFLOW;
+    case ETOOMANYREFS: return MP_ETOOMANYREFS;
     default: return MP_ESYS;
     }
 }
@@ -137,15 +141,34 @@ static const char *fix_for(int err)
     }
 }
 
+/* Linux refuses to queue more fds on Unix sockets once the fds a user has
+ * sent and nobody has received yet exceed the sender's RLIMIT_NOFILE
+ * (unix_inflight, too_many_unix_fds); root with CAP_SYS_RESOURCE is exempt. */
+static void fix_toomanyrefs(char *buf, size_t cap)
+{
+    struct rlimit rl = {0, 0};
+    getrlimit(RLIMIT_NOFILE, &rl);
+    snprintf(buf, cap, " (the kernel caps the fds a user has sent over Unix sockets and not "
+             "yet received at the sender's open-files limit, RLIMIT_NOFILE = %llu here: keep "
+             "fewer tensors in flight, use the file_system sharing strategy (it sends names, "
+             "not fds), or raise the limit with `ulimit -n` / setrlimit)",
+             (unsigned long long)rl.rlim_cur);
+}
+
 int mp__errno_error(int err, const char *fmt, ...)
 {
+    char fix[320];
     va_list ap;
     size_t n;
     va_start(ap, fmt);
     vsnprintf(last_error, sizeof last_error, fmt, ap);
     va_end(ap);
+    if (err == ETOOMANYREFS)
+        fix_toomanyrefs(fix, sizeof fix);
+    else
+        snprintf(fix, sizeof fix, "%s", fix_for(err));
     n = strlen(last_error);
     if (n < sizeof last_error)
-        snprintf(last_error + n, sizeof last_error - n, ": %s%s", strerror(err), fix_for(err));
+        snprintf(last_error + n, sizeof last_error - n, ": %s%s", strerror(err), fix);
     return mp__errno_code(err);
 }

@@ -44,8 +44,24 @@ typedef struct mp__error_saved {
 } mp__error_saved;
 void mp__error_save(mp__error_saved *s);
 void mp__error_restore(const mp__error_saved *s);
-/* Sends a line to the log hook, if one is set. */
-void mp__log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Sends a line to the log hook, if one is set; false when none is. */
+bool mp__log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- strict number parsing (src/os/parse.c) -----------------------------
+ * One rule for every number a person types: command-line options and
+ * environment variables. The whole string must be one decimal number inside
+ * [min, max]; empty strings, junk after the digits, overflow, NaN, inf and
+ * hex are refused with MP_EINVAL and a sentence that names what (an option
+ * such as "--tensors" or a variable such as "MPROC_SHM_MANAGER_GRACE"), the
+ * text given, what is wrong and the accepted range. */
+int mp__parse_ll(const char *what, const char *text, long long min, long long max,
+                 long long *out);
+int mp__parse_double(const char *what, const char *text, double min, double max, double *out);
+/* The same for $name: 0 leaves *out alone when it is unset or empty (the
+ * caller's default holds), 1 when it was set and valid, MP_EINVAL (with the
+ * variable named, and "unset it" in the fix) when it was set but bad. */
+int mp__env_ll(const char *name, long long min, long long max, long long *out);
+int mp__env_double(const char *name, double min, double max, double *out);
 
 /* ---- swappable system calls (src/os/sys.c) ----------------------------- */
 
@@ -153,6 +169,22 @@ int mp__send_record(int sock, const void *buf, size_t len, const int *fds, int n
  * MSG_CTRUNC caused by the open-files limit yields MP_EMFILE. */
 int mp__recv_record(int sock, void *buf, size_t cap, size_t *len, int *fds, int maxfds,
                     int *nfds, double deadline);
+
+/* A function pointer that survives exec (src/os/coderef.c): the loaded
+ * object that holds it and its offset there, plus its first code bytes as a
+ * check. Plain data: it lives in shared memory. */
+typedef struct mp__coderef {
+    uint32_t set; /* 0: no function */
+    uint32_t reserved;
+    uint64_t offset;
+    unsigned char code[16];
+    char module[256]; /* dl_iterate_phdr's name; "" for the main program */
+} mp__coderef;
+/* MP_EINVAL when fn is not in the code of a loaded object. */
+int mp__coderef_make(void (*fn)(void), mp__coderef *ref, const char *call);
+/* *fn = the function in this process (NULL when ref is unset); MP_ENOENT
+ * when its object is not loaded here or holds other code at that offset. */
+int mp__coderef_resolve(const mp__coderef *ref, void (**fn)(void), const char *call);
 
 /* Counts this process's open fds (/proc/self/fd), for leak checks and doctor. */
 int mp__count_open_fds(void);

@@ -113,11 +113,44 @@ static int run_item(const mp__pack_view *v, uint32_t i, mp_task_fn fn, mp__packe
         rc = mp__packer_add(res, NULL, 0, NULL, code, err);
         goto out;
     }
+    /* A result that cannot travel (a tensor that cannot be shared) would
+     * fail the send of the whole chunk: fail this item, with the cause. */
+    if ((rc = mp__wire_check_sendable(out)) < 0) {
+        snprintf(err, sizeof err, "task '%s': its result cannot be sent to the parent: %s",
+                 v->name, mp_last_error());
+        rc = mp__packer_add(res, NULL, 0, NULL, rc, err);
+        goto out;
+    }
     pl = mp_msg_payload(out, &len);
     rc = mp__packer_add(res, pl, len, out, 0, NULL);
 out:
     mp_msg_destroy(in);
     mp_msg_destroy(out);
+    return rc;
+}
+
+/* The reply could not be sent (its items passed the check, so the cause is
+ * the reply as a whole: too many fds, no memory): every item of the chunk
+ * fails with the reason, and the worker serves on. */
+static int send_failure(mp_conn *conn, uint32_t count, int cause)
+{
+    char err[MP__MESSAGE_MAX + 128];
+    mp__packer res;
+    mp_msg *reply = NULL;
+    int rc;
+    snprintf(err, sizeof err, "pool worker: the chunk's results could not be sent to the "
+             "parent: %s", mp_last_error());
+    rc = mp__packer_init(&res, MP__PACK_RESULT, NULL, count);
+    for (uint32_t i = 0; !rc && i < count; i++)
+        rc = mp__packer_add(&res, NULL, 0, NULL, cause, err);
+    if (rc) {
+        mp__packer_drop(&res);
+        return rc;
+    }
+    rc = mp__packer_finish(&res, &reply);
+    if (!rc)
+        rc = mp_conn_send(conn, reply, -1);
+    mp_msg_destroy(reply);
     return rc;
 }
 
@@ -128,6 +161,7 @@ static int serve(mp_conn *conn, mp_msg *frame)
     mp__packer res;
     mp_msg *reply = NULL;
     mp_task_fn fn;
+    uint32_t count;
     int rc = mp__pack_open(frame, &v);
     if (rc)
         return rc;
@@ -136,6 +170,7 @@ static int serve(mp_conn *conn, mp_msg *frame)
         return 1;
     }
     fn = v.magic == MP__PACK_TASK ? mp__task_lookup(v.name) : NULL;
+    count = v.count;
     rc = mp__packer_init(&res, MP__PACK_RESULT, NULL, v.count);
     for (uint32_t i = 0; !rc && i < v.count; i++) {
         if (fn) {
@@ -155,6 +190,8 @@ static int serve(mp_conn *conn, mp_msg *frame)
     if (!rc)
         rc = mp_conn_send(conn, reply, -1);
     mp_msg_destroy(reply);
+    if (rc < 0 && rc != MP_ECLOSED)
+        rc = send_failure(conn, count, rc);
     return rc;
 }
 

@@ -59,7 +59,9 @@ int mp__worker_start(mp_pool *p, int slot)
     mp_process_options_init(&o);
     o.start_method = p->start_method;
     o.name = "mp-pool-worker";
-    rc = mp_process_create("mp__pool_worker", args, &o, &proc);
+    /* The rank is the slot: the initializer learns its worker's index, and a
+     * replacement gets the index of the worker it replaces. */
+    rc = mp__process_create("mp__pool_worker", args, &o, slot, &proc);
     if (!rc)
         rc = mp_process_start(proc);
     mp_msg_destroy(args);

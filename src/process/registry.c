@@ -133,6 +133,12 @@ int mp__method_parse(const char *name, mp__method *out)
                      name ? name : "(null)");
 }
 
+void mp__method_inherit(mp__method m)
+{
+    if (m >= 0 && m < MP__METHOD_COUNT)
+        atomic_store(&current_method, (int)m);
+}
+
 mp__method mp__method_default(void)
 {
     int expected = -1;

@@ -25,8 +25,8 @@
  * (it inherited the mappings); so does every client after a daemon restart,
  * each time with every segment it holds. Failures never reach the caller
  * (the hooks return void): segments keep working, only the leak protection
- * is lost, and a line goes to the log hook. $MPROC_SHM_MANAGER=none turns
- * the client off. */
+ * is lost, and a line goes to the log hook (without one, the first such
+ * line goes to stderr). $MPROC_SHM_MANAGER=none turns the client off. */
 #include "shm/manager.h"
 
 #include <errno.h>
@@ -281,6 +281,21 @@ static int reconnect(const struct sockaddr_un *sa)
     return 0;
 }
 
+/* Leak protection is off: the log hook hears every time; without one the
+ * first time goes to stderr, the one exception to "the library never
+ * prints", because silently unprotected segments leak at the next crash. */
+static void say_unprotected(void)
+{
+    static bool said;
+    if (mp__log(MP_LOG_WARN, "file_system segments are not protected against leaks: %s",
+                mp_last_error()) || said)
+        return;
+    said = true;
+    fprintf(stderr, "mproc: warning: file_system segments are not protected against leaks "
+            "(said once; set a log hook with mp_set_log_hook for every occurrence): %s\n",
+            mp_last_error());
+}
+
 /* Delivers line, starting or restarting the daemon if need be. */
 static void deliver_or_restart(const char *line)
 {
@@ -314,8 +329,7 @@ static void deliver_or_restart(const char *line)
         mp__errno_error(-rc, "shm manager client: send to %s%s", sa.sun_path,
                         spawned ? " after starting the daemon" : "");
 out_fail:
-    mp__log(MP_LOG_WARN, "file_system segments are not protected against leaks: %s",
-            mp_last_error());
+    say_unprotected();
     retry_after = mp__now() + RETRY_AFTER;
 }
 
@@ -440,18 +454,10 @@ static void atfork_prepare(void) { pthread_mutex_lock(&lock); }
 static void atfork_parent(void) { pthread_mutex_unlock(&lock); }
 static void atfork_child(void) { pthread_mutex_unlock(&lock); }
 
-/* The shm layer may be absent from a static link that never creates
- * segments: then there is nothing to report, and the weak reference keeps
- * this file from pulling it in. */
-extern void mp__shm_set_hooks(const mp__shm_hooks *hooks) __attribute__((weak));
-
-/* Referenced by -Wl,--undefined (cmake/install.cmake) so that a static link
- * keeps this file, whose constructor installs the hooks. */
-const int mp__mgr_client_anchor = 1;
-
+/* The shm layer reports through mp__mgr_client_hooks() unless a test set
+ * other hooks, so a static link that uses segments pulls this file in by
+ * that reference (no linker flag needed) and with it this constructor. */
 __attribute__((constructor)) static void client_install(void)
 {
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
-    if (mp__shm_set_hooks)
-        mp__shm_set_hooks(&client_hooks);
 }

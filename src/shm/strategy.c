@@ -7,10 +7,12 @@
 #include <sys/statvfs.h>
 
 #include "mproc/tensor.h"
+#include "shm/manager.h"
 
 static const char *const names[] = {"file_descriptor", "file_system"};
 static atomic_int strategy = MP__STRATEGY_FD;
 static mp__shm_hooks hooks;
+static bool hooks_set; /* by mp__shm_set_hooks (tests); else the manager client's */
 
 void mp_get_all_sharing_strategies(const char *const **out, int *count)
 {
@@ -53,11 +55,15 @@ void mp__shm_set_hooks(const mp__shm_hooks *h)
         hooks = *h;
     else
         memset(&hooks, 0, sizeof hooks);
+    hooks_set = true;
 }
 
+/* A direct reference to the client: a static link that uses segments then
+ * always carries it (it used to be installed by a constructor, which a
+ * static link dropped unless told -Wl,--undefined). */
 const mp__shm_hooks *mp__shm_hooks_get(void)
 {
-    return &hooks;
+    return hooks_set ? &hooks : mp__mgr_client_hooks();
 }
 
 long long mp__shm_free_bytes(void)

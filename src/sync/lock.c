@@ -88,8 +88,12 @@ int mp__olock_release(mp__olock *l, const char *call)
     int err;
     if (!mp__olock_mine(l)) {
         pid_t pid = atomic_load_explicit(&l->owner_pid, memory_order_relaxed);
+        if (mp__mutex_dead_holder(&l->mutex))
+            return mp__error(MP_EPERM, "%s: the lock's holder (pid %d) died holding it; "
+                             "acquire it (MP_EOWNERDEAD), repair the data it protects and "
+                             "call the _consistent function", call, pid);
         if (atomic_load_explicit(&l->owner_tid, memory_order_relaxed) == 0 ||
-            !mp__mutex_held(&l->mutex))
+            !mp__mutex_live_holder(&l->mutex))
             return mp__error(MP_ESTATE, "%s: the lock is not held", call);
         return mp__error(MP_EPERM, "%s: the lock is held by another thread (pid %d); only "
                          "the thread that acquired it may release it", call, pid);

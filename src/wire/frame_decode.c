@@ -110,13 +110,19 @@ static int parse_storages(dec *d, reader *r)
         if (!q)
             return BAD("storage table ends after %u of %u entries", i, d->nstorages);
         memcpy(&fs, q, sizeof fs);
-        if (fs.size == 0 || fs.size > MP__WIRE_BODY_MAX)
-            return BAD("storage %u: size %llu is outside [1, 2^40]", i,
-                       (unsigned long long)fs.size);
         h->strategy = (int)fs.strategy;
         h->size = fs.size;
         h->fd = -1;
         h->name[0] = '\0';
+        if (fs.strategy == MP__FRAME_STORAGE_EMPTY) {
+            if (fs.size || fs.ref)
+                return BAD("storage %u: an empty storage with size %llu and ref %u "
+                           "(both must be 0)", i, (unsigned long long)fs.size, fs.ref);
+            continue;
+        }
+        if (fs.size == 0 || fs.size > MP__WIRE_BODY_MAX)
+            return BAD("storage %u: size %llu is outside [1, 2^40]", i,
+                       (unsigned long long)fs.size);
         if (fs.strategy == MP__STRATEGY_FD) {
             if ((rc = claim_fds(d, fs.ref, 1, "storage", i)) < 0)
                 return rc;
@@ -324,6 +330,16 @@ static int open_storages(dec *d)
         mp__segment_handle *h = &d->handles[i];
         mp__segment *seg = NULL;
         int rc;
+        if (h->strategy == MP__FRAME_STORAGE_EMPTY) {
+            /* No bytes to map: a storage over a static byte, so that the
+             * tensor's data pointer is not NULL. */
+            static unsigned char no_bytes;
+            DLDevice cpu = {kDLCPU, 0};
+            d->opened[i] = true;
+            if ((rc = mp__storage_wrap(&no_bytes, 0, cpu, NULL, NULL, &d->storages[i])) < 0)
+                return rc;
+            continue;
+        }
         if (h->strategy == MP__STRATEGY_FD) {
             int idx = h->fd;
             h->fd = d->fds[idx];

@@ -76,6 +76,12 @@ int mp__wire_recv_rx(int sock, mp__rx *rx, mp_msg **out, double deadline, bool *
  * calls, which must not report a wake-up record as a message. */
 bool mp__wire_drop_nudge(int sock, mp__rx *rx);
 
+/* Does what sending m would do first to its tensors (share each storage;
+ * refuse a device tensor) without sending: 0 when m can be sent, else the
+ * error a send would give, with its sentence. A pool worker checks each
+ * result with it, so one unsendable result fails its item, not the chunk. */
+int mp__wire_check_sendable(const mp_msg *m);
+
 /* Encode/decode without a socket, for the fuzzer and tests: encode writes
  * the frame into *buf (malloc'd) and the fds to send into fds (borrowed).
  * decode takes ownership of fds (closes them on error). */

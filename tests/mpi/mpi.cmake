@@ -5,6 +5,7 @@
 if(MPROC_MPI_FOUND AND MPROC_MPIEXEC)
   add_executable(mpi_suite ${CMAKE_CURRENT_LIST_DIR}/mpi_suite.c)
   target_link_libraries(mpi_suite PRIVATE mproc_mpi)
+  mproc_use_flags(mpi_suite)
   set(run ${CMAKE_CURRENT_LIST_DIR}/run.sh)
   foreach(v shm tcp)
     foreach(c roundtrip alltoall allreduce queue pool)

@@ -475,7 +475,7 @@ static void test_forkserver_restart(void **state)
     assert_mp_ok(mp_forkserver_stop()); /* no-op */
 }
 
-/* A sibling that ignores SIGTERM is SIGKILLed after the grace period. */
+/* A sibling that ignores SIGTERM is SIGKILLed kill_timeout after it. */
 static void test_spawn_grace_period(void **state)
 {
     mp_msg *m = make_args((targ){OP_RAISE, 1, 0, 1});
@@ -491,7 +491,7 @@ static void test_spawn_grace_period(void **state)
     o.nprocs = 2;
     o.join = false;
     o.start_method = method_of(state);
-    o.grace_period = 0.3;
+    o.kill_timeout = 0.3;
     assert_mp_ok(mp_spawn_ex("t_rank", m, &o, &ctx));
     sibling = mp_spawn_context_pid(ctx, 1);
     t0 = mp__now();
@@ -499,6 +499,7 @@ static void test_spawn_grace_period(void **state)
     assert_true(mp__now() - t0 >= 0.3);
     assert_true(pid_gone(sibling) || kill(sibling, 0) < 0);
     assert_mp_err(mp_spawn_context_set_grace_period(ctx, -1), MP_EINVAL);
+    assert_mp_err(mp_spawn_context_set_kill_timeout(ctx, -1), MP_EINVAL);
     mp_spawn_context_destroy(ctx);
     mp_msg_destroy(m);
     mp_tensor_release(ready);
