@@ -1,6 +1,6 @@
 # The benchmarks: bench/<name>.c -> bench_<name>, each with bench/common/.
 # bench_all runs the others (make bench).
-set(MPROC_BENCHES all cuda messaging pool process sync)
+set(MPROC_BENCHES all cuda messaging mpi pool process sync)
 set(MPROC_BENCH_COMMON_SOURCES bench.c record.c)
 list(TRANSFORM MPROC_BENCH_COMMON_SOURCES PREPEND ${CMAKE_CURRENT_LIST_DIR}/common/)
 

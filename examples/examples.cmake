@@ -4,7 +4,7 @@
 set(MPROC_EXAMPLES buffer_reuse cuda_share pool_map producer_consumer spawn_errors
     tensor_share)
 set(MPROC_EXAMPLE_COMMON_SOURCES data.c idx.c mlp.c progress.c)
-set(MPROC_HOGWILD_SOURCES main.c train.c worker.c)
+set(MPROC_HOGWILD_SOURCES main.c mpi_backend.c train.c worker.c)
 set(MPROC_DATALOADER_SOURCES loader.c main.c)
 
 foreach(name ${MPROC_EXAMPLES})
