@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "process/process_internal.h"
+#include "wire/objects.h"
 
 /* Tasks live in the process layer's registry, beside the entries. */
 int mp_register_task(const char *name, mp_task_fn fn)
