@@ -16,17 +16,20 @@
  * callback must not block on the pool (no mp_pool_join, no blocking get of
  * another result): the handler would wait on itself.
  *
- * Scheduling: each worker runs one chunk at a time, handed to it by the
- * parent, so the parent always knows which task a worker was running. A
- * worker that dies (any signal, any exit) fails exactly the items of that
- * chunk with an error naming the signal or status; it is replaced and the
- * pool keeps serving. A task that calls mp_raise, or returns non-zero,
- * fails that item only; the worker carries on.
+ * Scheduling: the parent hands chunks to each worker, several at a time
+ * (pipelined: a worker finds its next chunk waiting when it answers one; how
+ * many depends on how long its chunks take, two for long ones), and a worker
+ * reads a chunk only after answering the one before, so the parent always
+ * knows which task a worker was running. A worker that dies (any signal,
+ * any exit) fails exactly the items of that chunk with an error naming the
+ * signal or status; the chunks it had not read yet run on other workers; it
+ * is replaced and the pool keeps serving. A task that calls mp_raise, or
+ * returns non-zero, fails that item only; the worker carries on.
  *
  * Chunks: map-like calls cut their n items into chunks of `chunksize`; 0
  * picks Python's rule, chunksize = ceil(n / (4 * nprocs)) (at least 1), so
- * each worker gets about four chunks. A chunk is one round trip to a worker;
- * items of a chunk run one after the other in one worker.
+ * each worker gets about four chunks. A chunk is one record to a worker and
+ * one back; items of a chunk run one after the other in one worker.
  *
  * Lifecycle (as Python's): close() stops new submissions and lets the queued
  * work finish; terminate() stops the workers at once, failing unfinished

@@ -54,19 +54,68 @@ static void fail_chunk(mp_pool *p, mp__chunk *c, int rc, const char *why)
     mp__chunk_free(c);
 }
 
+/* ---- chunks in flight ------------------------------------------------------------ */
+
+static void push_cur(worker *w, mp__chunk *c)
+{
+    c->next = NULL;
+    c->sent = false;
+    if (w->last)
+        w->last->next = c;
+    else
+        w->cur = c;
+    w->last = c;
+    w->inflight++;
+}
+
+/* Takes the oldest chunk in flight (the one the worker runs) off w. */
+static mp__chunk *pop_cur(worker *w)
+{
+    mp__chunk *c = w->cur;
+    if (c) {
+        w->cur = c->next;
+        if (!w->cur)
+            w->last = NULL;
+        c->next = NULL;
+        w->inflight--;
+    }
+    return c;
+}
+
+/* Puts w's chunks in flight back at the head of the queue, in order. Only
+ * for chunks the worker never read: those after the one it ran. */
+static void requeue(mp_pool *p, worker *w)
+{
+    mp__chunk *first = w->cur, *last = w->last;
+    if (!first)
+        return;
+    for (mp__chunk *c = first; c; c = c->next)
+        c->sent = false;
+    w->cur = w->last = NULL;
+    w->inflight = 0;
+    pthread_mutex_lock(&p->mu);
+    last->next = p->head;
+    p->head = first;
+    if (!p->tail)
+        p->tail = last;
+    pthread_mutex_unlock(&p->mu);
+}
+
 /* Reaps the worker in slot (its process has ended), failing the chunk it
- * was running with how it ended. */
+ * was running with how it ended; the chunks queued behind it go to others. */
 static void worker_reap(mp_pool *p, int slot)
 {
     worker *w = &p->w[slot];
     char how[MP__WHY_MAX], why[MP__WHY_MAX + 160];
     mp__worker_reap(p, slot, how, sizeof how);
     if (w->cur) {
+        mp__chunk *c = pop_cur(w);
         snprintf(why, sizeof why, "pool worker %d %s while running task '%s'", slot, how,
-                 w->cur->r->task);
-        fail_chunk(p, w->cur, MP_ECHILD, why);
-        w->cur = NULL;
+                 c->r->task);
+        fail_chunk(p, c, MP_ECHILD, why);
+        requeue(p, w);
     }
+    w->blocked = false;
     if (!w->ready) {
         /* died before it could serve: remember why, stop after a few tries */
         snprintf(p->start_error, sizeof p->start_error, "pool worker %d %s before it was "
@@ -77,10 +126,23 @@ static void worker_reap(mp_pool *p, int slot)
     }
 }
 
+/* Learns how long w takes per chunk and sets how many it may hold. A chunk
+ * starts when it was sent or when the one before it was answered,
+ * whichever is later. */
+static void note_answer(worker *w, const mp__chunk *c)
+{
+    double now = mp__now(), start = c->t_sent > w->t_done ? c->t_sent : w->t_done;
+    double s = now - start, d;
+    w->svc = w->svc > 0 ? 0.75 * w->svc + 0.25 * s : s;
+    w->t_done = now;
+    d = 2 + MP__POOL_HIDE / (w->svc + 1e-9);
+    w->depth = d >= MP__POOL_DEPTH_MAX ? MP__POOL_DEPTH_MAX : (unsigned)d;
+}
+
 /* A result pack for the worker's current chunk. */
 static void worker_result(mp_pool *p, worker *w, mp_msg *m)
 {
-    mp__chunk *c = w->cur;
+    mp__chunk *c = pop_cur(w);
     mp_async_result *r = c->r;
     mp__pack_view v;
     int rc = mp__pack_open(m, &v);
@@ -90,7 +152,6 @@ static void worker_result(mp_pool *p, worker *w, mp_msg *m)
     if (rc) {
         fail_chunk(p, c, rc, mp_last_error());
         mp__pack_close(&v);
-        w->cur = NULL;
         return;
     }
     for (uint32_t i = 0; i < v.count; i++) {
@@ -117,8 +178,8 @@ static void worker_result(mp_pool *p, worker *w, mp_msg *m)
             push_ready(p, r);
     }
     mp__pack_close(&v);
+    note_answer(w, c);
     mp__chunk_free(c);
-    w->cur = NULL;
     w->chunks++;
 }
 
@@ -141,22 +202,53 @@ static bool any_worker(const mp_pool *p)
     return false;
 }
 
-/* Hands queued chunks to ready idle workers; returns whether work remains
- * anywhere (queued or running). With no worker left at all (every slot
- * failed to start), queued work fails with the reason. */
+/* Whether w may take one more chunk while filling workers to `level`. */
+static bool can_take(const mp_pool *p, const worker *w, unsigned level)
+{
+    return w->proc && w->ready && !w->exiting && w->inflight < level && level <= w->depth &&
+           (!p->maxtasks || w->chunks + w->inflight < p->maxtasks);
+}
+
+/* Sends w's chunks not sent yet. The first to an idle worker may wait (it
+ * reads at once); one behind it must not, since the worker may itself be
+ * blocked writing an answer that this thread reads: on a full socket w waits
+ * for POLLOUT. Any other failure means the worker died: its pidfd reports
+ * it, and the chunks fail or go again there. */
+static void send_pending(worker *w)
+{
+    for (mp__chunk *c = w->cur; c && !w->blocked; c = c->next) {
+        if (c->sent)
+            continue;
+        int rc = mp_conn_send(w->conn, c->frame, c == w->cur ? -1 : 0);
+        if (rc == MP_EAGAIN || rc == MP_ETIMEDOUT) {
+            w->blocked = true;
+            break;
+        }
+        c->sent = true;
+        c->t_sent = mp__now();
+    }
+}
+
+/* Hands queued chunks to ready workers, level by level so that they spread
+ * evenly, each up to its depth; returns whether work remains anywhere
+ * (queued or running). With no worker left at all (every slot failed to
+ * start), queued work fails with the reason. */
 static bool dispatch(mp_pool *p, int *state)
 {
     mp__chunk *orphans = NULL;
     bool busy;
     pthread_mutex_lock(&p->mu);
     *state = p->state;
-    for (int i = 0; i < p->nprocs && *state != MP__POOL_TERMINATED; i++) {
-        worker *w = &p->w[i];
-        if (w->proc && w->ready && !w->cur && !w->exiting && p->head) {
-            w->cur = p->head;
-            p->head = p->head->next;
+    for (unsigned lv = 1; lv <= MP__POOL_DEPTH_MAX && p->head; lv++) {
+        for (int i = 0; i < p->nprocs && p->head && *state != MP__POOL_TERMINATED; i++) {
+            worker *w = &p->w[i];
+            if (!can_take(p, w, lv))
+                continue;
+            mp__chunk *c = p->head;
+            p->head = c->next;
             if (!p->head)
                 p->tail = NULL;
+            push_cur(w, c);
         }
     }
     if (p->started && !any_worker(p)) {
@@ -172,13 +264,8 @@ static bool dispatch(mp_pool *p, int *state)
     }
     for (int i = 0; i < p->nprocs; i++) {
         worker *w = &p->w[i];
-        if (w->cur && w->cur->frame) {
-            /* A send that fails means the worker died: its pidfd reports it
-             * and the chunk fails there. */
-            mp_conn_send(w->conn, w->cur->frame, -1);
-            mp_msg_destroy(w->cur->frame);
-            w->cur->frame = NULL;
-        }
+        if (w->proc)
+            send_pending(w);
         busy = busy || w->cur;
     }
     return busy;
@@ -202,10 +289,12 @@ static void terminate_all(mp_pool *p)
     for (int i = 0; i < p->nprocs; i++) {
         if (!p->w[i].proc)
             continue;
-        if (p->w[i].cur) {
-            fail_chunk(p, p->w[i].cur, MP_ECLOSED, "the pool was terminated while this "
-                       "task ran");
-            p->w[i].cur = NULL;
+        mp__chunk *c;
+        bool first = true;
+        while ((c = pop_cur(&p->w[i])) != NULL) {
+            fail_chunk(p, c, MP_ECLOSED, first ? "the pool was terminated while this task "
+                       "ran" : "the pool was terminated before this task ran");
+            first = false;
         }
         worker_reap(p, i);
     }
@@ -246,6 +335,8 @@ static void handle_events(mp_pool *p, struct pollfd *fds, bool running)
         struct pollfd *s = &fds[1 + 2 * i], *d = &fds[2 + 2 * i];
         if (!w->proc)
             continue;
+        if (s->revents & POLLOUT)
+            w->blocked = false;
         if (s->revents & POLLIN)
             drain(p, w);
         if (!w->exiting && p->maxtasks && w->chunks >= p->maxtasks && !w->cur)
@@ -265,7 +356,8 @@ static void poll_once(mp_pool *p, struct pollfd *fds, bool running)
     fds[0] = (struct pollfd){p->wake_fd, POLLIN, 0};
     for (int i = 0; i < p->nprocs; i++) {
         worker *w = &p->w[i];
-        fds[1 + 2 * i] = (struct pollfd){w->proc ? w->sock : -1, POLLIN, 0};
+        short ev = (short)(POLLIN | (w->blocked ? POLLOUT : 0));
+        fds[1 + 2 * i] = (struct pollfd){w->proc ? w->sock : -1, ev, 0};
         fds[2 + 2 * i] = (struct pollfd){w->proc ? w->pidfd : -1, POLLIN, 0};
     }
     if (poll(fds, 1 + 2 * (nfds_t)p->nprocs, -1) < 0)

@@ -133,7 +133,9 @@ typedef struct mp__chunk {
     struct mp__chunk *next;
     mp_async_result *r; /* retained */
     size_t start, count;
-    mp_msg *frame;
+    mp_msg *frame;      /* kept until answered: a dead worker's unread chunks go again */
+    bool sent;          /* the frame is in the worker's socket */
+    double t_sent;      /* mp__now() when sent */
 } mp__chunk;
 
 void mp__chunk_free(mp__chunk *c);
@@ -142,6 +144,13 @@ enum { MP__POOL_RUN = 0, MP__POOL_CLOSED = 1, MP__POOL_TERMINATED = 2 };
 #define MP__WHY_MAX 2304 /* an mp_raise text and its context */
 /* Consecutive deaths before ready after which a worker slot is given up. */
 #define MP__POOL_START_TRIES 3
+/* Pipelining: a worker holds up to MP__POOL_DEPTH_MAX chunks, as many as it
+ * runs in MP__POOL_HIDE seconds (a generous round trip on a loaded host),
+ * plus the one it runs; never fewer than 2. Long chunks thus stay two deep
+ * and balance across workers as before; trivial ones stop paying one round
+ * trip each. */
+#define MP__POOL_DEPTH_MAX 32
+#define MP__POOL_HIDE 50e-6
 
 typedef struct mp_process mp_process;
 
@@ -150,7 +159,15 @@ typedef struct worker {
     mp_conn *conn;     /* the parent's end, owning sock */
     int sock;
     int pidfd;         /* proc's sentinel: readable once it has ended */
-    mp__chunk *cur;    /* the chunk it runs */
+    /* Chunks in flight, oldest first: the worker reads the next only after
+     * it has answered the one before, so cur is the one it runs and the
+     * rest were never read (a dead worker's are queued again). */
+    mp__chunk *cur, *last;
+    unsigned inflight;
+    unsigned depth;    /* chunks it may hold: enough to hide one round trip */
+    double t_done;     /* mp__now() of its last answer */
+    double svc;        /* smoothed seconds per chunk */
+    bool blocked;      /* its socket was full: wait for POLLOUT */
     unsigned chunks;   /* completed, for maxtasksperchild */
     unsigned failures; /* consecutive deaths before ready */
     bool ready;        /* its initializer ran; it serves */
