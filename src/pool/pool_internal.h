@@ -114,9 +114,13 @@ struct mp_async_result {
 
 int mp__result_new(int kind, size_t n, const char *task, const mp_pool_callbacks *cb,
                    mp_async_result **out);
-/* Handler thread: records item i's outcome (takes msg, may be NULL; err
- * copied). Returns true when that made the result ready. */
-bool mp__result_item(mp_async_result *r, size_t i, int rc, mp_msg *msg, const char *err);
+/* Handler thread, with r->mu held: records item i's outcome (takes msg,
+ * may be NULL; err copied); true when that made the result ready. A whole
+ * chunk goes under one lock, so waiters wake once per chunk, not per item:
+ * mp__result_publish wakes them and unlocks. */
+bool mp__result_item_locked(mp_async_result *r, size_t i, int rc, mp_msg *msg,
+                            const char *err);
+void mp__result_publish(mp_async_result *r);
 /* With r->mu held: waits until pred(r, arg) or timeout (0 or MP_ETIMEDOUT,
  * no sentence). */
 int mp__result_wait_locked(mp_async_result *r, bool (*pred)(mp_async_result *, void *),

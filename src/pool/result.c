@@ -71,12 +71,10 @@ void mp_async_result_release(mp_async_result *r)
     free(r);
 }
 
-bool mp__result_item(mp_async_result *r, size_t i, int rc, mp_msg *msg, const char *err)
+bool mp__result_item_locked(mp_async_result *r, size_t i, int rc, mp_msg *msg,
+                            const char *err)
 {
-    bool ready;
-    pthread_mutex_lock(&r->mu);
     if (r->done[i]) { /* cannot happen: each item is answered once */
-        pthread_mutex_unlock(&r->mu);
         mp_msg_destroy(msg);
         return false;
     }
@@ -89,10 +87,13 @@ bool mp__result_item(mp_async_result *r, size_t i, int rc, mp_msg *msg, const ch
             r->first_bad = i;
     }
     r->order[r->ndone++] = i;
-    ready = r->ready = r->ndone == r->n;
+    return r->ready = r->ndone == r->n;
+}
+
+void mp__result_publish(mp_async_result *r)
+{
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
-    return ready;
 }
 
 void mp__result_callback(mp_async_result *r)
