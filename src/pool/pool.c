@@ -50,8 +50,7 @@ static void fail_chunk(mp_pool *p, mp__chunk *c, int rc, const char *why)
 {
     bool ready = false;
     pthread_mutex_lock(&c->r->mu);
-    for (size_t i = 0; i < c->count; i++)
-        ready |= mp__result_item_locked(c->r, c->start + i, rc, NULL, why);
+    ready = mp__result_range_locked(c->r, c->start, c->count, rc, why);
     mp__result_publish(c->r);
     if (ready)
         push_ready(p, c->r);
@@ -139,8 +138,64 @@ static void note_answer(worker *w, const mp__chunk *c)
     double s = now - start, d;
     w->svc = w->svc > 0 ? 0.75 * w->svc + 0.25 * s : s;
     w->t_done = now;
-    d = 2 + MP__POOL_HIDE / (w->svc + 1e-9);
+    d = 1 + MP__POOL_HIDE / (w->svc + 1e-9);
     w->depth = d >= MP__POOL_DEPTH_MAX ? MP__POOL_DEPTH_MAX : (unsigned)d;
+}
+
+mp_tensor *mp__pool_vec_take(mp_pool *p, int which, size_t bytes)
+{
+    mp_tensor *t = NULL;
+    pthread_mutex_lock(&p->mu);
+    if (p->vcache[which] && mp_tensor_nbytes(p->vcache[which]) >= bytes) {
+        t = p->vcache[which];
+        p->vcache[which] = NULL;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return t;
+}
+
+/* VEC: a finished call's shared arrays go to the cache (every chunk was
+ * answered: no worker reads or writes them any more); the larger pair wins. */
+static void vec_recycle(mp_pool *p, mp_async_result *r)
+{
+    mp_tensor *t[2] = {r->vin, r->vout}, *old[2] = {NULL, NULL};
+    r->vin = r->vout = NULL;
+    pthread_mutex_lock(&p->mu);
+    for (int i = 0; i < 2; i++) {
+        if (p->vcache[i] && mp_tensor_nbytes(p->vcache[i]) >= mp_tensor_nbytes(t[i])) {
+            old[i] = t[i];
+        } else {
+            old[i] = p->vcache[i];
+            p->vcache[i] = t[i];
+        }
+    }
+    pthread_mutex_unlock(&p->mu);
+    mp_tensor_release(old[0]);
+    mp_tensor_release(old[1]);
+}
+
+/* VEC: the chunk's one answer covers its slice: copy the slice out of the
+ * shared array into the caller's, or fail every item of it. */
+static void vec_result(mp_pool *p, const mp__chunk *c, const mp__pack_view *v)
+{
+    mp_async_result *r = c->r;
+    const mp__pack_entry *e = &v->entries[0];
+    char err[MP__WHY_MAX];
+    bool ready = false;
+    err[0] = '\0';
+    if (e->rc)
+        snprintf(err, sizeof err, "%.*s", (int)e->err_len, v->payloads[0] + e->len);
+    else
+        memcpy((char *)r->out_array + c->start * r->out_size,
+               (const char *)mp_tensor_data(r->vout) + c->start * r->out_size,
+               c->count * r->out_size);
+    pthread_mutex_lock(&r->mu);
+    ready = mp__result_range_locked(r, c->start, c->count, e->rc, err);
+    mp__result_publish(r);
+    if (ready) {
+        vec_recycle(p, r);
+        push_ready(p, r);
+    }
 }
 
 /* A result pack for the worker's current chunk. */
@@ -149,16 +204,21 @@ static void worker_result(mp_pool *p, worker *w, mp_msg *m)
     mp__chunk *c = pop_cur(w);
     mp_async_result *r = c->r;
     mp__pack_view v;
+    size_t want = r->kind == MP__JOB_VEC ? 1 : c->count;
     int rc = mp__pack_open(m, &v);
-    if (rc == 0 && (v.magic != MP__PACK_RESULT || v.count != c->count))
+    if (rc == 0 && (v.magic != MP__PACK_RESULT || v.count != want))
         rc = mp__error(MP_EPROTO, "pool: worker answered %u items for a chunk of %zu",
-                       v.count, c->count);
+                       v.count, want);
     if (rc) {
         fail_chunk(p, c, rc, mp_last_error());
         mp__pack_close(&v);
         return;
     }
     bool ready = false;
+    if (r->kind == MP__JOB_VEC) {
+        vec_result(p, c, &v);
+        goto done;
+    }
     pthread_mutex_lock(&r->mu);
     for (uint32_t i = 0; i < v.count; i++) {
         const mp__pack_entry *e = &v.entries[i];
@@ -186,6 +246,7 @@ static void worker_result(mp_pool *p, worker *w, mp_msg *m)
     mp__result_publish(r);
     if (ready)
         push_ready(p, r);
+done:
     mp__pack_close(&v);
     note_answer(w, c);
     mp__chunk_free(c);
@@ -494,6 +555,8 @@ static int copy_options(mp_pool *p, const mp_pool_options *o)
 
 static void pool_free(mp_pool *p)
 {
+    mp_tensor_release(p->vcache[0]);
+    mp_tensor_release(p->vcache[1]);
     free(p->ready);
     mp__close(p->wake_fd);
     pthread_cond_destroy(&p->cv);

@@ -16,40 +16,65 @@
  * count that publishes it is stored (release/acquire). */
 static struct {
     char name[MP__TASK_NAME_MAX + 1];
-    mp_task_fn fn;
+    mp_task_fn fn;         /* per item, or */
+    mp_array_task_fn afn;  /* per slice (MP_ARRAY_TASK) */
 } tasks[TASKS_MAX];
 static atomic_int ntasks;
 static pthread_mutex_t tasks_mu = PTHREAD_MUTEX_INITIALIZER; /* writers */
 
-int mp_register_task(const char *name, mp_task_fn fn)
+static int find_task(const char *name)
+{
+    int n = atomic_load_explicit(&ntasks, memory_order_acquire);
+    for (int i = 0; i < n; i++)
+        if (strcmp(tasks[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+static int register_task(const char *name, mp_task_fn fn, mp_array_task_fn afn,
+                         const char *call)
 {
     size_t len = name ? strlen(name) : 0;
     int rc = 0;
-    if (!fn || len == 0 || len > MP__TASK_NAME_MAX)
-        return mp__error(MP_EINVAL, "mp_register_task: want a function and a name of 1..%d "
-                         "bytes", MP__TASK_NAME_MAX);
+    if ((!fn && !afn) || len == 0 || len > MP__TASK_NAME_MAX)
+        return mp__error(MP_EINVAL, "%s: want a function and a name of 1..%d bytes", call,
+                         MP__TASK_NAME_MAX);
     pthread_mutex_lock(&tasks_mu);
     int n = atomic_load_explicit(&ntasks, memory_order_relaxed);
-    if (mp__task_lookup(name))
-        rc = mp__error(MP_EINVAL, "mp_register_task: '%s' is registered already", name);
+    if (find_task(name) >= 0)
+        rc = mp__error(MP_EINVAL, "%s: '%s' is registered already", call, name);
     else if (n == TASKS_MAX)
-        rc = mp__error(MP_EOVERFLOW, "mp_register_task: more than %d tasks", TASKS_MAX);
+        rc = mp__error(MP_EOVERFLOW, "%s: more than %d tasks", call, TASKS_MAX);
     if (!rc) {
         memcpy(tasks[n].name, name, len + 1);
         tasks[n].fn = fn;
+        tasks[n].afn = afn;
         atomic_store_explicit(&ntasks, n + 1, memory_order_release);
     }
     pthread_mutex_unlock(&tasks_mu);
     return rc;
 }
 
+int mp_register_task(const char *name, mp_task_fn fn)
+{
+    return register_task(name, fn, NULL, "mp_register_task");
+}
+
+int mp_register_array_task(const char *name, mp_array_task_fn fn)
+{
+    return register_task(name, NULL, fn, "mp_register_array_task");
+}
+
 mp_task_fn mp__task_lookup(const char *name)
 {
-    int n = atomic_load_explicit(&ntasks, memory_order_acquire);
-    for (int i = 0; i < n; i++)
-        if (strcmp(tasks[i].name, name) == 0)
-            return tasks[i].fn;
-    return NULL;
+    int i = find_task(name);
+    return i < 0 ? NULL : tasks[i].fn;
+}
+
+mp_array_task_fn mp__array_task_lookup(const char *name)
+{
+    int i = find_task(name);
+    return i < 0 ? NULL : tasks[i].afn;
 }
 
 /* mp_raise inside a task comes back here instead of ending the worker:
@@ -82,6 +107,20 @@ static int call_task(mp_task_fn fn, const mp_msg *in, mp_msg *out, bool *raised)
     return rc;
 }
 
+/* Records a task's failure (its return rc, or mp_raise) in the result pack. */
+static int add_failure(mp__packer *res, const char *name, int rc, bool raised)
+{
+    char err[MP__MESSAGE_MAX + 128];
+    if (raised) {
+        snprintf(err, sizeof err, "task '%s' raised: %s", name, raise_text);
+        return mp__packer_add(res, NULL, 0, NULL, MP_ECHILD, err);
+    }
+    int code = rc < 0 && rc >= MP_EOVERFLOW ? rc : MP_ECHILD;
+    snprintf(err, sizeof err, "task '%s' returned %d%s%s", name, rc,
+             mp_last_error()[0] ? ": " : "", mp_last_error());
+    return mp__packer_add(res, NULL, 0, NULL, code, err);
+}
+
 /* Runs one item; records its outcome in the result pack. */
 static int run_item(const mp__pack_view *v, uint32_t i, mp_task_fn fn, mp__packer *res)
 {
@@ -101,16 +140,8 @@ static int run_item(const mp__pack_view *v, uint32_t i, mp_task_fn fn, mp__packe
     mp__error_clear();
     bool raised;
     rc = call_task(fn, in, out, &raised);
-    if (raised) {
-        snprintf(err, sizeof err, "task '%s' raised: %s", v->name, raise_text);
-        rc = mp__packer_add(res, NULL, 0, NULL, MP_ECHILD, err);
-        goto out;
-    }
-    if (rc) {
-        int code = rc < 0 && rc >= MP_EOVERFLOW ? rc : MP_ECHILD;
-        snprintf(err, sizeof err, "task '%s' returned %d%s%s", v->name, rc,
-                 mp_last_error()[0] ? ": " : "", mp_last_error());
-        rc = mp__packer_add(res, NULL, 0, NULL, code, err);
+    if (raised || rc) {
+        rc = add_failure(res, v->name, rc, raised);
         goto out;
     }
     pl = mp_msg_payload(out, &len);
@@ -121,6 +152,77 @@ out:
     return rc;
 }
 
+/* An array task's call, run through call_task so that mp_raise is caught. */
+static _Thread_local struct {
+    mp_array_task_fn fn;
+    const void *in;
+    void *out;
+    size_t n;
+} vec_call;
+
+static int vec_adapter(const mp_msg *in, mp_msg *out)
+{
+    (void)in;
+    (void)out;
+    return vec_call.fn(vec_call.in, vec_call.out, vec_call.n);
+}
+
+/* Checks a slice against the two shared arrays it names. */
+static int vec_check(const mp__vec_slice *s, const mp_tensor *ti, const mp_tensor *to)
+{
+    uint64_t end = s->start + s->count;
+    if (end < s->start || !s->in_size || !s->out_size || end > SIZE_MAX / s->in_size ||
+        end > SIZE_MAX / s->out_size || end * s->in_size > mp_tensor_nbytes(ti) ||
+        end * s->out_size > mp_tensor_nbytes(to))
+        return mp__error(MP_EPROTO, "pool worker: a slice [%llu, +%llu) outside its arrays",
+                         (unsigned long long)s->start, (unsigned long long)s->count);
+    return 0;
+}
+
+/* Runs an array task once over its slice of the shared in and out arrays
+ * (the chunk's one item: a mp__vec_slice and the two tensors). */
+static int run_slice(const mp__pack_view *v, mp_array_task_fn fn, mp__packer *res)
+{
+    mp_msg *in = NULL;
+    mp_tensor *ti = NULL, *to = NULL;
+    mp__vec_slice s;
+    size_t len = 0;
+    const void *pl = NULL;
+    bool raised;
+    int rc = v->count == 1 ? mp__pack_item(v, 0, &in)
+                           : mp__error(MP_EPROTO, "pool worker: a slice chunk of %u items",
+                                       v->count);
+    if (!rc && ((pl = mp_msg_payload(in, &len)), len != sizeof s || mp_msg_count(in) != 2))
+        rc = mp__error(MP_EPROTO, "pool worker: a malformed slice");
+    if (!rc) {
+        memcpy(&s, pl, sizeof s);
+        rc = mp_msg_get_tensor(in, 0, &ti);
+    }
+    if (!rc)
+        rc = mp_msg_get_tensor(in, 1, &to);
+    if (!rc)
+        rc = vec_check(&s, ti, to);
+    if (rc) {
+        char err[MP__MESSAGE_MAX + 128];
+        snprintf(err, sizeof err, "task '%s': %s", v->name, mp_last_error());
+        rc = mp__packer_add(res, NULL, 0, NULL, rc, err);
+        goto out;
+    }
+    vec_call.fn = fn;
+    vec_call.in = (const char *)mp_tensor_data(ti) + s.start * s.in_size;
+    vec_call.out = (char *)mp_tensor_data(to) + s.start * s.out_size;
+    vec_call.n = s.count;
+    mp__error_clear();
+    rc = call_task(vec_adapter, NULL, NULL, &raised);
+    rc = raised || rc ? add_failure(res, v->name, rc, raised)
+                      : mp__packer_add(res, NULL, 0, NULL, 0, NULL);
+out:
+    mp_tensor_release(ti);
+    mp_tensor_release(to);
+    mp_msg_destroy(in);
+    return rc;
+}
+
 /* Handles one frame; 1 when told to exit. */
 static int serve(mp_conn *conn, mp_msg *frame)
 {
@@ -128,6 +230,7 @@ static int serve(mp_conn *conn, mp_msg *frame)
     mp__packer res;
     mp_msg *reply = NULL;
     mp_task_fn fn;
+    mp_array_task_fn afn;
     int rc = mp__pack_open(frame, &v);
     if (rc)
         return rc;
@@ -136,8 +239,11 @@ static int serve(mp_conn *conn, mp_msg *frame)
         return 1;
     }
     fn = v.magic == MP__PACK_TASK ? mp__task_lookup(v.name) : NULL;
+    afn = v.magic == MP__PACK_TASK ? mp__array_task_lookup(v.name) : NULL;
     rc = mp__packer_init(&res, MP__PACK_RESULT, NULL, v.count);
-    for (uint32_t i = 0; !rc && i < v.count; i++) {
+    if (!rc && afn)
+        rc = run_slice(&v, afn, &res);
+    for (uint32_t i = 0; !rc && !afn && i < v.count; i++) {
         if (fn) {
             rc = run_item(&v, i, fn, &res);
         } else {

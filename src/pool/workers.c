@@ -71,7 +71,7 @@ int mp__worker_start(mp_pool *p, int slot)
     w->pidfd = mp_process_sentinel(proc); /* owned by proc */
     w->cur = w->last = NULL;
     w->inflight = 0;
-    w->depth = 2;
+    w->depth = 1; /* until its chunks prove short */
     w->t_done = 0;
     w->svc = 0;
     w->blocked = false;
