@@ -272,10 +272,26 @@ static bool any_worker(const mp_pool *p)
     return false;
 }
 
-/* Whether w may take one more chunk while filling workers to `level`. */
-static bool can_take(const mp_pool *p, const worker *w, unsigned level)
+/* How many chunks w may hold now: its learnt depth, but one while another
+ * worker is still starting (it will be free soon: queued work waits for it,
+ * as without pipelining) or while w's current chunk has already run longer
+ * than the depth was learnt for (a long task among short ones). */
+static unsigned depth_now(const worker *w, bool starting, double now)
 {
-    return w->proc && w->ready && !w->exiting && w->inflight < level && level <= w->depth &&
+    if (starting)
+        return 1;
+    if (w->cur && w->cur->sent) {
+        double start = w->cur->t_sent > w->t_done ? w->cur->t_sent : w->t_done;
+        if (now - start > MP__POOL_HIDE)
+            return 1;
+    }
+    return w->depth;
+}
+
+/* Whether w may take one more chunk while filling workers to `level`. */
+static bool can_take(const mp_pool *p, const worker *w, unsigned level, unsigned depth)
+{
+    return w->proc && w->ready && !w->exiting && w->inflight < level && level <= depth &&
            (!p->maxtasks || w->chunks + w->inflight < p->maxtasks);
 }
 
@@ -306,13 +322,16 @@ static void send_pending(worker *w)
 static bool dispatch(mp_pool *p, int *state)
 {
     mp__chunk *orphans = NULL;
-    bool busy;
+    bool busy, starting = false;
+    double now = mp__now();
+    for (int i = 0; i < p->nprocs; i++)
+        starting |= p->w[i].proc && !p->w[i].ready;
     pthread_mutex_lock(&p->mu);
     *state = p->state;
     for (unsigned lv = 1; lv <= MP__POOL_DEPTH_MAX && p->head; lv++) {
         for (int i = 0; i < p->nprocs && p->head && *state != MP__POOL_TERMINATED; i++) {
             worker *w = &p->w[i];
-            if (!can_take(p, w, lv))
+            if (!can_take(p, w, lv, depth_now(w, starting, now)))
                 continue;
             mp__chunk *c = p->head;
             p->head = c->next;
