@@ -228,6 +228,16 @@ void mp__worker_reap(mp_pool *p, int slot, char *how, size_t cap);
 int mp__worker_send_exit(worker *w);
 /* Queues chunks (takes them) and wakes the handler; MP_ESTATE if closed. */
 int mp__pool_submit(mp_pool *p, mp__chunk *head, mp__chunk *tail);
+/* inflight.c (handler thread): a result ready for its callback; a chunk
+ * failed item by item with rc and why (then freed); w's chunks in flight,
+ * oldest first (push appends, pop takes the one it runs); a worker's end,
+ * its answer. */
+void mp__pool_push_ready(mp_pool *p, mp_async_result *r);
+void mp__chunk_fail(mp_pool *p, mp__chunk *c, int rc, const char *why);
+void mp__cur_push(worker *w, mp__chunk *c);
+mp__chunk *mp__cur_pop(worker *w);
+void mp__worker_ended(mp_pool *p, int slot);
+void mp__worker_answer(mp_pool *p, worker *w, mp_msg *m);
 /* VEC: takes a cached shared array of at least bytes (NULL when none). */
 mp_tensor *mp__pool_vec_take(mp_pool *p, int which, size_t bytes);
 /* The chunk size a map of n items gets. */
