@@ -104,7 +104,7 @@ static int posix_spawn_waitpid(void *ctx, size_t iters)
 static double failure_latency_us(const char *method)
 {
     mp_spawn_context *ctx = NULL;
-    mp_child_error e;
+    mp_child_error e = {.size = sizeof e};
     uint64_t t1;
     if (mp_spawn("b_fail", NULL, 2, false, false, method, &ctx) != 0)
         return -1;

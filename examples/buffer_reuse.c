@@ -7,13 +7,13 @@
  *   buffer_reuse [--buffers K] [--messages N] [--size BYTES]
  *
  * Prints how many copies into shared memory happened, and exits non-zero
- * unless that is one per buffer. The worker is started with fork(). */
+ * unless that is one per buffer. The worker is an mproc process (started
+ * with fork, the default), so it dies with the consumer. */
 #include <getopt.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/wait.h>
-#include <unistd.h>
+#include <string.h>
 
 #include <mproc.h>
 
@@ -44,17 +44,65 @@ static int worker(mp_queue *full_q, mp_queue *free_q, int k, long n, int64_t ele
     printf("worker: %ld messages over %d buffers: %llu copies into shared memory "
            "(%s)\n", n, k, (unsigned long long)copies,
            copies == (uint64_t)k ? "one per buffer" : "WRONG: expected one per buffer");
-    fflush(stdout);   /* the caller leaves with _exit */
     return copies == (uint64_t)k ? 0 : 1;
+}
+
+typedef struct worker_args {
+    int k;
+    long n;
+    int64_t elems;
+} worker_args;
+
+/* The worker process: its queues and sizes come in the argument message. */
+MP_ENTRY(buffer_worker)
+{
+    worker_args wa;
+    size_t len = 0;
+    const void *p = mp_msg_payload(args, &len);
+    mp_queue *full_q = NULL, *free_q = NULL;
+    int rc;
+    if (len != sizeof wa)
+        mp_raise("buffer_worker: bad argument message");
+    memcpy(&wa, p, sizeof wa);
+    if (mp_msg_get_queue(args, 0, &full_q) || mp_msg_get_queue(args, 1, &free_q))
+        mp_raise("buffer_worker: %s", mp_last_error());
+    rc = worker(full_q, free_q, wa.k, wa.n, wa.elems);
+    mp_queue_release(full_q);
+    mp_queue_release(free_q);
+    return rc;
+}
+
+/* Starts the worker with the two queues; 0 or an error code. */
+static int start_worker(mp_queue *full_q, mp_queue *free_q, worker_args wa, mp_process **out)
+{
+    mp_msg *args = NULL;
+    int rc = mp_msg_create(&args);
+    if (!rc)
+        rc = mp_msg_set_payload(args, &wa, sizeof wa);
+    if (!rc)
+        rc = mp_msg_add_queue(args, "full", full_q);
+    if (!rc)
+        rc = mp_msg_add_queue(args, "free", free_q);
+    if (!rc)
+        rc = mp_process_create("buffer_worker", args, NULL, out);
+    if (!rc && (rc = mp_process_start(*out)) != 0) {
+        mp_process_destroy(*out);
+        *out = NULL;
+    }
+    mp_msg_destroy(args);
+    return rc;
 }
 
 int main(int argc, char **argv)
 {
-    int k = 4, opt, status, bad = 0;
+    int k = 4, opt, code = -1, bad = 0;
+    mp_process *proc = NULL;
     long n = 2000;
     int64_t size = 1 << 20;
     static const struct option opts[] = {
         {"buffers", 1, 0, 'k'}, {"messages", 1, 0, 'n'}, {"size", 1, 0, 's'}, {0, 0, 0, 0}};
+    if (mp_setup(&argc, &argv) != 0)
+        return fail("mp_setup", MP_EINVAL);
     while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (opt) {
         case 'k': k = atoi(optarg); break;
@@ -75,9 +123,8 @@ int main(int argc, char **argv)
     if (rc || (rc = mp_queue_create(0, &free_q)))
         return fail("main", rc);
     uint64_t copies0 = mp_tensor_shared_copy_count();
-    pid_t pid = fork();
-    if (pid == 0)
-        _exit(worker(full_q, free_q, k, n, elems));
+    if ((rc = start_worker(full_q, free_q, (worker_args){k, n, elems}, &proc)))
+        return fail("starting the worker", rc);
     for (long i = 0; i < n && !bad; i++) {
         mp_tensor *buf = NULL;
         if ((rc = mp_queue_get_tensor(full_q, &buf, 30))) {
@@ -94,8 +141,11 @@ int main(int argc, char **argv)
             bad = fail("consumer: returning a buffer", rc);
         mp_tensor_release(buf);
     }
-    if (waitpid(pid, &status, 0) != pid || status != 0)
+    if (bad)
+        mp_process_terminate(proc); /* it may wait for buffers that never come */
+    if (mp_process_join(proc, -1) != 0 || mp_process_exitcode(proc, &code) != 0 || code != 0)
         bad = 1;
+    mp_process_destroy(proc);
     printf("consumer: %ld messages of %lld bytes checked, %llu copies into shared memory "
            "here\n", n, (long long)size,
            (unsigned long long)(mp_tensor_shared_copy_count() - copies0));

@@ -3,18 +3,19 @@
  *
  *   producer_consumer --producers P --consumers C --count N --size BYTES
  *                     --strategy file_descriptor|file_system
+ *                     --start-method fork|spawn|forkserver
  *
  * Consumers verify every checksum and mark every message in a shared table;
  * the program prints messages/s and GB/s and exits non-zero on any loss,
- * duplicate or corruption. Processes are started with fork(). */
+ * duplicate or corruption. Producers and consumers are mproc processes
+ * (--start-method fork|spawn|forkserver, default fork), so they die with
+ * the parent: killing it leaves no consumer waiting on the queue. */
 #include <getopt.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -54,6 +55,15 @@ static uint64_t checksum(const uint8_t *p, size_t n)
         sum = (sum ^ p[i]) * 1099511628211ull;
     return sum;
 }
+
+/* What every producer and consumer gets: the run's shape (payload), the
+ * queue and the shared table of seen messages (attachments). */
+typedef struct params {
+    long per;
+    int producers;
+    size_t size;
+    char strategy[32];
+} params;
 
 static int produce(mp_queue *q, uint32_t id, long n, size_t size)
 {
@@ -112,16 +122,83 @@ static int consume(mp_queue *q, _Atomic uint8_t *seen, long per, int producers, 
     }
 }
 
-static int wait_all(pid_t *pids, int n, const char *what)
+/* Unpacks the arguments; fails the child (mp_raise) when they are wrong. */
+static void open_args(mp_msg *args, params *pa, mp_queue **q, mp_tensor **seen)
 {
-    int bad = 0, status;
-    for (int i = 0; i < n; i++) {
-        if (waitpid(pids[i], &status, 0) != pids[i] || status != 0) {
-            fprintf(stderr, "%s %d failed (status 0x%x)\n", what, i, status);
-            bad = 1;
-        }
+    size_t len = 0;
+    const void *p = mp_msg_payload(args, &len);
+    int rc;
+    if (len != sizeof *pa)
+        mp_raise("producer_consumer: bad argument message");
+    memcpy(pa, p, sizeof *pa);
+    pa->strategy[sizeof pa->strategy - 1] = '\0';
+    /* a spawned child starts with the default strategy: use the parent's */
+    if ((rc = mp_set_sharing_strategy(pa->strategy)) || (rc = mp_msg_get_queue(args, 0, q)) ||
+        (rc = mp_msg_get_tensor(args, 1, seen)))
+        mp_raise("producer_consumer: arguments: %s (%s)", mp_last_error(), mp_err_name(rc));
+}
+
+/* rank: the producer's id. */
+MP_ENTRY(producer)
+{
+    params pa;
+    mp_queue *q = NULL;
+    mp_tensor *seen = NULL;
+    open_args(args, &pa, &q, &seen);
+    int rc = produce(q, (uint32_t)rank, pa.per, pa.size);
+    mp_tensor_release(seen);
+    mp_queue_release(q);
+    return rc;
+}
+
+MP_ENTRY(consumer)
+{
+    params pa;
+    mp_queue *q = NULL;
+    mp_tensor *seen = NULL;
+    open_args(args, &pa, &q, &seen);
+    int rc = consume(q, mp_tensor_data(seen), pa.per, pa.producers, pa.size);
+    mp_tensor_release(seen);
+    mp_queue_release(q);
+    return rc;
+}
+
+static int start_all(const char *entry, int n, mp_msg *args, const char *method,
+                     mp_spawn_context **ctx)
+{
+    mp_spawn_options o;
+    int rc;
+    mp_spawn_options_init(&o);
+    o.nprocs = n;
+    o.join = false;
+    o.start_method = method;
+    rc = mp_spawn_ex(entry, args, &o, ctx);
+    if (rc)
+        fprintf(stderr, "starting %s processes: %s: %s\n", entry, mp_err_name(rc),
+                mp_last_error());
+    return rc;
+}
+
+static int join_all(mp_spawn_context *ctx, const char *what)
+{
+    int rc = mp_spawn_context_join(ctx, -1);
+    if (rc) {
+        mp_child_error e = {.size = sizeof e};
+        if (mp_spawn_context_error(ctx, &e) == 0)
+            fprintf(stderr, "%s %d failed (exit code %d%s%s)\n", what, e.rank, e.exitcode,
+                    e.message[0] ? ": " : "", e.message);
+        else
+            fprintf(stderr, "%s: %s: %s\n", what, mp_err_name(rc), mp_last_error());
     }
-    return bad;
+    mp_spawn_context_destroy(ctx);
+    return rc ? 1 : 0;
+}
+
+static void usage(const char *argv0)
+{
+    fprintf(stderr, "usage: %s --producers P --consumers C --count N --size BYTES "
+                    "--strategy file_descriptor|file_system "
+                    "--start-method fork|spawn|forkserver\n", argv0);
 }
 
 int main(int argc, char **argv)
@@ -129,10 +206,16 @@ int main(int argc, char **argv)
     int producers = 2, consumers = 2, bad, opt;
     long count = 100000, lost = 0, dups = 0;
     size_t size = 4096;
-    const char *strategy = "file_descriptor";
+    const char *strategy = "file_descriptor", *method = "fork";
     static const struct option opts[] = {
         {"producers", 1, 0, 'p'}, {"consumers", 1, 0, 'c'}, {"count", 1, 0, 'n'},
-        {"size", 1, 0, 's'}, {"strategy", 1, 0, 'S'}, {0, 0, 0, 0}};
+        {"size", 1, 0, 's'}, {"strategy", 1, 0, 'S'}, {"start-method", 1, 0, 'm'},
+        {0, 0, 0, 0}};
+    /* spawned producers and consumers run their entry from here */
+    if (mp_setup(&argc, &argv) != 0) {
+        fprintf(stderr, "%s\n", mp_last_error());
+        return 1;
+    }
     while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (opt) {
         case 'p': producers = atoi(optarg); break;
@@ -140,14 +223,12 @@ int main(int argc, char **argv)
         case 'n': count = atol(optarg); break;
         case 's': size = (size_t)atol(optarg); break;
         case 'S': strategy = optarg; break;
-        default:
-            fprintf(stderr, "usage: %s --producers P --consumers C --count N --size BYTES "
-                            "--strategy file_descriptor|file_system\n", argv[0]);
-            return 2;
+        case 'm': method = optarg; break;
+        default: usage(argv[0]); return 2;
         }
     }
     if (producers < 1 || consumers < 1 || count < producers || size < 1 ||
-        producers > 256 || consumers > 256) {
+        producers > 256 || consumers > 256 || strlen(strategy) >= sizeof ((params *)0)->strategy) {
         fprintf(stderr, "bad arguments\n");
         return 2;
     }
@@ -155,27 +236,34 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s\n", mp_last_error());
         return 2;
     }
-    long per = count / producers;
-    size_t cells = (size_t)per * (size_t)producers;
-    _Atomic uint8_t *seen = mmap(NULL, cells, PROT_READ | PROT_WRITE,
-                                 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    pid_t prod[256], cons[256];
+    params pa = {.per = count / producers, .producers = producers, .size = size};
+    snprintf(pa.strategy, sizeof pa.strategy, "%s", strategy);
+    size_t cells = (size_t)pa.per * (size_t)producers;
+    int64_t ncells = (int64_t)cells;
+    mp_tensor *seen_t = NULL;
     mp_queue *q = NULL;
+    mp_msg *args = NULL;
+    mp_spawn_context *cons = NULL, *prod = NULL;
     struct timespec t0, t1;
-    if (seen == MAP_FAILED || mp_queue_create(1024, &q) != 0) {
+    if (mp_tensor_empty_shared(MP_UINT8, 1, &ncells, &seen_t) != 0 ||
+        mp_queue_create(1024, &q) != 0 || mp_msg_create(&args) != 0 ||
+        mp_msg_set_payload(args, &pa, sizeof pa) != 0 || mp_msg_add_queue(args, "q", q) != 0 ||
+        mp_msg_add_tensor(args, "seen", seen_t) != 0) {
         fprintf(stderr, "setup failed: %s\n", mp_last_error());
         return 1;
     }
+    _Atomic uint8_t *seen = mp_tensor_data(seen_t);
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (int i = 0; i < consumers; i++)
-        if ((cons[i] = fork()) == 0)
-            _exit(consume(q, seen, per, producers, size));
-    for (int i = 0; i < producers; i++)
-        if ((prod[i] = fork()) == 0)
-            _exit(produce(q, (uint32_t)i, per, size));
-    bad = wait_all(prod, producers, "producer");
+    if (start_all("consumer", consumers, args, method, &cons))
+        return 1;
+    if (start_all("producer", producers, args, method, &prod)) {
+        mp_spawn_context_destroy(cons);
+        return 1;
+    }
+    mp_msg_destroy(args);
+    bad = join_all(prod, "producer");
     mp_queue_close(q);
-    bad |= wait_all(cons, consumers, "consumer");
+    bad |= join_all(cons, "consumer");
     clock_gettime(CLOCK_MONOTONIC, &t1);
     for (size_t i = 0; i < cells; i++) {
         lost += seen[i] == 0;
@@ -186,7 +274,7 @@ int main(int argc, char **argv)
            "%.0f messages/s, %.3f GB/s; lost %ld, duplicated %ld\n",
            strategy, producers, consumers, cells, size, s, (double)cells / s,
            (double)cells * (double)size / s / 1e9, lost, dups);
-    munmap((void *)seen, cells);
+    mp_tensor_release(seen_t);
     mp_queue_release(q);
     return bad || lost || dups ? 1 : 0;
 }

@@ -74,7 +74,7 @@ int main(int argc, char **argv)
     const char *method = "spawn";
     mp_msg *args = NULL;
     mp_spawn_context *ctx = NULL;
-    mp_child_error e;
+    mp_child_error e = {.size = sizeof e};
 
     /* First, before anything else: in a spawned child this runs the entry. */
     if (mp_setup(&argc, &argv) != 0)

@@ -1,13 +1,13 @@
 /* tensor_share: a tensor created in one process, moved into shared memory,
- * modified by a forked child and read back by the parent, under each
- * sharing strategy. Exits 0 when the parent sees every change.
+ * modified by a child (an mproc process started with fork, which gets the
+ * view in its argument message and dies with its parent) and read back by
+ * the parent, under each sharing strategy. Exits 0 when the parent sees
+ * every change.
  *
  *   build/tensor_share
  */
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "mproc.h"
 
@@ -20,12 +20,52 @@ static void print_row(const char *who, const mp_tensor *t)
     printf("]\n");
 }
 
+/* The child writes through the view it was sent: the parent's shared pages. */
+MP_ENTRY(share_child)
+{
+    mp_tensor *row = NULL, *t = NULL;
+    float *p;
+    if (mp_msg_find_tensor(args, "row", &row) != 0 || mp_msg_find_tensor(args, "t", &t) != 0)
+        mp_raise("share_child: %s", mp_last_error());
+    p = mp_tensor_data(row);
+    for (int i = 0; i < 3; i++)
+        p[i] *= 100.0f;
+    print_row("child", t);
+    mp_tensor_release(row);
+    mp_tensor_release(t);
+    return 0;
+}
+
+/* Runs share_child on t and its view row; 0 when it exited 0. */
+static int run_child(mp_tensor *t, mp_tensor *row)
+{
+    mp_msg *args = NULL;
+    mp_process *p = NULL;
+    int code = -1;
+    int rc = mp_msg_create(&args);
+    if (!rc && !(rc = mp_msg_add_tensor(args, "t", t)) &&
+        !(rc = mp_msg_add_tensor(args, "row", row)))
+        rc = mp_process_create("share_child", args, NULL, &p);
+    if (!rc)
+        rc = mp_process_start(p);
+    if (!rc)
+        rc = mp_process_join(p, -1);
+    if (!rc)
+        rc = mp_process_exitcode(p, &code);
+    if (!rc && code != 0) {
+        fprintf(stderr, "tensor_share: the child exited with %d\n", code);
+        rc = MP_ECHILD;
+    }
+    mp_process_destroy(p);
+    mp_msg_destroy(args);
+    return rc;
+}
+
 static int run(const char *strategy)
 {
     int64_t shape[2] = {2, 3};
     mp_tensor *t = NULL, *row = NULL;
-    int rc, status;
-    pid_t pid;
+    int rc;
 
     printf("strategy %s\n", strategy);
     if ((rc = mp_set_sharing_strategy(strategy)) < 0 ||
@@ -43,26 +83,8 @@ static int run(const char *strategy)
     printf("  shared: %s (%s), view shared too: %s\n", mp_tensor_is_shared(t) ? "yes" : "no",
            mp_tensor_sharing_strategy(t), mp_tensor_is_shared(row) ? "yes" : "no");
 
-    fflush(stdout);
-    pid = fork();
-    if (pid < 0) {
-        perror("fork");
-        rc = MP_ESYS;
+    if ((rc = run_child(t, row)) < 0)
         goto out;
-    }
-    if (pid == 0) { /* the child writes through its inherited view */
-        float *p = mp_tensor_data(row);
-        for (int i = 0; i < 3; i++)
-            p[i] *= 100.0f;
-        print_row("child", t);
-        fflush(stdout);
-        _exit(0);
-    }
-    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        fprintf(stderr, "tensor_share: child failed\n");
-        rc = MP_ECHILD;
-        goto out;
-    }
     print_row("parent", t);
     for (int i = 0; i < 6; i++) {
         float want = i < 3 ? (float)i : (float)i * 100.0f;
@@ -82,13 +104,14 @@ out:
     return rc;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const char *const *names;
-    int n;
+    if (mp_setup(&argc, &argv) != 0)
+        return 1;
+    names = mp_get_all_sharing_strategies();
     printf("mproc %s: sharing a tensor with a forked child\n", mp_version());
-    mp_get_all_sharing_strategies(&names, &n);
-    for (int i = 0; i < n; i++)
+    for (int i = 0; names[i]; i++)
         if (run(names[i]) < 0)
             return 1;
     printf("copies into shared memory: %llu (one per tensor shared)\n",

@@ -10,5 +10,6 @@
 #include "mproc/sync.h"
 #include "mproc/cuda.h"
 #include "mproc/pool.h"
+#include "mproc/wait.h"
 
 #endif

@@ -10,8 +10,8 @@
 
 #include <mproc.h>
 
-#include "../hogwild/args.h"
-#include "../hogwild/data.h"
+#include "args.h"
+#include "data.h"
 
 void loader_augment(const uint8_t *image, int dx, int dy, int flip, float *out)
 {

@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "../hogwild/rng.h"
+#include "rng.h"
 
 #define LOADER_CFG_VERSION 1
 /* Pixels of zero padding around an image before the random 28x28 crop. */

@@ -18,9 +18,9 @@
 #include <cblas.h>
 #include <mproc.h>
 
-#include "../hogwild/data.h"
-#include "../hogwild/mlp.h"
-#include "../hogwild/progress.h"
+#include "data.h"
+#include "mlp.h"
+#include "progress.h"
 #include "loader.h"
 
 #define MAX_WORKERS 64
@@ -222,7 +222,7 @@ static int loader_args(const options *o, const dataset *d, mp_tensor *stats, mp_
  * printed) when one failed. */
 static int watch_loaders(mp_spawn_context *ctx)
 {
-    mp_child_error e;
+    mp_child_error e = {.size = sizeof e};
     int rc = mp_spawn_context_join(ctx, 0);
     if (rc == 0 || rc == MP_ETIMEDOUT)
         return 0;

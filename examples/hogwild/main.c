@@ -8,6 +8,7 @@
 
 #include <mproc.h>
 
+#include "mpi_backend.h"
 #include "train.h"
 
 static void usage(FILE *f)
@@ -34,6 +35,9 @@ static void usage(FILE *f)
             "  --data DIR              Fashion-MNIST idx .gz files (default %s)\n"
             "  --compare               also train with 1 worker and compare throughput\n"
             "  --progress bar|lines|none  default: a bar on a terminal, else lines\n"
+            "  --backend local|mpi     mpi: one training per MPI rank (run under mpirun),\n"
+            "                          parameters averaged across ranks every K steps\n"
+            "                          (--every) and at each epoch's end\n"
             "  --fail-rank R           worker R dies of SIGSEGV mid-epoch (shows the\n"
             "                          error record mp_spawn reports)\n"
             "  --help\n",
@@ -68,7 +72,7 @@ static int parse_float(const char *flag, const char *s, float *out)
 }
 
 /* Returns 0, 1 after --help, or -1 on a bad flag (message printed). */
-static int parse_args(int argc, char **argv, train_options *o)
+static int parse_args(int argc, char **argv, train_options *o, bool *mpi)
 {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -87,7 +91,11 @@ static int parse_args(int argc, char **argv, train_options *o)
             return -1;
         }
         i++;
-        if (!strcmp(a, "--sync")) {
+        if (!strcmp(a, "--backend")) {
+            *mpi = !strcmp(v, "mpi");
+            if (!*mpi && strcmp(v, "local"))
+                rc = -1, fprintf(stderr, "hogwild: --backend is local or mpi\n");
+        } else if (!strcmp(a, "--sync")) {
             if (!strcmp(v, "shared"))
                 o->sync = TRAIN_SHARED;
             else if (!strcmp(v, "periodic"))
@@ -151,12 +159,15 @@ static int parse_args(int argc, char **argv, train_options *o)
 
 static void summary(const char *label, const train_options *o, const train_result *r)
 {
-    printf("%-9s %d worker%s, %s, %d epochs: wall %.1f s (training %.1f s), %.0f samples/s, "
+    char ranks[32] = "";
+    if (o->shards > 1) /* --backend mpi */
+        snprintf(ranks, sizeof ranks, "%d ranks x ", o->shards);
+    printf("%-9s %s%d worker%s, %s, %d epochs: wall %.1f s (training %.1f s), %.0f samples/s, "
            "test accuracy %.4f\n",
-           label, o->workers, o->workers == 1 ? "" : "s",
+           label, ranks, o->workers, o->workers == 1 ? "" : "s",
            o->sync == TRAIN_SHARED ? "Hogwild shared" : "periodic", r->epochs, r->wall_s,
            r->train_s, r->samples_per_s, r->test_accuracy);
-    if (o->workers == 1) /* what --seed reproduces */
+    if (o->workers == 1 && o->shards == 1) /* what --seed reproduces */
         printf("%-9s parameters fnv1a %016llx (seed %llu)\n", "", (unsigned long long)r->param_hash,
                (unsigned long long)o->seed);
 }
@@ -200,24 +211,35 @@ int main(int argc, char **argv)
     train_result res;
     dataset d;
     char err[1024];
+    bool mpi = false, root = true;
     int rc;
     if ((rc = mp_setup(&argc, &argv)) != 0) {
         fprintf(stderr, "hogwild: mp_setup: %s\n", mp_last_error());
         return 1;
     }
     train_options_init(&o);
-    if ((rc = parse_args(argc, argv, &o)) != 0)
+    if ((rc = parse_args(argc, argv, &o, &mpi)) != 0)
         return rc > 0 ? 0 : 2;
     if (dataset_load(o.data_dir, &d, err, sizeof err) != 0) {
         fprintf(stderr, "hogwild: %s\n", err);
         return 1;
     }
-    printf("hogwild: MLP 784-%d-%d-10 on Fashion-MNIST (%lld train, %lld test), %d worker%s, "
+    if (!mpi) /* under MPI rank 0 says it, once */
+        printf("hogwild: MLP 784-%d-%d-10 on Fashion-MNIST (%lld train, %lld test), %d worker%s, "
            "sync %s, start method %s\n",
            o.h1, o.h2, (long long)(o.limit ? o.limit : d.n_train), (long long)d.n_test, o.workers,
            o.workers == 1 ? "" : "s", o.sync == TRAIN_SHARED ? "shared" : "periodic",
            o.start_method ? o.start_method : mp_get_start_method());
-    if (!o.compare) {
+    if (mpi && (o.compare || o.sync != TRAIN_SHARED)) {
+        fprintf(stderr, "hogwild: --backend mpi trains with --sync shared, without --compare\n");
+        rc = MP_EINVAL;
+    } else if (mpi) {
+        rc = mpi_backend_run(&argc, &argv, &o, &d, &res, &root);
+        if (rc == 0 && root) {
+            printf("\n");
+            summary("summary:", &o, &res);
+        }
+    } else if (!o.compare) {
         rc = train_run(&o, &d, &res);
         if (rc == 0) {
             printf("\n");

@@ -27,6 +27,7 @@ void train_options_init(train_options *o)
     o->every = 20;
     o->seed = 1;
     o->fail_rank = -1;
+    o->shards = 1;
 }
 
 typedef struct run run;
@@ -122,7 +123,7 @@ static int check_options(const train_options *o, const dataset *d, int64_t sampl
         bad = "--every must be at least 1";
     else if (o->limit < 0 || samples > d->n_train)
         bad = "--limit must be 0 (all) or at most the training set's size";
-    else if (samples / o->workers < o->batch)
+    else if (samples / ((int64_t)o->workers * o->shards) < o->batch)
         bad = "each worker's shard is smaller than one batch: lower --workers or --batch";
     if (!bad)
         return 0;
@@ -140,7 +141,7 @@ static int run_open(run *r, const train_options *o, const dataset *d)
     r->samples = o->limit > 0 ? o->limit : d->n_train;
     if ((rc = check_options(o, d, r->samples)) != 0)
         return rc;
-    r->steps = (int32_t)(r->samples / o->workers / o->batch);
+    r->steps = (int32_t)(r->samples / ((int64_t)o->workers * o->shards) / o->batch);
     r->shape = (mlp_shape){DATA_PIXELS, o->h1, o->h2, DATA_CLASSES};
     mlp_layout_init(&r->layout, &r->shape);
     vshape[0] = o->workers;
@@ -202,6 +203,8 @@ static int epoch_args(run *r, int epoch, mp_msg **out)
         .momentum = o->momentum,
         .seed = o->seed,
         .samples = r->samples,
+        .shard_base = o->shard * o->workers,
+        .shard_count = o->shards * o->workers,
     };
     mp_msg *m = NULL;
     int rc;
@@ -240,7 +243,7 @@ static int epoch_args(run *r, int epoch, mp_msg **out)
  * still run, or MP_ECHILD after printing mp_spawn's error record. */
 static int poll_workers(mp_spawn_context *ctx, double timeout)
 {
-    mp_child_error e;
+    mp_child_error e = {.size = sizeof e};
     int rc = mp_spawn_context_join(ctx, timeout);
     if (rc == 0)
         return 1;
@@ -328,6 +331,39 @@ static int periodic_round(run *r, mp_spawn_context *ctx, bool last)
     return 0;
 }
 
+/* The steps the slowest worker has done this epoch. */
+static int64_t slowest_steps(run *r)
+{
+    const double *p = mp_tensor_data(r->progress_t);
+    double least = -1;
+    for (int w = 0; w < r->o->workers; w++) {
+        double v;
+        __atomic_load(&p[w * PROGRESS_COLS + PROGRESS_BATCHES], &v, __ATOMIC_RELAXED);
+        least = least < 0 || v < least ? v : least;
+    }
+    return (int64_t)least;
+}
+
+/* Shared mode with an average hook (--backend mpi): while the workers run,
+ * the parameters are averaged every `every` steps of the slowest worker,
+ * the same steps/every times in every process, plus once after the join. */
+static int average_rounds(run *r, mp_spawn_context *ctx)
+{
+    const train_options *o = r->o;
+    int32_t rounds = r->steps / o->every, done_rounds = 0;
+    int rc = 0, finished = 0;
+    while (done_rounds < rounds && rc == 0) {
+        if (!finished && slowest_steps(r) < (int64_t)(done_rounds + 1) * o->every) {
+            rc = finished = poll_workers(ctx, 0.002);
+            rc = rc < 0 ? rc : 0;
+            continue;
+        }
+        rc = o->average(r->params, o->average_ctx);
+        done_rounds++;
+    }
+    return rc;
+}
+
 static int run_epoch(run *r, int epoch)
 {
     mp_spawn_context *ctx = NULL;
@@ -347,6 +383,8 @@ static int run_epoch(run *r, int epoch)
         for (int32_t i = 0; i < rounds && rc == 0; i++)
             rc = periodic_round(r, ctx, i + 1 == rounds);
     }
+    if (r->o->sync == TRAIN_SHARED && r->o->average)
+        rc = average_rounds(r, ctx);
     while (rc == 0) {
         int64_t done;
         double loss;
@@ -357,6 +395,8 @@ static int run_epoch(run *r, int epoch)
         }
     }
     mp_spawn_context_destroy(ctx);
+    if (rc >= 0 && r->o->average)
+        rc = r->o->average(r->params, r->o->average_ctx);
     return rc < 0 ? rc : 0;
 }
 
@@ -424,7 +464,8 @@ void train_finish(train_state *r, train_result *res)
         res->epochs = r->epochs_done;
         res->wall_s = r->wall_s;
         res->train_s = r->train_s;
-        res->samples_per_s = (double)r->steps * o->batch * o->workers * r->epochs_done / r->train_s;
+        res->samples_per_s =
+            (double)r->steps * o->batch * o->workers * o->shards * r->epochs_done / r->train_s;
         res->test_accuracy = r->test_accuracy;
         res->test_loss = r->test_loss;
         res->train_loss = r->train_loss;

@@ -44,6 +44,13 @@ typedef struct train_options {
     int fail_rank;            /* -1; else that worker dies of SIGSEGV (a demonstration) */
     train_output output;
     const char *label; /* NULL, or a prefix for the progress lines */
+    /* --backend mpi (mpi_backend.c): this process is shard `shard` of
+     * `shards` (1 and 0 on one host); shared mode calls average(params)
+     * every `every` steps of the slowest worker and at each epoch's end,
+     * the same number of times in every shard. */
+    int shards, shard;
+    int (*average)(mp_tensor *params, void *ctx);
+    void *average_ctx;
 } train_options;
 
 void train_options_init(train_options *o);

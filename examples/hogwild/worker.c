@@ -139,7 +139,7 @@ static void worker_epoch(worker *w)
     const uint8_t *images = mp_tensor_data(w->train_x);
     const uint8_t *labels = mp_tensor_data(w->train_y);
     float *velocity = (float *)mp_tensor_data(w->velocity) + (size_t)w->rank * w->layout.total;
-    int64_t per = c->samples / c->workers;
+    int64_t per = c->samples / c->shard_count;
     const uint32_t *shard;
     double loss_sum = 0;
     rng r;
@@ -147,7 +147,7 @@ static void worker_epoch(worker *w)
         w->order[i] = (uint32_t)i;
     rng_seed(&r, worker_shuffle_seed(c->seed, c->epoch));
     rng_shuffle(&r, w->order, (uint32_t)c->samples);
-    shard = w->order + (size_t)(per * w->rank);
+    shard = w->order + (size_t)(per * (c->shard_base + w->rank));
     for (int32_t s = 0; s < c->steps; s++) {
         const uint32_t *idx = shard + (size_t)s * c->batch;
         float *params = worker_params(w);

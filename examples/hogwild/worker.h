@@ -5,7 +5,7 @@
 
 #include <stdint.h>
 
-#define WORKER_CFG_VERSION 1
+#define WORKER_CFG_VERSION 2
 
 /* Columns of the shared progress tensor (float64 [workers, PROGRESS_COLS]):
  * each worker writes only its own row; the parent reads them for the bar. */
@@ -24,6 +24,10 @@ typedef struct worker_cfg {
     float lr, momentum;
     uint64_t seed;
     int64_t samples; /* training samples in use (the first n) */
+    /* The epoch's permutation is cut into shard_count slices; worker rank
+     * takes slice shard_base + rank (--backend mpi: the workers of every
+     * rank share one cut). Single host: 0 and workers. */
+    int32_t shard_base, shard_count;
 } worker_cfg;
 
 /* Number of exchanges a periodic epoch makes: after every `every` steps and

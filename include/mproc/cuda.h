@@ -14,9 +14,14 @@
  * The CUDA runtime does not survive fork: after any CUDA call in this process
  * start children with the spawn or forkserver method.
  *
- * Builds without CUDA (-DMPROC_CUDA=OFF, or no toolkit found) keep every
- * function below; each returns MP_ENOTSUP with a sentence saying how to
- * enable CUDA. No CUDA runtime call happens until one of these is called.
+ * libmproc is never linked with the CUDA runtime: the first call below loads
+ * it with dlopen (libcudart.so.<major of the toolkit mproc was built with>,
+ * or the library named by the MPROC_CUDART environment variable, read
+ * once). Where it cannot be loaded (no CUDA installed, or a library that is
+ * not a CUDA runtime), every function below except mp_tensor_is_cuda returns
+ * MP_ENOTSUP with a sentence naming the library and the fix; so does a build
+ * without the CUDA headers (-DMPROC_CUDA=OFF, or no toolkit found), saying
+ * how to enable CUDA. Programs that never call these need no CUDA at all.
  *
  * Streams: mproc uses the legacy default stream of each device. Copies are
  * synchronous with respect to the host.
@@ -39,40 +44,42 @@ extern "C" {
 /* True when this build has CUDA support and at least one device is usable.
  * Never fails; initialises the CUDA runtime when a device is found (after
  * which fork is refused). Thread-safe. */
-bool mp_cuda_is_available(void);
+MP_API bool mp_cuda_is_available(void);
 
-/* Number of visible CUDA devices in *count (0 is a success: no GPU).
- * Errors: MP_EINVAL (count NULL), MP_ENOTSUP (built without CUDA), MP_ESYS
- * when the driver cannot be loaded (the sentence has the CUDA error text). */
-int mp_cuda_device_count(int *count);
+/* Number of visible CUDA devices in *count (0 is a success: no GPU). Asked
+ * of the CUDA runtime once per process (a forked child asks again), then
+ * cached, as is a failure. Errors: MP_EINVAL (count NULL), MP_ENOTSUP (built
+ * without CUDA, or no CUDA runtime could be loaded), MP_ESYS when the driver
+ * cannot be used (the sentence has the CUDA error text). */
+MP_API int mp_cuda_device_count(int *count);
 
 /* Waits until all work queued on device's default stream has finished.
  * Blocks. Errors: MP_EINVAL (bad device), MP_ENOTSUP, MP_ESYS. */
-int mp_cuda_synchronize(int device);
+MP_API int mp_cuda_synchronize(int device);
 
 /* True when t lives on a CUDA device (kDLCUDA). t must be valid. */
-bool mp_tensor_is_cuda(const mp_tensor *t);
+MP_API bool mp_tensor_is_cuda(const mp_tensor *t);
 
 /* New contiguous, zeroed tensor on CUDA device `device`; the caller owns the
  * reference. Blocks until the memory is zeroed. Errors: MP_EINVAL (bad
  * device, dtype, ndim or size), MP_EOVERFLOW, MP_ENOMEM (device out of
  * memory), MP_ENOTSUP, MP_ESYS. */
-int mp_tensor_empty_cuda(int device, mp_dtype dtype, int ndim, const int64_t *shape,
-                         mp_tensor **out);
+MP_API int mp_tensor_empty_cuda(int device, mp_dtype dtype, int ndim, const int64_t *shape,
+                                mp_tensor **out);
 
 /* New contiguous tensor on device with src's values; src may be on the CPU
  * (any strides) or on a CUDA device. Blocks until copied. Errors as
  * mp_tensor_empty_cuda. */
-int mp_tensor_to_cuda(const mp_tensor *src, int device, mp_tensor **out);
+MP_API int mp_tensor_to_cuda(const mp_tensor *src, int device, mp_tensor **out);
 
 /* New contiguous private CPU tensor with src's values (src on a CUDA device,
  * any strides, or on the CPU). Blocks until copied. */
-int mp_tensor_to_cpu(const mp_tensor *src, mp_tensor **out);
+MP_API int mp_tensor_to_cpu(const mp_tensor *src, mp_tensor **out);
 
 /* Copies src's values into dst in place: same dtype and shape, both
  * contiguous, each on the CPU or a CUDA device. Blocks until copied.
  * Errors: MP_EINVAL (mismatch, non-contiguous), MP_ENOTSUP, MP_ESYS. */
-int mp_tensor_copy_cuda_(mp_tensor *dst, const mp_tensor *src);
+MP_API int mp_tensor_copy_cuda_(mp_tensor *dst, const mp_tensor *src);
 
 /* ---- sending ---------------------------------------------------------------
  * add: attaches t (retained) as MP_ATTACH_CUDA_TENSOR. t must view memory
@@ -87,8 +94,8 @@ int mp_tensor_copy_cuda_(mp_tensor *dst, const mp_tensor *src);
  * the shared reference. A message that is never received (a send that
  * failed, a queue destroyed full) keeps its reference until the process
  * that sent it exits. */
-int mp_msg_add_cuda_tensor(mp_msg *m, const char *name, mp_tensor *t);
-int mp_msg_get_cuda_tensor(const mp_msg *m, size_t index, mp_tensor **out);
+MP_API int mp_msg_add_cuda_tensor(mp_msg *m, const char *name, mp_tensor *t);
+MP_API int mp_msg_get_cuda_tensor(const mp_msg *m, size_t index, mp_tensor **out);
 
 /* ---- producer-side reference counting ------------------------------------ */
 
@@ -96,17 +103,17 @@ int mp_msg_get_cuda_tensor(const mp_msg *m, size_t index, mp_tensor **out);
  * held by processes that died are reclaimed first). *freed (may be NULL)
  * gets how many were freed. Does not block on other processes. Thread-safe.
  * Errors: MP_ENOTSUP, MP_ESYS (cudaFree failed; the allocation stays). */
-int mp_cuda_ipc_collect(size_t *freed);
+MP_API int mp_cuda_ipc_collect(size_t *freed);
 
 /* Number of allocations this process freed while still shared, waiting for
  * their consumers (the pending list). Errors: MP_EINVAL, MP_ENOTSUP. */
-int mp_cuda_ipc_pending(size_t *count);
+MP_API int mp_cuda_ipc_pending(size_t *count);
 
 /* Number of live references other processes (and messages in flight) hold
  * on t's allocation, in *count. Works in the producer and in any receiver.
  * Errors: MP_EINVAL (not a CUDA tensor from mproc), MP_ENOTSUP, MP_ECLOSED
  * (the producer of the allocation has exited: its memory may be gone). */
-int mp_tensor_cuda_share_count(const mp_tensor *t, int *count);
+MP_API int mp_tensor_cuda_share_count(const mp_tensor *t, int *count);
 
 #ifdef __cplusplus
 }

@@ -46,32 +46,33 @@ typedef enum mp_attach_kind {
 /* Longest attachment name, bytes without the NUL. */
 #define MP_MSG_NAME_MAX 255
 
-int mp_msg_create(mp_msg **out);
+/* A new empty message (no payload, no attachments) in *out. MP_ENOMEM. */
+MP_API int mp_msg_create(mp_msg **out);
 /* Drops the payload and every attachment's reference. NULL is a no-op. */
-void mp_msg_destroy(mp_msg *m);
+MP_API void mp_msg_destroy(mp_msg *m);
 
 /* Replaces the payload with a copy of len bytes (len 0 clears it). */
-int mp_msg_set_payload(mp_msg *m, const void *data, size_t len);
+MP_API int mp_msg_set_payload(mp_msg *m, const void *data, size_t len);
 /* Borrowed view of the payload, valid until the message changes. */
-const void *mp_msg_payload(const mp_msg *m, size_t *len);
+MP_API const void *mp_msg_payload(const mp_msg *m, size_t *len);
 
 /* Number of attachments, and the kind and name (NULL if unnamed) of one. */
-size_t mp_msg_count(const mp_msg *m);
-int mp_msg_kind(const mp_msg *m, size_t index);   /* mp_attach_kind, or MP_EINVAL */
-const char *mp_msg_name(const mp_msg *m, size_t index);
+MP_API size_t mp_msg_count(const mp_msg *m);
+MP_API int mp_msg_kind(const mp_msg *m, size_t index);   /* mp_attach_kind, or MP_EINVAL */
+MP_API const char *mp_msg_name(const mp_msg *m, size_t index);
 /* Index of the first attachment called name: >= 0, or MP_ENOENT. */
-int mp_msg_find(const mp_msg *m, const char *name);
+MP_API int mp_msg_find(const mp_msg *m, const char *name);
 
 /* Appends a tensor (retained). name may be NULL. */
-int mp_msg_add_tensor(mp_msg *m, const char *name, mp_tensor *t);
+MP_API int mp_msg_add_tensor(mp_msg *m, const char *name, mp_tensor *t);
 /* New reference to attachment index; MP_EINVAL if it is not a tensor. */
-int mp_msg_get_tensor(const mp_msg *m, size_t index, mp_tensor **out);
+MP_API int mp_msg_get_tensor(const mp_msg *m, size_t index, mp_tensor **out);
 /* New reference to the tensor called name; MP_ENOENT if none. */
-int mp_msg_find_tensor(const mp_msg *m, const char *name, mp_tensor **out);
+MP_API int mp_msg_find_tensor(const mp_msg *m, const char *name, mp_tensor **out);
 
 /* A state_dict: a message of n named tensors. */
-int mp_msg_from_state_dict(size_t n, const char *const *names, mp_tensor *const *tensors,
-                           mp_msg **out);
+MP_API int mp_msg_from_state_dict(size_t n, const char *const *names, mp_tensor *const *tensors,
+                                  mp_msg **out);
 
 #ifdef __cplusplus
 }

@@ -11,7 +11,9 @@
  * the parent), "spawn" (vfork + exec of /proc/self/exe with the same argv,
  * environment and cwd; only the argument message crosses) and "forkserver"
  * (a single-threaded server, exec'd on first use, forks children on
- * request). Every child dies with its parent (PR_SET_PDEATHSIG), reports a
+ * request; they become the parent's own children, re-parented to it as a
+ * child subreaper, so they outlive the server and report their real exit
+ * code). Every child dies with its parent (PR_SET_PDEATHSIG), reports a
  * failure through its own status channel (mp_raise text, fatal-signal
  * backtrace) and is reaped by mproc, never left a zombie.
  * docs/processes.md explains the choice of default and each call.
@@ -34,12 +36,22 @@ extern "C" {
  * what you keep). Returning non-zero fails the child with that exit code. */
 typedef int (*mp_entry_fn)(int rank, mp_msg *args);
 
-/* Longest entry name, bytes without the NUL. */
+/* Longest entry or task name, bytes without the NUL. */
 #define MP_ENTRY_NAME_MAX 127
+/* How many entries and pool tasks one program can register, together: one
+ * registry holds both (a name is unique among its kind). */
+#define MP_REGISTRY_MAX 1024
 
-/* Registers fn under name; MP_EINVAL on a duplicate or bad name. Normally
- * called through MP_ENTRY from a constructor, before main. Thread-safe. */
-int mp_register_entry(const char *name, mp_entry_fn fn);
+/* Registers fn under name. MP_EINVAL on a duplicate, empty or too long
+ * name or a NULL fn; MP_EOVERFLOW when MP_REGISTRY_MAX functions are
+ * registered. Thread-safe. */
+MP_API int mp_register_entry(const char *name, mp_entry_fn fn);
+/* What MP_ENTRY calls from its constructor, before main: registers as
+ * mp_register_entry, but a constructor has nobody to return a failure to,
+ * so the first failure (a duplicate name, a full registry) is kept and
+ * returned, with its sentence naming the entry, by mp_setup and by every
+ * mp_process_start, mp_spawn and mp_pool_create. */
+MP_API void mp_register_entry_at_load(const char *name, mp_entry_fn fn);
 
 /* Defines and registers an entry called NAME:
  *   MP_ENTRY(worker) { ... use rank, args ...; return 0; } */
@@ -47,21 +59,32 @@ int mp_register_entry(const char *name, mp_entry_fn fn);
     static int NAME(int rank, mp_msg *args);                                                       \
     __attribute__((constructor)) static void mp__register_entry_##NAME(void)                       \
     {                                                                                              \
-        mp_register_entry(#NAME, NAME);                                                            \
+        mp_register_entry_at_load(#NAME, NAME);                                                    \
     }                                                                                              \
     static int NAME(int rank, mp_msg *args)
 
 /* See the file comment. Returns 0 in the parent; never returns in a child
- * started by exec (spawn) nor in the forkserver. Saves argv for spawn,
+ * started by exec (spawn) nor in the forkserver. Fails with the kept error
+ * when an MP_ENTRY or MP_TASK could not be registered (see
+ * mp_register_entry_at_load). Saves argv for spawn,
  * which re-executes the program with it: spawn and forkserver fail with
- * MP_ESTATE until mp_setup has run. Call it once, from main, first. */
-int mp_setup(int *argc, char ***argv);
+ * MP_ESTATE until mp_setup has run. Call it once, from main, first.
+ * MP_EINVAL when MPROC_SPAWN or MPROC_FORKSERVER (set by mproc in the
+ * children it starts) is in the environment but malformed: unset it. */
+MP_API int mp_setup(int *argc, char ***argv);
 
-/* Fails the calling child with a message that reaches the parent's error
- * record, then exits with status 1 (stdio flushed, atexit handlers not run).
- * In a process that is not an mproc child it writes the message to stderr
- * and exits 1. Never returns. (GNU attribute form: valid C and C++.) */
-__attribute__((noreturn, format(printf, 1, 2))) void mp_raise(const char *fmt, ...);
+/* Fails the current unit of work with a message; never returns to its
+ * caller. Where it goes depends on what is running:
+ *  - in a pool task (mp_pool_*, on the task's thread): the item fails with
+ *    the message (MP_ECHILD in its result) and control jumps back to the
+ *    worker's loop, which serves on; like an exception it unwinds nothing,
+ *    so memory the task allocated before raising is lost;
+ *  - in a child started by mp_process or mp_spawn: the message reaches the
+ *    parent's error record, then the child exits with status 1 (stdio
+ *    flushed, atexit handlers not run);
+ *  - in any other process: the message goes to stderr and it exits 1.
+ * (GNU attribute form: valid C and C++.) */
+MP_API __attribute__((noreturn, format(printf, 1, 2))) void mp_raise(const char *fmt, ...);
 
 /* ---- start methods and contexts ------------------------------------------ */
 
@@ -75,37 +98,38 @@ typedef struct mp_context mp_context;
  * a second call fails with MP_ESTATE unless force is true. With force, NULL
  * unsets it (the next use picks the default, "fork"). MP_EINVAL for an
  * unknown name. Thread-safe. */
-int mp_set_start_method(const char *method, bool force);
+MP_API int mp_set_start_method(const char *method, bool force);
 /* The default start method's name; fixes it, as Python's
- * get_start_method() does. Never fails. */
-const char *mp_get_start_method(void);
+ * get_start_method() does. In a child, the method it was started with.
+ * Never fails. */
+MP_API const char *mp_get_start_method(void);
 /* NULL-terminated static list of the methods this system supports, the
  * default first. */
-const char *const *mp_get_all_start_methods(void);
+MP_API const char *const *mp_get_all_start_methods(void);
 /* The context of method (NULL: the default method). MP_EINVAL for an
  * unknown name. *out is static; nothing to free. */
-int mp_get_context(const char *method, mp_context **out);
+MP_API int mp_get_context(const char *method, mp_context **out);
 /* The context's start method name. */
-const char *mp_context_start_method(const mp_context *ctx);
+MP_API const char *mp_context_start_method(const mp_context *ctx);
 
 /* Starts the forkserver now (idempotent) instead of on first use, e.g.
  * before creating threads or big allocations. Needs mp_setup. Blocks for the
  * exec (a few ms). Thread-safe. */
-int mp_forkserver_start(void);
+MP_API int mp_forkserver_start(void);
 /* Stops the forkserver: closes its connection; the server exits and is
- * reaped, and children it forked that still run die with it (SIGKILL).
- * No-op when none runs. Blocks up to 2 s. Thread-safe. */
-int mp_forkserver_stop(void);
+ * reaped. Children it started are the caller's and keep running. No-op
+ * when none runs. Blocks up to 2 s. Thread-safe. */
+MP_API int mp_forkserver_stop(void);
 
 /* fork() copies only the calling thread; a lock held by another thread at
  * that moment (malloc's, stdio's, a library's) stays locked forever in the
  * child. mp_fork_hazard reports whether the calling process has more than
  * one thread now (*nthreads: how many). */
-int mp_fork_hazard(bool *hazard, int *nthreads);
+MP_API int mp_fork_hazard(bool *hazard, int *nthreads);
 /* With refuse true, starting a process with "fork" from a multi-threaded
  * process fails with MP_ESTATE naming spawn and forkserver; with false (the
  * default) it proceeds silently. Thread-safe. */
-void mp_set_fork_refuse_threads(bool refuse);
+MP_API void mp_set_fork_refuse_threads(bool refuse);
 
 /* ---- Process -------------------------------------------------------------
  * Thread safety: one thread at a time per process object; different objects
@@ -124,18 +148,26 @@ typedef struct mp_process_options {
     mp_context *context;      /* NULL: the default context */
 } mp_process_options;
 
-void mp_process_options_init(mp_process_options *opts);
+/* Sets every field of *opts to its default (and size); call before changing one. */
+MP_API void mp_process_options_init(mp_process_options *opts);
 
 /* A failed child's record (also filled for a successful one). The strings
- * belong to the process (or spawn context) and live as long as it. */
+ * belong to the process (or spawn context) and live as long as it. Set
+ * size before the call (mp_child_error e = {.size = sizeof e};): the
+ * library writes no more than that, so the record can grow. */
 typedef struct mp_child_error {
+    size_t size; /* sizeof(mp_child_error), set by the caller */
     int rank; /* index under mp_spawn; 0 for an mp_process */
     pid_t pid;
     int exitcode;            /* as exitcode: status, or -signal */
     int signal;              /* the signal that killed it, or 0 */
     const char *signal_name; /* "SIGSEGV", or "" */
     const char *message;     /* the mp_raise text, or "" */
-    const char *backtrace;   /* lines from the fatal-signal handler, or "" */
+    /* For a fatal signal, one line per frame, innermost first, symbolized
+     * by the parent from the program's symbols and DWARF:
+     * "#0  fn at file.c:42 (module+0x1a2b)"; "#N  ?? (module+0x...)" where
+     * nothing resolves. "" otherwise. */
+    const char *backtrace;
     const char *name;        /* the process name */
 } mp_child_error;
 
@@ -144,41 +176,44 @@ typedef struct mp_child_error {
  * mp_process_start returns, which sends it (NULL: an empty message).
  * opts may be NULL. Errors: MP_EINVAL (bad argument or start method),
  * MP_ENOENT (no entry of that name is registered), MP_ENOMEM. */
-int mp_process_create(const char *entry, mp_msg *args, const mp_process_options *opts,
+MP_API int mp_process_create(const char *entry, mp_msg *args, const mp_process_options *opts,
                       mp_process **out);
-/* Starts the child. Does not wait for the entry to run. Errors: MP_ESTATE
+/* Starts the child. Does not wait for the entry to run. With "fork",
+ * stdio's buffers are flushed first (fflush(NULL), as CPython does), so
+ * unflushed output is not printed again by the child. Errors: MP_ESTATE
  * (started before; fork refused in a threaded process; spawn without
  * mp_setup), MP_ESYS/MP_EMFILE/MP_ENOMEM (fork, exec, socket), the errors of
  * sending args (MP_ENOSPC, ...). On error no child is left. */
-int mp_process_start(mp_process *p);
+MP_API int mp_process_start(mp_process *p);
 /* Waits until the child exits and reaps it. timeout in seconds, negative
  * waits forever. 0 when it has exited (whatever its exitcode),
  * MP_ETIMEDOUT if still running, MP_ESTATE before start or from another
  * process than the one that started it. */
-int mp_process_join(mp_process *p, double timeout);
+MP_API int mp_process_join(mp_process *p, double timeout);
 /* True from start until the child has exited. Never blocks. */
-bool mp_process_is_alive(mp_process *p);
+MP_API bool mp_process_is_alive(mp_process *p);
 /* Python's sentinel: an fd (the child's pidfd) that becomes readable when
- * the child exits, to poll together with other fds. Owned by p; -1 before
- * start and once the child has been reaped. Never blocks. */
-int mp_process_sentinel(const mp_process *p);
+ * the child exits, to poll together with other fds (or use mp_wait,
+ * mproc/wait.h). Owned by p; -1 before start and once the child has been
+ * reaped. Never blocks. */
+MP_API int mp_process_sentinel(const mp_process *p);
 /* The child's pid; 0 before start. */
-pid_t mp_process_pid(const mp_process *p);
-const char *mp_process_name(const mp_process *p);
-bool mp_process_daemon(const mp_process *p);
+MP_API pid_t mp_process_pid(const mp_process *p);
+MP_API const char *mp_process_name(const mp_process *p);
+MP_API bool mp_process_daemon(const mp_process *p);
 /* The exit code as Python gives it: 0, the exit status, or minus the signal
  * number. MP_ESTATE before start or while the child runs (Python's None). */
-int mp_process_exitcode(mp_process *p, int *exitcode);
+MP_API int mp_process_exitcode(mp_process *p, int *exitcode);
 /* The record of the finished child: exit code, signal, mp_raise message,
  * backtrace. MP_ESTATE before it has finished. */
-int mp_process_error(mp_process *p, mp_child_error *out);
+MP_API int mp_process_error(mp_process *p, mp_child_error *out);
 /* SIGTERM / SIGKILL the child (through its pidfd: never a recycled pid).
  * No-op once it has exited. MP_ESTATE before start. */
-int mp_process_terminate(mp_process *p);
-int mp_process_kill(mp_process *p);
+MP_API int mp_process_terminate(mp_process *p);
+MP_API int mp_process_kill(mp_process *p);
 /* Frees p. NULL is a no-op. MP_ESTATE (and nothing freed) while the child
  * is still running: join, terminate or kill it first. */
-int mp_process_destroy(mp_process *p);
+MP_API int mp_process_destroy(mp_process *p);
 
 /* ---- mp_spawn ------------------------------------------------------------
  * A spawn context, like a process, is used by one thread at a time and only
@@ -192,10 +227,13 @@ typedef struct mp_spawn_options {
     bool join;                /* block until all finish or one fails (default true) */
     bool daemon;              /* default false */
     const char *start_method; /* NULL: the default method */
-    double grace_period;      /* seconds between SIGTERM and SIGKILL on failure (1.0) */
+    double grace_period; /* after a failure, seconds the others get to finish on
+                          * their own before SIGTERM (torch's grace_period; 0) */
+    double kill_timeout; /* seconds between that SIGTERM and SIGKILL (1.0) */
 } mp_spawn_options;
 
-void mp_spawn_options_init(mp_spawn_options *opts);
+/* Sets every field of *opts to its default (and size); call before changing one. */
+MP_API void mp_spawn_options_init(mp_spawn_options *opts);
 
 /* torch.multiprocessing.spawn: runs entry(rank, args) in nprocs children.
  * With join it blocks until all have exited (0) or one failed (MP_ECHILD,
@@ -204,30 +242,35 @@ void mp_spawn_options_init(mp_spawn_options *opts);
  * error record, for the caller to destroy. Without join it returns at once
  * with *ctx (required) to join later. Other errors: as mp_process_start;
  * no child is left behind. */
-int mp_spawn(const char *entry, mp_msg *args, int nprocs, bool join, bool daemon,
-             const char *start_method, mp_spawn_context **ctx);
-int mp_spawn_ex(const char *entry, mp_msg *args, const mp_spawn_options *opts,
-                mp_spawn_context **ctx);
+MP_API int mp_spawn(const char *entry, mp_msg *args, int nprocs, bool join, bool daemon,
+                    const char *start_method, mp_spawn_context **ctx);
+MP_API int mp_spawn_ex(const char *entry, mp_msg *args, const mp_spawn_options *opts,
+                       mp_spawn_context **ctx);
 
 /* Waits on all children at once (pidfds and status channels in one poll).
  * 0: all exited with 0. MP_ETIMEDOUT: not done yet (timeout seconds,
  * negative forever, 0 polls). MP_ECHILD: a child failed; it is the first
  * failure seen, reported within milliseconds of its mp_raise message or
- * fatal signal; the others got SIGTERM, SIGKILL after the grace period,
- * and all are reaped; mp_spawn_context_error gives the record and
- * mp_last_error a sentence. Later calls return the same result. */
-int mp_spawn_context_join(mp_spawn_context *ctx, double timeout);
+ * fatal signal; as torch does, the others got grace_period seconds to
+ * finish on their own, then SIGTERM, then SIGKILL kill_timeout seconds
+ * later, and all are reaped (this call blocks for that);
+ * mp_spawn_context_error gives the record and mp_last_error a sentence.
+ * Later calls return the same result. */
+MP_API int mp_spawn_context_join(mp_spawn_context *ctx, double timeout);
 /* The failing child's record: MP_ESTATE when no child has failed. */
-int mp_spawn_context_error(const mp_spawn_context *ctx, mp_child_error *out);
-int mp_spawn_context_nprocs(const mp_spawn_context *ctx);
+MP_API int mp_spawn_context_error(const mp_spawn_context *ctx, mp_child_error *out);
+MP_API int mp_spawn_context_nprocs(const mp_spawn_context *ctx);
 /* Pid of rank; 0 for a bad rank. */
-pid_t mp_spawn_context_pid(const mp_spawn_context *ctx, int rank);
-/* Seconds between SIGTERM and SIGKILL when a child fails (>= 0). */
-int mp_spawn_context_set_grace_period(mp_spawn_context *ctx, double seconds);
-/* Frees ctx. Children still running get SIGTERM, then SIGKILL after the
- * grace period, and are reaped. NULL is a no-op. Blocks at most the grace
- * period. */
-void mp_spawn_context_destroy(mp_spawn_context *ctx);
+MP_API pid_t mp_spawn_context_pid(const mp_spawn_context *ctx, int rank);
+/* After a child fails, the seconds the others get to finish on their own
+ * before SIGTERM (>= 0; MP_EINVAL otherwise). */
+MP_API int mp_spawn_context_set_grace_period(mp_spawn_context *ctx, double seconds);
+/* Seconds between that SIGTERM and SIGKILL (>= 0; MP_EINVAL otherwise). */
+MP_API int mp_spawn_context_set_kill_timeout(mp_spawn_context *ctx, double seconds);
+/* Frees ctx. Children still running get SIGTERM at once, then SIGKILL
+ * after kill_timeout, and are reaped. NULL is a no-op. Blocks at most
+ * kill_timeout. */
+MP_API void mp_spawn_context_destroy(mp_spawn_context *ctx);
 
 #ifdef __cplusplus
 }

@@ -49,12 +49,12 @@ typedef enum mp_dtype {
 #define MP_MAX_NDIM 16
 
 /* Size in bytes of one element; 0 for an unknown dtype. */
-size_t mp_dtype_size(mp_dtype dtype);
+MP_API size_t mp_dtype_size(mp_dtype dtype);
 /* "float32", ...; "?" for an unknown dtype. */
-const char *mp_dtype_name(mp_dtype dtype);
-DLDataType mp_dtype_to_dlpack(mp_dtype dtype);
+MP_API const char *mp_dtype_name(mp_dtype dtype);
+MP_API DLDataType mp_dtype_to_dlpack(mp_dtype dtype);
 /* MP_EINVAL for a DLPack type with no mp_dtype (lanes != 1, complex, ...). */
-int mp_dtype_from_dlpack(DLDataType dl, mp_dtype *out);
+MP_API int mp_dtype_from_dlpack(DLDataType dl, mp_dtype *out);
 
 /* ---- creation ------------------------------------------------------------
  * shape: ndim (0..MP_MAX_NDIM) non-negative sizes; a 0-d tensor has one
@@ -63,72 +63,75 @@ int mp_dtype_from_dlpack(DLDataType dl, mp_dtype *out);
  * shared memory MP_ENOSPC ("needs N bytes, /dev/shm has M free"), MP_EMFILE. */
 
 /* Contiguous tensor in private (malloc'd, 64-byte aligned) memory, zeroed. */
-int mp_tensor_empty(mp_dtype dtype, int ndim, const int64_t *shape, mp_tensor **out);
+MP_API int mp_tensor_empty(mp_dtype dtype, int ndim, const int64_t *shape, mp_tensor **out);
 /* Contiguous tensor created directly in shared memory under the current
  * sharing strategy (no later copy), zeroed. */
-int mp_tensor_empty_shared(mp_dtype dtype, int ndim, const int64_t *shape, mp_tensor **out);
+MP_API int mp_tensor_empty_shared(mp_dtype dtype, int ndim, const int64_t *shape, mp_tensor **out);
 
 /* Borrows user memory: `data` holds nbytes; strides NULL means contiguous.
  * release(data, ctx) is called once when the last reference goes, or as soon
  * as mp_tensor_share_memory_ has copied the bytes out (may be NULL). On
  * failure release is NOT called and nothing is retained. */
 typedef void (*mp_release_fn)(void *data, void *ctx);
-int mp_tensor_from_blob(void *data, size_t nbytes, mp_dtype dtype, int ndim,
-                        const int64_t *shape, const int64_t *strides,
-                        mp_release_fn release, void *ctx, mp_tensor **out);
+MP_API int mp_tensor_from_blob(void *data, size_t nbytes, mp_dtype dtype, int ndim,
+                               const int64_t *shape, const int64_t *strides,
+                               mp_release_fn release, void *ctx, mp_tensor **out);
 
 /* New contiguous private tensor with t's values (and no grad). */
-int mp_tensor_clone(const mp_tensor *t, mp_tensor **out);
+MP_API int mp_tensor_clone(const mp_tensor *t, mp_tensor **out);
 /* Copies src's values into dst (same shape, same dtype; any strides). */
-int mp_tensor_copy_(mp_tensor *dst, const mp_tensor *src);
+MP_API int mp_tensor_copy_(mp_tensor *dst, const mp_tensor *src);
 
-mp_tensor *mp_tensor_retain(mp_tensor *t);
-void mp_tensor_release(mp_tensor *t);
+/* Adds a reference (returns t) / drops one; the last frees the tensor and,
+ * with its last view, the storage. Release of NULL does nothing. */
+MP_API mp_tensor *mp_tensor_retain(mp_tensor *t);
+MP_API void mp_tensor_release(mp_tensor *t);
 
 /* ---- properties (never fail; t must be valid) --------------------------- */
-mp_dtype mp_tensor_dtype(const mp_tensor *t);
-int mp_tensor_ndim(const mp_tensor *t);
-const int64_t *mp_tensor_shape(const mp_tensor *t);
-const int64_t *mp_tensor_strides(const mp_tensor *t);   /* in elements */
-int64_t mp_tensor_size(const mp_tensor *t, int dim);    /* negative dim counts from end */
-uint64_t mp_tensor_byte_offset(const mp_tensor *t);     /* into the storage */
-int64_t mp_tensor_numel(const mp_tensor *t);
-size_t mp_tensor_element_size(const mp_tensor *t);
-size_t mp_tensor_nbytes(const mp_tensor *t);            /* numel * element size */
-bool mp_tensor_is_contiguous(const mp_tensor *t);
-DLDevice mp_tensor_device(const mp_tensor *t);
+MP_API mp_dtype mp_tensor_dtype(const mp_tensor *t);
+MP_API int mp_tensor_ndim(const mp_tensor *t);
+MP_API const int64_t *mp_tensor_shape(const mp_tensor *t);
+MP_API const int64_t *mp_tensor_strides(const mp_tensor *t);   /* in elements */
+MP_API int64_t mp_tensor_size(const mp_tensor *t, int dim);    /* negative dim counts from end */
+MP_API uint64_t mp_tensor_byte_offset(const mp_tensor *t);     /* into the storage */
+MP_API int64_t mp_tensor_numel(const mp_tensor *t);
+MP_API size_t mp_tensor_element_size(const mp_tensor *t);
+MP_API size_t mp_tensor_nbytes(const mp_tensor *t);            /* numel * element size */
+MP_API bool mp_tensor_is_contiguous(const mp_tensor *t);
+MP_API DLDevice mp_tensor_device(const mp_tensor *t);
 /* Address of element [0,...,0] (storage base + byte offset). For CUDA
  * tensors a device pointer. */
-void *mp_tensor_data(const mp_tensor *t);
+MP_API void *mp_tensor_data(const mp_tensor *t);
 /* Bytes in the underlying storage. */
-size_t mp_tensor_storage_nbytes(const mp_tensor *t);
+MP_API size_t mp_tensor_storage_nbytes(const mp_tensor *t);
 /* True when t and u are views of one storage. */
-bool mp_tensor_same_storage(const mp_tensor *t, const mp_tensor *u);
+MP_API bool mp_tensor_same_storage(const mp_tensor *t, const mp_tensor *u);
 
 /* ---- views: share storage, keep it alive; MP_EINVAL when out of bounds --- */
 /* Elements [start, start+length) of dim. */
-int mp_tensor_narrow(const mp_tensor *t, int dim, int64_t start, int64_t length, mp_tensor **out);
+MP_API int mp_tensor_narrow(const mp_tensor *t, int dim, int64_t start, int64_t length,
+                            mp_tensor **out);
 /* Python-style t[start:stop:step] along dim (step >= 1, stop clamped). */
-int mp_tensor_slice(const mp_tensor *t, int dim, int64_t start, int64_t stop, int64_t step,
-                    mp_tensor **out);
+MP_API int mp_tensor_slice(const mp_tensor *t, int dim, int64_t start, int64_t stop, int64_t step,
+                           mp_tensor **out);
 /* Removes dim by fixing its index. */
-int mp_tensor_select(const mp_tensor *t, int dim, int64_t index, mp_tensor **out);
+MP_API int mp_tensor_select(const mp_tensor *t, int dim, int64_t index, mp_tensor **out);
 /* Reshape of a contiguous tensor; one size may be -1 (inferred). */
-int mp_tensor_reshape(const mp_tensor *t, int ndim, const int64_t *shape, mp_tensor **out);
-int mp_tensor_transpose(const mp_tensor *t, int dim0, int dim1, mp_tensor **out);
+MP_API int mp_tensor_reshape(const mp_tensor *t, int ndim, const int64_t *shape, mp_tensor **out);
+MP_API int mp_tensor_transpose(const mp_tensor *t, int dim0, int dim1, mp_tensor **out);
 /* dims: a permutation of 0..ndim-1. */
-int mp_tensor_permute(const mp_tensor *t, const int *dims, mp_tensor **out);
+MP_API int mp_tensor_permute(const mp_tensor *t, const int *dims, mp_tensor **out);
 /* Any view whose every reachable element lies inside the storage; strides may
  * be zero or negative. byte_offset is absolute in the storage. */
-int mp_tensor_as_strided(const mp_tensor *t, int ndim, const int64_t *shape,
-                         const int64_t *strides, uint64_t byte_offset, mp_tensor **out);
+MP_API int mp_tensor_as_strided(const mp_tensor *t, int ndim, const int64_t *shape,
+                                const int64_t *strides, uint64_t byte_offset, mp_tensor **out);
 
 /* ---- grad ---------------------------------------------------------------- */
 /* Attaches grad (retained; NULL detaches). grad must have t's shape and dtype
  * and must not be t itself. Sharing t shares its grad too. */
-int mp_tensor_set_grad(mp_tensor *t, mp_tensor *grad);
+MP_API int mp_tensor_set_grad(mp_tensor *t, mp_tensor *grad);
 /* Borrowed pointer to t's grad, or NULL. Valid while t holds it. */
-mp_tensor *mp_tensor_grad(const mp_tensor *t);
+MP_API mp_tensor *mp_tensor_grad(const mp_tensor *t);
 
 /* ---- shared memory --------------------------------------------------------
  * share_memory_ moves t's storage (and its grad's) into shared memory under
@@ -137,32 +140,33 @@ mp_tensor *mp_tensor_grad(const mp_tensor *t);
  * Borrowed (from_blob) and DLPack-imported storages are copied too, and their
  * memory is handed back (release / deleter) right away. MP_ESTATE while the
  * storage is exported through DLPack (a consumer holds its address). */
-int mp_tensor_share_memory_(mp_tensor *t);
-bool mp_tensor_is_shared(const mp_tensor *t);
+MP_API int mp_tensor_share_memory_(mp_tensor *t);
+MP_API bool mp_tensor_is_shared(const mp_tensor *t);
 /* How many times this process copied a storage into shared memory (for
  * examples and tests that prove buffers are reused, not re-copied). */
-uint64_t mp_tensor_shared_copy_count(void);
+MP_API uint64_t mp_tensor_shared_copy_count(void);
 
 /* ---- sharing strategies --------------------------------------------------
  * "file_descriptor" (default): sealed memfd segments; the fd travels in the
  * message. "file_system": named /dev/shm segments ("/mproc-..."), unlinked by
  * their last user or, after a crash, by mproc-shm-manager. The strategy is
  * per process and applies to storages shared after the call. */
-/* Sets *names to a static array of *count names. */
-void mp_get_all_sharing_strategies(const char *const **names, int *count);
-const char *mp_get_sharing_strategy(void);
+/* NULL-terminated static list of the strategies, the default first (the
+ * shape of every "list all names" call, as mp_get_all_start_methods). */
+MP_API const char *const *mp_get_all_sharing_strategies(void);
+MP_API const char *mp_get_sharing_strategy(void);
 /* MP_ENOENT for an unknown name; the sentence lists the valid ones. */
-int mp_set_sharing_strategy(const char *name);
+MP_API int mp_set_sharing_strategy(const char *name);
 /* The strategy a shared tensor's storage uses, or NULL if not shared. */
-const char *mp_tensor_sharing_strategy(const mp_tensor *t);
+MP_API const char *mp_tensor_sharing_strategy(const mp_tensor *t);
 
 /* ---- DLPack ---------------------------------------------------------------
  * Export: *out views t's memory (no copy); its deleter drops the reference
  * the export took. Import: m's memory is shared, not copied; m->deleter is
  * called when the tensor's last reference goes. On import failure the caller
  * still owns m. */
-int mp_tensor_to_dlpack(mp_tensor *t, DLManagedTensor **out);
-int mp_tensor_from_dlpack(DLManagedTensor *m, mp_tensor **out);
+MP_API int mp_tensor_to_dlpack(mp_tensor *t, DLManagedTensor **out);
+MP_API int mp_tensor_from_dlpack(DLManagedTensor *m, mp_tensor **out);
 
 #ifdef __cplusplus
 }

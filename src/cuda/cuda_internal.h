@@ -1,6 +1,8 @@
 /* What other layers need of the CUDA layer, in every build (with or without
- * CUDA). The process layer calls mp__cuda_fork_check() before starting a
- * child with the fork method: the CUDA runtime does not survive fork. */
+ * CUDA). mp__cuda_fork_check and mp__cuda_on_exit are registered with the os
+ * layer (mp__fork_hazard_register, mp__child_exit_register) once CUDA is
+ * initialised / has exit work, so the process layer runs them without
+ * calling this layer by name: the CUDA runtime does not survive fork. */
 #ifndef MPROC_CUDA_INTERNAL_H
 #define MPROC_CUDA_INTERNAL_H
 

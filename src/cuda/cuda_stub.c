@@ -1,12 +1,17 @@
-/* The public CUDA calls in a build without CUDA: each says how to get it.
+/* The public CUDA calls in a build without the CUDA headers (MPROC_CUDA=OFF
+ * or no toolkit found at build time): each says how to get CUDA. Decision:
+ * the CUDA code is compiled only against the toolkit's own headers, not
+ * against types and prototypes copied into mproc, so the table's types are
+ * checked against the real ones (cudart.c); a build without them gets this.
  * The CPU-side parts (reference segment, pending list, frame, fork guard)
  * are built anyway; only what needs the CUDA runtime is replaced here. */
 #include "mproc/cuda.h"
 #include "os/os.h"
 #include "wire/wire.h"
 
-#define HOW " needs CUDA, and this mproc was built without it: rebuild with " \
-            "-DMPROC_CUDA=ON and the CUDA toolkit installed"
+#define HOW " needs CUDA, and this mproc was built without the CUDA headers: rebuild " \
+            "with -DMPROC_CUDA=ON and the CUDA toolkit's headers installed (the CUDA " \
+            "runtime itself is loaded at run time, never linked)"
 
 static int no_cuda(const char *call) { return mp__error(MP_ENOTSUP, "%s" HOW, call); }
 

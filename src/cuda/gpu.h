@@ -1,8 +1,13 @@
-/* Internals of the CUDA build (src/cuda/gpu_*.c; needs the CUDA toolkit).
+/* Internals of the CUDA build (src/cuda/gpu_*.c; needs the CUDA toolkit's
+ * headers, never its libraries).
  *
- * Every CUDA runtime call goes through mp__cuda, a table that tests swap for
- * a fake device (host memory standing in for device memory), so the IPC,
- * reference-count and pending-free paths run in CI machines without a GPU. */
+ * Every CUDA runtime call goes through mp__cuda, one table of function
+ * pointers filled by mp__cuda_load() from a dlopen()ed libcudart (see
+ * cudart.c): libmproc has no link-time dependency on CUDA. The tests point
+ * MPROC_CUDART at a fake runtime (tests/cuda/fake_cudart.c, host memory
+ * standing in for device memory), so the IPC, reference-count and
+ * pending-free paths run, through this same table, on machines without a
+ * GPU. */
 #ifndef MPROC_CUDA_GPU_H
 #define MPROC_CUDA_GPU_H
 
@@ -35,9 +40,19 @@ typedef struct mp__cuda_ops {
     const char *(*GetErrorString)(cudaError_t err);
 } mp__cuda_ops;
 
-/* The live table and the real runtime (tests restore it after a swap). */
+/* The runtime's entry points: filled once by mp__cuda_load, read-only after.
+ * Only valid after mp__cuda_load() returned 0 in this process. */
 extern mp__cuda_ops mp__cuda;
-extern const mp__cuda_ops mp__cuda_real;
+
+/* Loads the CUDA runtime on first use: dlopen of $MPROC_CUDART, else of
+ * libcudart.so.<major> (the major of the headers this was built with), and
+ * dlsym of every entry of mp__cuda. Once per process (pthread_once; a forked
+ * child shares its parent's outcome). Returns 0, or MP_ENOTSUP with
+ * "<caller>: <which library, why, how to fix>" for a library that is
+ * missing or lacks a symbol. Thread-safe. */
+int mp__cuda_load(const char *caller);
+/* The library mp__cuda_load loads (or tried): a name or a path. */
+const char *mp__cuda_library(void);
 
 /* Records "<what>: <CUDA error text>" and returns the mp_error for e:
  * out of memory -> MP_ENOMEM, invalid device -> MP_EINVAL, else MP_ESYS. */

@@ -79,6 +79,8 @@ static int encode(void *obj, void *buf, size_t cap, size_t *len, int *fds, int m
     mp_tensor *t = obj;
     mp__cuda_frame f;
     int prev, rc;
+    if ((rc = mp__cuda_load(who)) < 0)
+        return rc;
     mp__cuda_alloc *a = mp__cuda_tensor_alloc(t, who);
     if (!a)
         return MP_EINVAL;
@@ -243,6 +245,11 @@ static int decode(const void *buf, size_t len, int *fds, int nfds, void **obj)
     mp__cuda_alloc *a = NULL;
     mp__storage *s = NULL;
     int prev, rc;
+    if ((rc = mp__cuda_load(who)) < 0) {
+        for (int i = 0; i < nfds; i++)
+            mp__close(fds[i]);
+        return rc;
+    }
     if (nfds != 1) {
         for (int i = 0; i < nfds; i++)
             mp__close(fds[i]);

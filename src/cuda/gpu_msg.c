@@ -4,6 +4,9 @@
 
 int mp_msg_add_cuda_tensor(mp_msg *m, const char *name, mp_tensor *t)
 {
+    int rc;
+    if ((rc = mp__cuda_load("mp_msg_add_cuda_tensor")) < 0)
+        return rc;
     if (!m || !t)
         return mp__error(MP_EINVAL, "mp_msg_add_cuda_tensor: NULL message or tensor");
     if (!mp__cuda_tensor_alloc(t, "mp_msg_add_cuda_tensor"))
@@ -13,6 +16,11 @@ int mp_msg_add_cuda_tensor(mp_msg *m, const char *name, mp_tensor *t)
 
 int mp_msg_get_cuda_tensor(const mp_msg *m, size_t index, mp_tensor **out)
 {
+    int rc;
+    if (out)
+        *out = NULL;
+    if ((rc = mp__cuda_load("mp_msg_get_cuda_tensor")) < 0)
+        return rc;
     if (!m || !out)
         return mp__error(MP_EINVAL, "mp_msg_get_cuda_tensor: NULL message or out");
     return mp__msg_get_object(m, index, MP_ATTACH_CUDA_TENSOR, (void **)out);

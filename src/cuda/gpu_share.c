@@ -153,14 +153,24 @@ void mp__cuda_owned_release(void *data, void *ctx)
 
 int mp_cuda_ipc_collect(size_t *freed)
 {
+    int rc;
+    if (freed)
+        *freed = 0;
+    if ((rc = mp__cuda_load("mp_cuda_ipc_collect")) < 0)
+        return rc;
     mp__cuda_lock();
-    int rc = mp__cuda_collect_locked(freed);
+    rc = mp__cuda_collect_locked(freed);
     mp__cuda_unlock();
     return rc;
 }
 
 int mp_cuda_ipc_pending(size_t *count)
 {
+    int rc;
+    if (count)
+        *count = 0;
+    if ((rc = mp__cuda_load("mp_cuda_ipc_pending")) < 0)
+        return rc;
     if (!count)
         return mp__error(MP_EINVAL, "mp_cuda_ipc_pending: count is NULL");
     mp__cuda_lock();
@@ -202,10 +212,13 @@ int mp__cuda_storage(mp__cuda_alloc *a, mp_release_fn release, mp__storage **out
 int mp_tensor_cuda_share_count(const mp_tensor *t, int *count)
 {
     const char *who = "mp_tensor_cuda_share_count";
-    int rc = 0;
+    int rc;
+    if (count)
+        *count = 0;
+    if ((rc = mp__cuda_load(who)) < 0)
+        return rc;
     if (!count)
         return mp__error(MP_EINVAL, "%s: count is NULL", who);
-    *count = 0;
     mp__cuda_alloc *a = mp__cuda_tensor_alloc(t, who);
     if (!a)
         return MP_EINVAL;

@@ -40,6 +40,8 @@ int mp_tensor_empty_cuda(int device, mp_dtype dtype, int ndim, const int64_t *sh
     if (!out)
         return mp__error(MP_EINVAL, "%s: out is NULL", who);
     *out = NULL;
+    if ((rc = mp__cuda_load(who)) < 0)
+        return rc;
     if ((rc = contiguous(dtype, ndim, shape, strides, &nbytes, who)) < 0)
         return rc;
     mp__cuda_alloc *a = calloc(1, sizeof *a);
@@ -97,6 +99,9 @@ static int copy_bytes(void *dst, const void *src, size_t nbytes, int device, con
 int mp_tensor_copy_cuda_(mp_tensor *dst, const mp_tensor *src)
 {
     const char *who = "mp_tensor_copy_cuda_";
+    int rc;
+    if ((rc = mp__cuda_load(who)) < 0)
+        return rc;
     if (!dst || !src)
         return mp__error(MP_EINVAL, "%s: NULL tensor", who);
     if (mp_tensor_dtype(dst) != mp_tensor_dtype(src) ||
@@ -122,6 +127,8 @@ int mp_tensor_to_cuda(const mp_tensor *src, int device, mp_tensor **out)
     if (!src || !out)
         return mp__error(MP_EINVAL, "%s: NULL argument", who);
     *out = NULL;
+    if ((rc = mp__cuda_load(who)) < 0)
+        return rc;
     if (!mp_tensor_is_contiguous(src)) {
         /* Gather on the host first; the device copy is then one memcpy. */
         rc = on_cuda(src) ? mp_tensor_to_cpu(src, &host) : mp_tensor_clone(src, &host);
@@ -187,6 +194,8 @@ int mp_tensor_to_cpu(const mp_tensor *src, mp_tensor **out)
     if (!src || !out)
         return mp__error(MP_EINVAL, "%s: NULL argument", who);
     *out = NULL;
+    if ((rc = mp__cuda_load(who)) < 0)
+        return rc;
     if (!on_cuda(src))
         return mp_tensor_clone(src, out);
     if (!mp_tensor_is_contiguous(src))

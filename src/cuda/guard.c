@@ -17,9 +17,18 @@ bool mp__cuda_initialized(void)
     return atomic_load(&real_init) || atomic_load(&simulated);
 }
 
-void mp__cuda_mark_initialized(void) { atomic_store(&real_init, true); }
+void mp__cuda_mark_initialized(void)
+{
+    mp__fork_hazard_register(mp__cuda_fork_check);
+    atomic_store(&real_init, true);
+}
 
-void mp__cuda_simulate_initialized(bool on) { atomic_store(&simulated, on); }
+void mp__cuda_simulate_initialized(bool on)
+{
+    if (on)
+        mp__fork_hazard_register(mp__cuda_fork_check);
+    atomic_store(&simulated, on);
+}
 
 int mp__cuda_fork_check(const char *caller)
 {
@@ -31,7 +40,11 @@ int mp__cuda_fork_check(const char *caller)
                      caller ? caller : "starting a process");
 }
 
-void mp__cuda_set_exit_hook(void (*fn)(void)) { atomic_store(&exit_hook, fn); }
+void mp__cuda_set_exit_hook(void (*fn)(void))
+{
+    mp__child_exit_register(mp__cuda_on_exit);
+    atomic_store(&exit_hook, fn);
+}
 
 void mp__cuda_on_exit(void)
 {

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 
 #include "ipc/ipc.h"
+#include "mproc/wait.h"
 
 enum { CONN_READ = 1, CONN_WRITE = 2 };
 
@@ -227,6 +228,8 @@ int mp_conn_poll(mp_conn *c, double timeout)
 }
 
 int mp__conn_fd(const mp_conn *c) { return c->sock; }
+
+int mp_conn_fileno(const mp_conn *c) { return c ? c->sock : -1; }
 
 int mp_conn_close(mp_conn *c)
 {

@@ -53,6 +53,9 @@ int mp__queue_put(mp__queue *q, const mp_msg *m, double deadline, const char *fn
 int mp__queue_get(mp__queue *q, mp_msg **out, double deadline, const char *fn);
 int mp__queue_close(mp__queue *q);
 bool mp__queue_empty(mp__queue *q);
+/* 1 when a get would not block (a message is at the head, or the queue is
+ * closed), 0 when not; drops a wake-up record found at the head. */
+int mp__queue_poll(mp__queue *q);
 /* Messages put and not yet taken (approximate, >= 0). */
 int64_t mp__queue_size(const mp__queue *q);
 

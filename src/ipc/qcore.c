@@ -7,6 +7,7 @@
  * the next reader makes it consistent and goes on (a peeked record is still
  * queued). Writers need no lock: the kernel keeps records whole. */
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -108,7 +109,7 @@ static int reserve_slot(mp__qctl *c, double deadline, const char *fn)
             continue;
         }
         if (deadline == 0)
-            return mp__error(MP_EAGAIN, "%s: the queue is full (maxsize %lld)", fn,
+            return mp__error(MP_ETIMEDOUT, "%s: the queue is full (maxsize %lld)", fn,
                              (long long)c->maxsize);
         seq = atomic_load(&c->space_seq);
         if (atomic_load(&c->puts) - atomic_load(&c->gets) < c->maxsize ||
@@ -166,10 +167,10 @@ int mp__queue_get(mp__queue *q, mp_msg **out, double deadline, const char *fn)
         atomic_fetch_add(&c->gets, 1);
         if (c->maxsize)
             wake_space(c);
-    } else if (rc == MP_ECLOSED || (rc == MP_EAGAIN && atomic_load(&c->closed))) {
+    } else if (rc == MP_ECLOSED || (rc == MP_ETIMEDOUT && atomic_load(&c->closed))) {
         rc = mp__error(MP_ECLOSED, "%s: the queue is closed and drained", fn);
-    } else if (rc == MP_EAGAIN) {
-        rc = mp__error(MP_EAGAIN, "%s: the queue is empty", fn);
+    } else if (rc == MP_ETIMEDOUT && deadline == 0) {
+        rc = mp__error(MP_ETIMEDOUT, "%s: the queue is empty", fn);
     } else if (rc == MP_ETIMEDOUT) {
         rc = mp__error(MP_ETIMEDOUT, "%s: timed out waiting for a message", fn);
     }
@@ -192,3 +193,21 @@ int mp__queue_close(mp__queue *q)
 }
 
 bool mp__queue_empty(mp__queue *q) { return !q || mp__queue_size(q) == 0; }
+
+int mp__queue_poll(mp__queue *q)
+{
+    struct pollfd p = {.fd = q->rsock, .events = POLLIN};
+    /* Closed: a get answers at once (a message, or MP_ECLOSED), even after
+     * a reader took the end-of-stream record off the socket. */
+    if (atomic_load(&q->ctl->closed))
+        return 1;
+    for (;;) {
+        int n = poll(&p, 1, 0);
+        if (n > 0 && mp__wire_drop_nudge(q->rsock, &q->ctl->rx))
+            continue; /* a wake-up record, not a message: look again */
+        if (n >= 0)
+            return n > 0;
+        if (errno != EINTR)
+            return mp__errno_error(errno, "mp_wait: poll");
+    }
+}

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "ipc/ipc.h"
+#include "mproc/wait.h"
 
 #define Q(x) (&(x)->q)
 
@@ -78,6 +79,8 @@ bool mp_queue_full(mp_queue *q)
     return q && Q(q)->ctl->maxsize > 0 && mp_queue_qsize(q) >= Q(q)->ctl->maxsize;
 }
 int mp_queue_close(mp_queue *q) { return mp__queue_close((mp__queue *)q); }
+int mp_queue_fileno(const mp_queue *q) { return q ? Q(q)->rsock : -1; }
+int mp_simple_queue_fileno(const mp_simple_queue *q) { return q ? Q(q)->rsock : -1; }
 int mp_simple_queue_close(mp_simple_queue *q) { return mp__queue_close((mp__queue *)q); }
 bool mp_queue_is_joinable(mp_queue *q) { return q && Q(q)->kind == MP_ATTACH_JOINABLE_QUEUE; }
 
@@ -117,8 +120,7 @@ int mp_queue_join(mp_queue *q, double timeout)
             return 0;
         if (deadline == 0 ||
             mp__futex_wait((uint32_t *)&c->join_seq, seq, deadline, true) == MP_ETIMEDOUT)
-            return mp__error(deadline == 0 ? MP_EAGAIN : MP_ETIMEDOUT,
-                             "mp_queue_join: %lld messages not yet task_done", (long long)left);
+            return mp__error(MP_ETIMEDOUT, "mp_queue_join: %lld messages not yet task_done", (long long)left);
     }
 }
 

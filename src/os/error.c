@@ -4,42 +4,31 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 
 static _Thread_local char last_error[512];
 static mp_log_fn log_hook;
 static void *log_user;
+
+static _Thread_local int last_errno;
 
 static const struct {
     int code;
     const char *name;
     const char *text;
 } codes[] = {
-    {MP_OK, "MP_OK", "success"},
-    {MP_EINVAL, "MP_EINVAL", "invalid argument"},
-    {MP_ENOMEM, "MP_ENOMEM", "out of memory"},
-    {MP_ESYS, "MP_ESYS", "system call failed"},
-    {MP_ETIMEDOUT, "MP_ETIMEDOUT", "timed out"},
-    {MP_ECLOSED, "MP_ECLOSED", "closed"},
-    {MP_EPROTO, "MP_EPROTO", "protocol error"},
-    {MP_EMFILE, "MP_EMFILE", "too many open files"},
-    {MP_ENOSPC, "MP_ENOSPC", "no space left in shared memory"},
-    {MP_ENOTSUP, "MP_ENOTSUP", "not supported"},
-    {MP_EAGAIN, "MP_EAGAIN", "would block"},
-    {MP_ECHILD, "MP_ECHILD", "child process failed"},
-    {MP_EOWNERDEAD, "MP_EOWNERDEAD", "previous owner died holding the lock"},
-    {MP_ESTATE, "MP_ESTATE", "invalid in the current state"},
-    {MP_ENOENT, "MP_ENOENT", "no such name"},
-    {MP_EBROKEN, "MP_EBROKEN", "broken"},
-    {MP_EPERM, "MP_EPERM", "permission denied"},
-    {MP_EOVERFLOW, "MP_EOVERFLOW", "value too large"},
+#define ROW(name, value, text) {name, #name, text},
+    MP_ERROR_MAP(ROW)
+#undef ROW
 };
 
+_Static_assert(sizeof codes / sizeof codes[0] == 1 - MP_ERROR_LAST,
+               "MP_ERROR_LAST is the last code and codes are dense");
+
+/* Codes are dense from 0 down to MP_ERROR_LAST: the row is -code. */
 static int find(int code)
 {
-    for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
-        if (codes[i].code == code)
-            return (int)i;
-    return -1;
+    return code > 0 || code < MP_ERROR_LAST ? -1 : -code;
 }
 
 const char *mp_strerror(int code)
@@ -56,6 +45,8 @@ const char *mp_err_name(int code)
 
 const char *mp_last_error(void) { return last_error; }
 
+int mp_last_errno(void) { return last_errno; }
+
 const char *mp_version(void) { return MP_VERSION_STRING; }
 
 void mp_set_log_hook(mp_log_fn fn, void *user)
@@ -64,31 +55,38 @@ void mp_set_log_hook(mp_log_fn fn, void *user)
     log_user = user;
 }
 
-void mp__log(int level, const char *fmt, ...)
+bool mp__log(int level, const char *fmt, ...)
 {
     char line[512];
     va_list ap;
     if (!log_hook)
-        return;
+        return false;
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
     log_hook(level, line, log_user);
+    return true;
 }
 
-void mp__error_clear(void) { last_error[0] = '\0'; }
+void mp__error_clear(void)
+{
+    last_error[0] = '\0';
+    last_errno = 0;
+}
 
 void mp__error_save(mp__error_saved *s)
 {
     _Static_assert(sizeof s->text == sizeof last_error, "one size");
     memcpy(s->text, last_error, sizeof last_error);
     s->err = errno;
+    s->last_errno = last_errno;
 }
 
 void mp__error_restore(const mp__error_saved *s)
 {
     memcpy(last_error, s->text, sizeof last_error);
     errno = s->err;
+    last_errno = s->last_errno;
 }
 
 int mp__error(int code, const char *fmt, ...)
@@ -97,6 +95,7 @@ int mp__error(int code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(last_error, sizeof last_error, fmt, ap);
     va_end(ap);
+    last_errno = 0;
     return code;
 }
 
@@ -119,6 +118,7 @@ static int mp__errno_code(int err)
     case EOPNOTSUPP: return MP_ENOTSUP;
     case EOVERFLOW:
     case EFBIG: return MP_EOVERFLOW;
+    case ETOOMANYREFS: return MP_ETOOMANYREFS;
     default: return MP_ESYS;
     }
 }
@@ -137,15 +137,35 @@ static const char *fix_for(int err)
     }
 }
 
+/* Linux refuses to queue more fds on Unix sockets once the fds a user has
+ * sent and nobody has received yet exceed the sender's RLIMIT_NOFILE
+ * (unix_inflight, too_many_unix_fds); root with CAP_SYS_RESOURCE is exempt. */
+static void fix_toomanyrefs(char *buf, size_t cap)
+{
+    struct rlimit rl = {0, 0};
+    getrlimit(RLIMIT_NOFILE, &rl);
+    snprintf(buf, cap, " (the kernel caps the fds a user has sent over Unix sockets and not "
+             "yet received at the sender's open-files limit, RLIMIT_NOFILE = %llu here: keep "
+             "fewer tensors in flight, use the file_system sharing strategy (it sends names, "
+             "not fds), or raise the limit with `ulimit -n` / setrlimit)",
+             (unsigned long long)rl.rlim_cur);
+}
+
 int mp__errno_error(int err, const char *fmt, ...)
 {
+    char fix[320];
     va_list ap;
     size_t n;
     va_start(ap, fmt);
     vsnprintf(last_error, sizeof last_error, fmt, ap);
     va_end(ap);
+    if (err == ETOOMANYREFS)
+        fix_toomanyrefs(fix, sizeof fix);
+    else
+        snprintf(fix, sizeof fix, "%s", fix_for(err));
+    last_errno = err;
     n = strlen(last_error);
     if (n < sizeof last_error)
-        snprintf(last_error + n, sizeof last_error - n, ": %s%s", strerror(err), fix_for(err));
+        snprintf(last_error + n, sizeof last_error - n, ": %s%s", strerror(err), fix);
     return mp__errno_code(err);
 }

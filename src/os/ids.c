@@ -13,7 +13,11 @@ static _Thread_local pid_t cached_tid, cached_pid;
 
 static void forget_ids(void) { cached_tid = cached_pid = 0; }
 
-static void register_atfork(void) { pthread_atfork(NULL, NULL, forget_ids); }
+static void register_atfork(void)
+{
+    static const mp__fork_handlers h = {NULL, NULL, forget_ids};
+    mp__atfork_register(MP__FORK_IDS, &h);
+}
 
 static void cache_ids(void)
 {

@@ -41,11 +41,88 @@ void mp__error_clear(void);
 typedef struct mp__error_saved {
     char text[512];
     int err;
+    int last_errno;
 } mp__error_saved;
 void mp__error_save(mp__error_saved *s);
 void mp__error_restore(const mp__error_saved *s);
-/* Sends a line to the log hook, if one is set. */
-void mp__log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Sends a line to the log hook, if one is set; false when none is. */
+bool mp__log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- strict number parsing (src/os/parse.c) -----------------------------
+ * One rule for every number a person types: command-line options and
+ * environment variables. The whole string must be one decimal number inside
+ * [min, max]; empty strings, junk after the digits, overflow, NaN, inf and
+ * hex are refused with MP_EINVAL and a sentence that names what (an option
+ * such as "--tensors" or a variable such as "MPROC_SHM_MANAGER_GRACE"), the
+ * text given, what is wrong and the accepted range. */
+int mp__parse_ll(const char *what, const char *text, long long min, long long max,
+                 long long *out);
+int mp__parse_double(const char *what, const char *text, double min, double max, double *out);
+/* The same for $name: 0 leaves *out alone when it is unset or empty (the
+ * caller's default holds), 1 when it was set and valid, MP_EINVAL (with the
+ * variable named, and "unset it" in the fix) when it was set but bad. */
+int mp__env_ll(const char *name, long long min, long long max, long long *out);
+int mp__env_double(const char *name, double min, double max, double *out);
+
+/* ---- extensible structs (src/os/extstruct.c) ---------------------------- */
+
+/* Every public options, callbacks or record struct starts with
+ * `size_t size`, set by the caller (its _init function, or sizeof). The
+ * struct only ever grows at its end, and a new field's zero value means the
+ * behaviour from before it existed (docs/api-stability.md). */
+#define MP__STRUCT_SIZE_MAX 4096
+
+/* Copies the caller's struct src into the library's dst (dst_size bytes):
+ * an older, smaller struct is zero-filled up to dst_size; a newer, larger
+ * one is accepted when every byte past dst_size is zero (MP_ENOTSUP naming
+ * the byte otherwise). MP_EINVAL for a size below sizeof(size_t) or above
+ * MP__STRUCT_SIZE_MAX (not initialized). dst's size becomes dst_size. */
+int mp__struct_in(void *dst, size_t dst_size, const void *src, const char *call,
+                  const char *type);
+/* Writes the library's record src (src_size bytes) into the caller's dst,
+ * whose size field says how much room it has: at most that much is written,
+ * a larger caller's tail is zeroed, dst's size field is left as it was. */
+int mp__struct_out(void *dst, const void *src, size_t src_size, const char *call,
+                   const char *type);
+
+/* ---- the one fork handler (src/os/atfork.c) ---------------------------- */
+
+/* The locks mproc holds across fork, in the order prepare takes them
+ * (outermost first); code that holds two of them at once takes them in
+ * this order too. parent and child release in reverse. A new lock gets a
+ * level here, placed by what it is held around. */
+typedef enum mp__fork_level {
+    MP__FORK_FORKSERVER,   /* forkserver.c fs.lock: held while sending a start
+                            * request, whose message shares tensors (below) */
+    MP__FORK_PROCESS_LIST, /* process.c list_lock: the live children */
+    MP__FORK_STORAGE_USER, /* tensor/storage.c user_lock: segment -> storage */
+    MP__FORK_SHM_CACHE,    /* shm/cache.c lock: the mapping cache */
+    MP__FORK_SHM_MANAGER,  /* shm/manager_client.c lock: daemon reports */
+    MP__FORK_IDS,          /* os/ids.c: no lock; the child forgets cached ids */
+    MP__FORK_LEVELS
+} mp__fork_level;
+typedef struct mp__fork_handlers {
+    void (*prepare)(void);
+    void (*parent)(void);
+    void (*child)(void);
+} mp__fork_handlers;
+/* Installs h (static storage; any member may be NULL) at level, replacing
+ * what was there. The first call installs the one pthread_atfork handler. */
+void mp__atfork_register(mp__fork_level level, const mp__fork_handlers *h);
+
+/* ---- fork hazards and child-exit work (src/os/hazard.c) ---------------- */
+
+/* 0 when forking is safe for the registering layer, else a negative code
+ * with a sentence naming call and the fix. */
+typedef int (*mp__fork_hazard_fn)(const char *call);
+/* A layer above registers these when it becomes a hazard / gets exit work
+ * (idempotent; up to 8 of each; MP_EOVERFLOW past that). */
+int mp__fork_hazard_register(mp__fork_hazard_fn fn);
+int mp__child_exit_register(void (*fn)(void));
+/* The process layer: before a fork-method start, and before an mproc
+ * child's _exit (which skips atexit). */
+int mp__fork_hazards_check(const char *call);
+void mp__child_exit_run(void);
 
 /* ---- swappable system calls (src/os/sys.c) ----------------------------- */
 
@@ -120,7 +197,7 @@ int mp__pidfd_send_signal(int pidfd, int sig);
 
 /* Sends len bytes plus nfds fds as one record (SOCK_SEQPACKET) on sock,
  * retrying EINTR, waiting for writability until deadline (< 0 forever; 0
- * try once -> MP_EAGAIN; passed -> MP_ETIMEDOUT). len must be >= 1 (a
+ * try once; no room by then -> MP_ETIMEDOUT). len must be >= 1 (a
  * zero-byte record reads as EOF) and nfds 0..253 (SCM_MAX_FD). The fds are
  * borrowed (the kernel dups them). A closed peer is MP_ECLOSED (no SIGPIPE).
  * One sendmsg in the common case, blocking when deadline < 0; poll only
@@ -133,8 +210,8 @@ typedef union mp__fd_cmsg {
     struct cmsghdr align;
     char buf[CMSG_SPACE(sizeof(int) * MP__MAX_FDS)];
 } mp__fd_cmsg;
-/* Waits for `events` on fd until deadline (< 0 forever; 0 -> MP_EAGAIN,
- * passed -> MP_ETIMEDOUT; the sentences start with what). 0 when ready, or
+/* Waits for `events` on fd until deadline (< 0 forever; 0 polls; not ready
+ * by then -> MP_ETIMEDOUT; the sentences start with what). 0 when ready, or
  * on an error or hang-up that the next call reports. */
 int mp__wait_fd(int fd, short events, double deadline, const char *what);
 /* The SCM_RIGHTS fds the kernel installed for msg: counts them all, copies
@@ -145,7 +222,7 @@ int mp__received_fds(struct msghdr *msg, int *out, int cap, bool close_them);
 int mp__send_record(int sock, const void *buf, size_t len, const int *fds, int nfds,
                     double deadline);
 /* Receives one record of at most cap bytes and at most maxfds fds (deadline
- * as for send; MP_EAGAIN / MP_ETIMEDOUT). On success
+ * as for send; MP_ETIMEDOUT). On success
  * *len and *nfds are set and the received fds are O_CLOEXEC and owned by the
  * caller. A record or fd list that was truncated by the kernel yields
  * MP_EPROTO with every received fd closed. An orderly EOF yields MP_ECLOSED.
@@ -153,6 +230,22 @@ int mp__send_record(int sock, const void *buf, size_t len, const int *fds, int n
  * MSG_CTRUNC caused by the open-files limit yields MP_EMFILE. */
 int mp__recv_record(int sock, void *buf, size_t cap, size_t *len, int *fds, int maxfds,
                     int *nfds, double deadline);
+
+/* A function pointer that survives exec (src/os/coderef.c): the loaded
+ * object that holds it and its offset there, plus its first code bytes as a
+ * check. Plain data: it lives in shared memory. */
+typedef struct mp__coderef {
+    uint32_t set; /* 0: no function */
+    uint32_t reserved;
+    uint64_t offset;
+    unsigned char code[16];
+    char module[256]; /* dl_iterate_phdr's name; "" for the main program */
+} mp__coderef;
+/* MP_EINVAL when fn is not in the code of a loaded object. */
+int mp__coderef_make(void (*fn)(void), mp__coderef *ref, const char *call);
+/* *fn = the function in this process (NULL when ref is unset); MP_ENOENT
+ * when its object is not loaded here or holds other code at that offset. */
+int mp__coderef_resolve(const mp__coderef *ref, void (**fn)(void), const char *call);
 
 /* Counts this process's open fds (/proc/self/fd), for leak checks and doctor. */
 int mp__count_open_fds(void);

@@ -12,8 +12,10 @@ int mp__wait_fd(int sock, short events, double deadline, const char *what)
     struct pollfd p = {.fd = sock, .events = events};
     for (;;) {
         int ms, n;
+        /* A timeout of 0 polls: "not ready" is a timeout that has passed,
+         * one code for every blocking call (docs/errors.md). */
         if (deadline == 0)
-            return mp__error(MP_EAGAIN, "%s: would block", what);
+            return mp__error(MP_ETIMEDOUT, "%s: not ready (timeout 0)", what);
         ms = mp__poll_ms(deadline);
         if (ms == 0)
             return mp__error(MP_ETIMEDOUT, "%s: timed out", what);

@@ -1,7 +1,6 @@
 /* Packs: several messages carried as one (one wire record per chunk). */
 #include "pool/pool_internal.h"
-#include "wire/msg_impl.h"
-#include "wire/wire.h"
+#include "wire/objects.h"
 
 #include <stdio.h>
 #include <stdlib.h>

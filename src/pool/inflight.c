@@ -3,7 +3,7 @@
  * ran fails, the ones it never read go back to the queue). Handler thread. */
 #include "pool/pool_internal.h"
 #include "process/process_internal.h"
-#include "wire/wire.h"
+#include "wire/objects.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,7 +85,7 @@ static void requeue(mp_pool *p, worker *w)
 void mp__worker_ended(mp_pool *p, int slot)
 {
     worker *w = &p->w[slot];
-    char how[MP__WHY_MAX], why[MP__WHY_MAX + 160];
+    char how[MP__WHY_MAX], why[MP__WHY_MAX + MP__TASK_NAME_MAX + 64];
     mp__worker_reap(p, slot, how, sizeof how);
     if (w->cur) {
         mp__chunk *c = mp__cur_pop(w);

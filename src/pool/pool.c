@@ -3,7 +3,6 @@
  * collects results, replaces the dead and runs callbacks. */
 #include "pool/pool_internal.h"
 #include "process/process_internal.h"
-#include "wire/wire.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -311,15 +310,12 @@ void mp_pool_options_init(mp_pool_options *o)
     if (!o)
         return;
     memset(o, 0, sizeof *o);
-    o->version = MP_POOL_OPTIONS_VERSION;
+    o->size = sizeof *o;
 }
 
 static int check_options(const mp_pool_options *o)
 {
     mp_context *ctx;
-    if (o->version != MP_POOL_OPTIONS_VERSION)
-        return mp__error(MP_EINVAL, "mp_pool_create: options not set up by "
-                         "mp_pool_options_init (version %u)", o->version);
     if (o->start_method && mp_get_context(o->start_method, &ctx) != 0)
         return mp__error(MP_ENOENT, "mp_pool_create: unknown start method '%s' (fork, spawn "
                          "or forkserver)", o->start_method);
@@ -397,17 +393,19 @@ static int pool_alloc(int nprocs, const mp_pool_options *opts, mp_pool **out)
 
 int mp_pool_create(int nprocs, const mp_pool_options *opts, mp_pool **out)
 {
-    mp_pool_options defaults;
+    mp_pool_options copy;
     mp_pool *p = NULL;
     int rc;
     if (!out)
         return mp__error(MP_EINVAL, "mp_pool_create: out is NULL");
     *out = NULL;
-    if (!opts) {
-        mp_pool_options_init(&defaults);
-        opts = &defaults;
-    }
-    if ((rc = check_options(opts)) != 0)
+    if (!opts)
+        mp_pool_options_init(&copy);
+    else if ((rc = mp__struct_in(&copy, sizeof copy, opts, "mp_pool_create",
+                                 "mp_pool_options")) != 0)
+        return rc;
+    opts = &copy;
+    if ((rc = mp__registry_check("mp_pool_create")) != 0 || (rc = check_options(opts)) != 0)
         return rc;
     if (nprocs < 0 || nprocs > 4096)
         return mp__error(MP_EINVAL, "mp_pool_create: nprocs = %d, want 0 (one per CPU) .. "

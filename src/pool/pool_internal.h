@@ -8,10 +8,11 @@
 #include <stdint.h>
 
 #include "mproc/pool.h"
+#include "mproc/process.h"
 #include "mproc/queue.h"
 #include "os/os.h"
 
-#define MP__TASK_NAME_MAX 63
+#define MP__TASK_NAME_MAX MP_ENTRY_NAME_MAX
 
 /* The registered task called name, or NULL; the same for array tasks. */
 mp_task_fn mp__task_lookup(const char *name);

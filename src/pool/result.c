@@ -9,9 +9,16 @@
 
 /* ---- results --------------------------------------------------------------------- */
 
-int mp__result_new(int kind, size_t n, const char *task, const mp_pool_callbacks *cb,
+int mp__result_new(int kind, size_t n, const char *task, const mp_pool_callbacks *user_cb,
                    mp_async_result **out)
 {
+    mp_pool_callbacks copy, *cb = NULL;
+    if (user_cb) {
+        int rc = mp__struct_in(&copy, sizeof copy, user_cb, "mp_pool", "mp_pool_callbacks");
+        if (rc)
+            return rc;
+        cb = &copy;
+    }
     mp_async_result *r = calloc(1, sizeof *r);
     size_t m = n ? n : 1;
     bool msgs = kind == MP__JOB_MSG; /* arrays keep no message and no order per item */
@@ -192,13 +199,15 @@ int mp_async_result_get(mp_async_result *r, double timeout, const mp_msg **out)
     return rc;
 }
 
-int mp_async_result_ready(const mp_async_result *r)
+bool mp_async_result_ready(const mp_async_result *r)
 {
-    if (!r)
-        return mp__error(MP_EINVAL, "mp_async_result_ready: result is NULL");
+    if (!r) {
+        mp__error(MP_EINVAL, "mp_async_result_ready: result is NULL");
+        return false;
+    }
     mp_async_result *w = (mp_async_result *)r;
     pthread_mutex_lock(&w->mu);
-    int ready = w->ready;
+    bool ready = w->ready;
     pthread_mutex_unlock(&w->mu);
     return ready;
 }

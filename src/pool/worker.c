@@ -1,80 +1,45 @@
 /* The task registry, and the worker's side: receive a chunk, run each item,
  * send one result pack back. */
 #include "pool/pool_internal.h"
-#include "wire/wire.h"
 
 #include <setjmp.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "process/process_internal.h"
+#include "wire/objects.h"
 
-#define TASKS_MAX 256
-
-/* Readers take no lock: a worker forked while another thread registers or
- * looks up must not inherit a held mutex. An entry is complete before the
- * count that publishes it is stored (release/acquire). */
-static struct {
-    char name[MP__TASK_NAME_MAX + 1];
-    mp_task_fn fn;         /* per item, or */
-    mp_array_task_fn afn;  /* per slice (MP_ARRAY_TASK) */
-} tasks[TASKS_MAX];
-static atomic_int ntasks;
-static pthread_mutex_t tasks_mu = PTHREAD_MUTEX_INITIALIZER; /* writers */
-
-static int find_task(const char *name)
-{
-    int n = atomic_load_explicit(&ntasks, memory_order_acquire);
-    for (int i = 0; i < n; i++)
-        if (strcmp(tasks[i].name, name) == 0)
-            return i;
-    return -1;
-}
-
-static int register_task(const char *name, mp_task_fn fn, mp_array_task_fn afn,
-                         const char *call)
-{
-    size_t len = name ? strlen(name) : 0;
-    int rc = 0;
-    if ((!fn && !afn) || len == 0 || len > MP__TASK_NAME_MAX)
-        return mp__error(MP_EINVAL, "%s: want a function and a name of 1..%d bytes", call,
-                         MP__TASK_NAME_MAX);
-    pthread_mutex_lock(&tasks_mu);
-    int n = atomic_load_explicit(&ntasks, memory_order_relaxed);
-    if (find_task(name) >= 0)
-        rc = mp__error(MP_EINVAL, "%s: '%s' is registered already", call, name);
-    else if (n == TASKS_MAX)
-        rc = mp__error(MP_EOVERFLOW, "%s: more than %d tasks", call, TASKS_MAX);
-    if (!rc) {
-        memcpy(tasks[n].name, name, len + 1);
-        tasks[n].fn = fn;
-        tasks[n].afn = afn;
-        atomic_store_explicit(&ntasks, n + 1, memory_order_release);
-    }
-    pthread_mutex_unlock(&tasks_mu);
-    return rc;
-}
-
+/* Tasks and array tasks live in the process layer's registry, beside the
+ * entries; the two task kinds share one name space there. */
 int mp_register_task(const char *name, mp_task_fn fn)
 {
-    return register_task(name, fn, NULL, "mp_register_task");
+    return mp__registry_add(MP__REG_TASK, name, (void (*)(void))fn, "mp_register_task");
+}
+
+void mp_register_task_at_load(const char *name, mp_task_fn fn)
+{
+    mp__registry_add_at_load(MP__REG_TASK, name, (void (*)(void))fn);
 }
 
 int mp_register_array_task(const char *name, mp_array_task_fn fn)
 {
-    return register_task(name, NULL, fn, "mp_register_array_task");
+    return mp__registry_add(MP__REG_ARRAY_TASK, name, (void (*)(void))fn,
+                            "mp_register_array_task");
+}
+
+void mp_register_array_task_at_load(const char *name, mp_array_task_fn fn)
+{
+    mp__registry_add_at_load(MP__REG_ARRAY_TASK, name, (void (*)(void))fn);
 }
 
 mp_task_fn mp__task_lookup(const char *name)
 {
-    int i = find_task(name);
-    return i < 0 ? NULL : tasks[i].fn;
+    return (mp_task_fn)mp__registry_find(MP__REG_TASK, name);
 }
 
 mp_array_task_fn mp__array_task_lookup(const char *name)
 {
-    int i = find_task(name);
-    return i < 0 ? NULL : tasks[i].afn;
+    return (mp_array_task_fn)mp__registry_find(MP__REG_ARRAY_TASK, name);
 }
 
 /* mp_raise inside a task comes back here instead of ending the worker:
@@ -115,7 +80,7 @@ static int add_failure(mp__packer *res, const char *name, int rc, bool raised)
         snprintf(err, sizeof err, "task '%s' raised: %s", name, raise_text);
         return mp__packer_add(res, NULL, 0, NULL, MP_ECHILD, err);
     }
-    int code = rc < 0 && rc >= MP_EOVERFLOW ? rc : MP_ECHILD;
+    int code = rc < 0 && rc >= MP_ERROR_LAST ? rc : MP_ECHILD;
     snprintf(err, sizeof err, "task '%s' returned %d%s%s", name, rc,
              mp_last_error()[0] ? ": " : "", mp_last_error());
     return mp__packer_add(res, NULL, 0, NULL, code, err);
@@ -142,6 +107,14 @@ static int run_item(const mp__pack_view *v, uint32_t i, mp_task_fn fn, mp__packe
     rc = call_task(fn, in, out, &raised);
     if (raised || rc) {
         rc = add_failure(res, v->name, rc, raised);
+        goto out;
+    }
+    /* A result that cannot travel (a tensor that cannot be shared) would
+     * fail the send of the whole chunk: fail this item, with the cause. */
+    if ((rc = mp__wire_check_sendable(out)) < 0) {
+        snprintf(err, sizeof err, "task '%s': its result cannot be sent to the parent: %s",
+                 v->name, mp_last_error());
+        rc = mp__packer_add(res, NULL, 0, NULL, rc, err);
         goto out;
     }
     pl = mp_msg_payload(out, &len);
@@ -223,6 +196,31 @@ out:
     return rc;
 }
 
+/* The reply could not be sent (its items passed the check, so the cause is
+ * the reply as a whole: too many fds, no memory): every item of the chunk
+ * fails with the reason, and the worker serves on. */
+static int send_failure(mp_conn *conn, uint32_t count, int cause)
+{
+    char err[MP__MESSAGE_MAX + 128];
+    mp__packer res;
+    mp_msg *reply = NULL;
+    int rc;
+    snprintf(err, sizeof err, "pool worker: the chunk's results could not be sent to the "
+             "parent: %s", mp_last_error());
+    rc = mp__packer_init(&res, MP__PACK_RESULT, NULL, count);
+    for (uint32_t i = 0; !rc && i < count; i++)
+        rc = mp__packer_add(&res, NULL, 0, NULL, cause, err);
+    if (rc) {
+        mp__packer_drop(&res);
+        return rc;
+    }
+    rc = mp__packer_finish(&res, &reply);
+    if (!rc)
+        rc = mp_conn_send(conn, reply, -1);
+    mp_msg_destroy(reply);
+    return rc;
+}
+
 /* Handles one frame; 1 when told to exit. */
 static int serve(mp_conn *conn, mp_msg *frame)
 {
@@ -231,6 +229,7 @@ static int serve(mp_conn *conn, mp_msg *frame)
     mp_msg *reply = NULL;
     mp_task_fn fn;
     mp_array_task_fn afn;
+    uint32_t count;
     int rc = mp__pack_open(frame, &v);
     if (rc)
         return rc;
@@ -240,6 +239,7 @@ static int serve(mp_conn *conn, mp_msg *frame)
     }
     fn = v.magic == MP__PACK_TASK ? mp__task_lookup(v.name) : NULL;
     afn = v.magic == MP__PACK_TASK ? mp__array_task_lookup(v.name) : NULL;
+    count = v.count;
     rc = mp__packer_init(&res, MP__PACK_RESULT, NULL, v.count);
     if (!rc && afn)
         rc = run_slice(&v, afn, &res);
@@ -261,6 +261,8 @@ static int serve(mp_conn *conn, mp_msg *frame)
     if (!rc)
         rc = mp_conn_send(conn, reply, -1);
     mp_msg_destroy(reply);
+    if (rc < 0 && rc != MP_ECLOSED)
+        rc = send_failure(conn, count, rc);
     return rc;
 }
 

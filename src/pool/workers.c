@@ -4,7 +4,6 @@
 #include "ipc/ipc.h"
 #include "pool/pool_internal.h"
 #include "process/process_internal.h"
-#include "wire/wire.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -59,7 +58,9 @@ int mp__worker_start(mp_pool *p, int slot)
     mp_process_options_init(&o);
     o.start_method = p->start_method;
     o.name = "mp-pool-worker";
-    rc = mp_process_create("mp__pool_worker", args, &o, &proc);
+    /* The rank is the slot: the initializer learns its worker's index, and a
+     * replacement gets the index of the worker it replaces. */
+    rc = mp__process_create("mp__pool_worker", args, &o, slot, &proc);
     if (!rc)
         rc = mp_process_start(proc);
     mp_msg_destroy(args);
@@ -88,7 +89,7 @@ out:
 void mp__worker_reap(mp_pool *p, int slot, char *how, size_t cap)
 {
     worker *w = &p->w[slot];
-    mp_child_error e;
+    mp_child_error e = {.size = sizeof e};
     pid_t pid = mp_process_pid(w->proc);
     mp_process_join(w->proc, -1);
     if (mp_process_error(w->proc, &e) != 0)

@@ -1,10 +1,10 @@
 /* The child runtime (mp_setup, mp_raise, the fatal-signal handler) and both
  * ends of the per-child status channel. */
-#include "cuda/cuda_internal.h"
 #include "process/process_internal.h"
 #include "wire/wire.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <execinfo.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 /* The status channel of this process when it is an mproc child, and the
@@ -84,17 +85,29 @@ _Noreturn void mp_raise(const char *fmt, ...)
     child_vfail(fmt ? fmt : "(null)", ap);
 }
 
-static void on_fatal_signal(int sig)
+/* The interrupted instruction, to cut the handler's frames off the trace. */
+static uintptr_t fault_pc(const void *uctx)
+{
+    const ucontext_t *uc = uctx;
+#if defined(__x86_64__)
+    return (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
+#elif defined(__aarch64__)
+    return (uintptr_t)uc->uc_mcontext.pc;
+#else
+    (void)uc;
+    return 0;
+#endif
+}
+
+static void on_fatal_signal(int sig, siginfo_t *info, void *uctx)
 {
     int saved = errno;
+    (void)info;
     if (is_child()) {
         char hdr[16];
-        void *frames[64];
         int n = snprintf(hdr, sizeof hdr, "%c%c%d", MP__REC_MARK, MP__REC_SIGNAL, sig);
         send(child_chan, hdr, (size_t)n, MSG_NOSIGNAL);
-        n = backtrace(frames, 64);
-        /* One writev per frame: each line is one record. */
-        backtrace_symbols_fd(frames, n, child_chan);
+        mp__backtrace_send(child_chan, fault_pc(uctx));
         hdr[1] = MP__REC_END;
         send(child_chan, hdr, 2, MSG_NOSIGNAL);
     }
@@ -124,8 +137,8 @@ static void install_fatal_handlers(void)
     mp__backtrace_prime();
     sigaltstack(&ss, NULL); /* stack overflows too */
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_fatal_signal;
-    sa.sa_flags = SA_RESETHAND | SA_ONSTACK;
+    sa.sa_sigaction = on_fatal_signal;
+    sa.sa_flags = SA_SIGINFO | SA_RESETHAND | SA_ONSTACK;
     sigemptyset(&sa.sa_mask);
     sigaddset(&sa.sa_mask, SIGPIPE);
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
@@ -160,6 +173,7 @@ _Noreturn void mp__child_run(int chan)
         mp_raise("mproc child: no valid start record from the parent (%s)",
                  rc < 0 ? mp_last_error() : "bad size or magic");
     boot.entry[MP_ENTRY_NAME_MAX] = '\0';
+    mp__method_inherit((mp__method)boot.method);
     fn = mp__entry_lookup(boot.entry);
     if (!fn)
         mp_raise("mproc child: no entry called '%s' is registered in this program; "
@@ -171,7 +185,7 @@ _Noreturn void mp__child_run(int chan)
         mp_raise("mproc child: receiving the argument message failed: %s", mp_last_error());
     rc = fn(boot.rank, args);
     mp_msg_destroy(args);
-    mp__cuda_on_exit(); /* _exit skips atexit: the CUDA producer's warning */
+    mp__child_exit_run(); /* _exit skips atexit: e.g. the CUDA producer's warning */
     fflush(NULL);
     _exit(exit_status(rc));
 }
@@ -199,17 +213,35 @@ static int save_argv(int argc, char **argv)
     return 0;
 }
 
-/* "FD,PPID" from var; false when absent or malformed. */
-static bool parse_boot_var(const char *var, int *fd, pid_t *ppid)
+/* "FD,PPID" from var: 1 when set (and unset now), 0 when absent, MP_EINVAL
+ * when malformed: mproc sets it for the programs it starts, so a bad value
+ * is a stray variable the user should unset, not a reason to guess. */
+static int parse_boot_var(const char *var, int *fd, pid_t *ppid)
 {
-    const char *v = getenv(var);
-    int f, p, used = 0;
-    if (!v || sscanf(v, "%d,%d%n", &f, &p, &used) != 2 || v[used] != '\0' || f < 0 || p <= 0)
-        return false;
-    *fd = f;
-    *ppid = (pid_t)p;
-    unsetenv(var); /* grandchildren started by the entry are not ours */
-    return true;
+    const char *v = getenv(var), *comma;
+    char what[64], text[32], why[512];
+    long long f, p;
+    if (!v)
+        return 0;
+    comma = strchr(v, ',');
+    if (!comma || (size_t)(comma - v) >= sizeof text)
+        return mp__error(MP_EINVAL, "mp_setup: environment variable %s=\"%s\" is not FD,PPID; "
+                         "mproc sets it only in the children it starts: unset it", var, v);
+    memcpy(text, v, (size_t)(comma - v));
+    text[comma - v] = '\0';
+    snprintf(what, sizeof what, "%s (its FD part)", var);
+    if (mp__parse_ll(what, text, 0, INT_MAX, &f) == 0) {
+        snprintf(what, sizeof what, "%s (its PPID part)", var);
+        if (mp__parse_ll(what, comma + 1, 1, INT_MAX, &p) == 0) {
+            *fd = (int)f;
+            *ppid = (pid_t)p;
+            unsetenv(var); /* grandchildren started by the entry are not ours */
+            return 1;
+        }
+    }
+    snprintf(why, sizeof why, "%s", mp_last_error());
+    return mp__error(MP_EINVAL, "mp_setup: environment variable %s; mproc sets it only in the "
+                     "children it starts: unset it", why);
 }
 
 int mp_setup(int *argc, char ***argv)
@@ -218,25 +250,31 @@ int mp_setup(int *argc, char ***argv)
     pid_t ppid;
     if (!argc || !argv || !*argv || *argc < 1)
         return mp__error(MP_EINVAL, "mp_setup: pass &argc and &argv from main");
+    if ((rc = mp__registry_check("mp_setup")) < 0)
+        return rc;
     rc = save_argv(*argc, *argv);
     if (rc < 0)
         return rc;
-    if (parse_boot_var("MPROC_SPAWN", &fd, &ppid)) {
+    if ((rc = parse_boot_var("MPROC_SPAWN", &fd, &ppid)) < 0)
+        return rc;
+    if (rc > 0) {
         mp__child_die_with_parent(ppid);
         mp__child_run(fd);
     }
-    if (parse_boot_var("MPROC_FORKSERVER", &fd, &ppid)) {
+    if ((rc = parse_boot_var("MPROC_FORKSERVER", &fd, &ppid)) < 0)
+        return rc;
+    if (rc > 0) {
         /* No PDEATHSIG (see forkserver.c): EOF on fd says the parent died. */
         if (getppid() != ppid)
             _exit(1);
-        mp__forkserver_main(fd);
+        mp__forkserver_main(fd, ppid);
     }
     return 0;
 }
 
 /* ---- parent side --------------------------------------------------------- */
 
-static void append_line(mp__status *st, const char *line, size_t len)
+void mp__status_append(mp__status *st, const char *line, size_t len)
 {
     char *bt;
     if (st->bt_len + len + 2 > MP__BACKTRACE_MAX)
@@ -268,6 +306,9 @@ static void handle_record(mp__status *st, const char *rec, size_t len)
             st->in_backtrace = true;
             st->failed = true;
             return;
+        case MP__REC_FRAME:
+            mp__backtrace_add_frame(st, rec + 2, len - 2);
+            return;
         case MP__REC_END:
             st->in_backtrace = false;
             return;
@@ -276,7 +317,7 @@ static void handle_record(mp__status *st, const char *rec, size_t len)
         }
     }
     if (st->in_backtrace)
-        append_line(st, rec, len);
+        mp__status_append(st, rec, len);
 }
 
 void mp__status_drain(int chan, mp__status *st)
@@ -304,4 +345,5 @@ void mp__status_free(mp__status *st)
     free(st->backtrace);
     st->backtrace = NULL;
     st->bt_len = 0;
+    mp__backtrace_free(st);
 }

@@ -1,16 +1,26 @@
 /* The forkserver: a single-threaded copy of the program, exec'd on first use
  * (so it starts clean even when the parent already has threads), that forks
  * children on request. Requests carry the child's status-channel end as an
- * fd. The children are the server's, not ours, so the server relays each
- * child's wait status back; it also sends a pidfd per child, which the
- * parent polls and signals exactly like one of its own children. The
- * server dies with its parent and its children with it (PR_SET_PDEATHSIG
- * on the server's one thread). The server itself watches its connection
- * instead: it is started by whichever thread first needs it, and a
- * PDEATHSIG would fire when that thread exits, not the process. When the
- * parent dies, the kernel closes the connection and the server sees EOF.
- * Nobody else holds the parent's end: it is O_CLOEXEC and forked copies
- * close it (pthread_atfork). */
+ * fd.
+ *
+ * The children are the parent's, not the server's, as if the parent had
+ * forked them: the server forks an intermediate process, which forks the
+ * child and exits at once. The parent is a child subreaper
+ * (PR_SET_CHILD_SUBREAPER) while it starts the server and while each request
+ * runs, so the orphaned child is re-parented to it, not to init. Only then
+ * does the child arm PR_SET_PDEATHSIG (the parent's death, not the
+ * intermediate's, kills it) and check that its parent is the one that asked.
+ * So the parent waits for, reaps and signals the child exactly like one it
+ * forked, reads its real exit code, and the child keeps running when the
+ * server dies (as CPython's forkserver children do). The parent stops being
+ * a subreaper between requests, so orphans of its other descendants go on
+ * to init as before (except during the microseconds of a request).
+ *
+ * The server itself watches its connection: it is started by whichever
+ * thread first needs it, and a PDEATHSIG would fire when that thread exits,
+ * not the process. When the parent dies, the kernel closes the connection
+ * and the server sees EOF. Nobody else holds the parent's end: it is
+ * O_CLOEXEC and forked copies close it (mp__atfork_register). */
 #include "process/process_internal.h"
 
 #include <errno.h>
@@ -19,22 +29,18 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/signalfd.h>
+#include <fcntl.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 typedef struct fs_rec {
-    char type; /* 'F' fork request, 'P' its reply (+ pidfd), 'X' a child exited */
+    char type; /* 'F' fork request, 'P' its reply */
     int32_t pid;
-    int32_t value; /* 'P': errno of a failed fork, 'X': the wait status */
+    int32_t value; /* 'P': errno of a failed fork */
     uint32_t seq;  /* 'F' and its 'P': a late reply is never taken for a new one */
 } fs_rec;
-
-typedef struct fs_exit {
-    pid_t pid;
-    int status;
-} fs_exit;
 
 static struct {
     pthread_mutex_t lock;
@@ -42,10 +48,8 @@ static struct {
     pid_t owner; /* the process that started it */
     int pidfd;
     int ctl;
-    fs_exit *exits; /* statuses relayed before anyone asked */
-    size_t n_exits, cap_exits;
-    uint32_t seq;   /* of the last fork request */
-} fs = {PTHREAD_MUTEX_INITIALIZER, 0, 0, -1, -1, NULL, 0, 0, 0};
+    uint32_t seq; /* of the last fork request */
+} fs = {PTHREAD_MUTEX_INITIALIZER, 0, 0, -1, -1, 0};
 
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
@@ -64,15 +68,13 @@ static void atfork_child(void)
     fs.ctl = mp__close(fs.ctl);
     fs.pidfd = mp__close(fs.pidfd);
     fs.pid = 0;
-    free(fs.exits);
-    fs.exits = NULL;
-    fs.n_exits = fs.cap_exits = 0;
     pthread_mutex_unlock(&fs.lock);
 }
 
 static void register_atfork(void)
 {
-    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    static const mp__fork_handlers h = {atfork_prepare, atfork_parent, atfork_child};
+    mp__atfork_register(MP__FORK_FORKSERVER, &h);
 }
 
 static bool running_locked(void)
@@ -93,18 +95,39 @@ static void stop_locked(void)
         ;
     fs.pidfd = mp__close(fs.pidfd);
     fs.pid = 0;
-    fs.n_exits = 0;
+}
+
+/* Makes this process a child subreaper for the duration of a launch;
+ * *was says whether it was one before (then it stays one). */
+static int subreaper_on(int *was, const char *call)
+{
+    *was = 0;
+    if (prctl(PR_GET_CHILD_SUBREAPER, was) < 0 || (!*was && prctl(PR_SET_CHILD_SUBREAPER, 1) < 0))
+        return mp__errno_error(errno, "%s: prctl(PR_SET_CHILD_SUBREAPER)", call);
+    return 0;
+}
+
+static void subreaper_off(int was)
+{
+    if (!was)
+        prctl(PR_SET_CHILD_SUBREAPER, 0);
 }
 
 static int start_locked(void)
 {
-    int sv[2] = {-1, -1}, rc;
+    int sv[2] = {-1, -1}, rc, was;
     pthread_once(&atfork_once, register_atfork);
     if (running_locked())
         return 0;
     if (mp__sys.socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
         return mp__errno_error(errno, "mp_forkserver_start: socketpair");
-    rc = mp__launch_exec(sv[1], "MPROC_FORKSERVER", false, &fs.pid, &fs.pidfd);
+    /* The kernel looks for a subreaper among the ancestors of an orphan only
+     * in processes forked while an ancestor was one: so during this fork. */
+    rc = subreaper_on(&was, "mp_forkserver_start");
+    if (rc == 0) {
+        rc = mp__launch_exec(sv[1], "MPROC_FORKSERVER", false, &fs.pid, &fs.pidfd);
+        subreaper_off(was);
+    }
     mp__close(sv[1]);
     if (rc < 0) {
         fs.pid = 0;
@@ -133,72 +156,76 @@ int mp_forkserver_stop(void)
     return 0;
 }
 
-static int remember_exit(pid_t pid, int status)
-{
-    if (fs.n_exits == fs.cap_exits) {
-        size_t cap = fs.cap_exits ? fs.cap_exits * 2 : 16;
-        fs_exit *e = realloc(fs.exits, cap * sizeof *e);
-        if (!e)
-            return mp__error(MP_ENOMEM, "forkserver: out of memory");
-        fs.exits = e;
-        fs.cap_exits = cap;
-    }
-    fs.exits[fs.n_exits++] = (fs_exit){pid, status};
-    return 0;
-}
-
-/* Reads server records until one of `type` (for pid, when pid > 0) arrives;
- * exit records on the way are remembered. */
-static int read_until_locked(char type, pid_t pid, uint32_t seq, double deadline, fs_rec *out,
-                             int *fd)
+/* Reads server records until the reply to request seq arrives. */
+static int read_reply_locked(uint32_t seq, double deadline, fs_rec *out)
 {
     for (;;) {
         fs_rec r;
         size_t len;
-        int nfds = 0, fds[1] = {-1};
-        int rc = mp__recv_record(fs.ctl, &r, sizeof r, &len, fds, 1, &nfds, deadline);
+        int nfds = 0, fd = -1;
+        int rc = mp__recv_record(fs.ctl, &r, sizeof r, &len, &fd, 1, &nfds, deadline);
         if (rc < 0)
             return rc;
-        if (len != sizeof r) {
-            if (nfds)
-                mp__close(fds[0]);
+        if (nfds)
+            mp__close(fd); /* the server sends none */
+        if (len != sizeof r)
             return mp__error(MP_EPROTO, "forkserver: malformed record (%zu bytes)", len);
-        }
-        if (r.type == type && (pid <= 0 || r.pid == pid) && (type != 'P' || r.seq == seq)) {
+        if (r.type == 'P' && r.seq == seq) {
             *out = r;
-            if (fd)
-                *fd = nfds ? fds[0] : -1;
-            else if (nfds)
-                mp__close(fds[0]);
             return 0;
         }
         /* The reply to a request that timed out: nobody supervises that
-         * child, so it must not run the entry. */
-        if (r.type == 'P' && nfds)
-            mp__pidfd_signal(fds[0], SIGKILL, "forkserver");
-        if (nfds)
-            mp__close(fds[0]);
-        if (r.type == 'X' && remember_exit(r.pid, r.value) < 0)
-            return MP_ENOMEM;
+         * child (it is ours: the subreaper took it), so it must not run. */
+        if (r.type == 'P' && r.pid > 0 && r.value == 0) {
+            kill(r.pid, SIGKILL);
+            waitpid(r.pid, NULL, 0);
+        }
     }
+}
+
+/* The child the server made must be ours now (re-parented to this
+ * subreaper): then it is waited for like one we forked. */
+static int adopt(pid_t pid, int *pidfd)
+{
+    siginfo_t si;
+    int err;
+    if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) < 0) {
+        err = errno;
+        kill(pid, SIGKILL);
+        return mp__errno_error(err, "mp_process_start: the forkserver's child %d is not "
+                               "this process's child (PR_SET_CHILD_SUBREAPER did not take)",
+                               (int)pid);
+    }
+    if ((*pidfd = mp__pidfd_open(pid)) < 0) {
+        err = errno;
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        return mp__errno_error(err, "mp_process_start: pidfd_open (needs Linux >= 5.3)");
+    }
+    return 0;
 }
 
 static int request_locked(int chan, pid_t *pid, int *pidfd)
 {
-    fs_rec req = {.type = 'F', .seq = ++fs.seq}, rep;
+    fs_rec req = {.type = 'F', .seq = ++fs.seq}, rep = {0};
     double deadline = mp__deadline(10);
-    int rc = mp__send_record(fs.ctl, &req, sizeof req, &chan, 1, deadline);
-    if (rc == 0)
-        rc = read_until_locked('P', 0, req.seq, deadline, &rep, pidfd);
+    int was, rc = subreaper_on(&was, "mp_process_start");
     if (rc < 0)
         return rc;
-    if (rep.value != 0 || *pidfd < 0) {
-        *pidfd = mp__close(*pidfd);
+    rc = mp__send_record(fs.ctl, &req, sizeof req, &chan, 1, deadline);
+    if (rc == 0)
+        rc = read_reply_locked(req.seq, deadline, &rep);
+    /* The server replies once the intermediate is gone: the child is ours. */
+    subreaper_off(was);
+    if (rc < 0)
+        return rc;
+    if (rep.value != 0 || rep.pid <= 0)
         return mp__errno_error(rep.value ? rep.value : EPROTO,
                                "mp_process_start: the forkserver could not fork");
-    }
-    *pid = rep.pid;
-    return 0;
+    rc = adopt(rep.pid, pidfd);
+    if (rc == 0)
+        *pid = rep.pid;
+    return rc;
 }
 
 int mp__forkserver_launch(int chan, pid_t *pid, int *pidfd)
@@ -218,118 +245,92 @@ int mp__forkserver_launch(int chan, pid_t *pid, int *pidfd)
     return rc;
 }
 
-int mp__forkserver_status(pid_t pid, double deadline, int *wstatus)
-{
-    fs_rec r;
-    int rc = 0;
-    pthread_mutex_lock(&fs.lock);
-    for (size_t i = 0; i < fs.n_exits; i++)
-        if (fs.exits[i].pid == pid) {
-            *wstatus = fs.exits[i].status;
-            fs.exits[i] = fs.exits[--fs.n_exits];
-            goto out_unlock;
-        }
-    if (!running_locked()) {
-        rc = mp__error(MP_ECLOSED,
-                       "forkserver: the server is gone; its child %d died "
-                       "with it",
-                       (int)pid);
-        goto out_unlock;
-    }
-    rc = read_until_locked('X', pid, 0, deadline, &r, NULL);
-    if (rc == 0)
-        *wstatus = r.value;
-    else if (rc == MP_ECLOSED)
-        stop_locked();
-out_unlock:
-    pthread_mutex_unlock(&fs.lock);
-    return rc;
-}
-
 /* ---- the server ---------------------------------------------------------- */
 
-static void server_reap(int ctl)
+/* The child, forked by the intermediate: waits until the server closes
+ * `go` (it does once it reaped the intermediate, so the child has been
+ * re-parented by then), then dies with its parent. Exits when anyone else
+ * adopted it: the parent died meanwhile. */
+static _Noreturn void child_main(int chan, int go, pid_t parent)
 {
-    int status;
-    pid_t pid;
-    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
-        fs_rec x = {.type = 'X', .pid = pid, .value = status};
-        mp__send_record(ctl, &x, sizeof x, NULL, 0, -1);
-    }
-}
-
-static void server_fork(int ctl, int sfd, int chan, uint32_t seq, const sigset_t *chld)
-{
-    pid_t self = getpid();
-    fs_rec rep = {.type = 'P', .seq = seq};
-    int pidfd = -1;
-    pid_t child = fork();
-    if (child == 0) {
-        close(ctl);
-        close(sfd);
-        signal(SIGINT, SIG_DFL);
-        sigprocmask(SIG_UNBLOCK, chld, NULL);
-        mp__child_die_with_parent(self);
-        mp__child_run(chan);
-    }
-    if (child < 0)
-        rep.value = errno;
-    else if ((pidfd = mp__pidfd_open(child)) < 0) {
-        rep.value = errno;
-        /* Told the start failed, nobody would supervise it: it must not
-         * run the entry. Its exit is still relayed. */
-        kill(child, SIGKILL);
-    }
-    rep.pid = child;
-    mp__send_record(ctl, &rep, sizeof rep, &pidfd, pidfd >= 0 ? 1 : 0, -1);
-    mp__close(pidfd);
-}
-
-_Noreturn void mp__forkserver_main(int ctl)
-{
-    sigset_t chld;
-    int sfd;
-    sigemptyset(&chld);
-    sigaddset(&chld, SIGCHLD);
-    sigprocmask(SIG_BLOCK, &chld, NULL);
-    sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
-    if (sfd < 0)
+    char c;
+    while (read(go, &c, 1) < 0 && errno == EINTR)
+        ;
+    close(go);
+    if (getppid() != parent)
         _exit(1);
+    mp__child_die_with_parent(parent);
+    mp__child_run(chan);
+}
+
+/* What the intermediate leaves for the server: it shares the server's
+ * memory (vfork), so no pipe is needed. */
+typedef struct fork_result {
+    pid_t child;
+    int err;
+} fork_result;
+
+/* Makes the intermediate with vfork, which forks the child and exits: the
+ * server resumes only then, so the child has been re-parented by the time
+ * its pid is read. vfork spares copying the server's page tables a second
+ * time; the intermediate's fork() is safe here because the server is
+ * single-threaded and suspended until the intermediate is gone, and what
+ * fork changes in the memory they share (atfork handlers, stdio and malloc
+ * locks) it takes and gives back before returning. 0 or an errno. */
+static int server_fork(int ctl, int chan, pid_t parent, pid_t *child)
+{
+    volatile fork_result res = {-1, 0};
+    int go[2], status;
+    pid_t middle;
+    if (pipe2(go, O_CLOEXEC) < 0)
+        return errno;
+    middle = vfork();
+    if (middle == 0) {
+        pid_t c = fork();
+        if (c == 0) {
+            close(ctl);
+            close(go[1]);
+            signal(SIGINT, SIG_DFL);
+            child_main(chan, go[0], parent);
+        }
+        res.child = c;
+        res.err = c < 0 ? errno : 0;
+        _exit(0);
+    }
+    close(go[0]);
+    if (middle < 0) {
+        res.err = errno;
+    } else {
+        while (waitpid(middle, &status, 0) < 0 && errno == EINTR)
+            ;
+    }
+    close(go[1]); /* re-parented now: the child may go on */
+    *child = res.child;
+    return res.err;
+}
+
+_Noreturn void mp__forkserver_main(int ctl, pid_t parent)
+{
     /* Ctrl-C reaches the whole process group: the parent decides. */
     signal(SIGINT, SIG_IGN);
     mp__backtrace_prime(); /* once here, not once in every child */
     for (;;) {
-        struct pollfd p[2] = {{.fd = ctl, .events = POLLIN}, {.fd = sfd, .events = POLLIN}};
-        if (poll(p, 2, -1) < 0) {
-            if (errno == EINTR)
-                continue;
+        fs_rec req = {0}, rep; /* req filled even when the fd did not fit (EMFILE) */
+        size_t len;
+        int chan = -1, nfds = 0;
+        int rc = mp__recv_record(ctl, &req, sizeof req, &len, &chan, 1, &nfds, -1);
+        if (rc == MP_ECLOSED || (rc < 0 && rc != MP_EPROTO && rc != MP_EMFILE))
             break;
-        }
-        if (p[1].revents) {
-            struct signalfd_siginfo si;
-            while (read(sfd, &si, sizeof si) > 0)
-                ;
-            server_reap(ctl);
-        }
-        if (p[0].revents) {
-            fs_rec req = {0}; /* filled even when the fd did not fit (EMFILE) */
-            size_t len;
-            int chan = -1, nfds = 0;
-            int rc = mp__recv_record(ctl, &req, sizeof req, &len, &chan, 1, &nfds, -1);
-            if (rc == MP_ECLOSED || (rc < 0 && rc != MP_EPROTO && rc != MP_EMFILE))
-                break;
-            if (rc == 0 && len == sizeof req && req.type == 'F' && nfds == 1) {
-                server_fork(ctl, sfd, chan, req.seq, &chld);
-            } else {
-                /* Answer every request, or the parent waits for nothing. */
-                fs_rec rep = {.type = 'P', .pid = -1, .value = rc == MP_EMFILE ? EMFILE : EPROTO,
-                              .seq = req.seq};
-                mp__send_record(ctl, &rep, sizeof rep, NULL, 0, -1);
-            }
-            if (nfds)
-                mp__close(chan);
-        }
+        /* Answer every request, or the parent waits for nothing. */
+        rep = (fs_rec){.type = 'P', .pid = -1, .seq = req.seq};
+        if (rc == 0 && len == sizeof req && req.type == 'F' && nfds == 1)
+            rep.value = server_fork(ctl, chan, parent, &rep.pid);
+        else
+            rep.value = rc == MP_EMFILE ? EMFILE : EPROTO;
+        mp__send_record(ctl, &rep, sizeof rep, NULL, 0, -1);
+        if (nfds)
+            mp__close(chan);
     }
-    /* The parent is gone or closed us: our children die with us. */
+    /* The parent is gone or closed us; its children are not ours. */
     _exit(0);
 }

@@ -59,7 +59,12 @@ static int open_pidfd(pid_t pid, int *pidfd, const char *call)
 int mp__launch_fork(int chan, int parent_end, pid_t *pid, int *pidfd)
 {
     pid_t parent = getpid();
-    pid_t child = fork(); /* mp_process_create primed backtrace() already */
+    pid_t child;
+    /* Output buffered by stdio would be written once by each copy: flush it
+     * first, as CPython does before fork. (spawn and the forkserver do not
+     * copy our buffers.) */
+    fflush(NULL);
+    child = fork(); /* mp_process_create primed backtrace() already */
     if (child < 0)
         return mp__errno_error(errno, "mp_process_start: fork");
     if (child == 0) {

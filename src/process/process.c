@@ -104,7 +104,8 @@ static void init_once_fn(void)
 {
     mp__backtrace_prime(); /* before any fork: children inherit libgcc_s */
     atexit(at_exit);
-    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    static const mp__fork_handlers h = {atfork_prepare, atfork_parent, atfork_child};
+    mp__atfork_register(MP__FORK_PROCESS_LIST, &h);
 }
 
 /* ---- create ------------------------------------------------------------- */
@@ -131,12 +132,17 @@ int mp__process_create(const char *entry, mp_msg *args, const mp_process_options
     mp_process *p;
     char defname[32];
     mp__method m;
+    mp_process_options copy;
     if (!out || !entry)
         return mp__error(MP_EINVAL, "mp_process_create: entry and out must not be NULL");
     *out = NULL;
-    if (opts && opts->size != sizeof *opts)
-        return mp__error(MP_EINVAL, "mp_process_create: options not initialized "
-                                    "(call mp_process_options_init first)");
+    if (opts) {
+        int rc = mp__struct_in(&copy, sizeof copy, opts, "mp_process_create",
+                               "mp_process_options");
+        if (rc)
+            return rc;
+        opts = &copy;
+    }
     if (!mp__entry_lookup(entry))
         return mp__error(MP_ENOENT,
                          "mp_process_create: no entry called '%s' is "
@@ -178,7 +184,7 @@ int mp_process_create(const char *entry, mp_msg *args, const mp_process_options 
  * child exists: it finds them waiting and nobody blocks. */
 static int send_args(mp_process *p, int sock)
 {
-    mp__boot boot = {.magic = MP__BOOT_MAGIC, .rank = p->rank};
+    mp__boot boot = {.magic = MP__BOOT_MAGIC, .rank = p->rank, .method = (int32_t)p->method};
     mp_msg *empty = NULL;
     int rc;
     strncpy(boot.entry, p->entry, MP_ENTRY_NAME_MAX);
@@ -189,7 +195,7 @@ static int send_args(mp_process *p, int sock)
         return rc;
     rc = mp__wire_send(sock, p->args ? p->args : empty, 0);
     mp_msg_destroy(empty);
-    if (rc == MP_EAGAIN)
+    if (rc == MP_ETIMEDOUT) /* a timeout of 0: the socket buffer is full */
         return mp__error(MP_EOVERFLOW, "mp_process_start: the argument message does not "
                                        "fit in the socket buffer; send big data as "
                                        "tensors or through a queue");
@@ -218,6 +224,8 @@ int mp_process_start(mp_process *p)
                          "mp_process_start: process '%s' was already started; "
                          "a process can be started only once",
                          p->name);
+    if ((rc = mp__registry_check("mp_process_start")) < 0)
+        return rc;
     if (p->method == MP__FORK && (rc = mp__fork_check("mp_process_start")) < 0)
         return rc;
     if (mp__sys.socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
@@ -241,22 +249,18 @@ int mp_process_start(mp_process *p)
 
 /* ---- wait ---------------------------------------------------------------- */
 
+/* Every child is ours, forkserver ones included (forkserver.c). */
 static int wait_status(mp_process *p)
 {
     int wstatus = 0;
-    if (p->method == MP__FORKSERVER) {
-        if (mp__forkserver_status(p->pid, mp__deadline(5), &wstatus) == 0)
-            return wstatus;
-    } else {
-        pid_t r;
-        do
-            r = waitpid(p->pid, &wstatus, 0);
-        while (r < 0 && errno == EINTR);
-        if (r == p->pid)
-            return wstatus;
-    }
-    /* Reaped by someone else (a test's kill-all, a dead forkserver): the
-     * only way that happens is a SIGKILL, so report that. */
+    pid_t r;
+    do
+        r = waitpid(p->pid, &wstatus, 0);
+    while (r < 0 && errno == EINTR);
+    if (r == p->pid)
+        return wstatus;
+    /* Reaped by someone else (a test's kill-all, a waitpid(-1) elsewhere):
+     * the exit status is lost; report a SIGKILL. */
     return SIGKILL;
 }
 
@@ -352,6 +356,18 @@ bool mp_process_daemon(const mp_process *p)
 {
     return p && p->daemon;
 }
+int mp__process_wait_fd(const mp_process *p, int *fd, const char *call)
+{
+    if (!p || p->state == ST_CREATED)
+        return mp__error(MP_EINVAL, "%s: process %s", call,
+                         p ? "has not been started" : "is NULL");
+    if (p->owner != getpid())
+        return mp__error(MP_EINVAL, "%s: process '%s' belongs to pid %d; only the process "
+                         "that started it can wait for it", call, p->name, (int)p->owner);
+    *fd = p->state == ST_STARTED ? p->pidfd : -1;
+    return 0;
+}
+
 int mp__process_pidfd(const mp_process *p)
 {
     return p->pidfd;
@@ -392,20 +408,24 @@ int mp_process_exitcode(mp_process *p, int *exitcode)
 int mp_process_error(mp_process *p, mp_child_error *out)
 {
     int rc;
+    mp_child_error e = {.size = sizeof e};
     if (!out)
         return mp__error(MP_EINVAL, "mp_process_error: out is NULL");
     rc = check_finished(p, "mp_process_error");
     if (rc < 0)
         return rc;
-    out->rank = p->rank;
-    out->pid = p->pid;
-    out->exitcode = p->exitcode;
-    out->signal = p->exitcode < 0 ? -p->exitcode : 0;
-    out->signal_name = mp__signal_name(out->signal, p->signame, sizeof p->signame);
-    out->message = p->status.message;
-    out->backtrace = p->status.backtrace ? p->status.backtrace : "";
-    out->name = p->name;
-    return 0;
+    e.rank = p->rank;
+    e.pid = p->pid;
+    e.exitcode = p->exitcode;
+    e.signal = p->exitcode < 0 ? -p->exitcode : 0;
+    e.signal_name = mp__signal_name(e.signal, p->signame, sizeof p->signame);
+    e.message = p->status.message;
+    /* Symbolized here, once, not when the frames arrive: it reads DWARF
+     * (tens of ms), which the failure notification should not wait for. */
+    mp__backtrace_finish(&p->status);
+    e.backtrace = p->status.backtrace ? p->status.backtrace : "";
+    e.name = p->name;
+    return mp__struct_out(out, &e, sizeof e, "mp_process_error", "mp_child_error");
 }
 
 /* ---- signals and destroy --------------------------------------------------- */
@@ -448,12 +468,10 @@ int mp_process_destroy(mp_process *p)
     return 0;
 }
 
-void mp__process_stop_all(mp_process **ps, int n, int except, double grace)
+/* Reaps the children of ps that exit before deadline; true when none is
+ * left running. */
+static bool reap_until(mp_process **ps, int n, double deadline)
 {
-    double deadline = mp__deadline(grace);
-    for (int i = 0; i < n; i++)
-        if (i != except && ps[i]->state == ST_STARTED)
-            mp__pidfd_signal(ps[i]->pidfd, SIGTERM, "mp_spawn");
     for (;;) {
         struct pollfd pf[n > 0 ? n : 1];
         int waiting = 0;
@@ -464,13 +482,24 @@ void mp__process_stop_all(mp_process **ps, int n, int except, double grace)
             waiting += pf[i].fd >= 0;
         }
         if (!waiting)
-            return;
+            return true;
         if (poll(pf, (nfds_t)n, mp__poll_ms(deadline)) == 0)
-            break;
+            return false;
         for (int i = 0; i < n; i++)
             if (pf[i].revents)
                 mp__process_reap(ps[i], true);
     }
+}
+
+void mp__process_stop_all(mp_process **ps, int n, int except, double grace, double kill_timeout)
+{
+    if (grace > 0 && reap_until(ps, n, mp__deadline(grace)))
+        return;
+    for (int i = 0; i < n; i++)
+        if (i != except && ps[i]->state == ST_STARTED)
+            mp__pidfd_signal(ps[i]->pidfd, SIGTERM, "mp_spawn");
+    if (reap_until(ps, n, mp__deadline(kill_timeout)))
+        return;
     for (int i = 0; i < n; i++)
         if (ps[i]->state == ST_STARTED) {
             mp__pidfd_signal(ps[i]->pidfd, SIGKILL, "mp_spawn");

@@ -22,11 +22,35 @@ struct mp_context {
 };
 
 /* ---- registry / start methods (registry.c) ------------------------------ */
+
+/* One registry of named functions for MP_ENTRY (entries), MP_TASK (pool
+ * tasks) and MP_ARRAY_TASK (pool array tasks): same limits (MP_REGISTRY_MAX
+ * slots, MP_ENTRY_NAME_MAX names), lock-free lookups (safe in a forked
+ * child). A name is unique among entries, and unique among tasks and array
+ * tasks together (one name space: a pool task name is one or the other). */
+typedef enum mp__reg_kind {
+    MP__REG_ENTRY = 0,
+    MP__REG_TASK = 1,
+    MP__REG_ARRAY_TASK = 2
+} mp__reg_kind;
+/* MP_EINVAL (bad or duplicate name, NULL fn), MP_EOVERFLOW (full); call
+ * names the public function in the sentence. */
+int mp__registry_add(mp__reg_kind kind, const char *name, void (*fn)(void), const char *call);
+void (*mp__registry_find(mp__reg_kind kind, const char *name))(void);
+/* As add, from a constructor: a failure is kept (the first one) instead of
+ * returned, for mp__registry_check. */
+void mp__registry_add_at_load(mp__reg_kind kind, const char *name, void (*fn)(void));
+/* 0, or the kept load-time failure with its sentence, prefixed by call:
+ * mp_setup and every start call it, so the failure is never silent. */
+int mp__registry_check(const char *call);
 mp_entry_fn mp__entry_lookup(const char *name);
 /* MP_EINVAL with a sentence for an unknown name. */
 int mp__method_parse(const char *name, mp__method *out);
 mp__method mp__method_default(void);
 const char *mp__method_name(mp__method m);
+/* A child's default start method is the one it was started with (Python's
+ * spawn and forkserver children report theirs): set by the child runtime. */
+void mp__method_inherit(mp__method m);
 /* MP_ESTATE when fork is refused in a threaded process. */
 int mp__fork_check(const char *call);
 
@@ -34,12 +58,16 @@ int mp__fork_check(const char *call);
  * Each child holds one end of a SOCK_SEQPACKET pair; the parent polls the
  * other. Parent -> child: the boot record, then the argument message.
  * Child -> parent: records that start with MP__REC_MARK and a type byte;
- * after MP__REC_SIGNAL, every record up to MP__REC_END is one backtrace line
- * written by backtrace_symbols_fd. */
+ * after MP__REC_SIGNAL come MP__REC_FRAME records, one per stack frame
+ * ("PC BASE PATH" in hex: the address, the load address of the file it is
+ * in, that file), then MP__REC_END; the parent symbolizes them (backtrace.c). */
 #define MP__REC_MARK '\001'
 #define MP__REC_RAISE 'R'
 #define MP__REC_SIGNAL 'S'
+#define MP__REC_FRAME 'F'
 #define MP__REC_END 'E'
+#define MP__FRAMES_MAX 48
+#define MP__FRAME_PATH_MAX 1024
 #define MP__BOOT_MAGIC 0x6d70626fu /* "mpbo" */
 #define MP__MESSAGE_MAX 2048
 
@@ -52,14 +80,23 @@ extern _Thread_local void (*mp__raise_hook)(const char *text);
 typedef struct mp__boot {
     uint32_t magic;
     int32_t rank;
+    int32_t method; /* the mp__method that started the child */
     char entry[MP_ENTRY_NAME_MAX + 1];
 } mp__boot;
+
+/* One raw frame from a dying child, until the parent symbolizes it. */
+typedef struct mp__frame {
+    uintptr_t pc, base;
+    char *path; /* malloc'd; NULL when the address is in no file */
+} mp__frame;
 
 /* What the parent learned from a child's status channel. */
 typedef struct mp__status {
     char message[MP__MESSAGE_MAX];
     char *backtrace; /* malloc'd, NUL-terminated; NULL until a line came */
     size_t bt_len;
+    mp__frame *frames; /* raw frames not yet symbolized */
+    int nframes;
     bool in_backtrace;
     bool failed; /* a raise or signal record arrived */
     bool eof;
@@ -69,6 +106,23 @@ typedef struct mp__status {
  * or on an error of the socket. */
 void mp__status_drain(int chan, mp__status *st);
 void mp__status_free(mp__status *st);
+/* Appends one line (a newline is added) to st->backtrace. */
+void mp__status_append(mp__status *st, const char *line, size_t len);
+
+/* ---- fatal-signal backtraces (backtrace.c) --------------------------------
+ * Child, inside its fatal-signal handler (async-signal-safe): sends one
+ * MP__REC_FRAME per frame from fault_pc (the interrupted instruction; 0 if
+ * unknown) outwards. */
+void mp__backtrace_send(int chan, uintptr_t fault_pc);
+/* Parent: keeps one frame record (without its two-byte header). */
+void mp__backtrace_add_frame(mp__status *st, const char *rec, size_t len);
+/* Parent (mp_process_error, lazily): symbolizes the frames kept so far, all
+ * that arrived even if the child died before its end record, with libdw
+ * into st->backtrace,
+ * one "#N  function at file:line (module+0xoffset)" line each (parts libdw
+ * cannot resolve are left out); no-op without frames. */
+void mp__backtrace_finish(mp__status *st);
+void mp__backtrace_free(mp__status *st);
 
 /* ---- child side (child.c) --------------------------------------------------
  * Runs the child: reads the boot record and args from chan, runs the entry,
@@ -102,26 +156,31 @@ int mp__pidfd_signal(int pidfd, int sig, const char *call);
 const char *mp__signal_name(int sig, char *buf, size_t cap);
 
 /* ---- forkserver client (forkserver.c) ------------------------------------ */
-/* Asks the server to fork a child running mp__child_run on chan. */
+/* Asks the server to fork a child running mp__child_run on chan. The child
+ * becomes this process's own (see forkserver.c): waited for with waitpid. */
 int mp__forkserver_launch(int chan, pid_t *pid, int *pidfd);
-/* The relayed wait status of an exited forkserver child; waits until
- * deadline. MP_ECLOSED when the server died (the child died with it). */
-int mp__forkserver_status(pid_t pid, double deadline, int *wstatus);
-/* Server main for a program started with MPROC_FORKSERVER. Never returns. */
-_Noreturn void mp__forkserver_main(int ctl);
+/* Server main for a program started with MPROC_FORKSERVER by parent.
+ * Never returns. */
+_Noreturn void mp__forkserver_main(int ctl, pid_t parent);
 
 /* ---- processes (process.c), used by mp_spawn ----------------------------- */
 int mp__process_create(const char *entry, mp_msg *args, const mp_process_options *opts, int rank,
                        mp_process **out);
 int mp__process_pidfd(const mp_process *p);
+/* For mp_wait: the pidfd to poll, -1 once reaped (ready); MP_EINVAL before
+ * start or in another process than the starter. */
+int mp__process_wait_fd(const mp_process *p, int *fd, const char *call);
 int mp__process_chan(const mp_process *p);
 bool mp__process_reaped(const mp_process *p);
 /* Reads the status channel; true once the child reported a failure. */
 bool mp__process_poll_status(mp_process *p);
 /* Reaps if exited (block: wait for it). 1 when reaped, 0 still running. */
 int mp__process_reap(mp_process *p, bool block);
-/* SIGTERM all running but except (which is dying on its own), wait up to
- * grace, SIGKILL and reap the rest. */
-void mp__process_stop_all(mp_process **ps, int n, int except, double grace);
+/* torch's shutdown after a failure: waits up to grace seconds for every
+ * child to exit on its own, then SIGTERMs the running ones but except (which
+ * is dying on its own), waits up to kill_timeout, SIGKILLs and reaps the
+ * rest. */
+void mp__process_stop_all(mp_process **ps, int n, int except, double grace,
+                          double kill_timeout);
 
 #endif

@@ -1,105 +1,130 @@
 /* Entry registry, start methods, contexts and the fork-with-threads guard. */
-#include "cuda/cuda_internal.h"
 #include "process/process_internal.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- entries ------------------------------------------------------------- */
+/* ---- the registry of entries and tasks -----------------------------------
+ * One table for MP_ENTRY, MP_TASK and MP_ARRAY_TASK functions, with one
+ * capacity (MP_REGISTRY_MAX, all kinds together) and one name limit. Readers take
+ * no lock, so a child forked while another thread registers can still look
+ * its entry up: a slot is complete before the count that publishes it is
+ * stored (release/acquire). Writers serialize on a mutex. */
 
-typedef struct entry {
+typedef struct reg_slot {
+    mp__reg_kind kind;
     char name[MP_ENTRY_NAME_MAX + 1];
-    mp_entry_fn fn;
-} entry;
+    void (*fn)(void);
+} reg_slot;
 
+static reg_slot slots[MP_REGISTRY_MAX];
+static atomic_int n_slots;
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static entry *entries;
-static size_t n_entries, cap_entries;
 
-static bool name_ok(const char *name)
+/* The first failure of a registration made at load time, which has nobody
+ * to return it to: mp_setup and every start report it. */
+static atomic_int load_failure;
+static char load_sentence[320];
+
+static const char *const kind_macro[] = {"MP_ENTRY", "MP_TASK", "MP_ARRAY_TASK"};
+static const char *const kind_word[] = {"entry", "task", "array task"};
+
+/* Tasks and array tasks share one name space (the pool looks a chunk's task
+ * name up as either); entries have their own. */
+static bool same_space(mp__reg_kind a, mp__reg_kind b)
 {
-    size_t n;
-    if (!name)
-        return false;
-    n = strlen(name);
-    return n > 0 && n <= MP_ENTRY_NAME_MAX;
+    return a == b || (a != MP__REG_ENTRY && b != MP__REG_ENTRY);
 }
 
-static entry *find_locked(const char *name)
+/* The slot called name: of exactly kind, or with any_of_space of any kind
+ * in kind's name space. */
+static reg_slot *find(mp__reg_kind kind, const char *name, bool any_of_space)
 {
-    for (size_t i = 0; i < n_entries; i++)
-        if (strcmp(entries[i].name, name) == 0)
-            return &entries[i];
+    int n = atomic_load_explicit(&n_slots, memory_order_acquire);
+    for (int i = 0; i < n; i++)
+        if ((slots[i].kind == kind || (any_of_space && same_space(slots[i].kind, kind))) &&
+            strcmp(slots[i].name, name) == 0)
+            return &slots[i];
     return NULL;
 }
 
-static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
-static void atfork_prepare(void)
+int mp__registry_add(mp__reg_kind kind, const char *name, void (*fn)(void), const char *call)
 {
-    pthread_mutex_lock(&registry_lock);
-}
-static void atfork_release(void)
-{
-    pthread_mutex_unlock(&registry_lock);
-}
-/* A fork child looks its entry up: the lock must not be held by a thread
- * that fork left behind. */
-static void register_atfork(void)
-{
-    pthread_atfork(atfork_prepare, atfork_release, atfork_release);
-}
-
-int mp_register_entry(const char *name, mp_entry_fn fn)
-{
+    size_t len = name ? strlen(name) : 0;
     int rc = 0;
-    if (!name_ok(name) || !fn)
-        return mp__error(MP_EINVAL,
-                         "mp_register_entry: need a name of 1..%d bytes and a "
-                         "function",
+    if (!fn || len == 0 || len > MP_ENTRY_NAME_MAX)
+        return mp__error(MP_EINVAL, "%s: need a function and a name of 1..%d bytes", call,
                          MP_ENTRY_NAME_MAX);
-    pthread_once(&atfork_once, register_atfork);
     pthread_mutex_lock(&registry_lock);
-    if (find_locked(name)) {
-        rc = mp__error(MP_EINVAL,
-                       "mp_register_entry: an entry called '%s' is already "
-                       "registered; entry names must be unique",
-                       name);
-        goto out_unlock;
+    int n = atomic_load_explicit(&n_slots, memory_order_relaxed);
+    reg_slot *dup = find(kind, name, true);
+    if (dup)
+        rc = mp__error(MP_EINVAL, "%s: %s '%s' is registered already; %s names must be unique",
+                       call, kind_word[dup->kind], name,
+                       kind == MP__REG_ENTRY ? "entry" : "task and array task");
+    else if (n == MP_REGISTRY_MAX)
+        rc = mp__error(MP_EOVERFLOW, "%s: cannot register %s '%s': the registry is full "
+                       "(MP_REGISTRY_MAX = %d entries and tasks)", call, kind_word[kind], name,
+                       MP_REGISTRY_MAX);
+    if (!rc) {
+        slots[n].kind = kind;
+        memcpy(slots[n].name, name, len + 1);
+        slots[n].fn = fn;
+        atomic_store_explicit(&n_slots, n + 1, memory_order_release);
     }
-    if (n_entries == cap_entries) {
-        size_t cap = cap_entries ? cap_entries * 2 : 16;
-        entry *e = realloc(entries, cap * sizeof *e);
-        if (!e) {
-            rc = mp__error(MP_ENOMEM, "mp_register_entry: out of memory");
-            goto out_unlock;
-        }
-        entries = e;
-        cap_entries = cap;
-    }
-    strcpy(entries[n_entries].name, name);
-    entries[n_entries].fn = fn;
-    n_entries++;
-out_unlock:
     pthread_mutex_unlock(&registry_lock);
     return rc;
 }
 
+void (*mp__registry_find(mp__reg_kind kind, const char *name))(void)
+{
+    reg_slot *s = name ? find(kind, name, false) : NULL;
+    return s ? s->fn : NULL;
+}
+
+void mp__registry_add_at_load(mp__reg_kind kind, const char *name, void (*fn)(void))
+{
+    mp__error_saved saved;
+    mp__error_save(&saved); /* a constructor must not leave a sentence behind */
+    int rc = mp__registry_add(kind, name, fn, kind_macro[kind]);
+    if (rc) {
+        pthread_mutex_lock(&registry_lock);
+        if (!atomic_load(&load_failure)) {
+            snprintf(load_sentence, sizeof load_sentence, "%s", mp_last_error());
+            atomic_store(&load_failure, rc);
+        }
+        pthread_mutex_unlock(&registry_lock);
+    }
+    mp__error_restore(&saved);
+}
+
+int mp__registry_check(const char *call)
+{
+    int rc = atomic_load(&load_failure);
+    if (!rc)
+        return 0;
+    return mp__error(rc, "%s: a function registered at load time was refused: %s", call,
+                     load_sentence);
+}
+
+int mp_register_entry(const char *name, mp_entry_fn fn)
+{
+    return mp__registry_add(MP__REG_ENTRY, name, (void (*)(void))fn, "mp_register_entry");
+}
+
+void mp_register_entry_at_load(const char *name, mp_entry_fn fn)
+{
+    mp__registry_add_at_load(MP__REG_ENTRY, name, (void (*)(void))fn);
+}
+
 mp_entry_fn mp__entry_lookup(const char *name)
 {
-    entry *e;
-    mp_entry_fn fn = NULL;
-    if (!name_ok(name))
-        return NULL;
-    pthread_mutex_lock(&registry_lock);
-    e = find_locked(name);
-    if (e)
-        fn = e->fn;
-    pthread_mutex_unlock(&registry_lock);
-    return fn;
+    return (mp_entry_fn)mp__registry_find(MP__REG_ENTRY, name);
 }
 
 /* ---- start methods ------------------------------------------------------- */
@@ -131,6 +156,12 @@ int mp__method_parse(const char *name, mp__method *out)
                      "unknown start method '%s': use \"fork\", \"spawn\" or "
                      "\"forkserver\"",
                      name ? name : "(null)");
+}
+
+void mp__method_inherit(mp__method m)
+{
+    if (m >= 0 && m < MP__METHOD_COUNT)
+        atomic_store(&current_method, (int)m);
 }
 
 mp__method mp__method_default(void)
@@ -237,7 +268,7 @@ int mp__fork_check(const char *call)
 {
     bool hazard;
     int n;
-    int rc = mp__cuda_fork_check(call); /* the CUDA runtime does not survive fork */
+    int rc = mp__fork_hazards_check(call); /* e.g. CUDA: its runtime does not survive fork */
     if (rc < 0)
         return rc;
     if (!atomic_load(&refuse_threads))

@@ -11,7 +11,8 @@
 struct mp_spawn_context {
     int nprocs;
     mp_process **procs;
-    double grace;
+    double grace;        /* to finish on their own after a failure, before SIGTERM */
+    double kill_timeout; /* between SIGTERM and SIGKILL */
     int failed; /* rank of the first failure, or -1 */
     mp_child_error err;
 };
@@ -24,7 +25,8 @@ void mp_spawn_options_init(mp_spawn_options *opts)
     opts->size = sizeof *opts;
     opts->nprocs = 1;
     opts->join = true;
-    opts->grace_period = 1.0;
+    opts->grace_period = 0;
+    opts->kill_timeout = 1.0;
 }
 
 static int fail_result(const mp_spawn_context *c)
@@ -43,7 +45,8 @@ static int fail_result(const mp_spawn_context *c)
 static int fail(mp_spawn_context *c, int rank)
 {
     c->failed = rank;
-    mp__process_stop_all(c->procs, c->nprocs, rank, c->grace);
+    mp__process_stop_all(c->procs, c->nprocs, rank, c->grace, c->kill_timeout);
+    c->err.size = sizeof c->err;
     mp_process_error(c->procs[rank], &c->err);
     return fail_result(c);
 }
@@ -112,8 +115,8 @@ int mp_spawn_context_error(const mp_spawn_context *c, mp_child_error *out)
         return mp__error(MP_EINVAL, "mp_spawn_context_error: NULL argument");
     if (c->failed < 0)
         return mp__error(MP_ESTATE, "mp_spawn_context_error: no child has failed");
-    *out = c->err;
-    return 0;
+    return mp__struct_out(out, &c->err, sizeof c->err, "mp_spawn_context_error",
+                          "mp_child_error");
 }
 
 int mp_spawn_context_nprocs(const mp_spawn_context *c)
@@ -137,11 +140,21 @@ int mp_spawn_context_set_grace_period(mp_spawn_context *c, double seconds)
     return 0;
 }
 
+int mp_spawn_context_set_kill_timeout(mp_spawn_context *c, double seconds)
+{
+    if (!c || !(seconds >= 0))
+        return mp__error(MP_EINVAL, "mp_spawn_context_set_kill_timeout: need a context "
+                                    "and seconds >= 0");
+    c->kill_timeout = seconds;
+    return 0;
+}
+
 void mp_spawn_context_destroy(mp_spawn_context *c)
 {
     if (!c)
         return;
-    mp__process_stop_all(c->procs, c->nprocs, -1, c->grace);
+    /* Nobody failed: no grace to finish, SIGTERM at once. */
+    mp__process_stop_all(c->procs, c->nprocs, -1, 0, c->kill_timeout);
     for (int i = 0; i < c->nprocs; i++)
         mp_process_destroy(c->procs[i]);
     free(c->procs);
@@ -151,15 +164,12 @@ void mp_spawn_context_destroy(mp_spawn_context *c)
 static int check_options(const char *entry, const mp_spawn_options *o, mp_spawn_context **out)
 {
     mp__method m;
-    if (!entry || !o)
-        return mp__error(MP_EINVAL, "mp_spawn: entry and options must not be NULL");
-    if (o->size != sizeof *o)
-        return mp__error(MP_EINVAL, "mp_spawn: options not initialized (call "
-                                    "mp_spawn_options_init first)");
+    if (!entry)
+        return mp__error(MP_EINVAL, "mp_spawn: entry must not be NULL");
     if (o->nprocs < 1 || o->nprocs > 4096)
         return mp__error(MP_EINVAL, "mp_spawn: nprocs must be 1..4096 (got %d)", o->nprocs);
-    if (!(o->grace_period >= 0))
-        return mp__error(MP_EINVAL, "mp_spawn: grace_period must be >= 0");
+    if (!(o->grace_period >= 0) || !(o->kill_timeout >= 0))
+        return mp__error(MP_EINVAL, "mp_spawn: grace_period and kill_timeout must be >= 0");
     if (!o->join && !out)
         return mp__error(MP_EINVAL, "mp_spawn: without join, ctx must not be NULL");
     if (o->start_method && mp__method_parse(o->start_method, &m) < 0)
@@ -198,10 +208,17 @@ static int destroy_keeping_error(mp_spawn_context *c, int rc)
     return rc < 0 ? mp__error(rc, "%s", why) : rc;
 }
 
-int mp_spawn_ex(const char *entry, mp_msg *args, const mp_spawn_options *o, mp_spawn_context **out)
+int mp_spawn_ex(const char *entry, mp_msg *args, const mp_spawn_options *opts,
+                mp_spawn_context **out)
 {
     mp_spawn_context *c;
-    int rc = check_options(entry, o, out);
+    mp_spawn_options copy, *o = &copy;
+    int rc;
+    if (!opts)
+        return mp__error(MP_EINVAL, "mp_spawn: options must not be NULL");
+    rc = mp__struct_in(&copy, sizeof copy, opts, "mp_spawn", "mp_spawn_options");
+    if (!rc)
+        rc = check_options(entry, o, out);
     if (rc < 0)
         return rc;
     if (out)
@@ -213,6 +230,7 @@ int mp_spawn_ex(const char *entry, mp_msg *args, const mp_spawn_options *o, mp_s
     }
     c->nprocs = o->nprocs;
     c->grace = o->grace_period;
+    c->kill_timeout = o->kill_timeout;
     c->failed = -1;
     rc = start_all(c, entry, args, o);
     if (rc < 0) {

@@ -24,7 +24,8 @@ static void after_fork(void)
 }
 static void init(void)
 {
-    pthread_atfork(before_fork, after_fork, after_fork);
+    static const mp__fork_handlers h = {before_fork, after_fork, after_fork};
+    mp__atfork_register(MP__FORK_SHM_CACHE, &h);
 }
 
 static size_t slot(dev_t dev, ino_t ino, size_t n)

@@ -68,12 +68,25 @@ typedef struct mp__mgr_ring {
 /* Default grace period (seconds) after the last client is gone; override with
  * $MPROC_SHM_MANAGER_GRACE or the daemon's --grace. */
 #define MP__MGR_GRACE_DEFAULT 2.0
+#define MP__MGR_GRACE_MAX 31536000.0 /* a year: anything longer is a typo */
+/* The grace period from $MPROC_SHM_MANAGER_GRACE into *out (left alone when
+ * unset or empty); MP_EINVAL naming the variable when it is not a number in
+ * [0, MP__MGR_GRACE_MAX]. The daemon refuses to start on it, and the library
+ * checks it before starting one, so the failing call reports it. */
+int mp__mgr_grace_env(double *out);
 
 /* The private runtime directory: $MPROC_RUNTIME_DIR, else
  * $XDG_RUNTIME_DIR/mproc, else /tmp/mproc-<uid>. With create it is made mode
  * 0700 when missing. It must be a real directory (not a symlink) owned by us
  * with no group/other access, else MP_EPERM naming the problem. */
 int mp__mgr_runtime_dir(char *buf, size_t cap, bool create);
+/* The same check for `mproc doctor`: on failure also fills problem (what is
+ * wrong) and fix (the one action that matches it, e.g. `chmod 700 DIR`).
+ * A fix never tells to remove a path that mproc did not choose itself: for
+ * $MPROC_RUNTIME_DIR it says to point the variable elsewhere or unset it.
+ * *exists is false (and 0 returned) when the directory is not there yet. */
+int mp__mgr_runtime_dir_diagnose(char *buf, size_t cap, bool create, bool *exists,
+                                 char *problem, size_t pcap, char *fix, size_t fcap);
 /* <runtime dir>/<file>. */
 int mp__mgr_path(char *buf, size_t cap, const char *file, bool create);
 
@@ -87,9 +100,13 @@ int mp__mgr_control(const char *cmd, char **reply, double timeout);
 int mp__mgr_connect_at(const char *path, int *fd);
 int mp__mgr_control_at(const char *path, const char *cmd, char **reply, double timeout);
 
-/* The daemon binary: $MPROC_SHM_MANAGER, the build tree's, the install
- * bindir's, else "mproc-shm-manager" for a $PATH lookup. */
-const char *mp__mgr_binary(char *buf, size_t cap);
+/* The daemon binary into buf: $MPROC_SHM_MANAGER when set ("none":
+ * MP_ENOENT, the client is off), else found relative to the object holding
+ * libmproc (dladdr): libmproc.so's folder, or the program's for a static
+ * link, then MPROC_LIBEXEC_FROM_LIBDIR (or _BINDIR)/mproc-shm-manager, then
+ * mproc-shm-manager in that folder itself (the build tree). 0, or MP_ENOENT
+ * with the paths tried and the fix. */
+int mp__mgr_binary(char *buf, size_t cap);
 /* Starts the daemon (it detaches itself) with one optional argument (e.g.
  * "--persistent", or NULL) and waits for it to be ready or to find another
  * one already running. Returns 0 or a negative mp_error. */

@@ -25,8 +25,8 @@
  * (it inherited the mappings); so does every client after a daemon restart,
  * each time with every segment it holds. Failures never reach the caller
  * (the hooks return void): segments keep working, only the leak protection
- * is lost, and a line goes to the log hook. $MPROC_SHM_MANAGER=none turns
- * the client off. */
+ * is lost, and a line goes to the log hook (without one, the first such
+ * line goes to stderr). $MPROC_SHM_MANAGER=none turns the client off. */
 #include "shm/manager.h"
 
 #include <errno.h>
@@ -85,14 +85,14 @@ static int send_dgram(const char *buf, size_t len)
 static int ring_make(int *fd)
 {
     mp__mgr_ring *r;
-    int f = memfd_create(MP__MGR_RING_NAME, MFD_CLOEXEC | MFD_ALLOW_SEALING), err;
+    int f = mp__sys.memfd_create(MP__MGR_RING_NAME, MFD_CLOEXEC | MFD_ALLOW_SEALING), err;
     if (f < 0)
         return -errno;
     /* Sealed so the daemon can trust that the size stays. */
-    if (ftruncate(f, (off_t)RING_LEN) != 0 ||
-        fcntl(f, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+    if (mp__sys.ftruncate(f, (off_t)RING_LEN) != 0 ||
+        mp__sys.fcntl(f, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
         goto fail;
-    r = mmap(NULL, RING_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
+    r = mp__sys.mmap(NULL, RING_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
     if (r == MAP_FAILED)
         goto fail;
     r->magic = MP__MGR_RING_MAGIC;
@@ -106,8 +106,8 @@ static int ring_make(int *fd)
         err = pthread_mutex_init(&r->daemon, &a);
         pthread_mutexattr_destroy(&a);
         if (err) {
-            munmap(r, RING_LEN);
-            close(f);
+            mp__sys.munmap(r, RING_LEN);
+            mp__sys.close(f);
             return -err;
         }
     }
@@ -116,14 +116,14 @@ static int ring_make(int *fd)
     return 0;
 fail:
     err = errno;
-    close(f);
+    mp__sys.close(f);
     return -err;
 }
 
 static void ring_drop(void)
 {
     if (ring)
-        munmap(ring, RING_LEN);
+        mp__sys.munmap(ring, RING_LEN);
     ring = NULL;
 }
 
@@ -214,7 +214,7 @@ static int send_register(void)
     }
     iov.iov_len = (size_t)snprintf(buf, sizeof buf, "HELLO %d %d\n", MP__MGR_PROTOCOL,
                                    (int)mp__pid());
-    while (sendmsg(conn_fd, &mh, MSG_NOSIGNAL) < 0)
+    while (mp__sys.sendmsg(conn_fd, &mh, MSG_NOSIGNAL) < 0)
         if (errno != EINTR) {
             rc = -errno;
             break;
@@ -281,6 +281,21 @@ static int reconnect(const struct sockaddr_un *sa)
     return 0;
 }
 
+/* Leak protection is off: the log hook hears every time; without one the
+ * first time goes to stderr, the one exception to "the library never
+ * prints", because silently unprotected segments leak at the next crash. */
+static void say_unprotected(void)
+{
+    static bool said;
+    if (mp__log(MP_LOG_WARN, "file_system segments are not protected against leaks: %s",
+                mp_last_error()) || said)
+        return;
+    said = true;
+    fprintf(stderr, "mproc: warning: file_system segments are not protected against leaks "
+            "(said once; set a log hook with mp_set_log_hook for every occurrence): %s\n",
+            mp_last_error());
+}
+
 /* Delivers line, starting or restarting the daemon if need be. */
 static void deliver_or_restart(const char *line)
 {
@@ -314,8 +329,7 @@ static void deliver_or_restart(const char *line)
         mp__errno_error(-rc, "shm manager client: send to %s%s", sa.sun_path,
                         spawned ? " after starting the daemon" : "");
 out_fail:
-    mp__log(MP_LOG_WARN, "file_system segments are not protected against leaks: %s",
-            mp_last_error());
+    say_unprotected();
     retry_after = mp__now() + RETRY_AFTER;
 }
 
@@ -440,18 +454,11 @@ static void atfork_prepare(void) { pthread_mutex_lock(&lock); }
 static void atfork_parent(void) { pthread_mutex_unlock(&lock); }
 static void atfork_child(void) { pthread_mutex_unlock(&lock); }
 
-/* The shm layer may be absent from a static link that never creates
- * segments: then there is nothing to report, and the weak reference keeps
- * this file from pulling it in. */
-extern void mp__shm_set_hooks(const mp__shm_hooks *hooks) __attribute__((weak));
-
-/* Referenced by -Wl,--undefined (cmake/install.cmake) so that a static link
- * keeps this file, whose constructor installs the hooks. */
-const int mp__mgr_client_anchor = 1;
-
+/* The shm layer reports through mp__mgr_client_hooks() unless a test set
+ * other hooks, so a static link that uses segments pulls this file in by
+ * that reference (no linker flag needed) and with it this constructor. */
 __attribute__((constructor)) static void client_install(void)
 {
-    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
-    if (mp__shm_set_hooks)
-        mp__shm_set_hooks(&client_hooks);
+    static const mp__fork_handlers h = {atfork_prepare, atfork_parent, atfork_child};
+    mp__atfork_register(MP__FORK_SHM_MANAGER, &h);
 }

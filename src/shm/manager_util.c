@@ -2,7 +2,10 @@
  * directory, connecting, starting the daemon, and inspecting segments. */
 #include "shm/manager.h"
 
+#include <dlfcn.h>
 #include <errno.h>
+#include <limits.h>
+#include <link.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -19,43 +22,134 @@
 
 extern char **environ;
 
-#ifndef MPROC_BUILD_BINDIR
-#define MPROC_BUILD_BINDIR ""
+/* The daemon's folder relative to the library's (libdir -> libexecdir/mproc)
+ * and, for a program that linked libmproc.a, to the program's (bindir ->
+ * libexecdir/mproc); set by CMakeLists.txt from the GNUInstallDirs layout.
+ * Relative, so an installed tree can be moved anywhere. */
+#ifndef MPROC_LIBEXEC_FROM_LIBDIR
+#define MPROC_LIBEXEC_FROM_LIBDIR "../libexec/mproc"
 #endif
-#ifndef MPROC_INSTALL_BINDIR
-#define MPROC_INSTALL_BINDIR "/usr/local/bin"
+#ifndef MPROC_LIBEXEC_FROM_BINDIR
+#define MPROC_LIBEXEC_FROM_BINDIR "../libexec/mproc"
 #endif
+#define DAEMON_NAME "mproc-shm-manager"
 
-int mp__mgr_runtime_dir(char *buf, size_t cap, bool create)
+/* Where the runtime directory is and who chose it. */
+static int runtime_dir_path(char *buf, size_t cap, bool *from_env)
 {
     const char *env = getenv("MPROC_RUNTIME_DIR");
     const char *xdg = getenv("XDG_RUNTIME_DIR");
-    struct stat st;
     int n;
-
-    if (env && *env)
+    *from_env = env && *env;
+    if (*from_env)
         n = snprintf(buf, cap, "%s", env);
     else if (xdg && xdg[0] == '/')
         n = snprintf(buf, cap, "%s/mproc", xdg);
     else
         n = snprintf(buf, cap, "/tmp/mproc-%u", (unsigned)geteuid());
     if (n < 0 || (size_t)n >= cap - sizeof(MP__MGR_SOCKET) - 1)
-        return mp__error(MP_EOVERFLOW, "shm manager: runtime directory path too long: %s", buf);
-    if (create && mkdir(buf, 0700) != 0 && errno != EEXIST)
-        return mp__errno_error(errno, "shm manager: mkdir(%s)", buf);
-    if (lstat(buf, &st) != 0)
-        return mp__errno_error(errno, "shm manager: runtime directory %s", buf);
-    if (!S_ISDIR(st.st_mode))
-        return mp__error(MP_EPERM, "shm manager: %s is not a directory; remove it", buf);
-    if (st.st_uid != geteuid())
-        return mp__error(MP_EPERM,
-                         "shm manager: %s belongs to uid %u, not to us (uid %u); "
-                         "set MPROC_RUNTIME_DIR to a private directory",
-                         buf, (unsigned)st.st_uid, (unsigned)geteuid());
-    if (st.st_mode & 077)
-        return mp__error(MP_EPERM, "shm manager: %s is mode %03o; it must be 0700 (chmod 700 %s)",
-                         buf, (unsigned)(st.st_mode & 0777), buf);
+        return mp__error(MP_EOVERFLOW,
+                         "shm manager: runtime directory path too long: %s; set "
+                         "MPROC_RUNTIME_DIR to a shorter private directory", buf);
     return 0;
+}
+
+static const char *file_kind(mode_t m)
+{
+    return S_ISLNK(m) ? "a symbolic link" : S_ISREG(m) ? "a regular file"
+         : S_ISSOCK(m) ? "a socket" : S_ISFIFO(m) ? "a FIFO" : "not a directory";
+}
+
+/* problem/fix for a directory that exists but must not be used. mproc only
+ * ever suggests removing the path it chose itself; a path the user chose
+ * through $MPROC_RUNTIME_DIR may be anything (/etc/passwd), so the fix is
+ * to point the variable elsewhere. */
+static int runtime_dir_judge(const char *dir, const struct stat *st, bool env, char *problem,
+                             size_t pcap, char *fix, size_t fcap)
+{
+    const char *var = env ? "MPROC_RUNTIME_DIR=" : "";
+    if (!S_ISDIR(st->st_mode)) {
+        snprintf(problem, pcap, "%s%s is %s, not a directory mproc made", var, dir,
+                 file_kind(st->st_mode));
+        if (env)
+            snprintf(fix, fcap, "set MPROC_RUNTIME_DIR to a private directory (yours, mode "
+                     "0700) or unset it");
+        else
+            snprintf(fix, fcap, "mproc keeps its socket in %s: if nothing of yours uses that "
+                     "name, remove it (rm %s); or set MPROC_RUNTIME_DIR to a private directory",
+                     dir, dir);
+        return MP_EPERM;
+    }
+    if (st->st_uid != geteuid()) {
+        snprintf(problem, pcap, "%s%s belongs to uid %u, not to you (uid %u)", var, dir,
+                 (unsigned)st->st_uid, (unsigned)geteuid());
+        snprintf(fix, fcap, env ? "set MPROC_RUNTIME_DIR to a directory you own (mode 0700) "
+                                  "or unset it"
+                                : "another user made it, so it cannot be trusted with mproc's "
+                                  "socket; set MPROC_RUNTIME_DIR to a private directory");
+        return MP_EPERM;
+    }
+    if (st->st_mode & 077) {
+        snprintf(problem, pcap, "%s%s is mode %04o; other users can reach mproc's socket "
+                 "there, it must be 0700", var, dir, (unsigned)(st->st_mode & 07777));
+        snprintf(fix, fcap, env ? "chmod 700 %s (if it is meant for mproc alone), or set "
+                                  "MPROC_RUNTIME_DIR to a private directory"
+                                : "chmod 700 %s", dir);
+        return MP_EPERM;
+    }
+    return 0;
+}
+
+int mp__mgr_runtime_dir_diagnose(char *buf, size_t cap, bool create, bool *exists,
+                                 char *problem, size_t pcap, char *fix, size_t fcap)
+{
+    struct stat st;
+    bool env;
+    int rc = runtime_dir_path(buf, cap, &env);
+    *exists = false;
+    if (rc < 0) {
+        snprintf(problem, pcap, "%s", mp_last_error());
+        snprintf(fix, fcap, "set MPROC_RUNTIME_DIR to a shorter private directory");
+        return rc;
+    }
+    if (create && mkdir(buf, 0700) != 0 && errno != EEXIST) {
+        rc = mp__errno_error(errno, "shm manager: mkdir(%s)", buf);
+        snprintf(problem, pcap, "%s", mp_last_error());
+        snprintf(fix, fcap, env ? "set MPROC_RUNTIME_DIR to a directory that can be created, "
+                                  "or unset it" : "check that its parent directory exists "
+                                  "and is writable, or set MPROC_RUNTIME_DIR");
+        return rc;
+    }
+    if (lstat(buf, &st) != 0) {
+        if (errno == ENOENT && !create)
+            return 0;
+        rc = mp__errno_error(errno, "shm manager: runtime directory %s", buf);
+        snprintf(problem, pcap, "%s", mp_last_error());
+        snprintf(fix, fcap, "set MPROC_RUNTIME_DIR to a private directory");
+        return rc;
+    }
+    *exists = true;
+    rc = runtime_dir_judge(buf, &st, env, problem, pcap, fix, fcap);
+    if (rc < 0)
+        return mp__error(rc, "shm manager: %s; %s", problem, fix);
+    return 0;
+}
+
+int mp__mgr_runtime_dir(char *buf, size_t cap, bool create)
+{
+    char problem[512], fix[512];
+    bool exists;
+    int rc = mp__mgr_runtime_dir_diagnose(buf, cap, create, &exists, problem, sizeof problem,
+                                          fix, sizeof fix);
+    if (rc == 0 && !exists)
+        return mp__error(MP_ENOENT, "shm manager: runtime directory %s does not exist", buf);
+    return rc;
+}
+
+int mp__mgr_grace_env(double *out)
+{
+    int rc = mp__env_double("MPROC_SHM_MANAGER_GRACE", 0, MP__MGR_GRACE_MAX, out);
+    return rc < 0 ? rc : 0;
 }
 
 int mp__mgr_path(char *buf, size_t cap, const char *file, bool create)
@@ -102,10 +196,10 @@ int mp__mgr_connect_at(const char *path, int *out)
         return mp__errno_error(err, "shm manager: connect(%s)", sa.sun_path);
     }
     /* Connected: from now on the control protocol blocks (with timeouts). */
-    int fl = fcntl(fd, F_GETFL);
-    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+    int fl = mp__sys.fcntl(fd, F_GETFL, 0);
+    if (fl < 0 || mp__sys.fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
         int err = errno;
-        close(fd);
+        mp__sys.close(fd);
         return mp__errno_error(err, "shm manager: fcntl(F_SETFL) on the control socket");
     }
     *out = fd;
@@ -198,23 +292,85 @@ out_close:
     return rc;
 }
 
-const char *mp__mgr_binary(char *buf, size_t cap)
+/* Anything of ours: its address tells dladdr which object holds this code. */
+static const char self_anchor;
+
+/* The folder of the object this code was linked into: libmproc.so's, or the
+ * program's when it linked libmproc.a (then *program is true). */
+static int self_dir(char *dir, size_t cap, bool *program)
+{
+    Dl_info info;
+    struct link_map *map = NULL;
+    char real[PATH_MAX];
+    const char *file;
+    ssize_t n;
+
+    if (!dladdr1(&self_anchor, &info, (void **)&map, RTLD_DL_LINKMAP) || !map)
+        return mp__error(MP_ESYS, "shm manager: dladdr cannot name the object holding libmproc");
+    /* The main program's link map has an empty name (dladdr then reports
+     * argv[0], which may be relative or a lie); the kernel knows better. */
+    *program = map->l_name[0] == '\0';
+    if (*program) {
+        if ((n = readlink("/proc/self/exe", real, sizeof real - 1)) <= 0)
+            return mp__errno_error(errno, "shm manager: readlink(/proc/self/exe)");
+        real[n] = '\0';
+        file = real;
+    } else {
+        /* Through symlinks, to the folder the library really lives in. */
+        file = realpath(info.dli_fname, real) ? real : info.dli_fname;
+    }
+    if ((size_t)snprintf(dir, cap, "%s", file) >= cap)
+        return mp__error(MP_EOVERFLOW, "shm manager: path too long: %s", file);
+    if (!strrchr(dir, '/'))
+        return mp__error(MP_ESYS, "shm manager: libmproc's path \"%s\" has no folder", dir);
+    *strrchr(dir, '/') = '\0';
+    return 0;
+}
+
+int mp__mgr_binary(char *buf, size_t cap)
 {
     const char *env = getenv("MPROC_SHM_MANAGER");
+    char dir[PATH_MAX], next[PATH_MAX + sizeof DAEMON_NAME];
+    bool program = false;
+    int rc;
+
+    if (env && strcmp(env, "none") == 0)
+        return mp__error(MP_ENOENT, "shm manager: turned off (MPROC_SHM_MANAGER=none); unset "
+                         "MPROC_SHM_MANAGER to protect file_system segments against leaks");
     if (env && *env) {
-        snprintf(buf, cap, "%s", env);
-        return buf;
+        if ((size_t)snprintf(buf, cap, "%s", env) >= cap)
+            return mp__error(MP_EOVERFLOW, "shm manager: MPROC_SHM_MANAGER is too long");
+        if (access(buf, X_OK) != 0)
+            return mp__errno_error(errno, "shm manager: MPROC_SHM_MANAGER=%s is not an "
+                                   "executable file; set it to the path of %s, or unset it",
+                                   env, DAEMON_NAME);
+        return 0;
     }
-    if (MPROC_BUILD_BINDIR[0]) {
-        snprintf(buf, cap, "%s/mproc-shm-manager", MPROC_BUILD_BINDIR);
-        if (access(buf, X_OK) == 0)
-            return buf;
+    if ((rc = self_dir(dir, sizeof dir, &program)) < 0)
+        return rc;
+    /* The installed layout first; then a daemon beside the library or
+     * program, which is how the build tree (and a bundle that ships both
+     * in one folder) holds it. No absolute path is compiled in. */
+    snprintf(buf, cap, "%s/%s/%s", dir,
+             program ? MPROC_LIBEXEC_FROM_BINDIR : MPROC_LIBEXEC_FROM_LIBDIR, DAEMON_NAME);
+    if (access(buf, X_OK) == 0) {
+        /* <prefix>/libexec/..., not <prefix>/lib/../libexec/..., in messages */
+        if (realpath(buf, next) && strlen(next) < cap)
+            memcpy(buf, next, strlen(next) + 1);
+        return 0;
     }
-    snprintf(buf, cap, "%s/mproc-shm-manager", MPROC_INSTALL_BINDIR);
-    if (access(buf, X_OK) == 0)
-        return buf;
-    snprintf(buf, cap, "mproc-shm-manager");
-    return buf;
+    snprintf(next, sizeof next, "%s/%s", dir, DAEMON_NAME);
+    if (access(next, X_OK) == 0) {
+        if ((size_t)snprintf(buf, cap, "%s", next) >= cap)
+            return mp__error(MP_EOVERFLOW, "shm manager: path too long: %s", next);
+        return 0;
+    }
+    return mp__error(MP_ENOENT,
+                     "shm manager: %s not found: neither %s nor %s is an executable file "
+                     "(%s is in %s); install mproc's %s there, or set MPROC_SHM_MANAGER to "
+                     "its path",
+                     DAEMON_NAME, buf, next, program ? "this program" : "libmproc", dir,
+                     DAEMON_NAME);
 }
 
 int mp__mgr_spawn(const char *arg, double timeout)
@@ -225,7 +381,16 @@ int mp__mgr_spawn(const char *arg, double timeout)
     pid_t pid, w;
     struct timespec ts = {0, 5 * 1000 * 1000};
 
-    mp__mgr_binary(bin, sizeof bin);
+    char why[512];
+    double grace;
+    int rc = mp__mgr_grace_env(&grace);
+    if (rc < 0) { /* the daemon would refuse it: say why here, not in its log */
+        snprintf(why, sizeof why, "%s", mp_last_error());
+        return mp__error(rc, "shm manager: cannot start the daemon: %s", why);
+    }
+    rc = mp__mgr_binary(bin, sizeof bin);
+    if (rc < 0)
+        return rc;
     argv[0] = bin;
     argv[1] = (char *)arg;
     argv[2] = NULL;
@@ -239,13 +404,12 @@ int mp__mgr_spawn(const char *arg, double timeout)
     posix_spawnattr_init(&attr);
     posix_spawnattr_setsigmask(&attr, &none);
     posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
-    int err = strchr(bin, '/') ? posix_spawn(&pid, bin, NULL, &attr, argv, environ)
-                               : posix_spawnp(&pid, bin, NULL, &attr, argv, environ);
+    int err = posix_spawn(&pid, bin, NULL, &attr, argv, environ);
     posix_spawnattr_destroy(&attr);
     if (err == ENOENT || err == EACCES)
         return mp__error(MP_ENOENT,
                          "shm manager: cannot execute %s; set MPROC_SHM_MANAGER to the path "
-                         "of mproc-shm-manager or add its directory to PATH", bin);
+                         "of mproc-shm-manager", bin);
     if (err != 0)
         return mp__errno_error(err, "shm manager: posix_spawn(%s)", bin);
     /* a real deadline: counting 5 ms naps would stretch the wait on a busy machine */
@@ -266,7 +430,7 @@ int mp__mgr_spawn(const char *arg, double timeout)
     if (w == pid && WIFEXITED(status) && WEXITSTATUS(status) == 127)
         return mp__error(MP_ENOENT,
                          "shm manager: cannot execute %s; set MPROC_SHM_MANAGER to the path "
-                         "of mproc-shm-manager or add its directory to PATH", bin);
+                         "of mproc-shm-manager", bin);
     if (w == pid && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
         return mp__error(MP_ESYS, "shm manager: %s failed to start (status 0x%x); see %s in "
                          "the runtime directory", bin, (unsigned)status, MP__MGR_LOG);

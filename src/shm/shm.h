@@ -36,6 +36,8 @@ typedef struct mp__fs_header {
 
 /* Current strategy of this process (MP__STRATEGY_*). */
 int mp__shm_strategy(void);
+/* Sets it (a valid MP__STRATEGY_*; mp_set_sharing_strategy checks names). */
+void mp__shm_set_strategy(int strategy);
 
 /* Creates, sizes (posix_fallocate: a full /dev/shm is MP_ENOSPC with free and
  * needed bytes), seals (FD) and maps a zeroed segment of nbytes data bytes.

@@ -4,6 +4,8 @@
 #include "sync/sync_internal.h"
 
 #include <limits.h>
+#include <math.h>
+#include <string.h>
 #include <unistd.h>
 
 struct mp_barrier {
@@ -21,6 +23,8 @@ typedef struct barrier_shared {
     /* Bit g % 64 tells whether generation g ended by completing (set) or by
      * a reset (clear), for waiters that look after it ended. */
     uint64_t ended_ok;
+    double timeout;      /* the default of mp_barrier_wait (NaN passed) */
+    mp__coderef action;  /* run by the last arrival before the others go */
     mp__token members[MP_SYNC_HOLDERS_MAX];
 } barrier_shared;
 
@@ -41,17 +45,44 @@ static void unmap_hook(mp__sync *s)
 
 void mp__barrier_obj_release(void *obj) { mp__sync_release(obj, unmap_hook); }
 
-int mp_barrier_create(unsigned parties, mp_barrier **out)
+void mp_barrier_options_init(mp_barrier_options *o)
 {
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->size = sizeof *o;
+    o->timeout = -1;
+}
+
+static int check_options(unsigned parties, const mp_barrier_options *o, mp__coderef *action)
+{
+    const char *call = "mp_barrier_create";
+    memset(action, 0, sizeof *action);
+    if (parties == 0 || parties > MP_SYNC_HOLDERS_MAX)
+        return mp__error(MP_EINVAL, "%s: parties = %u, want 1 .. %d", call, parties,
+                         MP_SYNC_HOLDERS_MAX);
+    if (!o)
+        return 0;
+    if (o->size != sizeof *o)
+        return mp__error(MP_EINVAL, "%s: options not initialized (call "
+                         "mp_barrier_options_init first)", call);
+    if (isnan(o->timeout))
+        return mp__error(MP_EINVAL, "%s: the default timeout is NaN (negative waits "
+                         "forever)", call);
+    return o->action ? mp__coderef_make((void (*)(void))o->action, action, call) : 0;
+}
+
+int mp_barrier_create_ex(unsigned parties, const mp_barrier_options *o, mp_barrier **out)
+{
+    mp__coderef action;
     mp__sync *s;
     barrier_shared *sh;
     int rc;
     if (!out)
         return mp__error(MP_EINVAL, "mp_barrier_create: out is NULL");
     *out = NULL;
-    if (parties == 0 || parties > MP_SYNC_HOLDERS_MAX)
-        return mp__error(MP_EINVAL, "mp_barrier_create: parties = %u, want 1 .. %d", parties,
-                         MP_SYNC_HOLDERS_MAX);
+    if ((rc = check_options(parties, o, &action)) < 0)
+        return rc;
     rc = mp__sync_new(MP_ATTACH_BARRIER, sizeof(barrier_shared), "mp_barrier_create", &s);
     if (rc)
         return rc;
@@ -64,8 +95,15 @@ int mp_barrier_create(unsigned parties, mp_barrier **out)
         return rc;
     }
     sh->parties = parties;
+    sh->timeout = o ? o->timeout : -1;
+    sh->action = action;
     *out = (mp_barrier *)s;
     return 0;
+}
+
+int mp_barrier_create(unsigned parties, mp_barrier **out)
+{
+    return mp_barrier_create_ex(parties, NULL, out);
 }
 
 mp_barrier *mp_barrier_retain(mp_barrier *b)
@@ -148,15 +186,31 @@ static int sleep_round(barrier_shared *sh, uint32_t my_gen, double deadline, dou
     }
 }
 
+/* Guard held, by the last arrival: runs the action. Non-zero (the action
+ * failed, or it cannot be found in this process) breaks the barrier. */
+static int run_action(barrier_shared *sh)
+{
+    void (*fn)(void) = NULL;
+    int rc = mp__coderef_resolve(&sh->action, &fn, "mp_barrier_wait");
+    if (rc == 0 && fn && (rc = ((mp_barrier_action_fn)fn)()) != 0)
+        rc = mp__error(MP_EBROKEN, "mp_barrier_wait: the barrier action returned %d; the "
+                       "barrier is now broken", rc);
+    else if (rc < 0)
+        rc = mp__error(MP_EBROKEN, "%s; the barrier is now broken", mp_last_error());
+    if (rc)
+        do_break(sh);
+    return rc;
+}
+
 int mp_barrier_wait(mp_barrier *b, double timeout, unsigned *index)
 {
     MP__CHECK_HANDLE(b, "mp_barrier_wait");
-    int rc = mp__check_timeout(timeout, "mp_barrier_wait");
-    if (rc)
-        return rc;
     barrier_shared *sh = bar(b);
+    if (isnan(timeout))
+        timeout = sh->timeout; /* MP_BARRIER_DEFAULT_TIMEOUT */
     double deadline = mp__deadline(timeout);
     uint32_t arrival;
+    int rc;
 
     mp__guard_lock(&sh->guard);
     if (mp__tokens_reap(sh->members, MP_SYNC_HOLDERS_MAX, NULL) > 0)
@@ -176,6 +230,8 @@ int mp_barrier_wait(mp_barrier *b, double timeout, unsigned *index)
     if (index)
         *index = arrival;
     if (sh->count == sh->parties) {
+        if ((rc = run_action(sh)) != 0)
+            goto out;
         next_gen(sh, true);
         mp__guard_unlock(&sh->guard);
         wake_after_unlock(sh);
@@ -227,12 +283,15 @@ int mp_barrier_n_waiting(const mp_barrier *b)
     return n;
 }
 
-int mp_barrier_broken(const mp_barrier *b)
+bool mp_barrier_broken(const mp_barrier *b)
 {
-    MP__CHECK_HANDLE(b, "mp_barrier_broken");
+    if (!b) {
+        mp__error(MP_EINVAL, "mp_barrier_broken: the handle is NULL");
+        return false;
+    }
     barrier_shared *sh = bar(b);
     mp__guard_lock(&sh->guard);
-    int broken = sh->broken ? 1 : 0;
+    bool broken = sh->broken != 0;
     mp__guard_unlock(&sh->guard);
     return broken;
 }

@@ -58,10 +58,13 @@ int mp_event_clear(mp_event *e)
     return 0;
 }
 
-int mp_event_is_set(const mp_event *e)
+bool mp_event_is_set(const mp_event *e)
 {
-    MP__CHECK_HANDLE(e, "mp_event_is_set");
-    return atomic_load(&ev(e)->flag) ? 1 : 0;
+    if (!e) {
+        mp__error(MP_EINVAL, "mp_event_is_set: the handle is NULL");
+        return false;
+    }
+    return atomic_load(&ev(e)->flag) != 0;
 }
 
 int mp_event_wait(mp_event *e, double timeout)

@@ -88,8 +88,12 @@ int mp__olock_release(mp__olock *l, const char *call)
     int err;
     if (!mp__olock_mine(l)) {
         pid_t pid = atomic_load_explicit(&l->owner_pid, memory_order_relaxed);
+        if (mp__mutex_dead_holder(&l->mutex))
+            return mp__error(MP_EPERM, "%s: the lock's holder (pid %d) died holding it; "
+                             "acquire it (MP_EOWNERDEAD), repair the data it protects and "
+                             "call the _consistent function", call, pid);
         if (atomic_load_explicit(&l->owner_tid, memory_order_relaxed) == 0 ||
-            !mp__mutex_held(&l->mutex))
+            !mp__mutex_live_holder(&l->mutex))
             return mp__error(MP_ESTATE, "%s: the lock is not held", call);
         return mp__error(MP_EPERM, "%s: the lock is held by another thread (pid %d); only "
                          "the thread that acquired it may release it", call, pid);
@@ -188,10 +192,13 @@ int mp_lock_consistent(mp_lock *l)
     return mp__olock_consistent(olock_of(&l->s), "mp_lock_consistent");
 }
 
-int mp_lock_locked(const mp_lock *l)
+bool mp_lock_locked(const mp_lock *l)
 {
-    MP__CHECK_HANDLE(l, "mp_lock_locked");
-    return mp__mutex_held(&olock_of(&l->s)->mutex) ? 1 : 0;
+    if (!l) {
+        mp__error(MP_EINVAL, "mp_lock_locked: the handle is NULL");
+        return false;
+    }
+    return mp__mutex_held(&olock_of(&l->s)->mutex);
 }
 
 /* ---- RLock ----------------------------------------------------------------- */

@@ -83,10 +83,29 @@ void mp__guard_unlock(pthread_mutex_t *m) { pthread_mutex_unlock(m); }
 
 bool mp__mutex_held(const pthread_mutex_t *m)
 {
+    return mp__mutex_dead_holder(m) || mp__mutex_live_holder(m);
+}
+
+bool mp__mutex_live_holder(const pthread_mutex_t *m)
+{
 #if TOKEN_WORDS
-    /* The kernel clears the owner's tid when it marks the owner dead. */
     const _Atomic uint32_t *w = (const _Atomic uint32_t *)(const void *)m;
     return (atomic_load_explicit(w, memory_order_relaxed) & FUTEX_TID_MASK) != 0;
+#else
+    (void)m;
+    return false;
+#endif
+}
+
+bool mp__mutex_dead_holder(const pthread_mutex_t *m)
+{
+#if TOKEN_WORDS
+    /* The kernel clears the owner's tid when it marks the owner dead, and
+     * sets FUTEX_OWNER_DIED until the next locker takes the word: the lock
+     * is still taken (the next acquire gets MP_EOWNERDEAD). */
+    const _Atomic uint32_t *w = (const _Atomic uint32_t *)(const void *)m;
+    uint32_t v = atomic_load_explicit(w, memory_order_relaxed);
+    return (v & FUTEX_OWNER_DIED) && !(v & FUTEX_TID_MASK);
 #else
     (void)m;
     return false;

@@ -59,6 +59,10 @@ void mp__guard_unlock(pthread_mutex_t *m);
 
 /* Whether some live thread holds m (a racy snapshot). */
 bool mp__mutex_held(const pthread_mutex_t *m);
+/* Held by a live thread / left held by a holder that died (the kernel marked
+ * the word FUTEX_OWNER_DIED and nobody took it since). mp__mutex_held: either. */
+bool mp__mutex_live_holder(const pthread_mutex_t *m);
+bool mp__mutex_dead_holder(const pthread_mutex_t *m);
 
 
 /* ---- owned locks: the body of Lock, RLock and Condition ------------------ */

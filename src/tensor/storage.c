@@ -22,7 +22,8 @@ static void after_fork(void)
 }
 static void init(void)
 {
-    pthread_atfork(before_fork, after_fork, after_fork);
+    static const mp__fork_handlers h = {before_fork, after_fork, after_fork};
+    mp__atfork_register(MP__FORK_STORAGE_USER, &h);
 }
 
 static mp__storage *storage_new(void *data, size_t nbytes, int kind)

@@ -342,10 +342,7 @@ bool mp_tensor_is_shared(const mp_tensor *t)
 
 const char *mp_tensor_sharing_strategy(const mp_tensor *t)
 {
-    const char *const *names;
-    int n;
     if (!t || !t->storage->seg)
         return NULL;
-    mp_get_all_sharing_strategies(&names, &n);
-    return names[mp__segment_strategy(t->storage->seg)];
+    return mp_get_all_sharing_strategies()[mp__segment_strategy(t->storage->seg)];
 }

@@ -36,7 +36,12 @@ typedef struct mp__frame_header {
 } mp__frame_header;
 
 /* One storage: strategy, then the fd index (file_descriptor) or the name
- * length (file_system; the name follows, padded), then the data bytes. */
+ * length (file_system; the name follows, padded), then the data bytes.
+ * A storage of no bytes (the storage of a tensor with no elements) travels
+ * as MP__FRAME_STORAGE_EMPTY with ref and size 0: no segment, no fd, no
+ * name; the receiver builds an empty storage. Every other storage has
+ * 1..2^40 bytes. */
+#define MP__FRAME_STORAGE_EMPTY 2u
 typedef struct mp__frame_storage {
     uint32_t strategy;
     uint32_t ref;         /* fd index, or name length */

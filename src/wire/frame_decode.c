@@ -11,7 +11,7 @@
 #include "tensor/tensor_internal.h"
 #include "wire/frame.h"
 
-#define BAD(...) mp__error(MP_EPROTO, "mp_wire_recv: malformed frame: " __VA_ARGS__)
+#define BAD(...) mp__error(MP_EPROTO, "receiving a message: malformed frame: " __VA_ARGS__)
 
 /* MP_EPROTO whose sentence is the formatted context followed by the sentence
  * a lower layer just recorded (copied first: mp__error writes the same buffer). */
@@ -63,7 +63,7 @@ static int dec_alloc(dec *d, uint32_t nstorages)
     if (!nstorages)
         return 0;
     if (!(block = calloc(nstorages, each)))
-        return mp__error(MP_ENOMEM, "mp_wire_recv: out of memory");
+        return mp__error(MP_ENOMEM, "receiving a message: out of memory");
     d->storages = (mp__storage **)block;
     d->handles = (mp__segment_handle *)(block + nstorages * sizeof *d->storages);
     d->opened = (bool *)(block + nstorages * (sizeof *d->storages + sizeof *d->handles));
@@ -110,13 +110,19 @@ static int parse_storages(dec *d, reader *r)
         if (!q)
             return BAD("storage table ends after %u of %u entries", i, d->nstorages);
         memcpy(&fs, q, sizeof fs);
-        if (fs.size == 0 || fs.size > MP__WIRE_BODY_MAX)
-            return BAD("storage %u: size %llu is outside [1, 2^40]", i,
-                       (unsigned long long)fs.size);
         h->strategy = (int)fs.strategy;
         h->size = fs.size;
         h->fd = -1;
         h->name[0] = '\0';
+        if (fs.strategy == MP__FRAME_STORAGE_EMPTY) {
+            if (fs.size || fs.ref)
+                return BAD("storage %u: an empty storage with size %llu and ref %u "
+                           "(both must be 0)", i, (unsigned long long)fs.size, fs.ref);
+            continue;
+        }
+        if (fs.size == 0 || fs.size > MP__WIRE_BODY_MAX)
+            return BAD("storage %u: size %llu is outside [1, 2^40]", i,
+                       (unsigned long long)fs.size);
         if (fs.strategy == MP__STRATEGY_FD) {
             if ((rc = claim_fds(d, fs.ref, 1, "storage", i)) < 0)
                 return rc;
@@ -279,7 +285,7 @@ static int check_header(const mp__frame_header *h, size_t len, int nfds)
     if (h->flags & MP__FRAME_CLOSED)
         return h->body_len || nfds || len != sizeof *h
                    ? BAD("an end-of-stream marker carries a body or fds")
-                   : mp__error(MP_ECLOSED, "mp_wire_recv: the queue is closed");
+                   : mp__error(MP_ECLOSED, "receiving a message: the queue is closed");
     /* A well-formed nudge is dropped before decoding; one that gets here is
      * either malformed or handed to the decoder by hand. */
     if (h->flags & MP__FRAME_NUDGE)
@@ -324,6 +330,16 @@ static int open_storages(dec *d)
         mp__segment_handle *h = &d->handles[i];
         mp__segment *seg = NULL;
         int rc;
+        if (h->strategy == MP__FRAME_STORAGE_EMPTY) {
+            /* No bytes to map: a storage over a static byte, so that the
+             * tensor's data pointer is not NULL. */
+            static unsigned char no_bytes;
+            DLDevice cpu = {kDLCPU, 0};
+            d->opened[i] = true;
+            if ((rc = mp__storage_wrap(&no_bytes, 0, cpu, NULL, NULL, &d->storages[i])) < 0)
+                return rc;
+            continue;
+        }
         if (h->strategy == MP__STRATEGY_FD) {
             int idx = h->fd;
             h->fd = d->fds[idx];
@@ -404,7 +420,7 @@ int mp__wire_decode(const void *buf, size_t len, int *fds, int nfds, mp_msg **ou
         goto out_dec;
     if (h.payload_len) {
         if (!(copy = malloc(h.payload_len))) {
-            rc = mp__error(MP_ENOMEM, "mp_wire_recv: cannot allocate a %llu-byte payload",
+            rc = mp__error(MP_ENOMEM, "receiving a message: cannot allocate a %llu-byte payload",
                            (unsigned long long)h.payload_len);
             goto out_dec;
         }

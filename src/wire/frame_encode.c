@@ -20,16 +20,25 @@ typedef struct obj_bytes {
 typedef struct enc {
     const mp_msg *m;
     mp__frame_out *o;
-    mp__segment *segs[MP__WIRE_MAX_FDS];
+    mp__segment *segs[MP__WIRE_MAX_FDS]; /* NULL: an empty storage */
+    const void *keys[MP__WIRE_MAX_FDS];  /* the segment, or an empty storage */
     uint32_t ref[MP__WIRE_MAX_FDS];   /* storage i's fd index (file_descriptor) */
     int nseg;
     obj_bytes *objs;      /* one per attachment (only objects use it) */
 } enc;
 
-static int seg_index(const enc *e, const mp__segment *s)
+/* What names t's storage in the table: its segment, or for a storage of
+ * no bytes (which needs no segment) the storage itself. */
+static const void *storage_key(const mp_tensor *t)
+{
+    mp__storage *st = mp__tensor_storage(t);
+    return mp__storage_nbytes(st) ? (const void *)mp__storage_segment(st) : (const void *)st;
+}
+
+static int seg_index(const enc *e, const void *key)
 {
     for (int i = 0; i < e->nseg; i++)
-        if (e->segs[i] == s)
+        if (e->keys[i] == key)
             return i;
     return -1;
 }
@@ -38,24 +47,44 @@ static int seg_index(const enc *e, const mp__segment *s)
 static int add_storage(enc *e, mp_tensor *t, size_t index)
 {
     mp__storage *st = mp__tensor_storage(t);
-    mp__segment *seg;
+    mp__segment *seg = NULL;
     int rc;
     if (mp__storage_device(st).device_type != kDLCPU)
-        return mp__error(MP_EINVAL, "mp_wire_send: attachment %zu is not a CPU tensor", index);
-    if ((rc = mp__storage_share(st)) < 0)
-        return rc;
-    seg = mp__storage_segment(st);
-    if (!seg)
-        return mp__error(MP_ESTATE, "mp_wire_send: attachment %zu has no shared segment "
-                                    "after sharing", index);
-    if (seg_index(e, seg) >= 0)
+        return mp__error(MP_EINVAL, "sending a message: attachment %zu is not a CPU tensor", index);
+    if (mp__storage_nbytes(st)) {
+        if ((rc = mp__storage_share(st)) < 0)
+            return rc;
+        seg = mp__storage_segment(st);
+        if (!seg)
+            return mp__error(MP_ESTATE, "sending a message: attachment %zu has no shared segment "
+                                        "after sharing", index);
+    }
+    if (seg_index(e, storage_key(t)) >= 0)
         return 0;
     if (e->nseg == MP__WIRE_MAX_FDS - 1)
-        return mp__error(MP_EOVERFLOW, "mp_wire_send: more than %d distinct storages in "
+        return mp__error(MP_EOVERFLOW, "sending a message: more than %d distinct storages in "
                                        "one message; send them in several messages",
                          MP__WIRE_MAX_FDS - 1);
+    e->keys[e->nseg] = storage_key(t);
     e->segs[e->nseg++] = seg;
     return 0;
+}
+
+int mp__wire_check_sendable(const mp_msg *m)
+{
+    enc e = {.m = m};
+    int rc = 0;
+    if (!m)
+        return mp__error(MP_EINVAL, "sending a message: the message is NULL");
+    for (size_t i = 0; i < m->count && rc == 0; i++) {
+        mp_tensor *g;
+        if (m->att[i].kind != MP_ATTACH_TENSOR)
+            continue;
+        rc = add_storage(&e, m->att[i].u.tensor, i);
+        if (rc == 0 && (g = mp_tensor_grad(m->att[i].u.tensor)))
+            rc = add_storage(&e, g, i);
+    }
+    return rc;
 }
 
 static int export_storages(enc *e)
@@ -63,8 +92,14 @@ static int export_storages(enc *e)
     mp__frame_out *o = e->o;
     for (int i = 0; i < e->nseg; i++) {
         mp__segment_handle *h = &o->handles[i];
-        int rc = mp__segment_export(e->segs[i], h);
-        if (rc < 0)
+        int rc;
+        if (!e->segs[i]) {
+            *h = (mp__segment_handle){.strategy = MP__FRAME_STORAGE_EMPTY, .fd = -1};
+            e->ref[i] = 0;
+            o->nhandles++;
+            continue;
+        }
+        if ((rc = mp__segment_export(e->segs[i], h)) < 0)
             return rc;
         o->nhandles++;
         if (h->strategy == MP__STRATEGY_FD) {
@@ -84,18 +119,18 @@ static int encode_object(enc *e, size_t i)
     size_t len = 0;
     int nfds = 0, rc;
     if (!k)
-        return mp__error(MP_EINVAL, "mp_wire_send: attachment %zu has unknown kind %d", i,
+        return mp__error(MP_EINVAL, "sending a message: attachment %zu has unknown kind %d", i,
                          a->kind);
     rc = k->encode(a->u.obj, scratch, sizeof scratch, &len, o->fds + o->nfds,
                    MP__WIRE_MAX_FDS - 1 - o->nfds, &nfds);
     if (rc < 0)
         return rc;
     if (len > sizeof scratch || nfds < 0 || nfds > MP__WIRE_MAX_FDS - 1 - o->nfds)
-        return mp__error(MP_EOVERFLOW, "mp_wire_send: %s attachment %zu is too large",
+        return mp__error(MP_EOVERFLOW, "sending a message: %s attachment %zu is too large",
                          k->name, i);
     e->objs[i].bytes = malloc(len ? len : 1);
     if (!e->objs[i].bytes)
-        return mp__error(MP_ENOMEM, "mp_wire_send: out of memory");
+        return mp__error(MP_ENOMEM, "sending a message: out of memory");
     memcpy(e->objs[i].bytes, scratch, len);
     e->objs[i].len = len;
     e->objs[i].fd_first = o->nfds;
@@ -148,7 +183,7 @@ static unsigned char *put_tensor(const enc *e, unsigned char *p, const mp_tensor
 {
     mp__frame_tensor ft;
     int nd = mp_tensor_ndim(t);
-    ft.storage = (uint32_t)seg_index(e, mp__storage_segment(mp__tensor_storage(t)));
+    ft.storage = (uint32_t)seg_index(e, storage_key(t));
     ft.dtype = (uint32_t)mp_tensor_dtype(t);
     ft.ndim = (uint32_t)nd;
     ft.flags = grad ? MP__FRAME_TENSOR_GRAD : 0;
@@ -210,7 +245,7 @@ static int place_body(enc *e, uint64_t blen, mp__frame_header *h, unsigned char 
     if (blen <= MP__WIRE_INLINE_MAX) {
         o->len = sizeof *h + (size_t)blen;
         if (!(o->buf = malloc(o->len)))
-            return mp__error(MP_ENOMEM, "mp_wire_send: cannot allocate a %zu-byte frame",
+            return mp__error(MP_ENOMEM, "sending a message: cannot allocate a %zu-byte frame",
                              o->len);
         *body = (unsigned char *)o->buf + sizeof *h;
         return 0;
@@ -223,7 +258,7 @@ static int place_body(enc *e, uint64_t blen, mp__frame_header *h, unsigned char 
     h->flags |= MP__FRAME_SPILLED;
     o->len = sizeof *h;
     if (!(o->buf = malloc(o->len)))
-        return mp__error(MP_ENOMEM, "mp_wire_send: out of memory");
+        return mp__error(MP_ENOMEM, "sending a message: out of memory");
     *body = mp__segment_data(o->spill);
     return 0;
 }
@@ -241,9 +276,9 @@ int mp__frame_encode(const mp_msg *m, mp__frame_out *o)
     o->nhandles = 0;
     o->spill = NULL;
     if (!m)
-        return mp__error(MP_EINVAL, "mp_wire_send: message is NULL");
+        return mp__error(MP_EINVAL, "sending a message: message is NULL");
     if (m->count && !(e.objs = calloc(m->count, sizeof *e.objs)))
-        return mp__error(MP_ENOMEM, "mp_wire_send: out of memory");
+        return mp__error(MP_ENOMEM, "sending a message: out of memory");
     for (size_t i = 0; i < m->count && rc == 0; i++) {
         const mp__attach *a = &m->att[i];
         mp_tensor *g;

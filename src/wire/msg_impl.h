@@ -24,7 +24,5 @@ struct mp_msg {
 /* Appends an attachment that already holds its reference (decoder's path:
  * the reference is handed over, not retained again). name is copied. */
 int mp__msg_push(mp_msg *m, int kind, const char *name, size_t name_len, void *ref);
-/* Takes ownership of a malloc'd payload of len bytes. */
-void mp__msg_adopt_payload(mp_msg *m, void *payload, size_t len);
 
 #endif

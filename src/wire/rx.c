@@ -53,8 +53,8 @@ int mp__rx_lock(mp__rx *rx, double deadline, const char *fn)
         ts = mp__deadline_timespec(deadline);
         err = pthread_mutex_clocklock(&rx->lock, CLOCK_MONOTONIC, &ts);
     }
-    if (err == EBUSY)
-        return mp__error(MP_EAGAIN, "%s: another consumer is receiving", fn);
+    if (err == EBUSY) /* only with a deadline of 0: a poll that found it busy */
+        return mp__error(MP_ETIMEDOUT, "%s: another consumer is receiving", fn);
     if (err == ETIMEDOUT)
         return mp__error(MP_ETIMEDOUT, "%s: timed out waiting for a message", fn);
     if (err == EOWNERDEAD) {

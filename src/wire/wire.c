@@ -38,7 +38,7 @@ int mp__wire_send_rx(int sock, mp__rx *rx, const mp_msg *m, double deadline)
     mp__frame_out o;
     int rc;
     if (sock < 0 || !m)
-        return mp__error(MP_EINVAL, "mp_wire_send: %s", sock < 0 ? "bad socket" : "NULL message");
+        return mp__error(MP_EINVAL, "sending a message: %s", sock < 0 ? "bad socket" : "NULL message");
     if ((rc = mp__frame_encode(m, &o)) < 0)
         return rc;
     if (rx && o.nfds > 0)
@@ -62,7 +62,7 @@ static int emfile_error(const unsigned char *buf, size_t len, int got)
         memcpy(&h, buf, sizeof h);
     getrlimit(RLIMIT_NOFILE, &rl);
     return mp__error(MP_EMFILE,
-                     "mp_wire_recv: the message carries %u fds but only %d fit under the "
+                     "receiving a message: the message carries %u fds but only %d fit under the "
                      "open-files limit (RLIMIT_NOFILE = %llu); the message stays queued. "
                      "Raise the limit (ulimit -n, setrlimit) or switch to the file_system "
                      "strategy (mp_set_sharing_strategy(\"file_system\"))",
@@ -103,8 +103,8 @@ static ssize_t next_record(int sock, mp__rx *rx, int *fds, int *nfds, int *mflag
         if (errno == EINTR)
             continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK)
-            return mp__errno_error(errno, "mp_wire_recv: recvmsg");
-        rc = mp__wait_fd(sock, POLLIN, deadline, "mp_wire_recv: waiting for a message");
+            return mp__errno_error(errno, "receiving a message: recvmsg");
+        rc = mp__wait_fd(sock, POLLIN, deadline, "receiving a message: waiting for a message");
         if (rc < 0)
             return rc;
     }
@@ -123,8 +123,8 @@ static int consume(int sock)
         if (errno == EINTR)
             continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK)
-            return mp__errno_error(errno, "mp_wire_recv: recvmsg consuming a peeked message");
-        return mp__error(MP_ESTATE, "mp_wire_recv: the peeked message vanished: another "
+            return mp__errno_error(errno, "receiving a message: recvmsg consuming a peeked message");
+        return mp__error(MP_ESTATE, "receiving a message: the peeked message vanished: another "
                                     "reader took it (one reader at a time per socket)");
     }
 }
@@ -145,7 +145,7 @@ static unsigned marker(const unsigned char *buf, size_t len, int nfds)
 static int ctrunc_error(const unsigned char *buf, size_t len, int *fds, int nfds, bool peeked)
 {
     int rc = peeked ? emfile_error(buf, len, nfds)
-                    : mp__error(MP_EMFILE, "mp_wire_recv: a message was lost: it carried fds "
+                    : mp__error(MP_EMFILE, "receiving a message: a message was lost: it carried fds "
                                            "its sender did not announce (it bypassed "
                                            "mp__wire_send_rx), and they did not fit under "
                                            "the open-files limit");
@@ -169,12 +169,12 @@ int mp__wire_recv_rx(int sock, mp__rx *rx, mp_msg **out, double deadline, bool *
     if (out)
         *out = NULL;
     if (sock < 0 || !out)
-        return mp__error(MP_EINVAL, "mp_wire_recv: %s", sock < 0 ? "bad socket" : "out is NULL");
+        return mp__error(MP_EINVAL, "receiving a message: %s", sock < 0 ? "bad socket" : "out is NULL");
     for (;;) {
         if ((n = next_record(sock, rx, fds, &nfds, &mflags, deadline, &peeked)) < 0)
             return (int)n;
         if (n == 0 && nfds == 0)
-            return mp__error(MP_ECLOSED, "mp_wire_recv: the peer closed the connection");
+            return mp__error(MP_ECLOSED, "receiving a message: the peer closed the connection");
         *taken = !peeked;
         if (mflags & MSG_CTRUNC)
             return ctrunc_error(rbuf, (size_t)n, fds, nfds, peeked);
@@ -182,7 +182,7 @@ int mp__wire_recv_rx(int sock, mp__rx *rx, mp_msg **out, double deadline, bool *
         case MP__FRAME_CLOSED:
             /* Peeked, it stays queued for every other reader. */
             *taken = false;
-            return mp__error(MP_ECLOSED, "mp_wire_recv: closed and drained");
+            return mp__error(MP_ECLOSED, "receiving a message: closed and drained");
         case MP__FRAME_NUDGE:
             *taken = false;
             if (peeked && (rc = consume(sock)) < 0)
@@ -196,7 +196,7 @@ int mp__wire_recv_rx(int sock, mp__rx *rx, mp_msg **out, double deadline, bool *
         *taken = true;
         if (mflags & MSG_TRUNC) {
             close_fds(fds, nfds);
-            return mp__error(MP_EPROTO, "mp_wire_recv: malformed frame: record longer than "
+            return mp__error(MP_EPROTO, "receiving a message: malformed frame: record longer than "
                                         "the %zu bytes a frame may have inline",
                              sizeof rbuf - 8);
         }

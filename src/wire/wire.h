@@ -8,32 +8,7 @@
 
 #include "mproc/msg.h"
 #include "os/os.h"
-
-/* How an mproc object (queue, connection, lock, ...) crosses the wire: a few
- * bytes of its own plus some fds. Each layer above wire defines one
- * descriptor per kind and lists it in src/wire/kinds.c. */
-typedef struct mp__objkind {
-    int kind;          /* mp_attach_kind */
-    const char *name;  /* "queue", ... for error sentences */
-    void *(*retain)(void *obj);
-    void (*release)(void *obj);
-    /* Writes at most cap bytes to buf and at most maxfds fds (borrowed: the
-     * kernel dups them on send) to fds; sets *len and *nfds. */
-    int (*encode)(void *obj, void *buf, size_t cap, size_t *len, int *fds, int maxfds,
-                  int *nfds);
-    /* Builds the object from bytes and fds. Takes ownership of all nfds fds on
-     * success AND on failure (closes them). Validates everything: MP_EPROTO. */
-    int (*decode)(const void *buf, size_t len, int *fds, int nfds, void **obj);
-} mp__objkind;
-
-/* NULL for an unknown kind. */
-const mp__objkind *mp__objkind_lookup(int kind);
-
-/* Generic attach/get for layers above (typed wrappers live in their headers,
- * e.g. mp_msg_add_queue in mproc/queue.h). add retains obj; get returns a new
- * reference, MP_EINVAL when the attachment is not of that kind. */
-int mp__msg_add_object(mp_msg *m, const char *name, int kind, void *obj);
-int mp__msg_get_object(const mp_msg *m, size_t index, int kind, void **obj);
+#include "wire/objects.h"
 
 /* The receive side of one socket end, in shared memory that every process
  * reading or writing that socket maps (a queue's or a pipe's control
@@ -47,21 +22,20 @@ typedef struct mp__rx {
 } mp__rx;
 
 int mp__rx_init(mp__rx *rx, const char *fn);
-/* Takes the reader lock until deadline (< 0 forever, 0 try once ->
- * MP_EAGAIN). A holder that died leaves it EOWNERDEAD: it is made consistent
+/* Takes the reader lock until deadline (< 0 forever, 0 try once; not
+ * taken in time -> MP_ETIMEDOUT). A holder that died leaves it EOWNERDEAD: it is made consistent
  * and the caller goes on (nothing is left half-done under the lock). */
 int mp__rx_lock(mp__rx *rx, double deadline, const char *fn);
 void mp__rx_unlock(mp__rx *rx);
 
 /* Sends m as one record on a SOCK_SEQPACKET socket, waiting for room until
- * deadline (absolute mp__now() seconds; < 0 forever; 0 try once ->
- * MP_EAGAIN). Private tensors are shared first. A payload above the spill
+ * deadline (absolute mp__now() seconds; < 0 forever; 0 try once; no room
+ * in time -> MP_ETIMEDOUT). Private tensors are shared first. A payload above the spill
  * threshold travels in a sealed segment. */
 int mp__wire_send(int sock, const mp_msg *m, double deadline);
 /* As mp__wire_send, to a socket whose readers share rx. */
 int mp__wire_send_rx(int sock, mp__rx *rx, const mp_msg *m, double deadline);
-/* Receives one message. MP_ECLOSED at EOF, MP_ETIMEDOUT / MP_EAGAIN as
- * above, MP_EPROTO for any malformed frame (every fd received is closed),
+/* Receives one message. MP_ECLOSED at EOF, MP_ETIMEDOUT as above, MP_EPROTO for any malformed frame (every fd received is closed),
  * MP_EMFILE when the fds did not fit under RLIMIT_NOFILE. */
 int mp__wire_recv(int sock, mp_msg **out, double deadline);
 /* As mp__wire_recv, by a reader that holds rx's lock; every sender to sock
@@ -75,6 +49,7 @@ int mp__wire_recv_rx(int sock, mp__rx *rx, mp_msg **out, double deadline, bool *
  * there and no reader holds rx's lock: true when it did. For poll-style
  * calls, which must not report a wake-up record as a message. */
 bool mp__wire_drop_nudge(int sock, mp__rx *rx);
+
 
 /* Encode/decode without a socket, for the fuzzer and tests: encode writes
  * the frame into *buf (malloc'd) and the fds to send into fds (borrowed).

@@ -1,16 +1,78 @@
-# Build-level tests (shell scripts, see each file's header):
-#   build_header: include/mproc.h compiles alone as strict C11 and as C++17.
-#   build_install: an installed copy works through pkg-config and find_package.
-# build_install links a fresh program against the installed library, which an
-# ASan build cannot do without the sanitizer runtime, so it is labelled noasan.
+# Build-level tests (shell scripts, see each file's header), label "build":
+#   build_header       include/mproc.h compiles alone as strict C11 and as C++17
+#   build_install      an installed copy works through pkg-config and find_package;
+#                      SONAME, mp_version() and the package version agree
+#   build_static_link  the static link line of docs/build.md, exactly
+#   build_relocate     install (DESTDIR), delete the build tree, move the prefix:
+#                      the installed daemon reclaims a killed producer's segments
+#   build_subproject   add_subdirectory(mproc) from another project
+#   build_apidoc       the Doxygen reference builds; no public function undocumented
+#   build_apidoc_check the doc check itself fails on an undocumented function
+#   build_man          the man pages render without warnings and name every command
+# Those that link fresh programs against an installed or separately built
+# library cannot run in the ASan build (no sanitizer runtime there): noasan.
 find_program(MPROC_SH sh REQUIRED)
+set(mproc_build_dir ${CMAKE_CURRENT_LIST_DIR})
 add_test(NAME build_header
-  COMMAND ${MPROC_SH} ${CMAKE_CURRENT_LIST_DIR}/header_test.sh
+  COMMAND ${MPROC_SH} ${mproc_build_dir}/header_test.sh
           ${PROJECT_SOURCE_DIR} ${CMAKE_C_COMPILER} ${CMAKE_CXX_COMPILER})
 set_tests_properties(build_header PROPERTIES TIMEOUT 60 LABELS build)
 
 add_test(NAME build_install
-  COMMAND ${MPROC_SH} ${CMAKE_CURRENT_LIST_DIR}/install_test.sh
+  COMMAND ${MPROC_SH} ${mproc_build_dir}/install_test.sh
           ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR} ${CMAKE_C_COMPILER}
-          ${CMAKE_CXX_COMPILER} ${CMAKE_COMMAND})
+          ${CMAKE_CXX_COMPILER} ${CMAKE_COMMAND} ${MPROC_SOVERSION})
 set_tests_properties(build_install PROPERTIES TIMEOUT 180 LABELS "build;noasan")
+
+set(mproc_cuda_linked 0)
+if("CUDA::cudart" IN_LIST MPROC_LIBS)
+  set(mproc_cuda_linked 1)
+endif()
+add_test(NAME build_static_link
+  COMMAND ${MPROC_SH} ${mproc_build_dir}/static_link_test.sh ${PROJECT_SOURCE_DIR}
+          ${CMAKE_C_COMPILER} --build ${PROJECT_BINARY_DIR} ${CMAKE_COMMAND} ${mproc_cuda_linked})
+set_tests_properties(build_static_link PROPERTIES TIMEOUT 180 LABELS "build;noasan"
+                     SKIP_RETURN_CODE 77 RESOURCE_LOCK mproc_dev_shm)
+
+foreach(t relocate subproject)
+  add_test(NAME build_${t}
+    COMMAND ${MPROC_SH} ${mproc_build_dir}/private_shm.sh ${MPROC_SH}
+            ${mproc_build_dir}/${t}_test.sh ${PROJECT_SOURCE_DIR} ${CMAKE_C_COMPILER}
+            ${CMAKE_COMMAND})
+  set_tests_properties(build_${t} PROPERTIES TIMEOUT 400 LABELS "build;noasan"
+                       RESOURCE_LOCK mproc_dev_shm)
+endforeach()
+
+if(DOXYGEN_EXECUTABLE)
+  add_test(NAME build_apidoc
+    COMMAND ${MPROC_SH} ${mproc_build_dir}/apidoc_test.sh ${DOXYGEN_EXECUTABLE}
+            ${PROJECT_BINARY_DIR}/Doxyfile ${PROJECT_BINARY_DIR}/apidoc_test)
+  add_test(NAME build_apidoc_check
+    COMMAND ${MPROC_SH} ${mproc_build_dir}/apidoc_test.sh --selftest ${DOXYGEN_EXECUTABLE}
+            ${PROJECT_BINARY_DIR}/Doxyfile ${PROJECT_SOURCE_DIR})
+else()
+  foreach(t build_apidoc build_apidoc_check)
+    add_test(NAME ${t} COMMAND ${MPROC_SH} -c "echo 'skipped: doxygen not installed'; exit 77")
+  endforeach()
+endif()
+set_tests_properties(build_apidoc build_apidoc_check PROPERTIES TIMEOUT 120 LABELS build
+                     SKIP_RETURN_CODE 77)
+
+add_test(NAME build_man
+  COMMAND ${MPROC_SH} ${mproc_build_dir}/man_test.sh ${PROJECT_SOURCE_DIR})
+set_tests_properties(build_man PROPERTIES TIMEOUT 60 LABELS build SKIP_RETURN_CODE 77)
+
+# build_names: no exported symbol or public name of mproc is also one of
+#   libtommath's or GMP's (both often linked beside mproc).
+# build_exports: libmproc.so exports exactly the functions include/ declares.
+find_program(MPROC_PYTHON3 python3 REQUIRED)
+foreach(mode names exports)
+  set(arg ${mode})
+  if(mode STREQUAL "names")
+    set(arg clash)
+  endif()
+  add_test(NAME build_${mode}
+    COMMAND ${MPROC_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/names_test.py ${arg}
+            ${PROJECT_SOURCE_DIR} ${CMAKE_C_COMPILER} $<TARGET_FILE:mproc>)
+  set_tests_properties(build_${mode} PROPERTIES TIMEOUT 120 LABELS build)
+endforeach()

@@ -1,12 +1,15 @@
 #!/bin/sh
 # Installs the build tree into a temporary prefix, then builds and runs a
 # small program against the installed copy twice: a C program through
-# pkg-config (shared, then static), and a C++ program through a CMake project
+# pkg-config (shared), and a C++ program through a CMake project
 # that calls find_package(mproc) and links mproc::mproc. The README's C
 # example is built as the README says (cc app.c $(pkg-config ...)) and run.
-# usage: install_test.sh SOURCE_DIR BUILD_DIR CC CXX CMAKE
+# It also checks the version in every place: the SONAME is
+# libmproc.so.SOVERSION, and pkg-config's version, find_package(mproc
+# VERSION EXACT) and mp_version() of the installed library are one.
+# usage: install_test.sh SOURCE_DIR BUILD_DIR CC CXX CMAKE SOVERSION
 set -eu
-src=$1 build=$2 cc=$3 cxx=$4 cmake=$5
+src=$1 build=$2 cc=$3 cxx=$4 cmake=$5 sover=$6
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/mproc-install.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 prefix=$tmp/prefix
@@ -24,7 +27,18 @@ for lib in libmproc.so libmproc.a; do
   [ -n "$(find "$prefix" -name "$lib")" ] || { echo "FAIL: $lib not installed"; exit 1; }
 done
 
-# --- pkg-config, shared and static
+# --- SONAME: libmproc.so.MAJOR.MINOR while 0.x (docs/build.md)
+so=$(find "$prefix" -name 'libmproc.so.*.*.*' | head -1)
+soname=$(readelf -d "$so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+[ "$soname" = "libmproc.so.$sover" ] || { echo "FAIL: SONAME '$soname', want libmproc.so.$sover"; exit 1; }
+[ -e "$(dirname "$so")/libmproc.so.$sover" ] || { echo "FAIL: no libmproc.so.$sover link"; exit 1; }
+if readelf -d "$so" | grep -q 'NEEDED.*cudart'; then
+  echo "note: this libmproc still links libcudart (until issue 18); mproc.pc and the CMake package do not"
+fi
+grep -q -i cuda "$(find "$prefix" -name mproc.pc)" "$(find "$prefix" -name 'mproc*.cmake')" &&
+  { echo "FAIL: mproc.pc or the CMake package names CUDA"; exit 1; }
+
+# --- pkg-config
 export PKG_CONFIG_PATH="$(dirname "$pc")"
 pkg-config --exists mproc || { echo "FAIL: pkg-config does not find mproc"; exit 1; }
 ver=$(pkg-config --modversion mproc)
@@ -35,9 +49,7 @@ out=$("$tmp/app_pc")
 [ "$out" = "mproc $ver" ] || { echo "FAIL: pkg-config app printed '$out'"; exit 1; }
 ldd "$tmp/app_pc" | grep -q "$libdir/libmproc.so" ||
   { echo "FAIL: app_pc is not linked to the installed libmproc.so"; ldd "$tmp/app_pc"; exit 1; }
-"$cc" -std=c11 "$src/tests/build/consumer/main.c" -o "$tmp/app_static" \
-  $(pkg-config --cflags mproc) "$libdir/libmproc.a" $(pkg-config --static --libs-only-l mproc | sed 's/-lmproc//')
-[ "$("$tmp/app_static")" = "mproc $ver" ] || { echo "FAIL: static pkg-config app"; exit 1; }
+# (the static line: build_static_link, static_link_test.sh)
 
 # --- the README's example, built the way the README says, prints 1.0
 awk '/^```c$/ { p = 1; next } /^```/ { p = 0 } p' "$src/README.md" >"$tmp/readme.c"

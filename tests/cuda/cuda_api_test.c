@@ -100,8 +100,10 @@ static void test_no_device(void **state)
     mp_tensor *t = NULL;
     int rc = mp_cuda_device_count(&n);
     if (rc < 0) {
-        /* No driver: a sentence that says what is missing, not a crash. */
-        assert_int_equal(rc, MP_ESYS);
+        /* No driver (MP_ESYS), or no CUDA runtime to load (MP_ENOTSUP): a
+         * sentence that says what is missing, not a crash. */
+        if (rc != MP_ESYS && rc != MP_ENOTSUP)
+            fail_msg("mp_cuda_device_count -> %s: %s", mp_err_name(rc), mp_last_error());
         assert_non_null(strstr(mp_last_error(), "mp_cuda_device_count"));
         assert_int_equal(n, 0);
     }
@@ -111,6 +113,8 @@ static void test_no_device(void **state)
         assert_true(mp_tensor_empty_cuda(0, MP_FLOAT32, 1, shape, &t) < 0);
         assert_null(t);
     }
+    if (rc == MP_ENOTSUP)
+        return; /* some argument checks come after loading the runtime */
     assert_mp_err(mp_cuda_device_count(NULL), MP_EINVAL);
     assert_mp_err(mp_tensor_empty_cuda(0, MP_FLOAT32, 1, shape, NULL), MP_EINVAL);
     assert_mp_err(mp_tensor_empty_cuda(0, MP_DTYPE_COUNT, 1, shape, &t), MP_EINVAL);

@@ -5,11 +5,15 @@
  * place and the parent sees it; views at offsets inside one allocation; 1000
  * tensors sent and released with the pending list back to empty; the producer
  * frees early and the memory stays valid until the consumer releases; re-send
- * to a third process; the producer exits first (the warning, no hang). */
+ * to a third process; the producer exits first (the warning, no hang); a
+ * consumer SIGKILLed while holding a tensor (the count drops, and
+ * mp_cuda_ipc_collect frees the allocation). Exit 77 (skipped) without a
+ * device. MPROC_TEST_FAKE_CUDA=1 runs it all on the fake runtime. */
 #include "mp_test.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <string.h>
@@ -263,6 +267,35 @@ static void test_resend(void **state)
     close(ab[0]);
 }
 
+/* A consumer killed while holding: its reference is reclaimed, so the count
+ * drops to zero and collect frees the allocation the producer let go of. */
+static void test_killed_consumer(void **state)
+{
+    int sv[2], count = -1;
+    size_t pending = 0, freed = 9;
+    mp_tensor *d = iota_cuda(0, 1, 64);
+    assert_non_null(d);
+    pair(sv);
+    pid_t pid = spawn_role("hold", sv[1], -1);
+    close(sv[1]);
+    assert_mp_ok(send_tensor(sv[0], d));
+    expect(sv[0], 'h');
+    assert_mp_ok(mp_tensor_cuda_share_count(d, &count));
+    assert_int_equal(count, 1);
+    mp_tensor_release(d);
+    assert_mp_ok(mp_cuda_ipc_pending(&pending));
+    assert_int_equal(pending, 1);
+    assert_int_equal(kill(pid, SIGKILL), 0);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    assert_mp_ok(mp_cuda_ipc_collect(&freed));
+    assert_int_equal(freed, 1);
+    assert_mp_ok(mp_cuda_ipc_pending(&pending));
+    assert_int_equal(pending, 0);
+    close(sv[0]);
+}
+
 static void test_producer_exits_first(void **state)
 {
     int sv[2], logp[2];
@@ -329,13 +362,13 @@ int main(int argc, char **argv)
     /* MPROC_TEST_FAKE_CUDA=1 (CTest's cuda_gpu_test_fake): the same
      * scenarios on the fake device, so this file runs without a GPU too. */
     const char *fake_env = getenv("MPROC_TEST_FAKE_CUDA");
-    if (fake_env && !strcmp(fake_env, "1"))
-        fake_device_install();
+    if (fake_env && !strcmp(fake_env, "1") && fake_device_install() < 0)
+        return 1;
     if (argc == 5 && !strcmp(argv[1], "--cuda-child"))
         return child(argv[2], atoi(argv[3]), atoi(argv[4]));
     if ((rc = mp_cuda_device_count(&n)) < 0 || n == 0) {
         printf("skipped: no CUDA device (%s)\n", rc < 0 ? mp_last_error() : "0 devices visible");
-        return 0;
+        return 77;
     }
     warm_up();
     const struct CMUnitTest tests[] = {
@@ -345,13 +378,15 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_free_early, mp_test_setup, teardown),
         cmocka_unit_test_setup_teardown(test_resend, mp_test_setup, teardown),
         cmocka_unit_test_setup_teardown(test_producer_exits_first, mp_test_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_killed_consumer, mp_test_setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
 #else
 int main(void)
 {
-    printf("skipped: built without CUDA (rebuild with -DMPROC_CUDA=ON and the CUDA toolkit)\n");
-    return 0;
+    printf("skipped: built without the CUDA headers (rebuild with -DMPROC_CUDA=ON and the "
+           "CUDA toolkit's headers)\n");
+    return 77;
 }
 #endif

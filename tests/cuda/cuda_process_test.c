@@ -55,7 +55,7 @@ static void join_ok(mp_process *p)
     assert_mp_ok(mp_process_join(p, 30));
     assert_mp_ok(mp_process_exitcode(p, &code));
     if (code != 0) {
-        mp_child_error e;
+        mp_child_error e = {.size = sizeof e};
         mp_process_error(p, &e);
         fail_msg("child exit %d: %s", code, e.message);
     }
@@ -274,9 +274,9 @@ static void test_resend_third(void **state)
     assert_true(values_are(d, 1, 1, 16));
     assert_mp_ok(mp_tensor_cuda_share_count(d, &count));
     assert_int_equal(count, 0);
-    int frees = fake.frees;
+    int frees = fake->frees;
     mp_tensor_release(d);
-    assert_int_equal(fake.frees, frees + 1); /* nobody holds it: freed at once */
+    assert_int_equal(fake->frees, frees + 1); /* nobody holds it: freed at once */
     mp_queue_release(ab);
     mp_queue_release(bc);
 }
@@ -310,9 +310,9 @@ static void test_dead_consumer(void **state)
     assert_mp_ok(mp_process_destroy(p));
     assert_mp_ok(mp_tensor_cuda_share_count(d, &count));
     assert_int_equal(count, 0);
-    int frees = fake.frees;
+    int frees = fake->frees;
     mp_tensor_release(d);
-    assert_int_equal(fake.frees, frees + 1);
+    assert_int_equal(fake->frees, frees + 1);
     assert_mp_ok(mp_cuda_ipc_pending(&pending));
     assert_int_equal(pending, 0);
     mp_queue_release(to);
@@ -330,7 +330,7 @@ static void test_thousand_queue(void **state)
     mp_tensor *h = NULL;
     int64_t shape[1] = {4};
     size_t pending = 9;
-    int mallocs = fake.mallocs, frees = fake.frees;
+    int mallocs = fake->mallocs, frees = fake->frees;
     assert_mp_ok(mp_queue_create(16, &q));
     assert_mp_ok(mp_msg_create(&args));
     assert_mp_ok(mp_msg_add_queue(args, "in", q));
@@ -350,8 +350,8 @@ static void test_thousand_queue(void **state)
     assert_mp_ok(mp_cuda_ipc_collect(NULL));
     assert_mp_ok(mp_cuda_ipc_pending(&pending));
     assert_int_equal(pending, 0);
-    assert_int_equal(fake.mallocs - mallocs, 1000);
-    assert_int_equal(fake.frees - frees, 1000);
+    assert_int_equal(fake->mallocs - mallocs, 1000);
+    assert_int_equal(fake->frees - frees, 1000);
     mp_queue_release(q);
 }
 
@@ -400,7 +400,8 @@ int main(int argc, char **argv)
 #ifdef MPROC_HAVE_CUDA
     /* Above mp_setup: spawned children run it too, before their arguments
      * (CUDA tensors among them) are decoded. */
-    fake_device_install();
+    if (fake_device_install() < 0)
+        return 1;
 #endif
     if (mp_setup(&argc, &argv) != 0)
         return 1;

@@ -8,7 +8,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "../hogwild/data.h"
+#include "data.h"
 #include "loader.h"
 
 static uint8_t image[DATA_PIXELS];

@@ -1,20 +1,16 @@
-# The example tests compile the examples' own sources (not their main.c) into
-# the test binary, so they test the code the examples run.
-set(MPROC_HOGWILD_DIR ${PROJECT_SOURCE_DIR}/examples/hogwild)
-function(mproc_example_test test)
-  if(TARGET ${test})
-    list(TRANSFORM ARGN PREPEND ${MPROC_HOGWILD_DIR}/)
-    target_sources(${test} PRIVATE ${ARGN})
-    target_include_directories(${test} PRIVATE ${MPROC_HOGWILD_DIR})
-  endif()
-endfunction()
-mproc_example_test(mlp_test mlp.c)
-mproc_example_test(idx_test idx.c)
-mproc_example_test(hogwild_test data.c idx.c mlp.c progress.c train.c worker.c)
-# The dataloader's loader.c, with the hogwild sources it uses.
-mproc_example_test(augment_test data.c idx.c ../dataloader/loader.c)
-if(TARGET augment_test)
-  target_include_directories(augment_test PRIVATE ${PROJECT_SOURCE_DIR}/examples/dataloader)
+# The example tests link the examples' shared library (examples/common/) and
+# compile the program-specific sources they test, so they test the code the
+# examples run.
+if(TARGET hogwild_test)
+  set(hogwild_dir ${PROJECT_SOURCE_DIR}/examples/hogwild)
+  set(dataloader_dir ${PROJECT_SOURCE_DIR}/examples/dataloader)
+  foreach(test augment_test hogwild_test idx_test mlp_test progress_test)
+    target_link_libraries(${test} PRIVATE mproc_example_common)
+  endforeach()
+  target_sources(hogwild_test PRIVATE ${hogwild_dir}/train.c ${hogwild_dir}/worker.c)
+  target_include_directories(hogwild_test PRIVATE ${hogwild_dir})
+  target_sources(augment_test PRIVATE ${dataloader_dir}/loader.c)
+  target_include_directories(augment_test PRIVATE ${dataloader_dir})
 endif()
 
 # Short runs of the example programs themselves (built when examples are).

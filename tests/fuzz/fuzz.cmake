@@ -34,7 +34,7 @@ else()
     COMMAND ${MPROC_CLANG} -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
             -g -O1 -std=gnu11 -D_GNU_SOURCE -Wall -Wno-unused-parameter
             -I${PROJECT_SOURCE_DIR}/include -I${PROJECT_SOURCE_DIR}/src -I${DLPACK_INCLUDE_DIR}
-            ${fuzz_sources} -o ${fuzz_exe} -lpthread -lrt -ldl -lm
+            ${fuzz_sources} -o ${fuzz_exe} -lpthread -lrt -ldl -lm ${LIBDW_LDFLAGS}
     DEPENDS ${fuzz_sources}
     COMMENT "Building frame_fuzz (clang libFuzzer)"
     VERBATIM)

@@ -24,3 +24,15 @@ foreach(t ${mproc_shm_tests})
     set_tests_properties(${t} PROPERTIES RESOURCE_LOCK mproc_dev_shm)
   endif()
 endforeach()
+
+# Killing the parent of producer_consumer takes its children with it, under
+# every start method.
+if(MPROC_BUILD_EXAMPLES)
+  foreach(method fork spawn forkserver)
+    add_test(NAME example_producer_consumer_kill_${method}
+             COMMAND sh ${PROJECT_SOURCE_DIR}/tests/ipc/producer_consumer_kill.sh
+                     $<TARGET_FILE:producer_consumer> ${method})
+    set_tests_properties(example_producer_consumer_kill_${method} PROPERTIES TIMEOUT 60
+                         LABELS ipc)
+  endforeach()
+endif()

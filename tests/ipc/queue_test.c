@@ -60,14 +60,14 @@ static void test_basics(void **state)
     assert_mp_ok(mp_queue_create(2, &q));
     assert_int_equal(mp_queue_maxsize(q), 2);
     assert_true(mp_queue_empty(q));
-    assert_mp_err(mp_queue_get_nowait(q, &r), MP_EAGAIN);
+    assert_mp_err(mp_queue_get_nowait(q, &r), MP_ETIMEDOUT);
     assert_mp_err(mp_queue_get(q, &r, 0.05), MP_ETIMEDOUT);
     assert_mp_err(mp_queue_put(q, NULL, 1), MP_EINVAL);
     assert_mp_ok(mp_queue_put_nowait(q, m));
     put_u32(q, 2);
     assert_true(mp_queue_full(q));
     assert_int_equal(mp_queue_qsize(q), 2);
-    assert_mp_err(mp_queue_put_nowait(q, m), MP_EAGAIN);
+    assert_mp_err(mp_queue_put_nowait(q, m), MP_ETIMEDOUT);
     assert_mp_err(mp_queue_put(q, m, 0.05), MP_ETIMEDOUT);
     assert_int_equal(get_u32(q), 1);
     assert_int_equal(get_u32(q), 2);

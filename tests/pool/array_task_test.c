@@ -116,6 +116,11 @@ static void test_misuse(void **state)
                   MP_ENOENT);
     assert_mp_err(mp_register_array_task("squares", squares), MP_EINVAL);
     assert_mp_err(mp_register_task("squares", NULL), MP_EINVAL);
+    /* Tasks and array tasks share one name space in the registry. */
+    assert_mp_err(mp_register_task("squares", square), MP_EINVAL);
+    assert_non_null(strstr(mp_last_error(), "array task 'squares' is registered already"));
+    assert_mp_err(mp_register_array_task("square", squares), MP_EINVAL);
+    assert_non_null(strstr(mp_last_error(), "task 'square' is registered already"));
     assert_mp_err(mp_register_array_task("", squares), MP_EINVAL);
     assert_mp_err(mp_register_array_task("x", NULL), MP_EINVAL);
     mp_msg_destroy(in);

@@ -133,7 +133,7 @@ static void test_callbacks(void **state)
 {
     enum { N = 8 };
     mp_pool *p = pool_new(2, 0);
-    mp_pool_callbacks cb = {on_ok, on_bad, NULL};
+    mp_pool_callbacks cb = {sizeof cb, on_ok, on_bad, NULL};
     mp_async_result *r[N + 2];
     mp_msg *in = msg_i64(7);
     memset(&cbs, 0, sizeof cbs);
@@ -330,7 +330,7 @@ MP_TASK(fork_raiser)
 {
     mp_process_options o;
     mp_process *c = NULL;
-    mp_child_error e;
+    mp_child_error e = {.size = sizeof e};
     int32_t res[2] = {-100, 0};
     (void)in;
     mp_process_options_init(&o);
@@ -378,7 +378,7 @@ static void test_arguments(void **state)
     assert_mp_err(mp_pool_create(-1, NULL, &p), MP_EINVAL);
     assert_mp_err(mp_pool_create(1, NULL, NULL), MP_EINVAL);
     mp_pool_options_init(&o);
-    o.version = 99;
+    o.size = 0; /* not initialized */
     assert_mp_err(mp_pool_create(1, &o, &p), MP_EINVAL);
     assert_mp_err(mp_register_task("square", NULL), MP_EINVAL);
     assert_mp_err(mp_register_task("", (mp_task_fn)1), MP_EINVAL);

@@ -12,9 +12,10 @@ if(NOT MPROC_SANITIZE AND TARGET mproc_test_support)
   unset(CMAKE_REQUIRED_FLAGS)
   unset(CMAKE_REQUIRED_LINK_OPTIONS)
   if(MPROC_HAVE_TSAN)
-    file(GLOB pool_tsan_src ${PROJECT_SOURCE_DIR}/src/pool/*.c)
+    set(pool_tsan_src ${MPROC_POOL_SOURCES})   # src/sources.cmake
     foreach(t pool_test workers_test array_task_test)
       add_executable(${t}_tsan ${PROJECT_SOURCE_DIR}/tests/pool/${t}.c ${pool_tsan_src})
+      mproc_use_flags(${t}_tsan)
       target_compile_options(${t}_tsan PRIVATE -fsanitize=thread -g -O1)
       target_link_options(${t}_tsan PRIVATE -fsanitize=thread)
       target_link_libraries(${t}_tsan PRIVATE mproc_test_support mproc_internal

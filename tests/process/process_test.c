@@ -205,7 +205,7 @@ static void test_exitcodes(void **state)
 {
     const char *m = method_of(state);
     mp_process *p = run_op(m, (targ){OP_RETURN, 7, 0, 0});
-    mp_child_error e;
+    mp_child_error e = {.size = sizeof e};
     assert_int_equal(exitcode_of(p), 7);
     assert_false(mp_process_is_alive(p));
     assert_true(mp_process_pid(p) > 0);
@@ -272,7 +272,7 @@ static void test_tensor_arg(void **state)
 static void test_raise_and_segv(void **state)
 {
     const char *m = method_of(state);
-    mp_child_error e;
+    mp_child_error e = {.size = sizeof e};
     mp_process *p = run_op(m, (targ){OP_RAISE, 7, 0, 0});
     assert_int_equal(exitcode_of(p), 1);
     assert_mp_ok(mp_process_error(p, &e));
@@ -335,7 +335,7 @@ static void test_unknown_entry(void **state)
     const char *method = method_of(state);
     mp_process_options o;
     mp_process *p = NULL;
-    mp_child_error e;
+    mp_child_error e = {.size = sizeof e};
     mp_process_options_init(&o);
     o.start_method = method;
     assert_mp_err(mp_process_create("no_such_entry", NULL, &o, &p), MP_ENOENT);
@@ -381,7 +381,7 @@ static void spawn_failure(const char *method, targ a, int want_exit, const char 
 {
     mp_msg *m = make_args(a);
     mp_spawn_context *ctx = NULL;
-    mp_child_error e;
+    mp_child_error e = {.size = sizeof e};
     pid_t pids[3];
     double t0 = mp__now();
     assert_mp_err(mp_spawn("t_rank", m, 3, false, false, method, &ctx), 0);
@@ -418,7 +418,7 @@ static void test_spawn_join_mode_failure(void **state)
 {
     mp_msg *m = make_args((targ){OP_RAISE, 3, 2, 0});
     mp_spawn_context *ctx = NULL;
-    mp_child_error e;
+    mp_child_error e = {.size = sizeof e};
     assert_mp_err(mp_spawn("t_rank", m, 3, true, false, method_of(state), NULL), MP_ECHILD);
     assert_non_null(strstr(mp_last_error(), "bad batch 3"));
     assert_mp_err(mp_spawn("t_rank", m, 3, true, false, method_of(state), &ctx), MP_ECHILD);
@@ -475,7 +475,7 @@ static void test_forkserver_restart(void **state)
     assert_mp_ok(mp_forkserver_stop()); /* no-op */
 }
 
-/* A sibling that ignores SIGTERM is SIGKILLed after the grace period. */
+/* A sibling that ignores SIGTERM is SIGKILLed kill_timeout after it. */
 static void test_spawn_grace_period(void **state)
 {
     mp_msg *m = make_args((targ){OP_RAISE, 1, 0, 1});
@@ -491,7 +491,7 @@ static void test_spawn_grace_period(void **state)
     o.nprocs = 2;
     o.join = false;
     o.start_method = method_of(state);
-    o.grace_period = 0.3;
+    o.kill_timeout = 0.3;
     assert_mp_ok(mp_spawn_ex("t_rank", m, &o, &ctx));
     sibling = mp_spawn_context_pid(ctx, 1);
     t0 = mp__now();
@@ -499,6 +499,7 @@ static void test_spawn_grace_period(void **state)
     assert_true(mp__now() - t0 >= 0.3);
     assert_true(pid_gone(sibling) || kill(sibling, 0) < 0);
     assert_mp_err(mp_spawn_context_set_grace_period(ctx, -1), MP_EINVAL);
+    assert_mp_err(mp_spawn_context_set_kill_timeout(ctx, -1), MP_EINVAL);
     mp_spawn_context_destroy(ctx);
     mp_msg_destroy(m);
     mp_tensor_release(ready);

@@ -1,21 +1,25 @@
 /* The mproc CLI: golden text and JSON output of each subcommand on a known
  * set of segments, exit codes, usage errors, doctor on a lowered
- * RLIMIT_NOFILE. Runs build/mproc with a private runtime directory. */
+ * RLIMIT_NOFILE; option syntax (getopt_long) and the strict number rule in
+ * mproc and mproc-shm-manager, bad environment variables, doctor's fix
+ * line for each runtime-directory problem. Runs build/mproc with a private
+ * runtime directory. */
 #include <sys/resource.h>
 
 #include "mgr_test.h"
 
 static char out[65536], err[65536];
 
-/* Runs mproc with args (NULL-terminated); captures stdout/stderr. With
- * nofile > 0 the child's open-files soft limit is lowered first. */
-static int run_mproc(long nofile, const char *const *args)
+/* Runs program prog of the build folder with args (NULL-terminated);
+ * captures stdout/stderr. With nofile > 0 the child's open-files soft
+ * limit is lowered first. */
+static int run_prog(const char *prog, long nofile, const char *const *args)
 {
-    char bin[PATH_MAX + 16];
+    char bin[PATH_MAX + 32];
     char *argv[16];
     int o[2], e[2], status = 0, n = 0;
     pid_t pid;
-    snprintf(bin, sizeof bin, "%s/mproc", mgr_bindir);
+    snprintf(bin, sizeof bin, "%s/%s", mgr_bindir, prog);
     argv[n++] = bin;
     for (int i = 0; args[i] && n < 15; i++)
         argv[n++] = (char *)args[i];
@@ -52,7 +56,13 @@ static int run_mproc(long nofile, const char *const *args)
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+static int run_mproc(long nofile, const char *const *args)
+{
+    return run_prog("mproc", nofile, args);
+}
+
 #define MPROC(...) run_mproc(0, (const char *const[]){__VA_ARGS__, NULL})
+#define DAEMON(...) run_prog("mproc-shm-manager", 0, (const char *const[]){__VA_ARGS__, NULL})
 
 static void assert_out(const char *want)
 {
@@ -252,6 +262,151 @@ static void test_usage_and_help(void **state)
     assert_out("mproc " MP_VERSION_STRING " (libmproc " MP_VERSION_STRING ")\n");
 }
 
+/* exit 2, "mproc: " + what + the usage on stderr. */
+static void expect_usage_error(const char *const *args, const char *what)
+{
+    int rc = run_mproc(0, args);
+    if (rc != 2 || strncmp(err, "mproc: ", 7) != 0 || !strstr(err, what) ||
+        !strstr(err, "usage: mproc"))
+        fail_msg("mproc %s ...: exit %d, want 2 and \"%s\"; stderr:\n%s", args[0], rc, what,
+                 err);
+}
+#define BAD(what, ...) expect_usage_error((const char *const[]){__VA_ARGS__, NULL}, what)
+
+static void test_option_syntax(void **state)
+{
+    BAD("--tensors \"9223372036854775807\": it is out of range; give a whole number from 0 "
+        "to 1000000000", "doctor", "--tensors", "9223372036854775807");
+    BAD("--tensors \"-1\": it is negative", "doctor", "--tensors=-1");
+    BAD("--tensors \"\": it is empty", "doctor", "--tensors=");
+    BAD("--tensors \"12x\": it is not a whole decimal number", "doctor", "--tensors", "12x");
+    BAD("--tensors \"nan\": it is not a whole decimal number", "doctor", "--tensors", "nan");
+    BAD("--tensors \"1e3\": it is not a whole decimal number", "doctor", "--tensors", "1e3");
+    BAD("a value is missing after --tensors", "doctor", "--tensors");
+    BAD("a value is missing after --prefix", "shm", "ls", "--prefix");
+    BAD("no value goes with --json", "doctor", "--json=yes");
+    BAD("unknown option -Z", "doctor", "-Z");
+    BAD("unknown option --bogus", "shm", "gc", "--bogus=1");
+    BAD("unknown option -x", "-x");
+    BAD("--json goes with status only", "shm-manager", "--json", "stop");
+    /* both spellings of a value; the sum no longer overflows */
+    run_mproc(0, (const char *const[]){"doctor", "--tensors=1000000000", NULL});
+    if (!strstr(out, "1000000000 shared tensors") || !strstr(out, "about 1000000064 fds"))
+        fail_msg("doctor --tensors=1000000000:\n%s", out);
+    run_mproc(0, (const char *const[]){"doctor", "--json", "--tensors", "7", NULL});
+    assert_non_null(strstr(out, "7 shared tensors"));
+    assert_int_equal(MPROC("shm", "ls", "--prefix=/mproc-0-none", "--json"), 0);
+    assert_out("{\"segments\":[]}\n");
+    /* -V / --version anywhere a command is expected */
+    const char *const version[][4] = {{"-V"}, {"--version"}, {"version", "-V"}, {"doctor", "-V"},
+                                      {"shm", "ls", "--version"}};
+    for (size_t i = 0; i < sizeof version / sizeof version[0]; i++) {
+        assert_int_equal(run_mproc(0, version[i]), 0);
+        assert_out("mproc " MP_VERSION_STRING " (libmproc " MP_VERSION_STRING ")\n");
+    }
+}
+
+static void expect_daemon_refuses(const char *const *args, const char *what)
+{
+    int rc = run_prog("mproc-shm-manager", 0, args);
+    if (rc != 2 || strncmp(err, "mproc-shm-manager: ", 19) != 0 || !strstr(err, what))
+        fail_msg("mproc-shm-manager %s: exit %d, want 2 and \"%s\"; stderr:\n%s",
+                 args[0] ? args[0] : "", rc, what, err);
+}
+#define DAEMON_BAD(what, ...) expect_daemon_refuses((const char *const[]){__VA_ARGS__}, what)
+
+/* The daemon's options, and MPROC_SHM_MANAGER_GRACE: a bad value is an
+ * error (it used to become 0, or a negative grace). */
+static void test_daemon_numbers(void **state)
+{
+    char *saved = strdup(getenv("MPROC_SHM_MANAGER_GRACE"));
+    DAEMON_BAD("--grace \"nan\": it is not a decimal number", "--grace", "nan", NULL);
+    DAEMON_BAD("--grace \"-5\": it is negative", "--grace=-5", NULL);
+    DAEMON_BAD("--grace \"abc\": it is not a decimal number", "-g", "abc", NULL);
+    DAEMON_BAD("--grace \"\": it is empty", "--grace=", NULL);
+    DAEMON_BAD("--grace \"1e999\": it is out of range", "--grace", "1e999", NULL);
+    DAEMON_BAD("--grace \"inf\"", "--grace", "inf", NULL);
+    DAEMON_BAD("a value is missing after --grace", "--grace", NULL);
+    DAEMON_BAD("unknown option --bogus", "--bogus", NULL);
+    assert_int_equal(DAEMON("--version"), 0);
+    assert_out("mproc-shm-manager " MP_VERSION_STRING " (libmproc " MP_VERSION_STRING ")\n");
+    assert_int_equal(DAEMON("-h"), 0);
+    assert_non_null(strstr(out, "-g, --grace S"));
+    static const char *const bad[] = {"abc", "-5", "nan", "2x"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        setenv("MPROC_SHM_MANAGER_GRACE", bad[i], 1);
+        DAEMON_BAD("refusing to start: environment variable MPROC_SHM_MANAGER_GRACE", "-f",
+                   NULL);
+        /* the CLI says it too, before starting anything */
+        assert_int_equal(MPROC("shm-manager", "start"), 1);
+        if (!strstr(err, "cannot start the daemon: environment variable "
+                         "MPROC_SHM_MANAGER_GRACE"))
+            fail_msg("shm-manager start with GRACE=%s:\n%s", bad[i], err);
+        assert_int_equal(MPROC("doctor"), 1);
+        if (!strstr(out, "[fail] grace_env") ||
+            !strstr(out, "fix: set MPROC_SHM_MANAGER_GRACE to a number of seconds"))
+            fail_msg("doctor with GRACE=%s:\n%s", bad[i], out);
+    }
+    setenv("MPROC_SHM_MANAGER_GRACE", saved, 1);
+    free(saved);
+}
+
+/* doctor's runtime_dir line and fix for dir, run with MPROC_RUNTIME_DIR
+ * (or, when env is false, XDG_RUNTIME_DIR) pointing there. */
+static void doctor_dir(const char *var, const char *value, const char *detail, const char *fix)
+{
+    char *saved = strdup(getenv("MPROC_RUNTIME_DIR"));
+    if (strcmp(var, "MPROC_RUNTIME_DIR") != 0)
+        unsetenv("MPROC_RUNTIME_DIR");
+    setenv(var, value, 1);
+    assert_int_equal(MPROC("doctor"), 1);
+    if (!strstr(out, "[fail] runtime_dir") || !strstr(out, detail) || !strstr(out, fix) ||
+        !strstr(out, "[fail] shm_manager  mproc-shm-manager cannot run: its runtime directory"))
+        fail_msg("%s=%s: want \"%s\" and fix \"%s\":\n%s", var, value, detail, fix, out);
+    if (strcmp(var, "MPROC_RUNTIME_DIR") == 0 && (strstr(out, "remove") || strstr(out, "rm ")))
+        fail_msg("doctor tells to remove a path the user chose:\n%s", out);
+    unsetenv(var);
+    setenv("MPROC_RUNTIME_DIR", saved, 1);
+    free(saved);
+}
+
+static void test_runtime_dir_fixes(void **state)
+{
+    char dir[128], fix[256], file[160];
+    snprintf(dir, sizeof dir, "%s/rt", mgr_dir);
+    assert_int_equal(mkdir(dir, 0700), 0);
+    assert_int_equal(chmod(dir, 0755), 0); /* past the umask */
+    snprintf(fix, sizeof fix, "fix: chmod 700 %s", dir);
+    doctor_dir("MPROC_RUNTIME_DIR", dir, "is mode 0755", fix);
+    if (geteuid() == 0) { /* only root can give it away */
+        assert_int_equal(chmod(dir, 0700), 0);
+        assert_int_equal(chown(dir, 12345, (gid_t)-1), 0);
+        doctor_dir("MPROC_RUNTIME_DIR", dir, "belongs to uid 12345, not to you",
+                   "fix: set MPROC_RUNTIME_DIR to a directory you own");
+    }
+    assert_int_equal(rmdir(dir), 0);
+    doctor_dir("MPROC_RUNTIME_DIR", "/etc/passwd",
+               "MPROC_RUNTIME_DIR=/etc/passwd is a regular file, not a directory mproc made",
+               "fix: set MPROC_RUNTIME_DIR to a private directory (yours, mode 0700) or unset "
+               "it");
+    /* mproc's own default name taken by a file: removing that is fine */
+    snprintf(file, sizeof file, "%s/mproc", mgr_dir);
+    close(open(file, O_CREAT | O_WRONLY | O_CLOEXEC, 0600));
+    snprintf(fix, sizeof fix, "remove it (rm %s)", file);
+    doctor_dir("XDG_RUNTIME_DIR", mgr_dir, "is a regular file, not a directory mproc made", fix);
+    unlink(file);
+    /* shm-manager status names the variable and never says remove */
+    char *saved = strdup(getenv("MPROC_RUNTIME_DIR"));
+    setenv("MPROC_RUNTIME_DIR", "/etc/passwd", 1);
+    assert_int_equal(MPROC("shm-manager", "status"), 1);
+    if (!strstr(err, "MPROC_RUNTIME_DIR=/etc/passwd is a regular file, not a directory mproc "
+                     "made; set MPROC_RUNTIME_DIR to a private directory") ||
+        strstr(err, "remove"))
+        fail_msg("shm-manager status with MPROC_RUNTIME_DIR=/etc/passwd:\n%s", err);
+    setenv("MPROC_RUNTIME_DIR", saved, 1);
+    free(saved);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -261,6 +416,9 @@ int main(void)
         cmocka_unit_test(test_doctor_low_nofile),
         cmocka_unit_test(test_shm_manager_commands),
         cmocka_unit_test(test_usage_and_help),
+        cmocka_unit_test(test_option_syntax),
+        cmocka_unit_test(test_daemon_numbers),
+        cmocka_unit_test(test_runtime_dir_fixes),
     };
     int rc;
     mgr_test_env();

@@ -553,6 +553,37 @@ static void test_ring_refused_falls_back(void **state)
     assert_true(atomic_load(&d.created) > 0);
 }
 
+/* Child: its first report registers with the daemon and makes the report
+ * ring, whose system calls go through mp__sys like every other: a failed
+ * memfd_create there is injected, the client reports without a ring, and
+ * the segment is still reclaimed after a SIGKILL. */
+static int ring_fault_creator(int in, int out, void *arg)
+{
+    mp__segment *s;
+    int fd;
+    (void)arg;
+    if (mp__sys_fault("memfd_create", ENOMEM, 0, 1) != 0)
+        return 20;
+    if (mp__segment_create(4096, MP__STRATEGY_FS, &s) != 0)
+        return 21;
+    /* the injected failure was used up by the ring, not left pending */
+    if ((fd = mp__sys.memfd_create("probe", MFD_CLOEXEC)) < 0)
+        return 22;
+    close(fd);
+    mgr_put(out, 'r');
+    mgr_get(in, 30); /* until killed */
+    return 0;
+}
+
+static void test_ring_fault_injected(void **state)
+{
+    child c = child_start(ring_fault_creator, NULL);
+    assert_int_equal(mgr_get(c.from, 10), 'r');
+    assert_true(mgr_shm_of(c.pid));
+    child_end(&c, true);
+    assert_true(mgr_wait_clean(&c.pid, 1, MGR_GRACE + 1));
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, mp_test_setup, mp_test_teardown)
 
 int main(void)
@@ -571,6 +602,7 @@ int main(void)
         T(test_other_uid_refused),
         T(test_full_ring_waits),
         T(test_ring_refused_falls_back),
+        T(test_ring_fault_injected),
     };
     int rc;
     mgr_test_env();

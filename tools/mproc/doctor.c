@@ -22,7 +22,7 @@ typedef struct check {
     char fix[400];
 } check;
 
-static check checks[8];
+static check checks[12];
 static int nchecks;
 
 static check *add(const char *name, int status, const char *fix, const char *fmt, ...)
@@ -40,6 +40,10 @@ static check *add(const char *name, int status, const char *fix, const char *fmt
     return c;
 }
 
+/* More than the kernel lets one process open (fs.nr_open is at most 2^30):
+ * larger counts are typos, and fds = tensors + 64 stays far from overflow. */
+#define TENSORS_MAX 1000000000LL
+
 static long read_long(const char *path)
 {
     FILE *f = fopen(path, "re");
@@ -54,31 +58,31 @@ static long read_long(const char *path)
 
 /* file_descriptor: each shared storage a process holds is one fd (plus the
  * ones in flight); 64 for everything else. */
-static void check_nofile(long tensors)
+static void check_nofile(long long tensors)
 {
     struct rlimit rl;
-    long need = tensors + 64;
+    long long need = tensors + 64;
     char fix[400];
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
         add("open_files", FAIL, NULL, "getrlimit(RLIMIT_NOFILE): %s", strerror(errno));
         return;
     }
     snprintf(fix, sizeof fix,
-             rl.rlim_max != RLIM_INFINITY && (long)rl.rlim_max < need
+             rl.rlim_max != RLIM_INFINITY && (long long)rl.rlim_max < need
                  ? "raise the hard limit (limits.conf nofile, systemd LimitNOFILE=, docker "
-                   "--ulimit nofile=%ld), or mp_set_sharing_strategy(\"file_system\")"
-                 : "run `ulimit -n %ld` (or setrlimit in main), or "
+                   "--ulimit nofile=%lld), or mp_set_sharing_strategy(\"file_system\")"
+                 : "run `ulimit -n %lld` (or setrlimit in main), or "
                    "mp_set_sharing_strategy(\"file_system\")",
              need);
-    if (rl.rlim_cur != RLIM_INFINITY && (long)rl.rlim_cur < need)
+    if (rl.rlim_cur != RLIM_INFINITY && (long long)rl.rlim_cur < need)
         add("open_files", WARN, fix,
-            "open-files limit is %llu (soft) / %llu (hard): too low for %ld shared tensors "
-            "under file_descriptor, which need about %ld fds",
+            "open-files limit is %llu (soft) / %llu (hard): too low for %lld shared tensors "
+            "under file_descriptor, which need about %lld fds",
             (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max, tensors, need);
     else
         add("open_files", OK, NULL,
-            "open-files limit is %llu (soft) / %llu (hard): enough for %ld shared tensors "
-            "(about %ld fds)",
+            "open-files limit is %llu (soft) / %llu (hard): enough for %lld shared tensors "
+            "(about %lld fds)",
             (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max, tensors, need);
 }
 
@@ -140,10 +144,49 @@ static void check_scm_rights(void)
             "up to 253 fds per message (SCM_MAX_FD); net.core.optmem_max %ld bytes", optmem);
 }
 
-static void check_manager(void)
+/* The runtime directory holds the daemon's socket: each way it can be
+ * unusable has its own fix (see mp__mgr_runtime_dir_diagnose). false when
+ * it is unusable, so the daemon check does not blame the daemon. */
+static bool check_runtime_dir(void)
 {
-    char *reply = NULL, dir[256] = "?";
-    int rc = mp__mgr_control("STATUS", &reply, 2.0);
+    char dir[256], problem[512], fix[512];
+    bool exists;
+    if (mp__mgr_runtime_dir_diagnose(dir, sizeof dir, false, &exists, problem, sizeof problem,
+                                     fix, sizeof fix) < 0) {
+        add("runtime_dir", FAIL, fix, "%s: the shm manager cannot run there", problem);
+        return false;
+    }
+    if (exists)
+        add("runtime_dir", OK, NULL, "runtime directory %s is yours and private (0700)", dir);
+    else
+        add("runtime_dir", OK, NULL, "runtime directory %s does not exist yet; it is made "
+            "(mode 0700) when first needed", dir);
+    return true;
+}
+
+/* $MPROC_SHM_MANAGER_GRACE: a bad value stops the daemon from starting. */
+static bool check_grace_env(void)
+{
+    double grace = MP__MGR_GRACE_DEFAULT;
+    if (mp__mgr_grace_env(&grace) < 0) {
+        add("grace_env", FAIL,
+            "set MPROC_SHM_MANAGER_GRACE to a number of seconds (e.g. 2) or unset it",
+            "%s: the shm manager refuses to start", mp_last_error());
+        return false;
+    }
+    return true;
+}
+
+static void check_manager(bool usable_dir)
+{
+    char *reply = NULL, dir[256] = "?", bin[4096];
+    int rc;
+    if (!usable_dir) {
+        add("shm_manager", FAIL, "fix the runtime_dir check first",
+            "mproc-shm-manager cannot run: its runtime directory is unusable");
+        return;
+    }
+    rc = mp__mgr_control("STATUS", &reply, 2.0);
     mp__mgr_runtime_dir(dir, sizeof dir, false);
     if (rc == 0) {
         int pid = 0, clients = 0, segs = 0;
@@ -156,14 +199,35 @@ static void check_manager(void)
             segs = atoi(p + 9);
         add("shm_manager", OK, NULL, "mproc-shm-manager runs (pid %d, %d clients, %d segments) in %s",
             pid, clients, segs, dir);
+    } else if (rc == MP_ENOENT && getenv("MPROC_SHM_MANAGER") &&
+               strcmp(getenv("MPROC_SHM_MANAGER"), "none") == 0) {
+        add("shm_manager", WARN, "unset MPROC_SHM_MANAGER to turn leak protection back on",
+            "MPROC_SHM_MANAGER=none: the library starts no daemon, so file_system segments of "
+            "killed processes are not reclaimed");
+    } else if (rc == MP_ENOENT && mp__mgr_binary(bin, sizeof bin) < 0) {
+        /* Then the library cannot start it either: leak protection is off. */
+        add("shm_manager", FAIL,
+            getenv("MPROC_SHM_MANAGER")
+                ? "point MPROC_SHM_MANAGER at an executable mproc-shm-manager, or unset it"
+                : "install mproc-shm-manager where the library looks for it (<prefix>/libexec/"
+                  "mproc/ of libmproc's install prefix), or set "
+                  "MPROC_SHM_MANAGER=/path/to/mproc-shm-manager",
+            "mproc-shm-manager is not running and cannot be started: %s", mp_last_error());
     } else if (rc == MP_ENOENT) {
         add("shm_manager", INFO,
             "nothing to do: the library starts it when a process first uses file_system "
             "(or run `mproc shm-manager start`)",
-            "mproc-shm-manager is not running (runtime directory %s)", dir);
-    } else {
-        add("shm_manager", FAIL, "see the log in the runtime directory; `mproc shm-manager stop`",
+            "mproc-shm-manager is not running (runtime directory %s); it starts on demand "
+            "from %s", dir, bin);
+    } else if (rc == MP_ETIMEDOUT || rc == MP_EAGAIN) {
+        add("shm_manager", FAIL,
+            "it is hung: `mproc shm-manager stop`, else kill the pid in its lock file; see "
+            "its log in the runtime directory",
             "mproc-shm-manager does not answer: %s", mp_last_error());
+    } else {
+        add("shm_manager", FAIL, "see the daemon's log (" MP__MGR_LOG ") in the runtime "
+            "directory, then `mproc shm-manager stop` and start it again",
+            "mproc-shm-manager fails: %s", mp_last_error());
     }
     free(reply);
 }
@@ -182,29 +246,31 @@ static void check_ptrace(void)
 
 int cmd_doctor(int argc, char **argv)
 {
+    static const struct option opts[] = {{"json", no_argument, 0, 'j'},
+                                         {"tensors", required_argument, 0, 't'},
+                                         CLI_COMMON_OPTIONS};
     bool json = false;
-    long tensors = 1000;
-    int worst = OK;
-    if (cli_wants_help(argc, argv))
-        return cli_usage(stdout, "doctor"), EXIT_OK;
-    for (int i = 1; i < argc; i++) {
-        char *end;
-        if (strcmp(argv[i], "--json") == 0) {
+    long long tensors = 1000;
+    int c, worst = OK, status = EXIT_OK;
+    optind = 0;
+    while ((c = cli_getopt(argc, argv, ":hV", opts, "doctor", &status)) != -1) {
+        if (c == CLI_DONE)
+            return status;
+        if (c == 'j')
             json = true;
-        } else if (strcmp(argv[i], "--tensors") == 0 && i + 1 < argc) {
-            tensors = strtol(argv[++i], &end, 10);
-            if (*end || tensors < 0)
-                return cli_bad_usage("doctor", "bad --tensors \"%s\"", argv[i]);
-        } else {
-            return cli_bad_usage("doctor", "unexpected argument \"%s\"", argv[i]);
-        }
+        else if (c == 't' &&
+                 !cli_number("doctor", "--tensors", optarg, 0, TENSORS_MAX, &tensors, &status))
+            return status;
     }
+    if (optind < argc)
+        return cli_bad_usage("doctor", "unexpected argument \"%s\"", argv[optind]);
     nchecks = 0;
     check_nofile(tensors);
     check_dev_shm();
     check_memfd();
     check_scm_rights();
-    check_manager();
+    check_grace_env();
+    check_manager(check_runtime_dir());
     check_ptrace();
     for (int i = 0; i < nchecks; i++)
         worst = checks[i].status > worst ? checks[i].status : worst;

@@ -5,12 +5,14 @@
 
 #include "cli.h"
 #include "mproc.h"
+#include "os/os.h"
 
 static const struct {
     const char *topic, *text;
 } topics[] = {
     {"",
      "usage: mproc <command> [options]\n"
+     "       mproc --help | --version\n"
      "\n"
      "commands:\n"
      "  shm ls [--json]              list this user's mproc shared-memory segments\n"
@@ -20,7 +22,8 @@ static const struct {
      "  version                      print the version\n"
      "  help [command]               this text, or a command's\n"
      "\n"
-     "Every command accepts --help.\n"
+     "Every command accepts -h/--help and -V/--version; options take their value\n"
+     "as --opt VALUE or --opt=VALUE.\n"
      "exit codes: 0 success; 1 failure (doctor: a check did not pass);\n"
      "            2 bad arguments; 3 shm-manager status: not running\n"},
     {"shm",
@@ -47,9 +50,10 @@ static const struct {
     {"doctor",
      "usage: mproc doctor [--json] [--tensors N]\n"
      "  Checks, and explains with the fix: the open-files limit against what N\n"
-     "  shared tensors need under file_descriptor (default N = 1000), /dev/shm size\n"
-     "  and free space (and the 64 MiB container default), memfd and sealing,\n"
-     "  SCM_RIGHTS limits, whether the shm manager runs, and the ptrace scope.\n"
+     "  shared tensors need under file_descriptor (N from 0 to 1000000000,\n"
+     "  default 1000), /dev/shm size and free space (and the 64 MiB container\n"
+     "  default), memfd and sealing, SCM_RIGHTS limits, the runtime directory,\n"
+     "  whether the shm manager runs, and the ptrace scope.\n"
      "  Exit status 1 when a check warns or fails.\n"},
     {"shm-manager",
      "usage: mproc shm-manager start|stop|status [--json]\n"
@@ -59,7 +63,8 @@ static const struct {
      "          daemon when they next need one); 0 if none runs\n"
      "  status  print its pid, clients, tracked segments; exit 3 if none runs\n"
      "  The library starts the daemon by itself; these are for operators.\n"},
-    {"version", "usage: mproc version\n  Prints the version of the tool and of libmproc.\n"},
+    {"version", "usage: mproc version  (or mproc -V, mproc --version)\n"
+                "  Prints the version of the tool and of libmproc.\n"},
     {"help", "usage: mproc help [command]\n"},
 };
 
@@ -108,6 +113,54 @@ void json_string(FILE *f, const char *s)
     fputc('"', f);
 }
 
+int cli_getopt(int argc, char **argv, const char *shortopts, const struct option *longopts,
+               const char *topic, int *status)
+{
+    int c;
+    opterr = 0; /* our own messages, each followed by the usage */
+    c = getopt_long(argc, argv, shortopts, longopts, NULL);
+    if (c == 'h') {
+        cli_usage(stdout, topic);
+        *status = EXIT_OK;
+        return CLI_DONE;
+    }
+    if (c == 'V') {
+        cli_version();
+        *status = EXIT_OK;
+        return CLI_DONE;
+    }
+    if (c == '?' || c == ':') {
+        /* optopt: the short option at fault; for a long one, argv names it. */
+        const char *what = c == ':' ? "a value is missing after" : "unknown option";
+        const char *arg = argv[optind - 1];
+        int len = (int)strcspn(arg, "=");
+        for (const struct option *o = longopts; c == '?' && arg[len] && o->name; o++)
+            if (strncmp(arg, "--", 2) == 0 && (int)strlen(o->name) == len - 2 &&
+                strncmp(o->name, arg + 2, (size_t)len - 2) == 0)
+                what = "no value goes with";
+        if (optopt && strncmp(arg, "--", 2) != 0)
+            *status = cli_bad_usage(topic, "%s -%c", what, optopt);
+        else
+            *status = cli_bad_usage(topic, "%s %.*s", what, len, arg);
+        return CLI_DONE;
+    }
+    return c;
+}
+
+bool cli_number(const char *topic, const char *opt, const char *text, long long min,
+                long long max, long long *out, int *status)
+{
+    if (mp__parse_ll(opt, text, min, max, out) == 0)
+        return true;
+    *status = cli_bad_usage(topic, "%s", mp_last_error());
+    return false;
+}
+
+void cli_version(void)
+{
+    printf("mproc %s (libmproc %s)\n", MP_VERSION_STRING, mp_version());
+}
+
 static int cmd_help(int argc, char **argv)
 {
     char topic[64] = "";
@@ -121,29 +174,44 @@ static int cmd_help(int argc, char **argv)
     return EXIT_OK;
 }
 
+static int cmd_version(int argc, char **argv)
+{
+    static const struct option opts[] = {CLI_COMMON_OPTIONS};
+    int c, status = EXIT_OK;
+    optind = 0;
+    if ((c = cli_getopt(argc, argv, "+:hV", opts, "version", &status)) != -1)
+        return c == CLI_DONE ? status : cli_bad_usage("version", "version takes no options");
+    if (optind < argc)
+        return cli_bad_usage("version", "version takes no arguments");
+    cli_version();
+    return EXIT_OK;
+}
+
+/* Options before the command: only --help and --version; "+" stops at the
+ * command so its own options are left to it. */
 int main(int argc, char **argv)
 {
-    const char *cmd = argc > 1 ? argv[1] : NULL;
-    if (!cmd)
+    static const struct option opts[] = {CLI_COMMON_OPTIONS};
+    int c, status = EXIT_OK;
+    const char *cmd;
+    optind = 0;
+    if ((c = cli_getopt(argc, argv, "+:hV", opts, "", &status)) != -1)
+        return c == CLI_DONE ? status : cli_bad_usage("", "unexpected option");
+    if (optind >= argc)
         return cli_bad_usage("", "no command given");
-    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0)
-        return cli_usage(stdout, ""), EXIT_OK;
+    argc -= optind;
+    argv += optind;
+    cmd = argv[0];
     if (strcmp(cmd, "help") == 0)
-        return cli_wants_help(argc - 1, argv + 1) ? (cli_usage(stdout, "help"), EXIT_OK)
-                                                  : cmd_help(argc - 1, argv + 1);
-    if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
-        if (cli_wants_help(argc - 1, argv + 1))
-            return cli_usage(stdout, "version"), EXIT_OK;
-        if (argc > 2)
-            return cli_bad_usage("version", "version takes no arguments");
-        printf("mproc %s (libmproc %s)\n", MP_VERSION_STRING, mp_version());
-        return EXIT_OK;
-    }
+        return cli_wants_help(argc, argv) ? (cli_usage(stdout, "help"), EXIT_OK)
+                                          : cmd_help(argc, argv);
+    if (strcmp(cmd, "version") == 0)
+        return cmd_version(argc, argv);
     if (strcmp(cmd, "shm") == 0)
-        return cmd_shm(argc - 1, argv + 1);
+        return cmd_shm(argc, argv);
     if (strcmp(cmd, "doctor") == 0)
-        return cmd_doctor(argc - 1, argv + 1);
+        return cmd_doctor(argc, argv);
     if (strcmp(cmd, "shm-manager") == 0)
-        return cmd_shm_manager(argc - 1, argv + 1);
+        return cmd_shm_manager(argc, argv);
     return cli_bad_usage("", "unknown command \"%s\"", cmd);
 }

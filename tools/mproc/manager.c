@@ -38,21 +38,25 @@ static void print_status(const char *reply, bool json)
 
 int cmd_shm_manager(int argc, char **argv)
 {
-    const char *sub = argc > 1 ? argv[1] : NULL;
+    static const struct option opts[] = {{"json", no_argument, 0, 'j'}, CLI_COMMON_OPTIONS};
+    const char *sub;
     bool json = false;
     char *reply = NULL;
-    int rc;
+    int c, rc = EXIT_OK;
 
-    if (cli_wants_help(argc, argv))
-        return cli_usage(stdout, "shm-manager"), EXIT_OK;
-    if (!sub)
-        return cli_bad_usage("shm-manager", "shm-manager needs start, stop or status");
-    for (int i = 2; i < argc; i++) {
-        if (strcmp(argv[i], "--json") == 0 && strcmp(sub, "status") == 0)
-            json = true;
-        else
-            return cli_bad_usage("shm-manager", "unexpected argument \"%s\"", argv[i]);
+    optind = 0;
+    while ((c = cli_getopt(argc, argv, ":hV", opts, "shm-manager", &rc)) != -1) {
+        if (c == CLI_DONE)
+            return rc;
+        json = true; /* 'j' */
     }
+    if (optind >= argc)
+        return cli_bad_usage("shm-manager", "shm-manager needs start, stop or status");
+    sub = argv[optind];
+    if (optind + 1 < argc)
+        return cli_bad_usage("shm-manager", "unexpected argument \"%s\"", argv[optind + 1]);
+    if (json && strcmp(sub, "status") != 0)
+        return cli_bad_usage("shm-manager", "--json goes with status only");
     if (strcmp(sub, "start") == 0) {
         char dir[256];
         if (mp__mgr_runtime_dir(dir, sizeof dir, true) < 0 ||

@@ -199,18 +199,25 @@ static void print_json(const seglist *l)
     printf("%s]}\n", l->n ? "\n" : "");
 }
 
+/* argv[0] is "ls" or "gc"; flag is that command's one switch. */
 static int parse(int argc, char **argv, const char *topic, const char *flag, bool *flag_on,
                  const char **prefix)
 {
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], flag) == 0) {
+    const struct option opts[] = {{flag + 2, no_argument, 0, 'f'},
+                                  {"prefix", required_argument, 0, 'p'},
+                                  CLI_COMMON_OPTIONS};
+    int c, status = EXIT_OK;
+    optind = 0;
+    while ((c = cli_getopt(argc, argv, ":hV", opts, topic, &status)) != -1) {
+        if (c == CLI_DONE)
+            return status == EXIT_OK ? CLI_DONE : status;
+        if (c == 'f')
             *flag_on = true;
-        } else if (strcmp(argv[i], "--prefix") == 0 && i + 1 < argc) {
-            *prefix = argv[++i];
-        } else {
-            return cli_bad_usage(topic, "unexpected argument \"%s\"", argv[i]);
-        }
+        else if (c == 'p')
+            *prefix = optarg;
     }
+    if (optind < argc)
+        return cli_bad_usage(topic, "unexpected argument \"%s\"", argv[optind]);
     return EXIT_OK;
 }
 
@@ -221,7 +228,7 @@ static int shm_ls(int argc, char **argv)
     mp__seg_users users = {0};
     int rc = parse(argc, argv, "shm ls", "--json", &json, &l.prefix);
     if (rc != EXIT_OK)
-        return rc;
+        return rc == CLI_DONE ? EXIT_OK : rc;
     if (collect(&l, &users) < 0) {
         fprintf(stderr, "mproc shm ls: %s\n", mp_last_error());
         rc = EXIT_FAIL;
@@ -243,7 +250,7 @@ static int shm_gc(int argc, char **argv)
     unsigned long long bytes = 0;
     int freed = 0, rc = parse(argc, argv, "shm gc", "--dry-run", &dry, &l.prefix);
     if (rc != EXIT_OK)
-        return rc;
+        return rc == CLI_DONE ? EXIT_OK : rc;
     if (collect(&l, &users) < 0) {
         fprintf(stderr, "mproc shm gc: %s\n", mp_last_error());
         rc = EXIT_FAIL;
@@ -274,15 +281,18 @@ out:
 
 int cmd_shm(int argc, char **argv)
 {
+    if (argc >= 2 && strcmp(argv[1], "ls") == 0)
+        return shm_ls(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "gc") == 0)
+        return shm_gc(argc - 1, argv + 1);
+    if (argc >= 2 && argv[1][0] == '-') {
+        static const struct option opts[] = {CLI_COMMON_OPTIONS};
+        int status = EXIT_OK;
+        optind = 0;
+        if (cli_getopt(argc, argv, "+:hV", opts, "shm", &status) == CLI_DONE)
+            return status;
+    }
     if (argc < 2)
         return cli_bad_usage("shm", "shm needs a subcommand: ls or gc");
-    if (strcmp(argv[1], "ls") == 0)
-        return cli_wants_help(argc, argv) ? (cli_usage(stdout, "shm ls"), EXIT_OK)
-                                          : shm_ls(argc - 1, argv + 1);
-    if (strcmp(argv[1], "gc") == 0)
-        return cli_wants_help(argc, argv) ? (cli_usage(stdout, "shm gc"), EXIT_OK)
-                                          : shm_gc(argc - 1, argv + 1);
-    if (cli_wants_help(argc, argv))
-        return cli_usage(stdout, "shm"), EXIT_OK;
     return cli_bad_usage("shm", "unknown shm subcommand \"%s\"", argv[1]);
 }

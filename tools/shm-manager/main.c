@@ -5,6 +5,7 @@
  * connection reads EOF or its pidfd becomes readable.
  *
  *   mproc-shm-manager [--foreground] [--grace SECONDS] [--persistent]
+ *   mproc-shm-manager --help | --version
  *
  * Without --foreground it detaches (new session, double fork, stdio to
  * /dev/null and the log file in the runtime directory) and the starting
@@ -50,13 +51,18 @@ void dlog(const char *fmt, ...)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: mproc-shm-manager [--foreground] [--grace SECONDS] [--persistent]\n"
+               "       mproc-shm-manager --help | --version\n"
                "  Normally started by libmproc on demand; see `mproc help shm-manager`.\n"
-               "  --foreground   do not detach; log to stderr\n"
-               "  --grace S      seconds to wait after the last client is gone before\n"
-               "                 reclaiming what is left and exiting (default %.0f,\n"
-               "                 or $MPROC_SHM_MANAGER_GRACE)\n"
-               "  --persistent   reclaim after the grace period but do not exit\n",
-            MP__MGR_GRACE_DEFAULT);
+               "  -f, --foreground   do not detach; log to stderr\n"
+               "  -g, --grace S      seconds to wait after the last client is gone before\n"
+               "                     reclaiming what is left and exiting: a number from 0\n"
+               "                     to %.0f (default %.0f, or $MPROC_SHM_MANAGER_GRACE)\n"
+               "  -p, --persistent   reclaim after the grace period but do not exit\n"
+               "  -h, --help         this text\n"
+               "  -V, --version      print the version\n"
+               "  Exit status: 0 running (or another daemon already serves), 1 failure,\n"
+               "  2 bad arguments or a bad environment variable.\n",
+            MP__MGR_GRACE_MAX, MP__MGR_GRACE_DEFAULT);
 }
 
 /* Returns the write end of a pipe the final daemon reports readiness on;
@@ -148,48 +154,76 @@ static int take_lock(const char *path)
     return -1;
 }
 
-int main(int argc, char **argv)
+/* getopt_long's '?' or ':' for arg: says which option and why; exit 2. */
+static int bad_option(int c, const char *arg)
+{
+    const char *what = c == ':' ? "a value is missing after" : "unknown option";
+    if (optopt && strncmp(arg, "--", 2) != 0) /* optopt names a short option */
+        fprintf(stderr, "mproc-shm-manager: %s -%c\n", what, optopt);
+    else
+        fprintf(stderr, "mproc-shm-manager: %s %.*s\n", what, (int)strcspn(arg, "="), arg);
+    usage(stderr);
+    return 2;
+}
+
+/* Options and $MPROC_SHM_MANAGER_GRACE into cfg; -1 to go on, else the
+ * exit status (0 after --help/--version, 2 on a bad value). A bad variable
+ * is refused even with --grace: it would bite the next start without one. */
+static int parse_args(int argc, char **argv, loop_config *cfg, bool *foreground)
 {
     static const struct option opts[] = {{"foreground", no_argument, 0, 'f'},
                                          {"grace", required_argument, 0, 'g'},
                                          {"persistent", no_argument, 0, 'p'},
                                          {"help", no_argument, 0, 'h'},
+                                         {"version", no_argument, 0, 'V'},
                                          {0, 0, 0, 0}};
-    loop_config cfg = {.grace = MP__MGR_GRACE_DEFAULT};
-    const char *env = getenv("MPROC_SHM_MANAGER_GRACE");
-    char lock_path[4096], log_path[4096], *end;
-    int c, ready_fd = -1, lock_fd, rc;
-    bool foreground = false;
-
-    if (env && *env)
-        cfg.grace = strtod(env, NULL);
-    while ((c = getopt_long(argc, argv, "fg:ph", opts, NULL)) != -1) {
+    int c;
+    if (mp__mgr_grace_env(&cfg->grace) < 0) {
+        fprintf(stderr, "mproc-shm-manager: refusing to start: %s\n", mp_last_error());
+        return 2;
+    }
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":fg:phV", opts, NULL)) != -1) {
         switch (c) {
         case 'f':
-            foreground = true;
+            *foreground = true;
             break;
         case 'g':
-            cfg.grace = strtod(optarg, &end);
-            if (*end || cfg.grace < 0) {
-                fprintf(stderr, "mproc-shm-manager: bad --grace %s\n", optarg);
+            if (mp__parse_double("--grace", optarg, 0, MP__MGR_GRACE_MAX, &cfg->grace) < 0) {
+                fprintf(stderr, "mproc-shm-manager: %s\n", mp_last_error());
                 return 2;
             }
             break;
         case 'p':
-            cfg.persistent = true;
+            cfg->persistent = true;
             break;
         case 'h':
             usage(stdout);
             return 0;
+        case 'V':
+            printf("mproc-shm-manager %s (libmproc %s)\n", MP_VERSION_STRING, mp_version());
+            return 0;
         default:
-            usage(stderr);
-            return 2;
+            return bad_option(c, argv[optind - 1]);
         }
     }
     if (optind != argc) {
+        fprintf(stderr, "mproc-shm-manager: unexpected argument \"%s\"\n", argv[optind]);
         usage(stderr);
         return 2;
     }
+    return -1;
+}
+
+int main(int argc, char **argv)
+{
+    loop_config cfg = {.grace = MP__MGR_GRACE_DEFAULT};
+    char lock_path[4096], log_path[4096];
+    int ready_fd = -1, lock_fd, rc;
+    bool foreground = false;
+
+    if ((rc = parse_args(argc, argv, &cfg, &foreground)) >= 0)
+        return rc;
     /* Whatever the starter left open is not ours to keep alive. */
     syscall(SYS_close_range, 3u, ~0u, 0u);
     signal(SIGPIPE, SIG_IGN);

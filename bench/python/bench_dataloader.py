@@ -1,0 +1,69 @@
+#!/usr/bin/python3
+"""DataLoader with its default context against mproc.torch.get_context(),
+2 workers, spawn, one run:
+
+    /usr/bin/python3 bench/python/bench_dataloader.py   # writes bench/results/python_dataloader.jsonl
+
+  small   samples of 64 tensors of 1 KiB, batch_size=None (samples/s)
+  images  batches of 32 x 3x224x224 float32, 18.4 MiB each (batches/s)
+"""
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+import torch  # noqa: E402
+from torch.utils.data import DataLoader, Dataset  # noqa: E402
+
+import mproc.torch as mp  # noqa: E402
+
+
+class Small(Dataset):
+    def __len__(self):
+        return 400
+
+    def __getitem__(self, i):
+        return [torch.full((256,), float(i)) for _ in range(64)]
+
+
+class Images(Dataset):
+    def __len__(self):
+        return 32 * 40
+
+    def __getitem__(self, i):
+        return torch.empty(3, 224, 224).fill_(float(i % 7))
+
+
+def rate(dataset, ctx, batch_size):
+    dl = DataLoader(dataset, batch_size=batch_size, num_workers=2,
+                    multiprocessing_context=ctx)
+    it = iter(dl)
+    next(it)  # workers started
+    t0 = time.perf_counter()
+    n = sum(1 for _ in it)
+    return n / (time.perf_counter() - t0)
+
+
+def main():
+    rows = []
+    for name, ds, bs in (("small 64x1KiB samples (samples/s)", Small(), None),
+                         ("images 32x3x224x224 batches (batches/s)", Images(), 32)):
+        torch_rate = rate(ds, "spawn", bs)
+        mproc_rate = rate(ds, mp.get_context("spawn"), bs)
+        rows.append({"case": name, "torch": torch_rate, "mproc.torch": mproc_rate,
+                     "ratio": mproc_rate / torch_rate})
+        print("%-42s torch %9.1f  mproc %9.1f  %6.1fx" % (name, torch_rate, mproc_rate,
+                                                          mproc_rate / torch_rate))
+    out = os.path.join(ROOT, "bench", "results", "python_dataloader.jsonl")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,219 @@
+/* mproc — ranks as processes across hosts, on MPI (libmproc_mpi).
+ *
+ * A program started by `mpirun -np N prog` calls mp_setup, then
+ * mp_mpi_init; every rank is then one mproc process. This header is served
+ * by the separate library libmproc_mpi (CMake target mproc_mpi), which links
+ * MPI; libmproc itself never depends on MPI. Built without MPI (CMake
+ * -DMPROC_MPI=OFF, or Open MPI not installed), every call here fails with
+ * MP_ENOTSUP and a sentence saying how to enable it.
+ *
+ * Ranks on one host (found with MPI_Comm_split_type(MPI_COMM_TYPE_SHARED))
+ * exchange messages through mproc's own local path: a real mproc pipe whose
+ * tensors travel as shared-memory handles. Ranks on different hosts (or
+ * every pair when the environment has MPROC_MPI_LOCAL=0) exchange them over
+ * MPI: payload and tensor metadata in one MPI message, then each tensor's
+ * storage by a non-blocking send straight from its memory; the receiver
+ * gets each tensor in mproc shared memory (mp_tensor_empty_shared) with the
+ * bytes received into it directly, so it can be passed on locally.
+ *
+ * Host-local things: queues, connections and sync objects attached to a
+ * message cross only between ranks of one host; sending one to another host
+ * fails with MP_ENOTSUP naming the attachment. docs/mpi.md tells more.
+ *
+ * Failure contract: every blocking call here watches the job. When any
+ * rank fails (its mp_mpi_spawn entry returns non-zero or calls mp_raise, it
+ * dies of a signal, or a rank on this host vanishes), every other rank's
+ * blocking call returns MP_ECHILD within a bounded time (a few ms for a
+ * reported failure, a poll period for a vanished local rank) and
+ * mp_mpi_failure gives the record. Ranks lost on other hosts are reported by
+ * mpirun, which ends the job.
+ *
+ * Threads: mp_mpi_init asks MPI for MPI_THREAD_MULTIPLE; one conn end is
+ * used by one thread at a time. No call starts a thread.
+ */
+#ifndef MPROC_MPI_H
+#define MPROC_MPI_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "mproc/error.h"
+#include "mproc/msg.h"
+#include "mproc/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- the job --------------------------------------------------------------- */
+
+/* Initializes MPI (unless the program already did) and the job: ranks,
+ * hosts, pids and the same-host sockets. Collective: every rank calls it.
+ * Call after mp_setup. MP_ENOTSUP without MPI; MP_ESTATE when called twice;
+ * MP_ESYS when MPI or a socket failed (the sentence says which). */
+int mp_mpi_init(int *argc, char ***argv);
+/* Waits for every rank, closes the sockets and finalizes MPI when
+ * mp_mpi_init initialized it. Collective. No-op before init. After a
+ * failure it returns MP_ECHILD without finalizing (a collective finalize
+ * would wait for the dead rank): exit non-zero and mpirun ends the job.
+ * Ranks other than 0 first wait up to 10 s for rank 0 to end it, so rank
+ * 0's report is not cut off. */
+int mp_mpi_finalize(void);
+
+/* This rank, the number of ranks, this rank's index among the ranks of its
+ * host and their number. MP_ESTATE before mp_mpi_init. */
+int mp_mpi_rank(void);
+int mp_mpi_size(void);
+int mp_mpi_local_rank(void);
+int mp_mpi_local_size(void);
+/* The host name and pid of rank. MP_EINVAL for a bad rank. */
+int mp_mpi_rank_info(int rank, const char **host, pid_t *pid);
+/* 1 when messages to rank take mproc's same-host path, 0 when they go over
+ * MPI (another host, or MPROC_MPI_LOCAL=0), or a negative error. */
+int mp_mpi_is_local(int rank);
+
+/* ---- launch and failures ---------------------------------------------------- */
+
+/* A failed rank: what mp_spawn's mp_child_error says of a child, plus host. */
+typedef struct mp_mpi_error {
+    int rank;
+    pid_t pid;
+    const char *host;
+    int exitcode;            /* the entry's return value, 1 after mp_raise, -signal */
+    int signal;              /* the signal that killed it, or 0 */
+    const char *message;     /* the mp_raise text, or a sentence of what was seen */
+} mp_mpi_error;
+
+/* Runs the entry registered as `entry` (MP_ENTRY) on this rank with args
+ * (borrowed; NULL: an empty message) as entry(rank, args). Collective: every
+ * rank calls it. Returns 0 once the entry returned 0 on every rank.
+ * MP_ECHILD when any rank failed: its entry returned non-zero or called
+ * mp_raise (caught here; the call returns instead of exiting), or it died;
+ * *err (may be NULL) gets the record, the same on every rank that learns
+ * of it, and mp_last_error a sentence. A rank whose entry failed tells every
+ * other rank at once, then (unless it is rank 0) waits up to 10 s for rank 0
+ * to report and end the job, so rank 0's report is never cut off by mpirun.
+ * MP_ENOENT: no entry of that name. Rank 0 should print the record and exit
+ * non-zero, which makes mpirun end the whole job (mp_mpi_finalize then
+ * returns MP_ECHILD). */
+int mp_mpi_spawn(const char *entry, mp_msg *args, mp_mpi_error *err);
+/* The first failure this rank learned of: 0 and *err, or MP_ESTATE. */
+int mp_mpi_failure(mp_mpi_error *err);
+
+/* ---- pipes between two ranks ------------------------------------------------ */
+
+typedef struct mp_mpi_conn mp_mpi_conn;
+
+/* A duplex connection between this rank and peer. Both ranks call it, each
+ * naming the other, in the same order as their other mp_mpi_pipe calls
+ * for that pair. Blocks until the peer has called it (same-host path). */
+int mp_mpi_pipe(int peer, mp_mpi_conn **out);
+/* Sends m (not consumed). Same host: as mp_conn_send. Across hosts: the
+ * message is handed to MPI and the call returns; the conn keeps its tensors
+ * until MPI is done with them. It blocks (up to timeout) only while the
+ * previous message on this conn is still being transferred (one in flight),
+ * then MP_ETIMEDOUT with nothing sent. MP_ECLOSED once either end closed,
+ * MP_ENOTSUP for an attachment that cannot leave its host, MP_ECHILD when
+ * a rank failed. */
+int mp_mpi_conn_send(mp_mpi_conn *c, const mp_msg *m, double timeout);
+/* Receives the next message (FIFO, exactly once). Timeouts as mp_conn_recv.
+ * MP_ECLOSED when the peer closed and everything it sent was received;
+ * MP_ECHILD when a rank failed; MP_ENOSPC when /dev/shm cannot hold a
+ * received tensor (the message is dropped). */
+int mp_mpi_conn_recv(mp_mpi_conn *c, mp_msg **out, double timeout);
+/* Closes this end: later calls here fail with MP_ECLOSED; the peer
+ * receives what was sent before, then MP_ECLOSED. */
+int mp_mpi_conn_close(mp_mpi_conn *c);
+/* 1 when the conn takes the same-host path. */
+int mp_mpi_conn_is_local(const mp_mpi_conn *c);
+/* Closes if needed, waits for sends in flight and frees. NULL is a no-op. */
+void mp_mpi_conn_destroy(mp_mpi_conn *c);
+
+/* ---- queues shared by every rank ---------------------------------------------
+ * An mproc Queue (unbounded) that lives on rank `home`: any rank puts, any
+ * rank gets, each message goes to exactly one getter, FIFO per producer.
+ * Ranks on the home's host use the real queue (shared memory, as mproc
+ * processes do); ranks on other hosts go through a broker thread on the
+ * home rank (the one thread this layer starts), with tensors over MPI. */
+
+typedef struct mp_mpi_queue mp_mpi_queue;
+
+/* Collective: every rank calls it, queues in the same order everywhere.
+ * Blocks until every rank has its handle. */
+int mp_mpi_queue_create(int home, mp_mpi_queue **out);
+/* Puts m (not consumed). From another host it returns once the home has
+ * queued it (the timeout is not needed: the queue is unbounded).
+ * MP_ECLOSED after close, MP_ENOTSUP for host-local attachments sent to
+ * another host, MP_ECHILD when a rank failed. */
+int mp_mpi_queue_put(mp_mpi_queue *q, const mp_msg *m, double timeout);
+/* Takes the oldest message: MP_EAGAIN (timeout 0: none within one round
+ * trip to the home), MP_ETIMEDOUT, MP_ECLOSED (closed and drained). A get
+ * that times out from another host never loses a message: one answered
+ * before the cancel arrives is returned. */
+int mp_mpi_queue_get(mp_mpi_queue *q, mp_msg **out, double timeout);
+/* Closes the queue for every rank: puts fail, gets drain, then MP_ECLOSED. */
+int mp_mpi_queue_close(mp_mpi_queue *q);
+/* 1 when this rank uses the real queue (home's host, same-host path on). */
+int mp_mpi_queue_is_local(const mp_mpi_queue *q);
+/* Collective: waits for every rank, stops the broker, frees. NULL: no-op. */
+void mp_mpi_queue_destroy(mp_mpi_queue *q);
+
+/* ---- a pool over ranks ------------------------------------------------------
+ * The mpi4py.futures shape: rank 0 submits, every other rank serves.
+ * Tasks are MP_TASK functions (mproc/pool.h), registered in every rank;
+ * a task's message may carry bytes and tensors. Rank 0 hands a task to a
+ * worker rank only when that rank is idle; work moves while rank 0 is in
+ * a pool or result call (no thread). A task that returns non-zero or calls
+ * mp_raise fails that task only (its result says why; the worker serves
+ * on); a worker rank that dies fails the job (every call: MP_ECHILD).
+ * Pool and results are used from one thread of rank 0. */
+
+typedef struct mp_mpi_pool mp_mpi_pool;
+typedef struct mp_mpi_result mp_mpi_result;
+
+/* Collective. On rank 0: *out is the pool (rank 0 itself runs no task).
+ * On the other ranks: serves tasks until rank 0 destroys the pool, then
+ * returns 0 with *out NULL (or MP_ECHILD when a rank failed). MP_EINVAL
+ * with fewer than 2 ranks. */
+int mp_mpi_pool_create(mp_mpi_pool **out);
+/* Worker ranks (size - 1). */
+int mp_mpi_pool_size(const mp_mpi_pool *p);
+/* Queues task(in) (copied: the caller keeps in). *res: the caller's
+ * reference (mp_mpi_result_release). MP_ENOENT: no such task here. */
+int mp_mpi_pool_apply_async(mp_mpi_pool *p, const char *task, const mp_msg *in,
+                            mp_mpi_result **res);
+/* Runs task(in) on a worker and waits: *out a new message (destroy it), or
+ * the task's error (mp_last_error: the rank and the mp_raise text). */
+int mp_mpi_pool_apply(mp_mpi_pool *p, const char *task, const mp_msg *in, mp_msg **out);
+/* task over in[0..n-1] spread over the workers; out[i] new messages. On a
+ * failed item: its error, and no out set. */
+int mp_mpi_pool_map(mp_mpi_pool *p, const char *task, const mp_msg *const *in, size_t n,
+                    mp_msg **out);
+/* Waits (moving p's work) until r is done: 0, MP_ETIMEDOUT, MP_EAGAIN. */
+int mp_mpi_result_wait(mp_mpi_result *r, mp_mpi_pool *p, double timeout);
+/* Waits, then 0 with *out (may be NULL) the result message, handed over
+ * once (MP_ESTATE the second time), or the task's error. */
+int mp_mpi_result_get(mp_mpi_result *r, mp_mpi_pool *p, double timeout, mp_msg **out);
+/* The failed task's sentence ("" when it succeeded or is not done). */
+const char *mp_mpi_result_error(const mp_mpi_result *r);
+void mp_mpi_result_release(mp_mpi_result *r);
+/* Lets queued and running tasks finish, stops the workers (their
+ * mp_mpi_pool_create returns) and frees p. Results stay valid. NULL: no-op. */
+void mp_mpi_pool_destroy(mp_mpi_pool *p);
+
+/* ---- collectives ----------------------------------------------------------- */
+
+typedef enum mp_mpi_op { MP_MPI_SUM = 0, MP_MPI_MEAN = 1 } mp_mpi_op;
+
+/* Reduces t over every rank, in place: the sum or the mean (float types)
+ * lands in every rank's t. Collective: same dtype and numel everywhere.
+ * t must be a contiguous CPU tensor of a float or integer dtype (MEAN:
+ * float32 or float64). Blocks; MP_ECHILD when a rank failed. */
+int mp_mpi_allreduce_tensor(mp_tensor *t, mp_mpi_op op);
+/* Blocks until every rank called it (MP_ECHILD when a rank failed). */
+int mp_mpi_barrier(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

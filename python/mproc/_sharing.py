@@ -1,0 +1,440 @@
+"""Moving torch tensors, torch storages and NumPy arrays into mproc shared
+memory, and pickling objects so that only handles to that memory travel.
+
+Two pickling paths:
+
+* mproc's own queues and pipes (`dumps`/`loads`): each shared storage rides
+  as an attachment of the mproc message (its fd in the same record, or its
+  file_system name); the pickle holds only an index into the attachments.
+* Python's channels (spawn's pickled Process arguments, Pool's pipes,
+  Python queues), through multiprocessing's ForkingPickler: the storage is
+  encoded as an mproc frame plus fds, and the fds cross the way Python moves
+  fds (`multiprocessing.reduction.DupFd`: passed at exec/forkserver start,
+  else through the resource sharer).
+
+A registry maps the address of every mproc storage this process uses to its
+`_mproc.Storage`, so a tensor already in mproc memory is sent as it is (no
+copy); an entry lives as long as some torch storage or array uses the memory.
+"""
+import io
+import os
+import pickle
+import sys
+import threading
+import weakref
+from multiprocessing import reduction as _reduction
+
+from . import _mproc
+
+Storage = _mproc.Storage
+
+_registry = {}  # storage address -> weakref to its _mproc.Storage
+_lock = threading.Lock()
+_tls = threading.local()
+_pending = []  # fds (our own dups) that wait for a child's start
+
+
+def _register(st):
+    ptr = st.data_ptr
+
+    def gone(ref, ptr=ptr):
+        with _lock:
+            if _registry.get(ptr) is ref:
+                del _registry[ptr]
+
+    with _lock:
+        _registry[ptr] = weakref.ref(st, gone)
+    return st
+
+
+def lookup(ptr):
+    """The mproc Storage whose memory starts at ptr, or None."""
+    ref = _registry.get(ptr)
+    return ref() if ref is not None else None
+
+
+def _torch():
+    return sys.modules.get("torch")
+
+
+def _numpy():
+    return sys.modules.get("numpy")
+
+
+# ---- torch ---------------------------------------------------------------
+
+def _shareable(t):
+    return t.device.type == "cpu" and t.layout is _torch().strided and not t.is_quantized
+
+
+def tensor_storage(t):
+    """The mproc Storage under a CPU tensor, or None when it is private."""
+    return lookup(t._storage().data_ptr())
+
+
+def _torch_base(st, dtype):
+    """A 1-d torch tensor of dtype over the whole storage, no copy."""
+    torch = _torch()
+    if torch.Tensor not in _REDUCERS:
+        # a child that unpickles tensors without having imported mproc.torch
+        # (spawn imports only what the pickle names): install it now
+        import mproc.torch  # noqa: F401
+    u8 = torch.from_dlpack(st)
+    return u8 if dtype is torch.uint8 else u8.view(dtype)
+
+
+def share_tensor_(t, moved=None):
+    """Moves t's storage (and its grad's) into mproc shared memory: one copy,
+    then t uses the shared memory. A no-op when it is there already.
+
+    torch gives Python no way to swap the memory under a storage in place,
+    so t (not other tensors viewing its old storage) is rebound to the new
+    storage. moved (old address -> (Storage, old storage)) lets one message
+    move several views of one storage to one shared copy."""
+    torch = _torch()
+    if not _shareable(t):
+        return t
+    us = t._storage()  # untyped: cheaper than storage()'s TypedStorage wrapper
+    nbytes = us.nbytes()
+    ptr = us.data_ptr()
+    if nbytes and lookup(ptr) is None:
+        ts = t.storage()
+        hit = moved.get(ptr) if moved is not None else None
+        if hit is None:
+            st = _register(Storage.empty(nbytes))
+            with torch.no_grad():
+                _torch_base(st, t.dtype).copy_(torch.empty(0, dtype=t.dtype).set_(ts))
+            if moved is not None:
+                moved[ptr] = (st, ts)  # ts pins the old address for the message's life
+        else:
+            st = hit[0]
+        with torch.no_grad():
+            t.set_(_torch_base(st, t.dtype).storage(), t.storage_offset(), t.size(), t.stride())
+    if t.grad is not None:
+        share_tensor_(t.grad, moved)
+    return t
+
+
+def is_shared(t):
+    return _shareable(t) and lookup(t._storage().data_ptr()) is not None
+
+
+def _tensor_meta(t, moved=None):
+    if t.requires_grad and not t.is_leaf:
+        raise RuntimeError(
+            "Cowardly refusing to serialize non-leaf tensor which requires_grad, since "
+            "autograd does not support crossing process boundaries. If you just want "
+            "to transfer the data, call detach() on the tensor before serializing "
+            "(e.g., putting it on the queue).")
+    share_tensor_(t, moved)
+    return (t.dtype, tuple(t.size()), t.stride(), t.storage_offset(), t.requires_grad,
+            t.grad, type(t) is _torch().nn.Parameter)
+
+
+def _make_tensor(base, meta):
+    torch = _torch()
+    dtype, size, stride, offset, requires_grad, grad, is_param = meta
+    with torch.no_grad():
+        t = torch.empty(0, dtype=dtype).set_(base.storage(), offset, size, stride)
+    if is_param:
+        t = torch.nn.Parameter(t, requires_grad=requires_grad)
+    elif requires_grad:
+        t.requires_grad_(True)
+    if grad is not None:
+        t.grad = grad
+    return t
+
+
+def _storage_tensor(s):
+    """A 1-d tensor over a torch TypedStorage (for sharing storages)."""
+    torch = _torch()
+    return torch.empty(0, dtype=s.dtype).set_(s)
+
+
+# ---- NumPy ---------------------------------------------------------------
+
+def array_storage(a):
+    """The mproc Storage an array's memory belongs to, or None."""
+    b = a
+    while b is not None:
+        if isinstance(b, Storage):
+            return b
+        if isinstance(b, memoryview):
+            b = b.obj
+            continue
+        b = getattr(b, "base", None)
+    return None
+
+
+def share_array(a):
+    """(Storage, byte offset) holding a's elements: a's own when a already
+    lives in mproc memory, else a shared copy (NumPy cannot move an array's
+    memory, so the sender's array stays private)."""
+    np = _numpy()
+    st = array_storage(a)
+    if st is not None:
+        return st, a.__array_interface__["data"][0] - st.data_ptr, a.strides
+    st = _register(Storage.empty(max(a.nbytes, 1)))
+    dst = np.ndarray(a.shape, a.dtype, buffer=st)
+    dst[...] = a
+    return st, 0, dst.strides
+
+
+def _shareable_array(a):
+    return a.nbytes > 0 and not a.dtype.hasobject
+
+
+def _make_array(st, dtype, shape, offset, strides):
+    np = _numpy()
+    return np.ndarray(shape, dtype, buffer=st, offset=offset, strides=strides)
+
+
+def shared_array(shape, dtype=float):
+    """A zeroed NumPy array in mproc shared memory."""
+    np = _numpy()
+    dtype = np.dtype(dtype)
+    n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    st = _register(Storage.empty(max(n, 1)))
+    return np.ndarray(shape, dtype, buffer=st)
+
+
+# ---- pickling for mproc's queues and pipes -------------------------------
+
+def _att(i):
+    return _tls.atts[i]
+
+
+def _cached_base(i, dtype):
+    key = (i, dtype)
+    base = _tls.bases.get(key)
+    if base is None:
+        st = _att(i)
+        if lookup(st.data_ptr) is None:
+            _register(st)
+        base = _tls.bases[key] = _torch_base(st, dtype)
+    return base
+
+
+def _rebuild_tensor(i, meta):
+    return _make_tensor(_cached_base(i, meta[0]), meta)
+
+
+def _rebuild_storage(i, dtype):
+    return _cached_base(i, dtype).storage()
+
+
+def _rebuild_array(i, dtype, shape, offset, strides):
+    st = _att(i)
+    if lookup(st.data_ptr) is None:
+        _register(st)
+    return _make_array(st, dtype, shape, offset, strides)
+
+
+def _rebuild_handle(i, cls):
+    return cls._from_handle(_att(i))
+
+
+class _Pickler(pickle.Pickler):
+    """Puts each mproc storage or handle among the message's attachments."""
+
+    def __init__(self, file, atts):
+        super().__init__(file, pickle.HIGHEST_PROTOCOL)
+        self.buf = file
+        self.busy = False
+        self.atts = atts
+        self.index = {}
+        self.moved = {}
+
+    def attach(self, obj):
+        i = self.index.get(id(obj))
+        if i is None:
+            i = self.index[id(obj)] = len(self.atts)
+            self.atts.append(obj)
+        return i
+
+    def reducer_override(self, obj):
+        f = _REDUCERS.get(type(obj))
+        if f is None:
+            torch = _torch()
+            if torch is None or not isinstance(obj, torch.Tensor):
+                return NotImplemented
+            f = _reduce_tensor
+        return f(obj, self)
+
+
+def _reduce_tensor(t, p):
+    if not _shareable(t) or t._storage().nbytes() == 0:
+        return NotImplemented
+    meta = _tensor_meta(t, p.moved)
+    return _rebuild_tensor, (p.attach(tensor_storage(t)), meta)
+
+
+def _reduce_storage(s, p):
+    torch = _torch()
+    if isinstance(s, torch.UntypedStorage):
+        s = torch.TypedStorage(wrap_storage=s, dtype=torch.uint8)
+    if s.device.type != "cpu" or s.nbytes() == 0:
+        return NotImplemented
+    t = share_tensor_(_storage_tensor(s), p.moved)
+    return _rebuild_storage, (p.attach(tensor_storage(t)), s.dtype)
+
+
+def _reduce_array(a, p):
+    if not _shareable_array(a):
+        return NotImplemented
+    st, offset, strides = share_array(a)
+    return _rebuild_array, (p.attach(st), a.dtype, a.shape, offset, strides)
+
+
+def _reduce_handle(obj, p):
+    return _rebuild_handle, (p.attach(obj._handle()), type(obj))
+
+
+_REDUCERS = {}
+_SCALARS = (int, float, str, bytes, bool, type(None))
+
+
+def register_handle_type(cls):
+    """cls has _handle() and _from_handle(): it travels as an mproc handle."""
+    _REDUCERS[cls] = _reduce_handle
+
+
+def dumps(obj):
+    """(payload, attachments or None) for an mproc message."""
+    if type(obj) in _SCALARS:
+        return pickle.dumps(obj, pickle.HIGHEST_PROTOCOL), None
+    # One pickler per thread, reset per call: building a Pickler and a
+    # BytesIO costs more than pickling a small object.
+    p = getattr(_tls, "pickler", None)
+    if p is None or p.busy:
+        p = _Pickler(io.BytesIO(), [])
+        if getattr(_tls, "pickler", None) is None:
+            _tls.pickler = p
+    buf = p.buf
+    p.busy = True
+    try:
+        p.dump(obj)
+        payload, atts = buf.getvalue(), p.atts
+    finally:
+        buf.seek(0)
+        buf.truncate()
+        p.clear_memo()
+        p.atts, p.index, p.moved, p.busy = [], {}, {}, False
+    return payload, (atts or None)
+
+
+def loads(payload, atts):
+    if atts is None:
+        return pickle.loads(payload)
+    saved = getattr(_tls, "atts", None), getattr(_tls, "bases", None)
+    _tls.atts, _tls.bases = atts, {}
+    try:
+        return pickle.loads(payload)
+    finally:
+        _tls.atts, _tls.bases = saved
+
+
+# ---- pickling for Python's channels (ForkingPickler) ---------------------
+
+def _encode(obj):
+    """(frame, DupFd list) for one mproc object crossing a Python channel."""
+    frame, fds, holder = _mproc.encode(b"", [obj])
+    from multiprocessing import context
+    if context.get_spawning_popen() is not None:
+        # The fds are passed when the child starts: own copies (two handles
+        # may share one fd, e.g. a pipe's two ends their control segment),
+        # kept open until then.
+        fds = [os.dup(fd) for fd in fds]
+        _pending.extend(fds)
+    dups = [_reduction.DupFd(fd) for fd in fds]
+    del holder  # the resource sharer and the spawn path hold their own fds now
+    return frame, dups
+
+
+def _decode(frame, dups):
+    fds = [d.detach() for d in dups]
+    return _mproc.decode(frame, fds)[1][0]
+
+
+def release_pending():
+    """Closes the fds _encode kept for a child now started."""
+    while _pending:
+        os.close(_pending.pop())
+
+
+def _fp_rebuild_tensor(frame, dups, meta):
+    st = _decode(frame, dups)
+    if lookup(st.data_ptr) is None:
+        _register(st)
+    return _make_tensor(_torch_base(st, meta[0]), meta)
+
+
+def _fp_rebuild_storage(frame, dups, dtype):
+    st = _decode(frame, dups)
+    if lookup(st.data_ptr) is None:
+        _register(st)
+    return _torch_base(st, dtype).storage()
+
+
+def _fp_rebuild_array(frame, dups, dtype, shape, offset, strides):
+    st = _decode(frame, dups)
+    if lookup(st.data_ptr) is None:
+        _register(st)
+    return _make_array(st, dtype, shape, offset, strides)
+
+
+def _fp_rebuild_handle(frame, dups, cls):
+    return cls._from_handle(_decode(frame, dups))
+
+
+def fp_reduce_tensor(t):
+    if not _shareable(t) or t._storage().nbytes() == 0:
+        return t.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+    meta = _tensor_meta(t)
+    return (_fp_rebuild_tensor, (*_encode(tensor_storage(t)), meta))
+
+
+def fp_reduce_storage(s):
+    torch = _torch()
+    if isinstance(s, torch.UntypedStorage):
+        s = torch.TypedStorage(wrap_storage=s, dtype=torch.uint8)
+    if s.device.type != "cpu" or s.nbytes() == 0:
+        return s.__reduce__()
+    t = share_tensor_(_storage_tensor(s))
+    return (_fp_rebuild_storage, (*_encode(tensor_storage(t)), s.dtype))
+
+
+def fp_reduce_array(a):
+    if not _shareable_array(a):
+        return a.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+    st, offset, strides = share_array(a)
+    return (_fp_rebuild_array, (*_encode(st), a.dtype, a.shape, offset, strides))
+
+
+def fp_reduce_handle(obj):
+    return (_fp_rebuild_handle, (*_encode(obj._handle()), type(obj)))
+
+
+def install_numpy():
+    try:
+        import numpy as np
+    except ImportError:
+        return
+    if np is not None and np.ndarray not in _REDUCERS:
+        _REDUCERS[np.ndarray] = _reduce_array
+        _reduction.ForkingPickler.register(np.ndarray, fp_reduce_array)
+
+
+def install_torch():
+    """Tensors and storages through every Python channel go by mproc handle
+    (replaces torch.multiprocessing's reducers, registered when torch loads)."""
+    torch = _torch()
+    if torch is None or torch.Tensor in _REDUCERS:
+        return
+    import torch.multiprocessing  # noqa: F401  its reducers first, then ours over them
+    for cls in (torch.Tensor, torch.nn.Parameter):
+        _REDUCERS[cls] = _reduce_tensor
+        _reduction.ForkingPickler.register(cls, fp_reduce_tensor)
+    for cls in (torch.TypedStorage, torch.UntypedStorage):
+        _REDUCERS[cls] = _reduce_storage
+        _reduction.ForkingPickler.register(cls, fp_reduce_storage)

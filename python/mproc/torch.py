@@ -1,0 +1,69 @@
+"""mproc.torch: a drop-in for torch.multiprocessing on libmproc.
+
+    import mproc.torch as mp      # instead of: import torch.multiprocessing as mp
+
+Everything of Python's multiprocessing is here, with mproc's Queue,
+JoinableQueue, SimpleQueue and Pipe; every torch tensor (and its .grad),
+torch storage and NumPy array inside what they carry moves into mproc shared
+memory once and travels as a handle. Importing this module also makes
+Tensor.share_memory_() (so Module.share_memory()) put storages in mproc
+shared memory, Tensor.is_shared() see them, and every tensor that crosses a
+Python channel (spawn's arguments, Pool's pipes) go by mproc handle.
+"""
+import torch as _torch
+import torch.multiprocessing as _tmp
+
+from . import _sharing
+from .multiprocessing import *  # noqa: F401,F403
+from .multiprocessing import __all__ as _mp_all
+from .multiprocessing import (Connection, Pool, Process, get_all_sharing_strategies,  # noqa: F401
+                              get_context, get_sharing_strategy, set_sharing_strategy, share_array,
+                              shared_array)
+from ._spawn import (ProcessContext, ProcessException, ProcessExitedException,  # noqa: F401
+                     ProcessRaisedException, spawn, start_processes)
+
+SpawnContext = ProcessContext
+__all__ = list(_mp_all) + ["SpawnContext", "init_reductions"]
+
+_torch_share_memory_ = _torch.Tensor.share_memory_
+_torch_is_shared = _torch.Tensor.is_shared
+
+
+def _share_memory_(self):
+    """Moves the tensor's storage (and its grad's) into mproc shared memory;
+    a no-op when it is there already. CUDA tensors: torch's own."""
+    if self.device.type != "cpu":
+        return _torch_share_memory_(self)
+    return _sharing.share_tensor_(self)
+
+
+def _is_shared(self):
+    return _sharing.is_shared(self) or _torch_is_shared(self)
+
+
+_torch_new_shared = _torch.TypedStorage._new_shared
+
+
+def _new_shared(self, size, *, device=None):
+    """TypedStorage._new_shared in mproc shared memory: DataLoader's workers
+    collate batches straight into it, so a batch crosses without a copy."""
+    if device is not None and _torch.device(device).type != "cpu":
+        return _torch_new_shared(self, size, device=device)
+    nbytes = size * self.element_size()
+    if nbytes == 0:
+        return _torch_new_shared(self, size, device=device)
+    st = _sharing._register(_sharing.Storage.empty(nbytes))
+    return _sharing._torch_base(st, self.dtype).storage()
+
+
+def init_reductions():
+    """Installs mproc's sharing into torch (done on import; idempotent)."""
+    _torch.Tensor.share_memory_ = _share_memory_
+    _torch.Tensor.is_shared = _is_shared
+    _torch.TypedStorage._new_shared = _new_shared
+    _sharing.install_torch()
+    _sharing.install_numpy()
+
+
+init_reductions()
+_ = _tmp  # torch.multiprocessing stays importable next to this module

@@ -1,0 +1,62 @@
+"""Builds mproc's Python package: the _mproc extension (C, CPython API) plus
+the pure-Python modules mproc.torch and mproc.multiprocessing.
+
+The extension links libmproc statically (libmproc.a), so the installed
+package needs no libmproc at run time. It is built from this source tree:
+the library must be built first (`make build` at the top, or set
+MPROC_BUILD_DIR to another CMake build folder, e.g. build-asan).
+
+    make python                                    # in place, for tests
+    /usr/bin/python3 -m pip install ./python --no-build-isolation
+"""
+import os
+import sys
+
+from setuptools import Extension, setup
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+BUILD = os.path.abspath(os.environ.get("MPROC_BUILD_DIR", os.path.join(ROOT, "build")))
+ARCHIVE = os.path.join(BUILD, "libmproc.a")
+
+if not os.path.exists(ARCHIVE) and not {"sdist", "egg_info", "clean"} & set(sys.argv):
+    sys.exit(f"mproc: {ARCHIVE} is missing: build the library first (`make build` in {ROOT}), "
+             "or point MPROC_BUILD_DIR at a build folder holding libmproc.a")
+
+
+def private_libs():
+    """The static library's own dependencies (threads, rt, the CUDA runtime
+    when the build found it, the shm-manager client anchor), as CMake wrote
+    them into the build's mproc.pc."""
+    pc = os.path.join(BUILD, "mproc.pc")
+    if os.path.exists(pc):
+        for line in open(pc):
+            if line.startswith("Libs.private:"):
+                return line.split(":", 1)[1].split()
+    return ["-pthread", "-lrt", "-ldl", "-lm"]
+
+
+extra_compile = ["-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Wno-missing-field-initializers"]
+extra_link = private_libs()
+sanitize = os.environ.get("MPROC_SANITIZE")
+if sanitize:
+    extra_compile += [f"-fsanitize={sanitize}", "-fno-omit-frame-pointer"]
+    extra_link += [f"-fsanitize={sanitize}"]
+
+ext = Extension(
+    "mproc._mproc",
+    sources=[os.path.join("src", f) for f in ("module.c", "storage.c", "channel.c", "internal.c")],
+    include_dirs=[os.path.join(ROOT, "include"), os.path.join(ROOT, "src")],
+    extra_objects=[ARCHIVE],
+    extra_compile_args=extra_compile,
+    extra_link_args=extra_link,
+)
+
+setup(
+    name="mproc",
+    version="0.1.0",
+    description="torch.multiprocessing on libmproc: `import mproc.torch as mp`",
+    packages=["mproc"],
+    ext_modules=[ext],
+    python_requires=">=3.9",
+)

@@ -1,0 +1,36 @@
+/* The only place the binding calls libmproc's internals (src/), which is
+ * why it links the static library: the shared one exports mp_* only.
+ * - The wire encoder/decoder turns a message into bytes plus fds, so mproc
+ *   handles can ride on Python's own channels (spawn's pickled arguments,
+ *   Pool's pipes) through multiprocessing.reduction.DupFd.
+ * - A connection's socket, for Connection.fileno() and
+ *   multiprocessing.connection.wait(). */
+#include "mpy.h"
+
+#include "ipc/ipc.h"
+#include "wire/wire.h"
+
+int mpy_wire_encode(const mp_msg *m, void **buf, size_t *len, int *fds, int *nfds, int maxfds)
+{
+    int tmp[MP__WIRE_MAX_FDS];
+    int rc = mp__wire_encode(m, buf, len, tmp, nfds);
+    if (rc < 0)
+        return rc;
+    if (*nfds > maxfds) {
+        free(*buf);
+        *buf = NULL;
+        return MP_EOVERFLOW;
+    }
+    memcpy(fds, tmp, sizeof(int) * (size_t)*nfds);
+    return 0;
+}
+
+int mpy_wire_decode(const void *buf, size_t len, int *fds, int nfds, mp_msg **out)
+{
+    return mp__wire_decode(buf, len, fds, nfds, out);
+}
+
+int mpy_conn_fileno(const mp_conn *c)
+{
+    return mp__conn_fd(c);
+}

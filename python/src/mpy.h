@@ -1,0 +1,77 @@
+/* mproc's CPython binding: what the extension's files share.
+ *
+ * Every libmproc call the binding makes goes through these files; the calls
+ * into libmproc's internals (the wire encoder, a connection's socket) are all
+ * in internal.c, so an API change touches few places. Naming: mpy_ for the
+ * binding's own C functions, Python types are _mproc.Storage, _mproc.Queue,
+ * _mproc.Conn. */
+#ifndef MPROC_PY_MPY_H
+#define MPROC_PY_MPY_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "mproc/error.h"
+#include "mproc/msg.h"
+#include "mproc/queue.h"
+#include "mproc/tensor.h"
+
+/* A refcounted mproc tensor: in this binding nearly always a 1-d uint8 view
+ * of a whole shared storage, which Python code reinterprets as any torch
+ * tensor or NumPy array (dtype, shape, strides, offset) over it. */
+typedef struct {
+    PyObject_HEAD
+    mp_tensor *t;
+    PyObject *weakrefs;
+} mpy_storage;
+
+typedef struct {
+    PyObject_HEAD
+    mp_queue *q;          /* Queue and JoinableQueue */
+    mp_simple_queue *sq;  /* SimpleQueue */
+    PyObject *weakrefs;
+} mpy_queue;
+
+typedef struct {
+    PyObject_HEAD
+    mp_conn *c;
+    PyObject *weakrefs;
+} mpy_conn;
+
+extern PyTypeObject mpy_storage_type;
+extern PyTypeObject mpy_queue_type;
+extern PyTypeObject mpy_conn_type;
+
+/* Raises the Python exception for an mproc failure code, carrying
+ * mp_last_error()'s sentence; returns NULL for `return mpy_raise(rc);`. */
+PyObject *mpy_raise(int rc);
+/* New Storage owning the reference *t (taken over; released on failure). */
+PyObject *mpy_storage_wrap(mp_tensor *t);
+PyObject *mpy_queue_wrap_queue(mp_queue *q);
+PyObject *mpy_queue_wrap_simple(mp_simple_queue *q);
+PyObject *mpy_conn_wrap(mp_conn *c);
+
+/* A message from (payload, attachments); attachments may be None. NULL with
+ * a Python exception set on failure. */
+mp_msg *mpy_msg_build(PyObject *payload, PyObject *atts);
+/* (payload bytes, attachment list or None) from m; m stays the caller's. */
+PyObject *mpy_msg_unpack(const mp_msg *m);
+
+/* A timeout argument: None waits forever (-1), else seconds >= 0. */
+int mpy_timeout(PyObject *o, double *out);
+/* Runs a blocking call in slices so Ctrl-C reaches Python: call(obj, slice)
+ * returns an mproc code; MP_ETIMEDOUT/MP_EAGAIN of a slice retry until the
+ * caller's timeout has passed. Returns the last code, or MP_EINVAL with a
+ * Python exception set when a signal handler raised. */
+typedef int (*mpy_blocking_fn)(void *ctx, double timeout);
+int mpy_wait(mpy_blocking_fn call, void *ctx, double timeout);
+
+/* internal.c: libmproc's internals the binding needs. */
+int mpy_wire_encode(const mp_msg *m, void **buf, size_t *len, int *fds, int *nfds, int maxfds);
+int mpy_wire_decode(const void *buf, size_t len, int *fds, int nfds, mp_msg **out);
+int mpy_conn_fileno(const mp_conn *c);
+
+int mpy_storage_init(PyObject *module);
+int mpy_channel_init(PyObject *module);
+
+#endif

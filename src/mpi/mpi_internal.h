@@ -1,0 +1,106 @@
+/* The MPI layer's state: the job (ranks, hosts, pids), the same-host
+ * sockets, the failure watch, and the helpers every blocking call uses. */
+#ifndef MPROC_MPI_INTERNAL_H
+#define MPROC_MPI_INTERNAL_H
+
+#include <mpi.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "mproc/mpi.h"
+#include "os/os.h"
+
+#define MP__MPI_HOST_MAX 64
+#define MP__MPI_TEXT_MAX 1024
+
+/* Tags on the layer's communicator. Conn k of a pair uses the two tags
+ * from MP__TAG_CONN + 2k: data, then its close notice. */
+enum {
+    MP__TAG_FAIL = 1,     /* a failure record, to every rank */
+    MP__TAG_RELEASE = 2,  /* rank 0 to a failed rank: reported, you may go */
+    MP__TAG_CONN = 16
+};
+
+/* A failure record as it travels (fixed size: one eager MPI message). */
+typedef struct mp__mpi_fail {
+    int32_t rank;
+    int32_t pid;
+    int32_t exitcode;
+    int32_t signal;
+    char host[MP__MPI_HOST_MAX];
+    char message[MP__MPI_TEXT_MAX];
+} mp__mpi_fail;
+
+typedef struct mp__mpi_peer {
+    char host[MP__MPI_HOST_MAX];
+    pid_t pid;
+    int local;        /* index among this host's ranks, or -1 on another host */
+    int sock;         /* same-host bootstrap socket to this rank, or -1 */
+    int pidfd;        /* same-host: readable once it exited, or -1 */
+    uint32_t nconns;  /* mp_mpi_pipe calls made with this peer */
+} mp__mpi_peer;
+
+typedef struct mp__mpi_job {
+    bool up;
+    bool owns_mpi;          /* mp_mpi_init called MPI_Init */
+    bool local_path;        /* same-host shared memory (MPROC_MPI_LOCAL != 0) */
+    MPI_Comm comm;          /* our duplicate of MPI_COMM_WORLD */
+    MPI_Comm node;          /* the ranks of this host */
+    int rank, size, local_rank, local_size;
+    mp__mpi_peer *peers;    /* size of them */
+    MPI_Request fail_req;   /* posted receive of a failure record */
+    mp__mpi_fail fail_in;   /* its buffer */
+    bool failed;            /* a failure is known: every blocking call fails */
+    mp__mpi_fail failure;   /* the first one */
+    double next_pid_check;  /* mp__now() of the next pidfd poll */
+    int thread_level;       /* what MPI_Init_thread provided */
+    pthread_t main_thread;  /* the one that initialized: the failure watch is its */
+} mp__mpi_job;
+
+extern mp__mpi_job mp__mpi;
+
+/* MP_ESTATE with a sentence naming fn when the job is not initialized. */
+int mp__mpi_need(const char *fn);
+/* The failure check every blocking loop makes: 0, or MP_ECHILD with the
+ * sentence set (a record arrived, or a same-host rank vanished). Cheap:
+ * one MPI_Test, and a poll of the pidfds at most every few ms. */
+int mp__mpi_check(const char *fn);
+/* Records a failure seen here and tells every other rank. */
+void mp__mpi_fail_report(const mp__mpi_fail *f);
+/* MP_ECHILD with the failure's sentence, prefixed by fn. */
+int mp__mpi_fail_error(const char *fn);
+/* Waits for req until deadline (< 0 forever, 0 one test), running the
+ * failure check: 0, MP_ETIMEDOUT/MP_EAGAIN (req still pending), MP_ECHILD,
+ * MP_ESYS (MPI error). st may be NULL. */
+int mp__mpi_wait(MPI_Request *req, double deadline, MPI_Status *st, const char *fn);
+/* As mp__mpi_wait for a transfer of data: yields instead of napping, since
+ * MPI moves the bytes (TCP fragments, rendezvous) only while it is called. */
+int mp__mpi_wait_data(MPI_Request *req, double deadline, MPI_Status *st, const char *fn);
+/* One step of a polling loop: spin, then yield, then nap. */
+void mp__mpi_backoff(unsigned *spins);
+/* An MPI error code as an mproc error with MPI's text. */
+int mp__mpi_error(int mpirc, const char *fn, const char *what);
+
+/* Same-host bootstrap (local.c): sockets to every rank of this host. */
+int mp__mpi_local_connect(const char *token);
+void mp__mpi_local_close(void);
+
+/* Message over MPI (xfer.c): the cross-host encoding. */
+typedef struct mp__mpi_inflight mp__mpi_inflight;
+/* Starts sending m to rank dest with tag: header, then each tensor's
+ * bytes. *out keeps the requests and tensors until mp__mpi_inflight_done. */
+int mp__mpi_xfer_send(const mp_msg *m, int dest, int tag, mp__mpi_inflight **out);
+/* 0 when every attachment of m can cross hosts, else MP_ENOTSUP naming it. */
+int mp__mpi_xfer_check(const mp_msg *m);
+/* 1 when every request completed (and frees f), 0 while pending; waits
+ * until deadline as mp__mpi_wait does. */
+int mp__mpi_inflight_wait(mp__mpi_inflight *f, double deadline, const char *fn);
+void mp__mpi_inflight_free(mp__mpi_inflight *f);
+/* 1 when every request completed, else 0: one MPI_Testall, no failure
+ * check (safe from the queue broker's thread). */
+int mp__mpi_inflight_test(mp__mpi_inflight *f);
+/* Receives one message whose header is matched on (src, tag). */
+int mp__mpi_xfer_recv(MPI_Message *msg, MPI_Status *st, int tag, mp_msg **out);
+
+#endif

@@ -1,0 +1,437 @@
+/* A pool over ranks, in the mpi4py.futures shape: rank 0 submits, every
+ * other rank serves. Tasks are the MP_TASK functions of mproc's pool. Rank
+ * 0 holds an mp_mpi_conn to each worker rank and hands a task to a worker
+ * only when it is idle, so it always knows which task a worker runs. No
+ * thread: work moves whenever rank 0 is inside a pool call. */
+#include "mpi/mpi_internal.h"
+#include "pool/pool_internal.h"
+#include "process/process_internal.h"
+
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TASK_NAME_MAX 63
+
+struct mp_mpi_result {
+    int refs;           /* the caller's, and the pool's while pending */
+    bool ready;
+    int rc;
+    mp_msg *in;         /* the task message, until sent */
+    mp_msg *out;
+    char error[MP__MPI_TEXT_MAX + 64]; /* "task on rank N: " + the text */
+    uint64_t id;
+    mp_mpi_result *next; /* pool's pending list */
+};
+
+struct mp_mpi_pool {
+    int nworkers;
+    mp_mpi_conn **conn;     /* [rank - 1] */
+    mp_mpi_result **busy;   /* [rank - 1]: the task that worker runs, or NULL */
+    mp_mpi_result *queue, *tail;
+    uint64_t next_id;
+};
+
+/* Task messages: payload = id, name length, name, then the caller's
+ * payload; replies: id, rc, error length, error, then the task's payload.
+ * Tensors ride as the message's attachments, in order, names kept. */
+static int copy_tensors(const mp_msg *from, mp_msg *to, const char *fn)
+{
+    for (size_t i = 0; i < mp_msg_count(from); i++) {
+        mp_tensor *t = NULL;
+        int rc = mp_msg_get_tensor(from, i, &t);
+        if (rc)
+            return mp__error(MP_ENOTSUP, "%s: attachment %zu is not a tensor; pool tasks "
+                                         "take bytes and tensors", fn, i);
+        rc = mp_msg_add_tensor(to, mp_msg_name(from, i), t);
+        mp_tensor_release(t);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+static int wrap(const mp_msg *m, const void *head, size_t hlen, mp_msg **out, const char *fn)
+{
+    size_t plen = 0;
+    const void *pl = m ? mp_msg_payload(m, &plen) : NULL;
+    char *buf = malloc(hlen + plen + 1);
+    mp_msg *w = NULL;
+    int rc = buf ? mp_msg_create(&w) : mp__error(MP_ENOMEM, "%s: out of memory", fn);
+    if (rc == 0) {
+        memcpy(buf, head, hlen);
+        if (plen)
+            memcpy(buf + hlen, pl, plen);
+        rc = mp_msg_set_payload(w, buf, hlen + plen);
+    }
+    if (rc == 0 && m)
+        rc = copy_tensors(m, w, fn);
+    free(buf);
+    if (rc) {
+        mp_msg_destroy(w);
+        return rc;
+    }
+    *out = w;
+    return 0;
+}
+
+/* Splits a wrapped message: its head bytes, and a new message with the
+ * rest of the payload and the same tensors. */
+static int unwrap(const mp_msg *w, size_t hlen, mp_msg **out)
+{
+    size_t len = 0;
+    const char *p = mp_msg_payload(w, &len);
+    mp_msg *m = NULL;
+    int rc = mp_msg_create(&m);
+    if (rc == 0)
+        rc = mp_msg_set_payload(m, p + hlen, len - hlen);
+    if (rc == 0)
+        rc = copy_tensors(w, m, "mp_mpi_pool");
+    if (rc) {
+        mp_msg_destroy(m);
+        return rc;
+    }
+    *out = m;
+    return 0;
+}
+
+/* ---- the worker side -------------------------------------------------------- */
+
+static _Thread_local sigjmp_buf *raise_jmp;
+static _Thread_local char raise_text[MP__MPI_TEXT_MAX];
+
+static void catch_raise(const char *text)
+{
+    snprintf(raise_text, sizeof raise_text, "%s", text);
+    mp__raise_hook = NULL;
+    siglongjmp(*raise_jmp, 1);
+}
+
+static int run_task(mp_task_fn fn, const mp_msg *in, mp_msg *out, char *err, size_t cap)
+{
+    sigjmp_buf jb;
+    int rc;
+    if (sigsetjmp(jb, 0)) {
+        snprintf(err, cap, "%s", raise_text);
+        return MP_ECHILD;
+    }
+    raise_jmp = &jb;
+    mp__raise_hook = catch_raise;
+    rc = fn(in, out);
+    mp__raise_hook = NULL;
+    if (rc > 0 || rc < -17)
+        rc = MP_ECHILD;
+    if (rc)
+        snprintf(err, cap, "task returned %d (%s)%s%s", rc, mp_err_name(rc),
+                 mp_last_error()[0] ? ": " : "", mp_last_error());
+    return rc;
+}
+
+/* One task: 0 after replying, 1 on the shutdown message, or an error. */
+static int serve_one(mp_mpi_conn *c)
+{
+    mp_msg *w = NULL, *in = NULL, *out = NULL, *reply = NULL;
+    char head[8 + 1 + TASK_NAME_MAX + 1] = {0}, name[TASK_NAME_MAX + 1] = {0};
+    char rhead[8 + 4 + 2 + MP__MPI_TEXT_MAX], err[MP__MPI_TEXT_MAX] = "";
+    size_t len = 0;
+    int rc = mp_mpi_conn_recv(c, &w, -1), trc;
+    if (rc)
+        return rc;
+    const char *p = mp_msg_payload(w, &len);
+    if (len < 9 || (unsigned char)p[8] > TASK_NAME_MAX || len < 9u + (unsigned char)p[8]) {
+        mp_msg_destroy(w);
+        return mp__error(MP_EPROTO, "mp_mpi_pool_create: malformed task message");
+    }
+    memcpy(head, p, 9 + (unsigned char)p[8]);
+    memcpy(name, p + 9, (unsigned char)p[8]);
+    if (name[0] == 0) { /* shutdown */
+        mp_msg_destroy(w);
+        return 1;
+    }
+    mp_task_fn fn = mp__task_lookup(name);
+    rc = unwrap(w, 9 + (unsigned char)p[8], &in);
+    if (rc == 0)
+        rc = mp_msg_create(&out);
+    if (rc == 0 && !fn)
+        trc = MP_ENOENT, snprintf(err, sizeof err, "no task '%s' is registered (MP_TASK)", name);
+    else
+        trc = rc ? rc : run_task(fn, in, out, err, sizeof err);
+    uint16_t elen = (uint16_t)strlen(err);
+    int32_t trc32 = trc;
+    memcpy(rhead, head, 8);
+    memcpy(rhead + 8, &trc32, 4);
+    memcpy(rhead + 12, &elen, 2);
+    memcpy(rhead + 14, err, elen);
+    rc = wrap(trc ? NULL : out, rhead, 14u + elen, &reply, "mp_mpi_pool");
+    if (rc == 0)
+        rc = mp_mpi_conn_send(c, reply, -1);
+    mp_msg_destroy(w), mp_msg_destroy(in), mp_msg_destroy(out), mp_msg_destroy(reply);
+    return rc;
+}
+
+static int serve(void)
+{
+    mp_mpi_conn *c = NULL;
+    int rc = mp_mpi_pipe(0, &c);
+    while (rc == 0)
+        rc = serve_one(c);
+    mp_mpi_conn_destroy(c);
+    return rc == 1 ? 0 : rc;
+}
+
+int mp_mpi_pool_create(mp_mpi_pool **out)
+{
+    int rc = mp__mpi_need("mp_mpi_pool_create");
+    if (rc)
+        return rc;
+    if (!out)
+        return mp__error(MP_EINVAL, "mp_mpi_pool_create: out is NULL");
+    *out = NULL;
+    if (mp__mpi.rank != 0)
+        return serve();
+    if (mp__mpi.size < 2)
+        return mp__error(MP_EINVAL, "mp_mpi_pool_create: a pool over ranks needs at least 2 "
+                                    "ranks (rank 0 submits, the others serve)");
+    mp_mpi_pool *p = calloc(1, sizeof *p);
+    if (!p || !(p->conn = calloc((size_t)mp__mpi.size, sizeof *p->conn)) ||
+        !(p->busy = calloc((size_t)mp__mpi.size, sizeof *p->busy))) {
+        if (p)
+            free(p->conn);
+        free(p);
+        return mp__error(MP_ENOMEM, "mp_mpi_pool_create: out of memory");
+    }
+    p->nworkers = mp__mpi.size - 1;
+    p->next_id = 1;
+    for (int r = 1; r <= p->nworkers && rc == 0; r++)
+        rc = mp_mpi_pipe(r, &p->conn[r - 1]);
+    if (rc) {
+        for (int r = 0; r < p->nworkers; r++)
+            mp_mpi_conn_destroy(p->conn[r]);
+        free(p->conn), free(p->busy), free(p);
+        return rc;
+    }
+    *out = p;
+    return 0;
+}
+
+int mp_mpi_pool_size(const mp_mpi_pool *p)
+{
+    return p ? p->nworkers : mp__error(MP_EINVAL, "mp_mpi_pool_size: p is NULL");
+}
+
+/* ---- rank 0: moving work -------------------------------------------------- */
+
+static void result_release(mp_mpi_result *r)
+{
+    if (r && --r->refs == 0) {
+        mp_msg_destroy(r->in);
+        mp_msg_destroy(r->out);
+        free(r);
+    }
+}
+
+static void finish(mp_mpi_result *r, int rc, const char *err)
+{
+    r->ready = true;
+    r->rc = rc;
+    snprintf(r->error, sizeof r->error, "%s", err ? err : "");
+    mp_msg_destroy(r->in);
+    r->in = NULL;
+    result_release(r); /* the pool's reference */
+}
+
+static int take_reply(mp_mpi_pool *p, int w)
+{
+    mp_msg *m = NULL;
+    size_t len = 0;
+    int32_t trc;
+    uint16_t elen;
+    int rc = mp_mpi_conn_recv(p->conn[w], &m, 0);
+    if (rc == MP_EAGAIN)
+        return 0;
+    if (rc)
+        return rc;
+    const char *pl = mp_msg_payload(m, &len);
+    mp_mpi_result *r = p->busy[w];
+    if (len < 14 || (memcpy(&elen, pl + 12, 2), len < 14u + elen)) {
+        mp_msg_destroy(m);
+        return mp__error(MP_EPROTO, "mp_mpi_pool: malformed reply from rank %d", w + 1);
+    }
+    memcpy(&trc, pl + 8, 4);
+    char err[MP__MPI_TEXT_MAX + 64];
+    snprintf(err, sizeof err, "task on rank %d: %.*s", w + 1, (int)elen, pl + 14);
+    p->busy[w] = NULL;
+    if (trc == 0 && (rc = unwrap(m, 14u + elen, &r->out)) != 0)
+        trc = rc, snprintf(err, sizeof err, "%s", mp_last_error());
+    finish(r, trc, trc ? err : NULL);
+    mp_msg_destroy(m);
+    return 0;
+}
+
+/* One pass: replies taken, idle workers fed. */
+static int progress(mp_mpi_pool *p)
+{
+    int rc = 0;
+    for (int w = 0; w < p->nworkers && rc == 0; w++) {
+        if (p->busy[w])
+            rc = take_reply(p, w);
+        if (rc == 0 && !p->busy[w] && p->queue) {
+            mp_mpi_result *r = p->queue;
+            p->queue = r->next;
+            if (!p->queue)
+                p->tail = NULL;
+            p->busy[w] = r;
+            rc = mp_mpi_conn_send(p->conn[w], r->in, -1);
+        }
+    }
+    if (rc == 0)
+        rc = mp__mpi_check("mp_mpi_pool");
+    return rc;
+}
+
+int mp_mpi_pool_apply_async(mp_mpi_pool *p, const char *task, const mp_msg *in,
+                            mp_mpi_result **res)
+{
+    char head[8 + 1 + TASK_NAME_MAX];
+    size_t nlen = task ? strlen(task) : 0;
+    mp_mpi_result *r;
+    int rc;
+    if (!p || !task || !res || nlen == 0 || nlen > TASK_NAME_MAX)
+        return mp__error(MP_EINVAL, "mp_mpi_pool_apply_async: p, task (1..%d bytes) and res "
+                                    "are required", TASK_NAME_MAX);
+    if (!mp__task_lookup(task))
+        return mp__error(MP_ENOENT, "mp_mpi_pool_apply_async: no task '%s' is registered "
+                                    "(MP_TASK)", task);
+    if (!(r = calloc(1, sizeof *r)))
+        return mp__error(MP_ENOMEM, "mp_mpi_pool_apply_async: out of memory");
+    r->id = p->next_id++;
+    memcpy(head, &r->id, 8);
+    head[8] = (char)nlen;
+    memcpy(head + 9, task, nlen);
+    if ((rc = wrap(in, head, 9 + nlen, &r->in, "mp_mpi_pool_apply_async")) != 0) {
+        free(r);
+        return rc;
+    }
+    r->refs = 2;
+    if (p->tail)
+        p->tail->next = r;
+    else
+        p->queue = r;
+    p->tail = r;
+    *res = r;
+    return progress(p) == MP_ECHILD ? MP_ECHILD : 0;
+}
+
+int mp_mpi_result_wait(mp_mpi_result *r, mp_mpi_pool *p, double timeout)
+{
+    double deadline = timeout < 0 ? -1 : mp__now() + timeout;
+    unsigned spins = 0;
+    if (!r || !p)
+        return mp__error(MP_EINVAL, "mp_mpi_result_wait: r and p are required");
+    while (!r->ready) {
+        int rc = progress(p);
+        if (rc)
+            return rc;
+        if (r->ready)
+            break;
+        if (timeout == 0)
+            return mp__error(MP_EAGAIN, "mp_mpi_result_wait: not ready");
+        if (deadline >= 0 && mp__now() >= deadline)
+            return mp__error(MP_ETIMEDOUT, "mp_mpi_result_wait: timed out");
+        mp__mpi_backoff(&spins);
+    }
+    return 0;
+}
+
+int mp_mpi_result_get(mp_mpi_result *r, mp_mpi_pool *p, double timeout, mp_msg **out)
+{
+    int rc = mp_mpi_result_wait(r, p, timeout);
+    if (rc)
+        return rc;
+    if (r->rc)
+        return mp__error(r->rc, "%s", r->error);
+    if (out) {
+        *out = r->out;
+        r->out = NULL;
+        if (!*out)
+            return mp__error(MP_ESTATE, "mp_mpi_result_get: the result was taken already");
+    }
+    return 0;
+}
+
+const char *mp_mpi_result_error(const mp_mpi_result *r)
+{
+    return r && r->ready ? r->error : "";
+}
+
+void mp_mpi_result_release(mp_mpi_result *r)
+{
+    result_release(r);
+}
+
+int mp_mpi_pool_apply(mp_mpi_pool *p, const char *task, const mp_msg *in, mp_msg **out)
+{
+    mp_mpi_result *r = NULL;
+    int rc = mp_mpi_pool_apply_async(p, task, in, &r);
+    if (rc == 0)
+        rc = mp_mpi_result_get(r, p, -1, out);
+    mp_mpi_result_release(r);
+    return rc;
+}
+
+int mp_mpi_pool_map(mp_mpi_pool *p, const char *task, const mp_msg *const *in, size_t n,
+                    mp_msg **out)
+{
+    mp_mpi_result **rs;
+    int rc = 0, first = 0;
+    if (!p || !task || (n && (!in || !out)))
+        return mp__error(MP_EINVAL, "mp_mpi_pool_map: p, task, in and out are required");
+    if (!(rs = calloc(n ? n : 1, sizeof *rs)))
+        return mp__error(MP_ENOMEM, "mp_mpi_pool_map: out of memory");
+    for (size_t i = 0; i < n && rc == 0; i++)
+        rc = mp_mpi_pool_apply_async(p, task, in[i], &rs[i]);
+    for (size_t i = 0; i < n && rc == 0; i++)
+        rc = mp_mpi_result_wait(rs[i], p, -1);
+    for (size_t i = 0; i < n && rc == 0 && first == 0; i++)
+        if (rs[i]->rc)
+            first = mp_mpi_result_get(rs[i], p, 0, NULL);
+    for (size_t i = 0; i < n; i++) {
+        if (rc == 0 && first == 0)
+            mp_mpi_result_get(rs[i], p, 0, &out[i]);
+        mp_mpi_result_release(rs[i]);
+    }
+    free(rs);
+    return rc ? rc : first;
+}
+
+void mp_mpi_pool_destroy(mp_mpi_pool *p)
+{
+    mp_msg *bye = NULL;
+    char head[9] = {0};
+    if (!p)
+        return;
+    /* Queued and running work finishes first (a failed job: it is over). */
+    while (!mp__mpi.failed) {
+        bool idle = !p->queue;
+        for (int w = 0; w < p->nworkers; w++)
+            idle = idle && !p->busy[w];
+        if (idle || progress(p) != 0)
+            break;
+    }
+    if (!mp__mpi.failed && mp_msg_create(&bye) == 0 && mp_msg_set_payload(bye, head, 9) == 0)
+        for (int w = 0; w < p->nworkers; w++)
+            mp_mpi_conn_send(p->conn[w], bye, -1);
+    mp_msg_destroy(bye);
+    for (int w = 0; w < p->nworkers; w++) {
+        if (p->busy[w])
+            finish(p->busy[w], MP_ECLOSED, "the pool was destroyed");
+        mp_mpi_conn_destroy(p->conn[w]);
+    }
+    while (p->queue) {
+        mp_mpi_result *r = p->queue;
+        p->queue = r->next;
+        finish(r, MP_ECLOSED, "the pool was destroyed");
+    }
+    free(p->conn), free(p->busy), free(p);
+}

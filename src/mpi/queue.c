@@ -1,0 +1,409 @@
+/* mp_mpi_queue: one mproc Queue shared by every rank (any producers, any
+ * consumers). It lives on its home rank. Ranks of the home's host get the
+ * real mp_queue (handed over their bootstrap socket) and use it directly,
+ * so they share it as mproc processes do. Ranks on other hosts talk to a
+ * broker thread on the home rank, the one thread this layer starts:
+ *
+ *   put:  [header {req}] + message on tag+0; the broker puts it into the
+ *         queue and answers {req, rc} on tag+2.
+ *   get:  {req, GET} on tag+1; the broker parks it until the queue yields
+ *         a message, then answers {req, 0} + the message on tag+2 (or
+ *         {req, rc} when the queue is closed and drained).
+ *   a get that times out sends {req, CANCEL}: the broker drops a request
+ *   still parked and answers {req, MP_ETIMEDOUT}; one already answered is
+ *   received after all (no message is lost or delivered twice).
+ *   close: {req, CLOSE} closes the queue for everyone.
+ */
+#include "mpi/mpi_internal.h"
+#include "mproc/queue.h"
+#include "wire/wire.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MP__TAG_QUEUE (1 << 20) /* queue k: tags MP__TAG_QUEUE + 4k .. + 3 */
+enum { OP_GET = 1, OP_CANCEL = 2, OP_CLOSE = 3 };
+
+typedef struct qreq {
+    uint64_t req;
+    int32_t op; /* OP_* in requests; the result code in answers */
+    int32_t pad;
+} qreq;
+
+typedef struct parked {
+    int src;
+    uint64_t req;
+} parked;
+
+struct mp_mpi_queue {
+    int home, tag;
+    mp_queue *q;            /* home and same-host ranks, else NULL */
+    uint64_t next_req;
+    /* the broker (home rank only) */
+    pthread_t thread;
+    bool running;
+    _Atomic bool stop;
+    parked *park;
+    int nparked, capparked;
+    mp__mpi_inflight *sends[64]; /* answers MPI still carries */
+};
+
+static uint32_t nqueues; /* mp_mpi_queue_create calls: every rank counts alike */
+
+/* ---- the broker ------------------------------------------------------------- */
+
+static void answer(mp_mpi_queue *b, int dest, uint64_t req, int rc, mp_msg *m)
+{
+    qreq a = {req, rc, 0};
+    MPI_Send(&a, sizeof a, MPI_BYTE, dest, b->tag + 2, mp__mpi.comm);
+    if (!m)
+        return;
+    for (int i = 0; i < 64; i++) {
+        if (b->sends[i] && mp__mpi_inflight_test(b->sends[i])) {
+            mp__mpi_inflight_free(b->sends[i]);
+            b->sends[i] = NULL;
+        }
+        if (!b->sends[i]) {
+            if (mp__mpi_xfer_send(m, dest, b->tag + 2, &b->sends[i]) != 0 && b->sends[i]) {
+                mp__mpi_inflight_free(b->sends[i]);
+                b->sends[i] = NULL;
+            }
+            return;
+        }
+    }
+    /* All 64 slots busy: finish this one before going on. */
+    mp__mpi_inflight *f = NULL;
+    mp__mpi_xfer_send(m, dest, b->tag + 2, &f);
+    while (f && !mp__mpi_inflight_test(f) && !atomic_load(&b->stop)) {
+        struct timespec ts = {0, 50000};
+        nanosleep(&ts, NULL);
+    }
+    mp__mpi_inflight_free(f);
+}
+
+static bool broker_puts(mp_mpi_queue *b)
+{
+    MPI_Message msg;
+    MPI_Status st;
+    int found = 0;
+    qreq h;
+    mp_msg *m = NULL;
+    MPI_Improbe(MPI_ANY_SOURCE, b->tag, mp__mpi.comm, &found, &msg, &st);
+    if (!found)
+        return false;
+    MPI_Mrecv(&h, sizeof h, MPI_BYTE, &msg, &st);
+    int src = st.MPI_SOURCE;
+    do
+        MPI_Improbe(src, b->tag, mp__mpi.comm, &found, &msg, &st);
+    while (!found);
+    int rc = mp__mpi_xfer_recv(&msg, &st, b->tag, &m);
+    if (rc == 0)
+        rc = mp_queue_put(b->q, m, -1);
+    mp_msg_destroy(m);
+    answer(b, src, h.req, rc, NULL);
+    return true;
+}
+
+static void unpark(mp_mpi_queue *b, int i)
+{
+    b->park[i] = b->park[--b->nparked];
+}
+
+static bool broker_requests(mp_mpi_queue *b)
+{
+    MPI_Status st;
+    int found = 0;
+    qreq r;
+    MPI_Iprobe(MPI_ANY_SOURCE, b->tag + 1, mp__mpi.comm, &found, &st);
+    if (!found)
+        return false;
+    MPI_Recv(&r, sizeof r, MPI_BYTE, st.MPI_SOURCE, b->tag + 1, mp__mpi.comm, &st);
+    if (r.op == OP_GET) {
+        if (b->nparked == b->capparked) {
+            int cap = b->capparked ? 2 * b->capparked : 16;
+            parked *p = realloc(b->park, (size_t)cap * sizeof *p);
+            if (!p) {
+                answer(b, st.MPI_SOURCE, r.req, MP_ENOMEM, NULL);
+                return true;
+            }
+            b->park = p, b->capparked = cap;
+        }
+        b->park[b->nparked++] = (parked){st.MPI_SOURCE, r.req};
+    } else if (r.op == OP_CANCEL) {
+        for (int i = 0; i < b->nparked; i++)
+            if (b->park[i].src == st.MPI_SOURCE && b->park[i].req == r.req) {
+                unpark(b, i);
+                answer(b, st.MPI_SOURCE, r.req, MP_ETIMEDOUT, NULL);
+                break;
+            }
+    } else {
+        answer(b, st.MPI_SOURCE, r.req, mp_queue_close(b->q), NULL);
+    }
+    return true;
+}
+
+/* Parked gets, oldest first, take what the queue has. */
+static bool broker_serve(mp_mpi_queue *b)
+{
+    bool moved = false;
+    while (b->nparked > 0) {
+        mp_msg *m = NULL;
+        int rc = mp_queue_get(b->q, &m, 0);
+        if (rc == MP_EAGAIN || rc == MP_ETIMEDOUT)
+            break;
+        parked p = b->park[0];
+        memmove(b->park, b->park + 1, (size_t)--b->nparked * sizeof *b->park);
+        answer(b, p.src, p.req, rc, m);
+        mp_msg_destroy(m);
+        moved = true;
+    }
+    return moved;
+}
+
+static void *broker(void *arg)
+{
+    mp_mpi_queue *b = arg;
+    unsigned idle = 0;
+    while (!atomic_load(&b->stop)) {
+        bool busy = broker_puts(b) | broker_requests(b) | broker_serve(b);
+        if (busy) {
+            idle = 0;
+            continue;
+        }
+        /* Nothing to do: nap, longer the longer it stays quiet. */
+        struct timespec ts = {0, ++idle < 100 ? 20000 : 500000};
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+static void queue_free(mp_mpi_queue *mq)
+{
+    if (mq->running) {
+        atomic_store(&mq->stop, true);
+        pthread_join(mq->thread, NULL);
+    }
+    for (int i = 0; i < 64; i++) {
+        if (mq->sends[i] && !mp__mpi.failed)
+            while (!mp__mpi_inflight_test(mq->sends[i]) && mp__mpi_check("mp_mpi_queue") == 0)
+                ;
+        if (mq->sends[i] && mp__mpi_inflight_test(mq->sends[i]))
+            mp__mpi_inflight_free(mq->sends[i]);
+    }
+    for (int i = 0; i < mq->nparked && !mp__mpi.failed; i++)
+        answer(mq, mq->park[i].src, mq->park[i].req, MP_ECLOSED, NULL);
+    free(mq->park);
+    mp_queue_release(mq->q);
+    free(mq);
+}
+
+/* ---- creation ----------------------------------------------------------------- */
+
+/* Same-host ranks: the home hands its queue over each bootstrap socket. */
+static int share_local(mp_mpi_queue *mq)
+{
+    int rc = 0;
+    if (mp__mpi.rank == mq->home) {
+        mp_msg *m = NULL;
+        if ((rc = mp_msg_create(&m)) == 0)
+            rc = mp_msg_add_queue(m, NULL, mq->q);
+        for (int r = 0; r < mp__mpi.size && rc == 0; r++)
+            if (r != mq->home && mp_mpi_is_local(r) == 1)
+                rc = mp__wire_send(mp__mpi.peers[r].sock, m, mp__deadline(30));
+        mp_msg_destroy(m);
+        return rc;
+    }
+    mp_msg *m = NULL;
+    for (;;) {
+        rc = mp__wire_recv(mp__mpi.peers[mq->home].sock, &m, mp__deadline(0.05));
+        if (rc != MP_ETIMEDOUT)
+            break;
+        if ((rc = mp__mpi_check("mp_mpi_queue_create")) != 0)
+            return rc;
+    }
+    if (rc == 0 && (mp_msg_count(m) != 1 || mp_msg_get_queue(m, 0, &mq->q) != 0))
+        rc = mp__error(MP_EPROTO, "mp_mpi_queue_create: rank %d sent no queue; do all ranks "
+                                  "create queues and pipes in the same order?", mq->home);
+    mp_msg_destroy(m);
+    return rc;
+}
+
+int mp_mpi_queue_create(int home, mp_mpi_queue **out)
+{
+    int rc = mp_mpi_is_local(home), *ub = NULL, flag = 0;
+    if (rc < 0)
+        return rc;
+    if (!out)
+        return mp__error(MP_EINVAL, "mp_mpi_queue_create: out is NULL");
+    mp_mpi_queue *mq = calloc(1, sizeof *mq);
+    if (!mq)
+        return mp__error(MP_ENOMEM, "mp_mpi_queue_create: out of memory");
+    mq->home = home;
+    mq->tag = MP__TAG_QUEUE + 4 * (int)nqueues++;
+    MPI_Comm_get_attr(mp__mpi.comm, MPI_TAG_UB, &ub, &flag);
+    if (flag && mq->tag + 3 > *ub)
+        rc = mp__error(MP_EOVERFLOW, "mp_mpi_queue_create: MPI's largest tag (%d) is too small "
+                                     "for another queue", *ub);
+    else if (mp__mpi.thread_level < MPI_THREAD_MULTIPLE)
+        rc = mp__error(MP_ENOTSUP, "mp_mpi_queue_create: the queue's broker thread needs "
+                                   "MPI_THREAD_MULTIPLE, which this MPI did not provide");
+    else if (mp__mpi.rank == home)
+        rc = mp_queue_create(0, &mq->q);
+    else
+        rc = 0;
+    if (rc == 0 && (mp__mpi.rank == home || mp_mpi_is_local(home) == 1))
+        rc = share_local(mq);
+    if (rc == 0 && mp__mpi.rank == home) {
+        if (pthread_create(&mq->thread, NULL, broker, mq) != 0)
+            rc = mp__error(MP_ESYS, "mp_mpi_queue_create: could not start the broker thread");
+        else
+            mq->running = true;
+    }
+    if (rc == 0)
+        rc = mp_mpi_barrier();
+    if (rc != 0) {
+        queue_free(mq);
+        return rc;
+    }
+    *out = mq;
+    return 0;
+}
+
+int mp_mpi_queue_is_local(const mp_mpi_queue *q)
+{
+    return q && q->q ? 1 : 0;
+}
+
+/* ---- operations ------------------------------------------------------------ */
+
+/* A local queue call in slices, with the failure check between them. */
+static int local_call(mp_mpi_queue *mq, const mp_msg *in, mp_msg **out, double deadline,
+                      const char *fn)
+{
+    for (;;) {
+        double left = deadline < 0 ? 0.05 : deadline - mp__now();
+        double slice = deadline == 0 ? 0 : left < 0 ? 0 : left < 0.05 ? left : 0.05;
+        int rc = in ? mp_queue_put(mq->q, in, slice) : mp_queue_get(mq->q, out, slice);
+        if (rc != MP_ETIMEDOUT && rc != MP_EAGAIN)
+            return rc;
+        if ((rc = mp__mpi_check(fn)) != 0)
+            return rc;
+        if (deadline == 0)
+            return mp__error(MP_EAGAIN, "%s: %s", fn, in ? "the queue is full" : "empty");
+        if (deadline > 0 && mp__now() >= deadline)
+            return mp__error(MP_ETIMEDOUT, "%s: timed out", fn);
+    }
+}
+
+/* The broker's answer to request req (waits, watching the job). */
+static int await_answer(mp_mpi_queue *mq, uint64_t req, double deadline, qreq *a,
+                        const char *fn)
+{
+    MPI_Request r;
+    MPI_Irecv(a, sizeof *a, MPI_BYTE, mq->home, mq->tag + 2, mp__mpi.comm, &r);
+    int rc = mp__mpi_wait(&r, deadline, NULL, fn);
+    if (rc == MP_ETIMEDOUT || rc == MP_EAGAIN) {
+        qreq c = {req, OP_CANCEL, 0};
+        MPI_Send(&c, sizeof c, MPI_BYTE, mq->home, mq->tag + 1, mp__mpi.comm);
+        rc = mp__mpi_wait(&r, -1, NULL, fn);
+    }
+    if (rc == 0 && a->req != req)
+        rc = mp__error(MP_EPROTO, "%s: answer %llu from rank %d, wanted %llu", fn,
+                       (unsigned long long)a->req, mq->home, (unsigned long long)req);
+    return rc;
+}
+
+static int check_args(mp_mpi_queue *mq, const void *m, const char *fn)
+{
+    if (!mq || !m)
+        return mp__error(MP_EINVAL, "%s: %s is NULL", fn, !mq ? "q" : "the message");
+    return mp__mpi.failed ? mp__mpi_fail_error(fn) : 0;
+}
+
+int mp_mpi_queue_put(mp_mpi_queue *mq, const mp_msg *m, double timeout)
+{
+    static const char *fn = "mp_mpi_queue_put";
+    int rc = check_args(mq, m, fn);
+    if (rc || mq->q)
+        return rc ? rc : local_call(mq, m, NULL, timeout == 0 ? 0 : mp__deadline(timeout), fn);
+    qreq h = {++mq->next_req, 0, 0}, a;
+    mp__mpi_inflight *f = NULL;
+    /* Checked first: once the header is out, the message must follow. */
+    if ((rc = mp__mpi_xfer_check(m)) != 0)
+        return rc;
+    MPI_Send(&h, sizeof h, MPI_BYTE, mq->home, mq->tag, mp__mpi.comm);
+    rc = mp__mpi_xfer_send(m, mq->home, mq->tag, &f);
+    while (f && rc == 0 && (rc = mp__mpi_inflight_wait(f, -1, fn)) == 0)
+        ;
+    if (rc == 1)
+        rc = 0;
+    if (f && (rc == 0 || mp__mpi_inflight_test(f)))
+        mp__mpi_inflight_free(f);
+    /* The broker answers at once (the queue is unbounded): no timeout. */
+    if (rc == 0)
+        rc = await_answer(mq, h.req, -1, &a, fn);
+    if (rc == 0 && a.op != 0)
+        rc = mp__error(a.op, "%s: the queue on rank %d refused the message (%s)", fn, mq->home,
+                       mp_err_name(a.op));
+    return rc;
+}
+
+int mp_mpi_queue_get(mp_mpi_queue *mq, mp_msg **out, double timeout)
+{
+    static const char *fn = "mp_mpi_queue_get";
+    int rc = check_args(mq, out, fn);
+    if (rc || mq->q)
+        return rc ? rc : local_call(mq, NULL, out, timeout == 0 ? 0 : mp__deadline(timeout), fn);
+    qreq r = {++mq->next_req, OP_GET, 0}, a;
+    MPI_Send(&r, sizeof r, MPI_BYTE, mq->home, mq->tag + 1, mp__mpi.comm);
+    /* A poll gets one round trip to the home's broker. */
+    rc = await_answer(mq, r.req, mp__deadline(timeout >= 0 && timeout < 0.005 ? 0.005 : timeout),
+                      &a, fn);
+    if (rc)
+        return rc;
+    if (a.op == MP_ETIMEDOUT && timeout == 0)
+        return mp__error(MP_EAGAIN, "%s: the queue is empty", fn);
+    if (a.op == MP_ETIMEDOUT)
+        return mp__error(MP_ETIMEDOUT, "%s: timed out", fn);
+    if (a.op != 0)
+        return mp__error(a.op, "%s: %s", fn, a.op == MP_ECLOSED ? "the queue is closed and "
+                                                                  "drained" : mp_strerror(a.op));
+    MPI_Message msg;
+    MPI_Status st;
+    int found = 0;
+    unsigned spins = 0;
+    while (!found && (rc = mp__mpi_check(fn)) == 0) {
+        MPI_Improbe(mq->home, mq->tag + 2, mp__mpi.comm, &found, &msg, &st);
+        if (!found)
+            mp__mpi_backoff(&spins);
+    }
+    return rc ? rc : mp__mpi_xfer_recv(&msg, &st, mq->tag + 2, out);
+}
+
+int mp_mpi_queue_close(mp_mpi_queue *mq)
+{
+    static const char *fn = "mp_mpi_queue_close";
+    int rc = check_args(mq, mq, fn);
+    if (rc || mq->q)
+        return rc ? rc : mp_queue_close(mq->q);
+    qreq r = {++mq->next_req, OP_CLOSE, 0}, a;
+    MPI_Send(&r, sizeof r, MPI_BYTE, mq->home, mq->tag + 1, mp__mpi.comm);
+    rc = await_answer(mq, r.req, -1, &a, fn);
+    return rc ? rc : a.op;
+}
+
+void mp_mpi_queue_destroy(mp_mpi_queue *mq)
+{
+    if (!mq)
+        return;
+    mp__error_saved saved;
+    mp__error_save(&saved);
+    /* Every rank is done with it before the broker stops. */
+    if (!mp__mpi.failed)
+        mp_mpi_barrier();
+    queue_free(mq);
+    mp__error_restore(&saved);
+}

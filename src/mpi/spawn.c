@@ -1,0 +1,181 @@
+/* mp_mpi_spawn (the entry on every rank, with mp_spawn's error record) and
+ * the collectives. */
+#include "mpi/mpi_internal.h"
+#include "process/process_internal.h"
+
+#include <setjmp.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* mp_raise inside the entry comes back here, as in a pool worker. */
+static _Thread_local sigjmp_buf *raise_jmp;
+static _Thread_local char raise_text[MP__MPI_TEXT_MAX];
+
+static void catch_raise(const char *text)
+{
+    snprintf(raise_text, sizeof raise_text, "%s", text);
+    mp__raise_hook = NULL;
+    siglongjmp(*raise_jmp, 1);
+}
+
+static int call_entry(mp_entry_fn fn, mp_msg *args, bool *raised)
+{
+    sigjmp_buf jb;
+    int rc;
+    *raised = false;
+    if (sigsetjmp(jb, 0)) {
+        *raised = true;
+        return 1;
+    }
+    raise_jmp = &jb;
+    mp__raise_hook = catch_raise;
+    rc = fn(mp__mpi.rank, args);
+    mp__raise_hook = NULL;
+    return rc;
+}
+
+static void fill_error(mp_mpi_error *err)
+{
+    const mp__mpi_fail *f = &mp__mpi.failure;
+    if (!err)
+        return;
+    *err = (mp_mpi_error){.rank = f->rank, .pid = f->pid, .host = f->host,
+                          .exitcode = f->exitcode, .signal = f->signal, .message = f->message};
+}
+
+int mp_mpi_failure(mp_mpi_error *err)
+{
+    int rc = mp__mpi_need("mp_mpi_failure");
+    if (rc)
+        return rc;
+    if (!mp__mpi.failed && mp__mpi_check("mp_mpi_failure") == 0)
+        return mp__error(MP_ESTATE, "mp_mpi_failure: no rank has failed");
+    fill_error(err);
+    return 0;
+}
+
+/* This rank's entry failed: the record goes to every rank. */
+static void report_own(const char *entry, int rc, bool raised)
+{
+    mp__mpi_fail f = {.rank = mp__mpi.rank, .pid = (int32_t)getpid(), .exitcode = rc};
+    snprintf(f.host, sizeof f.host, "%s", mp__mpi.peers[mp__mpi.rank].host);
+    if (raised)
+        snprintf(f.message, sizeof f.message, "%s", raise_text);
+    else
+        snprintf(f.message, sizeof f.message, "entry '%s' returned %d%s%s%s", entry, rc,
+                 rc < 0 ? " (" : "", rc < 0 ? mp_err_name(rc) : "", rc < 0 ? ")" : "");
+    /* A negative return is an mproc error: its sentence says what failed. */
+    if (!raised && rc < 0 && mp_last_error()[0]) {
+        size_t len = strlen(f.message);
+        snprintf(f.message + len, sizeof f.message - len, ": %s", mp_last_error());
+    }
+    mp__mpi_fail_report(&f);
+}
+
+int mp_mpi_spawn(const char *entry, mp_msg *args, mp_mpi_error *err)
+{
+    MPI_Request req = MPI_REQUEST_NULL;
+    mp_msg *empty = NULL;
+    bool raised;
+    int rc = mp__mpi_need("mp_mpi_spawn");
+    if (rc)
+        return rc;
+    if (!entry)
+        return mp__error(MP_EINVAL, "mp_mpi_spawn: entry is NULL");
+    mp_entry_fn fn = mp__entry_lookup(entry);
+    if (!fn)
+        return mp__error(MP_ENOENT, "mp_mpi_spawn: no entry '%s' is registered (MP_ENTRY)",
+                         entry);
+    if (!args && (rc = mp_msg_create(&empty)) != 0)
+        return rc;
+    if (!mp__mpi.failed) {
+        rc = call_entry(fn, args ? args : empty, &raised);
+        if (rc != 0)
+            report_own(entry, rc, raised);
+    }
+    mp_msg_destroy(empty);
+    if (!mp__mpi.failed) {
+        /* Done here; wait for the others, or for news of a failure. */
+        MPI_Ibarrier(mp__mpi.comm, &req);
+        rc = mp__mpi_wait(&req, -1, NULL, "mp_mpi_spawn");
+        if (rc == 0)
+            return 0;
+    }
+    fill_error(err);
+    rc = mp__mpi_fail_error("mp_mpi_spawn");
+    /* Rank 0 reports; the others must not end the job before it has. */
+    if (mp__mpi.rank != 0) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        for (int i = 0; i < 1000; i++)
+            nanosleep(&ts, NULL);
+    }
+    return rc;
+}
+
+/* ---- collectives ---------------------------------------------------------- */
+
+static MPI_Datatype mpi_type(mp_dtype d)
+{
+    switch (d) {
+    case MP_INT8: return MPI_INT8_T;
+    case MP_INT16: return MPI_INT16_T;
+    case MP_INT32: return MPI_INT32_T;
+    case MP_INT64: return MPI_INT64_T;
+    case MP_UINT8: return MPI_UINT8_T;
+    case MP_UINT16: return MPI_UINT16_T;
+    case MP_UINT32: return MPI_UINT32_T;
+    case MP_UINT64: return MPI_UINT64_T;
+    case MP_FLOAT32: return MPI_FLOAT;
+    case MP_FLOAT64: return MPI_DOUBLE;
+    default: return MPI_DATATYPE_NULL;
+    }
+}
+
+static void scale(mp_tensor *t, double by)
+{
+    int64_t n = mp_tensor_numel(t);
+    if (mp_tensor_dtype(t) == MP_FLOAT32) {
+        float *p = mp_tensor_data(t);
+        for (int64_t i = 0; i < n; i++)
+            p[i] = (float)(p[i] * by);
+    } else {
+        double *p = mp_tensor_data(t);
+        for (int64_t i = 0; i < n; i++)
+            p[i] *= by;
+    }
+}
+
+int mp_mpi_allreduce_tensor(mp_tensor *t, mp_mpi_op op)
+{
+    static const char *fn = "mp_mpi_allreduce_tensor";
+    MPI_Request req = MPI_REQUEST_NULL;
+    int rc = mp__mpi_need(fn);
+    if (rc)
+        return rc;
+    if (!t || (op != MP_MPI_SUM && op != MP_MPI_MEAN))
+        return mp__error(MP_EINVAL, "%s: %s", fn, !t ? "t is NULL" : "op is not SUM or MEAN");
+    mp_dtype d = mp_tensor_dtype(t);
+    MPI_Datatype type = mpi_type(d);
+    if (type == MPI_DATATYPE_NULL || (op == MP_MPI_MEAN && d != MP_FLOAT32 && d != MP_FLOAT64))
+        return mp__error(MP_ENOTSUP, "%s: dtype %s is not supported for %s (sum: integers, "
+                                     "float32, float64; mean: float32, float64)", fn,
+                         mp_dtype_name(d), op == MP_MPI_SUM ? "sum" : "mean");
+    if (mp_tensor_device(t).device_type != kDLCPU || !mp_tensor_is_contiguous(t))
+        return mp__error(MP_EINVAL, "%s: t must be a contiguous CPU tensor (clone it first)", fn);
+    if (mp_tensor_numel(t) > INT32_MAX)
+        return mp__error(MP_EOVERFLOW, "%s: %lld elements; at most %d per call", fn,
+                         (long long)mp_tensor_numel(t), INT32_MAX);
+    if (mp__mpi.failed)
+        return mp__mpi_fail_error(fn);
+    rc = MPI_Iallreduce(MPI_IN_PLACE, mp_tensor_data(t), (int)mp_tensor_numel(t), type, MPI_SUM,
+                        mp__mpi.comm, &req);
+    if (rc != MPI_SUCCESS)
+        return mp__mpi_error(rc, fn, "MPI_Iallreduce");
+    if ((rc = mp__mpi_wait(&req, -1, NULL, fn)) != 0)
+        return rc;
+    if (op == MP_MPI_MEAN)
+        scale(t, 1.0 / mp__mpi.size);
+    return 0;
+}

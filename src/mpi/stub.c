@@ -1,0 +1,81 @@
+/* libmproc_mpi built without MPI: every call fails with MP_ENOTSUP and says
+ * how to get the real layer. Only this file is compiled then. */
+#include "mproc/mpi.h"
+#include "os/os.h"
+
+#include <stddef.h>
+
+#define HOW "mproc was built without MPI; install Open MPI (apt-get install libopenmpi-dev " \
+            "openmpi-bin) and rebuild with cmake -DMPROC_MPI=ON"
+
+static int off(const char *fn)
+{
+    return mp__error(MP_ENOTSUP, "%s: %s", fn, HOW);
+}
+
+int mp_mpi_init(int *argc, char ***argv) { return off("mp_mpi_init"); }
+int mp_mpi_finalize(void) { return 0; }
+int mp_mpi_rank(void) { return off("mp_mpi_rank"); }
+int mp_mpi_size(void) { return off("mp_mpi_size"); }
+int mp_mpi_local_rank(void) { return off("mp_mpi_local_rank"); }
+int mp_mpi_local_size(void) { return off("mp_mpi_local_size"); }
+int mp_mpi_rank_info(int rank, const char **host, pid_t *pid) { return off("mp_mpi_rank_info"); }
+int mp_mpi_is_local(int rank) { return off("mp_mpi_is_local"); }
+int mp_mpi_spawn(const char *entry, mp_msg *args, mp_mpi_error *err)
+{
+    return off("mp_mpi_spawn");
+}
+int mp_mpi_failure(mp_mpi_error *err) { return off("mp_mpi_failure"); }
+int mp_mpi_pipe(int peer, mp_mpi_conn **out) { return off("mp_mpi_pipe"); }
+int mp_mpi_conn_send(mp_mpi_conn *c, const mp_msg *m, double timeout)
+{
+    return off("mp_mpi_conn_send");
+}
+int mp_mpi_conn_recv(mp_mpi_conn *c, mp_msg **out, double timeout)
+{
+    return off("mp_mpi_conn_recv");
+}
+int mp_mpi_conn_close(mp_mpi_conn *c) { return off("mp_mpi_conn_close"); }
+int mp_mpi_conn_is_local(const mp_mpi_conn *c) { return 0; }
+void mp_mpi_conn_destroy(mp_mpi_conn *c) {}
+int mp_mpi_allreduce_tensor(mp_tensor *t, mp_mpi_op op) { return off("mp_mpi_allreduce_tensor"); }
+int mp_mpi_barrier(void) { return off("mp_mpi_barrier"); }
+int mp_mpi_pool_create(mp_mpi_pool **out) { return off("mp_mpi_pool_create"); }
+int mp_mpi_pool_size(const mp_mpi_pool *p) { return off("mp_mpi_pool_size"); }
+int mp_mpi_pool_apply_async(mp_mpi_pool *p, const char *task, const mp_msg *in,
+                            mp_mpi_result **res)
+{
+    return off("mp_mpi_pool_apply_async");
+}
+int mp_mpi_pool_apply(mp_mpi_pool *p, const char *task, const mp_msg *in, mp_msg **out)
+{
+    return off("mp_mpi_pool_apply");
+}
+int mp_mpi_pool_map(mp_mpi_pool *p, const char *task, const mp_msg *const *in, size_t n,
+                    mp_msg **out)
+{
+    return off("mp_mpi_pool_map");
+}
+int mp_mpi_result_wait(mp_mpi_result *r, mp_mpi_pool *p, double timeout)
+{
+    return off("mp_mpi_result_wait");
+}
+int mp_mpi_result_get(mp_mpi_result *r, mp_mpi_pool *p, double timeout, mp_msg **out)
+{
+    return off("mp_mpi_result_get");
+}
+const char *mp_mpi_result_error(const mp_mpi_result *r) { return ""; }
+void mp_mpi_result_release(mp_mpi_result *r) {}
+void mp_mpi_pool_destroy(mp_mpi_pool *p) {}
+int mp_mpi_queue_create(int home, mp_mpi_queue **out) { return off("mp_mpi_queue_create"); }
+int mp_mpi_queue_put(mp_mpi_queue *q, const mp_msg *m, double timeout)
+{
+    return off("mp_mpi_queue_put");
+}
+int mp_mpi_queue_get(mp_mpi_queue *q, mp_msg **out, double timeout)
+{
+    return off("mp_mpi_queue_get");
+}
+int mp_mpi_queue_close(mp_mpi_queue *q) { return off("mp_mpi_queue_close"); }
+int mp_mpi_queue_is_local(const mp_mpi_queue *q) { return 0; }
+void mp_mpi_queue_destroy(mp_mpi_queue *q) {}

@@ -1,0 +1,329 @@
+/* A message over MPI (the cross-host path): one header message with the
+ * payload and every tensor's dtype, shape and name, then each tensor's
+ * bytes as its own message, sent straight from the tensor's memory and
+ * received straight into a new shared-memory tensor. MPI keeps messages of
+ * one (source, tag, communicator) in order, so the bodies follow their
+ * header. Nothing here trusts the header: sizes are checked. */
+#include "mpi/mpi_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define XFER_MAGIC 0x6d70786du /* "mpxm" */
+#define XFER_VERSION 1u
+/* MPI counts are int: larger storages go in pieces of this many bytes. */
+#define XFER_CHUNK ((size_t)1 << 30)
+
+typedef struct xfer_head {
+    uint32_t magic;
+    uint32_t version;
+    uint32_t count;   /* tensors */
+    uint32_t pad;
+    uint64_t payload; /* bytes after the tensor records */
+} xfer_head;
+
+typedef struct xfer_tensor {
+    uint8_t dtype;
+    uint8_t ndim;
+    uint16_t namelen; /* 0: unnamed */
+    uint32_t pad;
+    /* then int64 shape[ndim], then the name's bytes, padded to 8 */
+} xfer_tensor;
+
+struct mp__mpi_inflight {
+    int nreq;
+    MPI_Request *reqs;
+    void *header;
+    size_t ntensors;
+    mp_tensor **tensors;
+};
+
+static size_t pad8(size_t n)
+{
+    return (n + 7) & ~(size_t)7;
+}
+
+void mp__mpi_inflight_free(mp__mpi_inflight *f)
+{
+    if (!f)
+        return;
+    for (size_t i = 0; i < f->ntensors; i++)
+        mp_tensor_release(f->tensors[i]);
+    free(f->tensors);
+    free(f->reqs);
+    free(f->header);
+    free(f);
+}
+
+/* Contiguous CPU tensors of attachment i, or MP_ENOTSUP for what stays on
+ * its host (queues, connections, sync objects, CUDA tensors). */
+static int xfer_tensor_at(const mp_msg *m, size_t i, mp_tensor **out)
+{
+    int kind = mp_msg_kind(m, i);
+    mp_tensor *t = NULL;
+    int rc;
+    if (kind != MP_ATTACH_TENSOR)
+        return mp__error(MP_ENOTSUP, "mp_mpi_conn_send: attachment %zu is a %s, which stays "
+                                     "on its host (queues, connections, locks, events, "
+                                     "barriers and CUDA tensors do not cross hosts); send "
+                                     "tensors and bytes, or keep both ranks on one host", i,
+                         kind == MP_ATTACH_CUDA_TENSOR ? "CUDA tensor" : "mproc object");
+    if ((rc = mp_msg_get_tensor(m, i, &t)) != 0)
+        return rc;
+    if (mp_tensor_is_contiguous(t)) {
+        *out = t;
+        return 0;
+    }
+    rc = mp_tensor_clone(t, out);
+    mp_tensor_release(t);
+    return rc;
+}
+
+int mp__mpi_xfer_check(const mp_msg *m)
+{
+    for (size_t i = 0; i < mp_msg_count(m); i++) {
+        mp_tensor *t = NULL;
+        int rc = xfer_tensor_at(m, i, &t);
+        mp_tensor_release(t);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* The header: counts, each tensor's record, the payload. */
+static int build_header(const mp_msg *m, mp_tensor **ts, size_t n, void **out, size_t *len)
+{
+    size_t plen = 0, size = sizeof(xfer_head);
+    const void *payload = mp_msg_payload(m, &plen);
+    for (size_t i = 0; i < n; i++) {
+        const char *name = mp_msg_name(m, i);
+        size += sizeof(xfer_tensor) + 8 * (size_t)mp_tensor_ndim(ts[i]) +
+                pad8(name ? strlen(name) : 0);
+    }
+    size += plen;
+    char *buf = calloc(1, size), *p = buf + sizeof(xfer_head);
+    if (!buf)
+        return mp__error(MP_ENOMEM, "mp_mpi_conn_send: out of memory for a %zu-byte header",
+                         size);
+    *(xfer_head *)buf = (xfer_head){XFER_MAGIC, XFER_VERSION, (uint32_t)n, 0, plen};
+    for (size_t i = 0; i < n; i++) {
+        const char *name = mp_msg_name(m, i);
+        xfer_tensor r = {(uint8_t)mp_tensor_dtype(ts[i]), (uint8_t)mp_tensor_ndim(ts[i]),
+                         (uint16_t)(name ? strlen(name) : 0), 0};
+        memcpy(p, &r, sizeof r);
+        p += sizeof r;
+        memcpy(p, mp_tensor_shape(ts[i]), 8 * (size_t)r.ndim);
+        p += 8 * (size_t)r.ndim;
+        if (r.namelen)
+            memcpy(p, name, r.namelen);
+        p += pad8(r.namelen);
+    }
+    if (plen)
+        memcpy(p, payload, plen);
+    *out = buf;
+    *len = size;
+    return 0;
+}
+
+static int post_sends(mp__mpi_inflight *f, size_t hlen, int dest, int tag)
+{
+    int rc = MPI_Isend(f->header, (int)hlen, MPI_BYTE, dest, tag, mp__mpi.comm, &f->reqs[0]);
+    f->nreq = 1;
+    for (size_t i = 0; i < f->ntensors && rc == MPI_SUCCESS; i++) {
+        char *data = mp_tensor_data(f->tensors[i]);
+        size_t left = mp_tensor_nbytes(f->tensors[i]);
+        while (left > 0 && rc == MPI_SUCCESS) {
+            size_t piece = left < XFER_CHUNK ? left : XFER_CHUNK;
+            rc = MPI_Isend(data, (int)piece, MPI_BYTE, dest, tag, mp__mpi.comm,
+                           &f->reqs[f->nreq++]);
+            data += piece, left -= piece;
+        }
+    }
+    return rc == MPI_SUCCESS ? 0 : mp__mpi_error(rc, "mp_mpi_conn_send", "MPI_Isend");
+}
+
+int mp__mpi_xfer_send(const mp_msg *m, int dest, int tag, mp__mpi_inflight **out)
+{
+    size_t n = mp_msg_count(m), hlen = 0, nreq = 1;
+    mp__mpi_inflight *f = calloc(1, sizeof *f);
+    int rc = 0;
+    if (!f || !(f->tensors = calloc(n ? n : 1, sizeof *f->tensors))) {
+        free(f);
+        return mp__error(MP_ENOMEM, "mp_mpi_conn_send: out of memory");
+    }
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        if ((rc = xfer_tensor_at(m, i, &f->tensors[i])) == 0) {
+            f->ntensors++;
+            nreq += (mp_tensor_nbytes(f->tensors[i]) + XFER_CHUNK - 1) / XFER_CHUNK;
+        }
+    }
+    if (rc == 0)
+        rc = build_header(m, f->tensors, n, &f->header, &hlen);
+    if (rc == 0 && !(f->reqs = calloc(nreq, sizeof *f->reqs)))
+        rc = mp__error(MP_ENOMEM, "mp_mpi_conn_send: out of memory");
+    if (rc == 0)
+        rc = post_sends(f, hlen, dest, tag);
+    if (rc != 0 && f->nreq == 0) {
+        mp__mpi_inflight_free(f);
+        return rc;
+    }
+    /* A failed post after the first leaves the posted ones to finish. */
+    *out = f;
+    return rc;
+}
+
+int mp__mpi_inflight_wait(mp__mpi_inflight *f, double deadline, const char *fn)
+{
+    for (;;) {
+        int done = 0, rc = MPI_Testall(f->nreq, f->reqs, &done, MPI_STATUSES_IGNORE);
+        if (rc != MPI_SUCCESS)
+            return mp__mpi_error(rc, fn, "MPI_Testall");
+        if (done)
+            return 1;
+        /* One wait on the request still open does the failure check,
+         * deadline and backoff. */
+        int i = 0;
+        while (i < f->nreq - 1 && f->reqs[i] == MPI_REQUEST_NULL)
+            i++;
+        rc = mp__mpi_wait_data(&f->reqs[i], deadline, NULL, fn);
+        if (rc == MP_ETIMEDOUT || rc == MP_EAGAIN)
+            return 0;
+        if (rc != 0)
+            return rc;
+    }
+}
+
+/* ---- receiving ------------------------------------------------------------ */
+
+/* Receives (whatever the deadline: the header is taken) the bytes of one tensor into t (or, when t is NULL because it
+ * could not be made, into a scratch buffer, to keep the stream whole). */
+static int recv_body(mp_tensor *t, size_t nbytes, int src, int tag)
+{
+    char *data = t ? mp_tensor_data(t) : NULL;
+    int rc = 0;
+    while (nbytes > 0 && rc == 0) {
+        size_t piece = nbytes < XFER_CHUNK ? nbytes : XFER_CHUNK;
+        char *scratch = data ? NULL : malloc(piece);
+        MPI_Request req;
+        int mrc = MPI_Irecv(data ? data : scratch, scratch || data ? (int)piece : 0, MPI_BYTE,
+                            src, tag, mp__mpi.comm, &req);
+        if (mrc != MPI_SUCCESS)
+            rc = mp__mpi_error(mrc, "mp_mpi_conn_recv", "MPI_Irecv");
+        else
+            rc = mp__mpi_wait_data(&req, -1, NULL, "mp_mpi_conn_recv");
+        free(scratch);
+        if (data)
+            data += piece;
+        nbytes -= piece;
+    }
+    return rc;
+}
+
+typedef struct parsed_tensor {
+    int dtype, ndim;
+    int64_t shape[MP_MAX_NDIM];
+    char name[MP_MSG_NAME_MAX + 1];
+    size_t nbytes;
+} parsed_tensor;
+
+static int parse_tensor(const char **pp, const char *end, parsed_tensor *t)
+{
+    xfer_tensor r;
+    const char *p = *pp;
+    size_t numel = 1;
+    if ((size_t)(end - p) < sizeof r)
+        return -1;
+    memcpy(&r, p, sizeof r);
+    p += sizeof r;
+    if (r.dtype >= MP_DTYPE_COUNT || r.ndim > MP_MAX_NDIM || r.namelen > MP_MSG_NAME_MAX ||
+        (size_t)(end - p) < 8 * (size_t)r.ndim + pad8(r.namelen))
+        return -1;
+    t->dtype = r.dtype, t->ndim = r.ndim;
+    memcpy(t->shape, p, 8 * (size_t)r.ndim);
+    p += 8 * (size_t)r.ndim;
+    memcpy(t->name, p, r.namelen);
+    t->name[r.namelen] = 0;
+    p += pad8(r.namelen);
+    for (int d = 0; d < t->ndim; d++) {
+        if (t->shape[d] < 0 || __builtin_mul_overflow(numel, (size_t)t->shape[d], &numel))
+            return -1;
+    }
+    if (__builtin_mul_overflow(numel, mp_dtype_size((mp_dtype)t->dtype), &t->nbytes))
+        return -1;
+    *pp = p;
+    return 0;
+}
+
+/* Builds the message from a checked header, receiving every body. */
+static int recv_message(const char *buf, size_t len, int src, int tag, mp_msg **out)
+{
+    xfer_head h;
+    const char *p = buf + sizeof h, *end = buf + len;
+    mp_msg *m = NULL;
+    int rc = 0, bad = 0;
+    memcpy(&h, buf, sizeof h);
+    if ((rc = mp_msg_create(&m)) != 0)
+        return rc;
+    for (uint32_t i = 0; i < h.count; i++) {
+        parsed_tensor pt;
+        mp_tensor *t = NULL;
+        if (parse_tensor(&p, end, &pt) != 0) {
+            /* The bodies cannot be told apart any more: the stream is lost. */
+            mp_msg_destroy(m);
+            return mp__error(MP_EPROTO, "mp_mpi_conn_recv: malformed tensor record %u from "
+                                        "rank %d", i, src);
+        }
+        if (!bad && (rc = mp_tensor_empty_shared((mp_dtype)pt.dtype, pt.ndim, pt.shape, &t)))
+            bad = rc;
+        int brc = recv_body(t, pt.nbytes, src, tag);
+        if (!bad && brc == 0)
+            bad = mp_msg_add_tensor(m, pt.name[0] ? pt.name : NULL, t);
+        mp_tensor_release(t);
+        if (brc) {
+            mp_msg_destroy(m);
+            return brc;
+        }
+    }
+    if (!bad && (size_t)(end - p) != h.payload)
+        bad = mp__error(MP_EPROTO, "mp_mpi_conn_recv: payload of %zu bytes, header says %llu",
+                        (size_t)(end - p), (unsigned long long)h.payload);
+    if (!bad)
+        bad = mp_msg_set_payload(m, p, h.payload);
+    if (bad) {
+        mp_msg_destroy(m);
+        return bad;
+    }
+    *out = m;
+    return 0;
+}
+
+int mp__mpi_xfer_recv(MPI_Message *msg, MPI_Status *st, int tag, mp_msg **out)
+{
+    int count = 0, rc, src = st->MPI_SOURCE;
+    MPI_Request req;
+    MPI_Get_count(st, MPI_BYTE, &count);
+    char *buf = malloc(count > 0 ? (size_t)count : 1);
+    if (!buf)
+        return mp__error(MP_ENOMEM, "mp_mpi_conn_recv: out of memory for %d bytes", count);
+    /* Once matched, the message is ours: receive it whatever the deadline. */
+    rc = MPI_Imrecv(buf, count, MPI_BYTE, msg, &req);
+    rc = rc == MPI_SUCCESS ? mp__mpi_wait_data(&req, -1, NULL, "mp_mpi_conn_recv")
+                           : mp__mpi_error(rc, "mp_mpi_conn_recv", "MPI_Imrecv");
+    if (rc == 0 && ((size_t)count < sizeof(xfer_head) ||
+                    ((xfer_head *)buf)->magic != XFER_MAGIC ||
+                    ((xfer_head *)buf)->version != XFER_VERSION))
+        rc = mp__error(MP_EPROTO, "mp_mpi_conn_recv: a %d-byte message from rank %d is not an "
+                                  "mproc message of version %u", count, src, XFER_VERSION);
+    if (rc == 0)
+        rc = recv_message(buf, (size_t)count, src, tag, out);
+    free(buf);
+    return rc;
+}
+
+int mp__mpi_inflight_test(mp__mpi_inflight *f)
+{
+    int done = 0;
+    MPI_Testall(f->nreq, f->reqs, &done, MPI_STATUSES_IGNORE);
+    return done;
+}

@@ -1,0 +1,111 @@
+/* mp_wait: Python's multiprocessing.connection.wait over connections,
+ * queues, processes and plain fds. One poll over every fd, then a
+ * non-blocking look at each object: poll alone would report a wake-up
+ * record (a NUDGE, src/wire/rx.c) as a message, and miss a queue that was
+ * closed after a reader took its end-of-stream record. */
+#include "ipc/ipc.h"
+#include "process/process_internal.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+
+#include "mproc/wait.h"
+
+/* The fd to poll for item i (-1: nothing to poll; the look decides). */
+static int item_fd(const mp_wait_item *it, int *fd)
+{
+    switch (it->kind) {
+    case MP_WAIT_CONN:
+        if (!it->u.conn)
+            break;
+        *fd = mp_conn_fileno(it->u.conn);
+        return 0;
+    case MP_WAIT_QUEUE:
+    case MP_WAIT_SIMPLE_QUEUE:
+        if (!it->u.queue)
+            break;
+        *fd = mp_queue_fileno(it->u.queue);
+        return 0;
+    case MP_WAIT_PROCESS:
+        return mp__process_wait_fd(it->u.process, fd, "mp_wait");
+    case MP_WAIT_FD:
+        if (it->u.fd < 0)
+            return mp__error(MP_EINVAL, "mp_wait: fd %d is not an fd", it->u.fd);
+        *fd = it->u.fd;
+        return 0;
+    default:
+        return mp__error(MP_EINVAL, "mp_wait: unknown kind %d (want an mp_wait_kind)",
+                         it->kind);
+    }
+    return mp__error(MP_EINVAL, "mp_wait: an item of kind %d has a NULL object", it->kind);
+}
+
+/* 1 when item it is ready now, 0 when not, or an error. */
+static int look(const mp_wait_item *it, int fd)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    int n;
+    switch (it->kind) {
+    case MP_WAIT_CONN:
+        return mp_conn_poll(it->u.conn, 0);
+    case MP_WAIT_QUEUE:
+    case MP_WAIT_SIMPLE_QUEUE:
+        return mp__queue_poll((mp__queue *)it->u.queue);
+    default:
+        if (fd < 0)
+            return 1; /* a process already reaped */
+        do
+            n = poll(&p, 1, 0);
+        while (n < 0 && errno == EINTR);
+        return n < 0 ? mp__errno_error(errno, "mp_wait: poll") : n > 0;
+    }
+}
+
+/* Looks at every item; the number ready, or an error. */
+static int look_all(mp_wait_item *items, size_t n, const struct pollfd *pf)
+{
+    int ready = 0;
+    for (size_t i = 0; i < n; i++) {
+        int r = look(&items[i], pf[i].fd);
+        if (r < 0)
+            return r;
+        items[i].ready = r > 0;
+        ready += r > 0;
+    }
+    return ready;
+}
+
+int mp_wait(mp_wait_item *items, size_t n, double timeout)
+{
+    double deadline = timeout == 0 ? 0 : mp__deadline(timeout);
+    struct pollfd *pf;
+    int rc = 0;
+    if (!items || n == 0 || n > 65536)
+        return mp__error(MP_EINVAL, "mp_wait: want 1..65536 items (got %zu%s)", n,
+                         items ? "" : ", NULL");
+    if (!(pf = calloc(n, sizeof *pf)))
+        return mp__error(MP_ENOMEM, "mp_wait: out of memory");
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        pf[i].events = POLLIN;
+        rc = item_fd(&items[i], &pf[i].fd);
+    }
+    while (rc == 0) {
+        int ms, got;
+        if ((rc = look_all(items, n, pf)) != 0)
+            break;
+        ms = deadline == 0 ? 0 : mp__poll_ms(deadline);
+        if (ms == 0) {
+            rc = timeout == 0 ? mp__error(MP_ETIMEDOUT, "mp_wait: nothing is ready")
+                              : mp__error(MP_ETIMEDOUT, "mp_wait: nothing was ready within "
+                                                        "%g s", timeout);
+            break;
+        }
+        got = poll(pf, (nfds_t)n, ms);
+        if (got < 0 && errno != EINTR)
+            rc = mp__errno_error(errno, "mp_wait: poll");
+        /* got >= 0: look again (a wake-up only means "look") */
+    }
+    free(pf);
+    return rc;
+}

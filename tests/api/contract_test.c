@@ -1,0 +1,251 @@
+/* The API's common contract, checked across areas: predicates share one
+ * type (bool, false for NULL), "list all names" calls share one shape (a
+ * static NULL-terminated list, the default first). */
+#include "mp_test.h"
+#include "os/os.h"
+
+#include <stddef.h>
+#include <string.h>
+
+MP_ENTRY(contract_exit3)
+{
+    return 3;
+}
+
+MP_TASK(contract_echo)
+{
+    size_t len;
+    const void *p = mp_msg_payload(in, &len);
+    return mp_msg_set_payload(out, p, len);
+}
+
+static void test_predicates_are_bool(void **state)
+{
+    /* one type: each of these is a bool, and NULL is simply false */
+    _Static_assert(__builtin_types_compatible_p(__typeof__(mp_lock_locked(NULL)), bool), "");
+    _Static_assert(__builtin_types_compatible_p(__typeof__(mp_event_is_set(NULL)), bool), "");
+    _Static_assert(__builtin_types_compatible_p(__typeof__(mp_barrier_broken(NULL)), bool), "");
+    _Static_assert(__builtin_types_compatible_p(__typeof__(mp_async_result_ready(NULL)), bool),
+                   "");
+    _Static_assert(__builtin_types_compatible_p(__typeof__(mp_queue_empty(NULL)), bool), "");
+    _Static_assert(__builtin_types_compatible_p(__typeof__(mp_process_is_alive(NULL)), bool),
+                   "");
+    _Static_assert(__builtin_types_compatible_p(__typeof__(mp_tensor_is_shared(NULL)), bool),
+                   "");
+    assert_false(mp_lock_locked(NULL));
+    assert_non_null(strstr(mp_last_error(), "mp_lock_locked"));
+    assert_false(mp_event_is_set(NULL));
+    assert_false(mp_barrier_broken(NULL));
+    assert_false(mp_async_result_ready(NULL));
+
+    mp_event *e = NULL;
+    assert_mp_ok(mp_event_create(&e));
+    assert_false(mp_event_is_set(e));
+    assert_mp_ok(mp_event_set(e));
+    assert_true(mp_event_is_set(e));
+    mp_event_destroy(e);
+}
+
+static void test_name_lists(void **state)
+{
+    const char *const *lists[] = {mp_get_all_start_methods(), mp_get_all_sharing_strategies()};
+    const char *defaults[] = {"fork", "file_descriptor"};
+    for (size_t i = 0; i < 2; i++) {
+        size_t n = 0;
+        assert_non_null(lists[i]);
+        while (lists[i][n])
+            n++;
+        assert_true(n >= 1);
+        assert_string_equal(lists[i][0], defaults[i]);
+    }
+    assert_string_equal(mp_get_all_sharing_strategies()[1], "file_system");
+}
+
+/* The one helper every options struct goes through. */
+static void test_struct_in_rule(void **state)
+{
+    /* v2 grew v1 past v1's sizeof (never into its tail padding) */
+    struct v1 { size_t size; int a; } old;
+    struct v2 { size_t size; int a; int pad; long b; long c; } cur;
+    memset(&old, 0xee, sizeof old); /* padding of an old struct may hold anything */
+    old.size = sizeof old;
+    old.a = 7;
+    struct v3 { size_t size; int a; int pad; long b; long c; long d; } big = {
+        sizeof big, 1, 0, 2, 3, 0};
+    /* older, smaller: the tail is zero-filled */
+    memset(&cur, 0xff, sizeof cur);
+    assert_mp_ok(mp__struct_in(&cur, sizeof cur, &old, "t", "struct v2"));
+    assert_int_equal(cur.size, sizeof cur);
+    assert_int_equal(cur.a, 7);
+    assert_int_equal(cur.b, 0);
+    assert_int_equal(cur.c, 0);
+    /* newer, larger, unknown tail zero: accepted */
+    assert_mp_ok(mp__struct_in(&cur, sizeof cur, &big, "t", "struct v2"));
+    assert_int_equal(cur.b, 2);
+    assert_int_equal(cur.c, 3);
+    /* newer, larger, a field we do not know is set: refused, naming it */
+    big.d = 5;
+    assert_mp_err(mp__struct_in(&cur, sizeof cur, &big, "t", "struct v2"), MP_ENOTSUP);
+    assert_non_null(strstr(mp_last_error(), "struct v2"));
+    /* not initialized */
+    old.size = 0;
+    assert_mp_err(mp__struct_in(&cur, sizeof cur, &old, "t", "struct v2"), MP_EINVAL);
+    assert_non_null(strstr(mp_last_error(), "sizeof(struct v2)"));
+    old.size = 1u << 20;
+    assert_mp_err(mp__struct_in(&cur, sizeof cur, &old, "t", "struct v2"), MP_EINVAL);
+}
+
+static void test_process_options_sizes(void **state)
+{
+    struct {
+        mp_process_options o;
+        uint64_t newer;
+    } big;
+    mp_process_options small;
+    mp_process *p = NULL;
+    /* an older caller that knew only size and name: daemon etc. read as 0 */
+    memset(&small, 0xab, sizeof small);
+    small.size = offsetof(mp_process_options, daemon);
+    small.name = "small-opts";
+    assert_mp_ok(mp_process_create("contract_exit3", NULL, &small, &p));
+    assert_string_equal(mp_process_name(p), "small-opts");
+    assert_false(mp_process_daemon(p));
+    assert_mp_ok(mp_process_destroy(p));
+    /* a newer caller: accepted while its extra field is zero */
+    memset(&big, 0, sizeof big);
+    mp_process_options_init(&big.o);
+    big.o.size = sizeof big;
+    assert_mp_ok(mp_process_create("contract_exit3", NULL, &big.o, &p));
+    assert_mp_ok(mp_process_destroy(p));
+    big.newer = 1;
+    p = NULL;
+    assert_mp_err(mp_process_create("contract_exit3", NULL, &big.o, &p), MP_ENOTSUP);
+    assert_null(p);
+    mp_process_options_init(&small);
+    small.size = 0;
+    assert_mp_err(mp_process_create("contract_exit3", NULL, &small, &p), MP_EINVAL);
+}
+
+static void test_spawn_and_pool_options_sizes(void **state)
+{
+    struct {
+        mp_spawn_options o;
+        uint64_t newer;
+    } sbig;
+    struct {
+        mp_pool_options o;
+        uint64_t newer;
+    } pbig;
+    mp_spawn_context *ctx = NULL;
+    mp_pool *pool = NULL;
+    memset(&sbig, 0, sizeof sbig);
+    mp_spawn_options_init(&sbig.o);
+    sbig.o.size = sizeof sbig;
+    sbig.newer = 2;
+    assert_mp_err(mp_spawn_ex("contract_exit3", NULL, &sbig.o, &ctx), MP_ENOTSUP);
+    sbig.o.size = 3;
+    assert_mp_err(mp_spawn_ex("contract_exit3", NULL, &sbig.o, &ctx), MP_EINVAL);
+    assert_null(ctx);
+    memset(&pbig, 0, sizeof pbig);
+    mp_pool_options_init(&pbig.o);
+    pbig.o.size = sizeof pbig;
+    pbig.newer = 1;
+    assert_mp_err(mp_pool_create(1, &pbig.o, &pool), MP_ENOTSUP);
+    assert_null(pool);
+    /* an older, smaller pool options struct: only size and start_method */
+    pbig.o.size = offsetof(mp_pool_options, initializer);
+    pbig.o.start_method = "fork";
+    pbig.o.initializer = (const char *)1; /* beyond the caller's size: ignored */
+    assert_mp_ok(mp_pool_create(1, &pbig.o, &pool));
+    mp_pool_destroy(pool);
+}
+
+static int cb_calls;
+static void on_done(mp_async_result *r, void *user)
+{
+    (void)r;
+    (void)user;
+    __atomic_add_fetch(&cb_calls, 1, __ATOMIC_SEQ_CST);
+}
+
+static void test_callbacks_sizes(void **state)
+{
+    struct {
+        mp_pool_callbacks cb;
+        void *newer;
+    } big = {{sizeof big, on_done, on_done, NULL}, NULL};
+    mp_pool_callbacks unset = {0, on_done, on_done, NULL};
+    mp_pool_options o;
+    mp_pool *pool = NULL;
+    mp_msg *in = NULL;
+    mp_async_result *r = NULL;
+    mp_pool_options_init(&o);
+    o.start_method = "fork";
+    assert_mp_ok(mp_pool_create(1, &o, &pool));
+    assert_mp_ok(mp_msg_create(&in));
+    assert_mp_err(mp_pool_apply_async(pool, "contract_echo", in, &unset, &r), MP_EINVAL);
+    assert_null(r);
+    big.newer = &big;
+    assert_mp_err(mp_pool_apply_async(pool, "contract_echo", in, &big.cb, &r), MP_ENOTSUP);
+    big.newer = NULL;
+    cb_calls = 0;
+    assert_mp_ok(mp_pool_apply_async(pool, "contract_echo", in, &big.cb, &r));
+    assert_mp_ok(mp_async_result_wait(r, 30));
+    mp_async_result_release(r);
+    assert_mp_ok(mp_pool_close(pool));
+    assert_mp_ok(mp_pool_join(pool)); /* callbacks have run once the handler is done */
+    assert_int_equal(__atomic_load_n(&cb_calls, __ATOMIC_SEQ_CST), 1);
+    mp_pool_destroy(pool);
+    mp_msg_destroy(in);
+}
+
+static void test_child_error_sizes(void **state)
+{
+    mp_process *p = NULL;
+    mp_child_error e;
+    assert_mp_ok(mp_process_create("contract_exit3", NULL, NULL, &p));
+    assert_mp_ok(mp_process_start(p));
+    assert_mp_ok(mp_process_join(p, 30));
+    /* not set: refused */
+    memset(&e, 0, sizeof e);
+    assert_mp_err(mp_process_error(p, &e), MP_EINVAL);
+    /* an older, smaller record: nothing past its size is written */
+    memset(&e, 0x5a, sizeof e);
+    e.size = offsetof(mp_child_error, signal);
+    assert_mp_ok(mp_process_error(p, &e));
+    assert_int_equal(e.size, offsetof(mp_child_error, signal));
+    assert_int_equal(e.exitcode, 3);
+    assert_int_equal(e.pid, mp_process_pid(p));
+    assert_int_equal(e.signal, 0x5a5a5a5a);
+    /* a newer, larger one: ours in full, its tail zeroed */
+    struct {
+        mp_child_error e;
+        uint64_t newer;
+    } big;
+    memset(&big, 0x5a, sizeof big);
+    big.e.size = sizeof big;
+    assert_mp_ok(mp_process_error(p, &big.e));
+    assert_int_equal(big.e.size, sizeof big);
+    assert_int_equal(big.e.signal, 0);
+    assert_string_equal(big.e.signal_name, "");
+    assert_true(big.newer == 0);
+    assert_mp_ok(mp_process_destroy(p));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_predicates_are_bool, mp_test_setup,
+                                        mp_test_teardown),
+        cmocka_unit_test_setup_teardown(test_name_lists, mp_test_setup, mp_test_teardown),
+        cmocka_unit_test(test_struct_in_rule),
+        cmocka_unit_test_setup_teardown(test_process_options_sizes, mp_test_setup,
+                                        mp_test_teardown),
+        cmocka_unit_test_setup_teardown(test_spawn_and_pool_options_sizes, mp_test_setup,
+                                        mp_test_teardown),
+        cmocka_unit_test_setup_teardown(test_callbacks_sizes, mp_test_setup, mp_test_teardown),
+        cmocka_unit_test_setup_teardown(test_child_error_sizes, mp_test_setup,
+                                        mp_test_teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

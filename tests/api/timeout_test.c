@@ -1,0 +1,461 @@
+/* One meaning of a timeout for every blocking call (docs/errors.md#timeouts):
+ * 0 polls and fails with MP_ETIMEDOUT when not ready, 0.05 waits that long
+ * and fails with MP_ETIMEDOUT, a negative timeout waits until another
+ * thread or process makes the object ready. One table, one row per call. */
+#include "mp_test.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <semaphore.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Everything a row may need; zeroed per case, released by one teardown. */
+typedef struct fx {
+    mp_queue *q;
+    mp_simple_queue *sq;
+    mp_conn *a, *b;
+    mp_lock *lock;
+    mp_rlock *rlock;
+    mp_semaphore *sem;
+    mp_event *ev;
+    mp_condition *cond;
+    mp_barrier *bar;
+    mp_process *proc;
+    mp_spawn_context *ctx;
+    mp_pool *pool;
+    mp_async_result *res;
+    mp_imap *it;
+    pthread_t holder;
+    bool has_holder;
+    sem_t held, go;
+    int flag;
+} fx;
+
+typedef struct row {
+    const char *name;
+    void (*setup)(fx *f);
+    int (*call)(fx *f, double timeout);
+    void (*ready)(fx *f); /* makes the call able to complete */
+    int not_ready;        /* what a poll or an expired wait returns */
+    bool has_timeout;     /* false: the call takes none (infinite only) */
+} row;
+
+static mp_msg *one_byte(void)
+{
+    mp_msg *m = NULL;
+    assert_mp_ok(mp_msg_create(&m));
+    assert_mp_ok(mp_msg_set_payload(m, "x", 1));
+    return m;
+}
+
+static mp_msg *with_event(mp_event *e)
+{
+    mp_msg *m = NULL;
+    assert_mp_ok(mp_msg_create(&m));
+    assert_mp_ok(mp_msg_add_event(m, "go", e));
+    return m;
+}
+
+/* A child (process or spawn) and a pool task that wait for the event. */
+MP_ENTRY(timeout_wait_event)
+{
+    mp_event *e = NULL;
+    int rc = mp_msg_get_event(args, 0, &e);
+    if (!rc)
+        rc = mp_event_wait(e, 60);
+    mp_event_destroy(e);
+    return rc ? 1 : 0;
+}
+
+MP_TASK(timeout_task)
+{
+    mp_event *e = NULL;
+    int rc = mp_msg_get_event(in, 0, &e);
+    if (!rc)
+        rc = mp_event_wait(e, 60);
+    mp_event_destroy(e);
+    return rc ? rc : mp_msg_set_payload(out, "ok", 2);
+}
+
+/* ---- queues and pipes ---------------------------------------------------- */
+
+enum { POLL_NOT_READY = 1 };
+
+static void put_one(fx *f)
+{
+    mp_msg *m = one_byte();
+    assert_mp_ok(mp_queue_put(f->q, m, -1));
+    mp_msg_destroy(m);
+}
+
+static void take_one(fx *f)
+{
+    mp_msg *m = NULL;
+    assert_mp_ok(mp_queue_get(f->q, &m, 10));
+    mp_msg_destroy(m);
+}
+
+static void s_queue(fx *f) { assert_mp_ok(mp_queue_create(0, &f->q)); }
+static void s_queue_full(fx *f)
+{
+    assert_mp_ok(mp_queue_create(1, &f->q));
+    put_one(f);
+}
+static void s_joinable(fx *f)
+{
+    assert_mp_ok(mp_joinable_queue_create(0, &f->q));
+    put_one(f);
+    take_one(f); /* taken, not task_done: join must wait */
+}
+static void s_simple(fx *f) { assert_mp_ok(mp_simple_queue_create(&f->sq)); }
+static void s_pipe(fx *f) { assert_mp_ok(mp_pipe(true, &f->a, &f->b)); }
+
+static int c_queue_get(fx *f, double t)
+{
+    mp_msg *m = NULL;
+    int rc = mp_queue_get(f->q, &m, t);
+    mp_msg_destroy(m);
+    return rc;
+}
+static int c_queue_put(fx *f, double t)
+{
+    mp_msg *m = one_byte();
+    int rc = mp_queue_put(f->q, m, t);
+    mp_msg_destroy(m);
+    return rc;
+}
+static int c_queue_get_nowait(fx *f, double t)
+{
+    mp_msg *m = NULL;
+    int rc = t == 0 ? mp_queue_get_nowait(f->q, &m) : mp_queue_get(f->q, &m, t);
+    mp_msg_destroy(m);
+    return rc;
+}
+static int c_join(fx *f, double t) { return mp_queue_join(f->q, t); }
+static int c_simple_get(fx *f, double t)
+{
+    mp_msg *m = NULL;
+    int rc = mp_simple_queue_get(f->sq, &m);
+    mp_msg_destroy(m);
+    return rc;
+}
+static int c_recv(fx *f, double t)
+{
+    mp_msg *m = NULL;
+    int rc = mp_conn_recv(f->b, &m, t);
+    mp_msg_destroy(m);
+    return rc;
+}
+static int c_poll(fx *f, double t)
+{
+    /* the query answers 1 (ready) or 0 (not ready), as documented: map
+     * them to the table's 0 and POLL_NOT_READY */
+    int rc = mp_conn_poll(f->b, t);
+    return rc == 1 ? 0 : rc == 0 ? POLL_NOT_READY : rc;
+}
+
+static void r_put(fx *f) { put_one(f); }
+static void r_get(fx *f) { take_one(f); }
+static void r_task_done(fx *f) { assert_mp_ok(mp_queue_task_done(f->q)); }
+static void r_simple_put(fx *f)
+{
+    mp_msg *m = one_byte();
+    assert_mp_ok(mp_simple_queue_put(f->sq, m));
+    mp_msg_destroy(m);
+}
+static void r_send(fx *f)
+{
+    mp_msg *m = one_byte();
+    assert_mp_ok(mp_conn_send(f->a, m, -1));
+    mp_msg_destroy(m);
+}
+
+/* ---- sync objects -------------------------------------------------------- */
+
+/* Lock and RLock are owned by a thread: a holder thread takes them and
+ * gives them back when told. */
+static void *holder_main(void *arg)
+{
+    fx *f = arg;
+    int rc = f->lock ? mp_lock_acquire(f->lock, -1) : mp_rlock_acquire(f->rlock, -1);
+    sem_post(&f->held);
+    sem_wait(&f->go);
+    if (!rc)
+        rc = f->lock ? mp_lock_release(f->lock) : mp_rlock_release(f->rlock);
+    return (void *)(intptr_t)rc;
+}
+static void start_holder(fx *f)
+{
+    assert_int_equal(pthread_create(&f->holder, NULL, holder_main, f), 0);
+    f->has_holder = true;
+    sem_wait(&f->held);
+}
+static void s_lock(fx *f)
+{
+    assert_mp_ok(mp_lock_create(&f->lock));
+    start_holder(f);
+}
+static void s_rlock(fx *f)
+{
+    assert_mp_ok(mp_rlock_create(&f->rlock));
+    start_holder(f);
+}
+static void s_sem(fx *f) { assert_mp_ok(mp_semaphore_create(0, &f->sem)); }
+static void s_event(fx *f) { assert_mp_ok(mp_event_create(&f->ev)); }
+static void s_cond(fx *f) { assert_mp_ok(mp_condition_create(&f->cond)); }
+static void s_barrier(fx *f) { assert_mp_ok(mp_barrier_create(2, &f->bar)); }
+
+static int c_lock(fx *f, double t)
+{
+    int rc = mp_lock_acquire(f->lock, t);
+    if (!rc)
+        assert_mp_ok(mp_lock_release(f->lock));
+    return rc;
+}
+static int c_rlock(fx *f, double t)
+{
+    int rc = mp_rlock_acquire(f->rlock, t);
+    if (!rc)
+        assert_mp_ok(mp_rlock_release(f->rlock));
+    return rc;
+}
+static int c_sem(fx *f, double t)
+{
+    int rc = mp_semaphore_acquire(f->sem, t);
+    if (!rc)
+        assert_mp_ok(mp_semaphore_release(f->sem));
+    return rc;
+}
+static int c_event(fx *f, double t) { return mp_event_wait(f->ev, t); }
+static bool flag_set(void *arg) { return __atomic_load_n((int *)arg, __ATOMIC_SEQ_CST) != 0; }
+static int c_cond(fx *f, double t)
+{
+    assert_mp_ok(mp_condition_acquire(f->cond, -1));
+    int rc = mp_condition_wait_for(f->cond, flag_set, &f->flag, t);
+    assert_mp_ok(mp_condition_release(f->cond));
+    return rc;
+}
+static int c_barrier(fx *f, double t) { return mp_barrier_wait(f->bar, t, NULL); }
+
+static void r_holder(fx *f) { sem_post(&f->go); }
+static void r_sem(fx *f) { assert_mp_ok(mp_semaphore_release(f->sem)); }
+static void r_event(fx *f) { assert_mp_ok(mp_event_set(f->ev)); }
+static void r_cond(fx *f)
+{
+    assert_mp_ok(mp_condition_acquire(f->cond, -1));
+    __atomic_store_n(&f->flag, 1, __ATOMIC_SEQ_CST);
+    assert_mp_ok(mp_condition_notify_all(f->cond));
+    assert_mp_ok(mp_condition_release(f->cond));
+}
+static void r_barrier(fx *f)
+{
+    /* the second party; after a timeout the barrier is broken, which is
+     * that call's documented effect */
+    int rc = mp_barrier_wait(f->bar, 10, NULL);
+    assert_true(rc == 0 || rc == MP_EBROKEN);
+}
+
+/* ---- processes and pool results ------------------------------------------ */
+
+static void s_process(fx *f)
+{
+    assert_mp_ok(mp_event_create(&f->ev));
+    mp_msg *args = with_event(f->ev);
+    assert_mp_ok(mp_process_create("timeout_wait_event", args, NULL, &f->proc));
+    assert_mp_ok(mp_process_start(f->proc));
+    mp_msg_destroy(args);
+}
+static void s_spawn(fx *f)
+{
+    assert_mp_ok(mp_event_create(&f->ev));
+    mp_msg *args = with_event(f->ev);
+    assert_mp_ok(mp_spawn("timeout_wait_event", args, 1, false, false, NULL, &f->ctx));
+    mp_msg_destroy(args);
+}
+static void s_pool(fx *f)
+{
+    assert_mp_ok(mp_event_create(&f->ev));
+    mp_msg *in = with_event(f->ev);
+    assert_mp_ok(mp_pool_create(1, NULL, &f->pool));
+    assert_mp_ok(mp_pool_apply_async(f->pool, "timeout_task", in, NULL, &f->res));
+    mp_msg_destroy(in);
+}
+static void s_imap(fx *f)
+{
+    assert_mp_ok(mp_event_create(&f->ev));
+    mp_msg *in = with_event(f->ev);
+    const mp_msg *ins[1] = {in};
+    assert_mp_ok(mp_pool_create(1, NULL, &f->pool));
+    assert_mp_ok(mp_pool_imap(f->pool, "timeout_task", ins, 1, 1, &f->it));
+    mp_msg_destroy(in);
+}
+
+static int c_process(fx *f, double t) { return mp_process_join(f->proc, t); }
+static int c_spawn(fx *f, double t) { return mp_spawn_context_join(f->ctx, t); }
+static int c_result_wait(fx *f, double t) { return mp_async_result_wait(f->res, t); }
+static int c_result_get(fx *f, double t) { return mp_async_result_get(f->res, t, NULL); }
+static int c_imap(fx *f, double t)
+{
+    mp_msg *m = NULL;
+    int rc = mp_imap_next(f->it, t, &m, NULL);
+    mp_msg_destroy(m);
+    return rc;
+}
+
+static const row rows[] = {
+    {"queue get (empty)", s_queue, c_queue_get, r_put, MP_ETIMEDOUT, true},
+    {"queue get_nowait / get", s_queue, c_queue_get_nowait, r_put, MP_ETIMEDOUT, true},
+    {"queue put (full)", s_queue_full, c_queue_put, r_get, MP_ETIMEDOUT, true},
+    {"joinable queue join", s_joinable, c_join, r_task_done, MP_ETIMEDOUT, true},
+    {"simple queue get", s_simple, c_simple_get, r_simple_put, MP_ETIMEDOUT, false},
+    {"conn recv", s_pipe, c_recv, r_send, MP_ETIMEDOUT, true},
+    {"conn poll", s_pipe, c_poll, r_send, POLL_NOT_READY, true},
+    {"lock acquire", s_lock, c_lock, r_holder, MP_ETIMEDOUT, true},
+    {"rlock acquire", s_rlock, c_rlock, r_holder, MP_ETIMEDOUT, true},
+    {"semaphore acquire", s_sem, c_sem, r_sem, MP_ETIMEDOUT, true},
+    {"event wait", s_event, c_event, r_event, MP_ETIMEDOUT, true},
+    {"condition wait", s_cond, c_cond, r_cond, MP_ETIMEDOUT, true},
+    {"barrier wait", s_barrier, c_barrier, r_barrier, MP_ETIMEDOUT, true},
+    {"process join", s_process, c_process, r_event, MP_ETIMEDOUT, true},
+    {"spawn join", s_spawn, c_spawn, r_event, MP_ETIMEDOUT, true},
+    {"pool result wait", s_pool, c_result_wait, r_event, MP_ETIMEDOUT, true},
+    {"pool result get", s_pool, c_result_get, r_event, MP_ETIMEDOUT, true},
+    {"pool imap next", s_imap, c_imap, r_event, MP_ETIMEDOUT, true},
+};
+
+static void teardown_fx(fx *f)
+{
+    if (f->has_holder) {
+        void *ret;
+        pthread_join(f->holder, &ret);
+        assert_int_equal((int)(intptr_t)ret, 0);
+    }
+    if (f->proc) {
+        assert_mp_ok(mp_process_join(f->proc, 30));
+        assert_mp_ok(mp_process_destroy(f->proc));
+    }
+    if (f->ctx) {
+        assert_mp_ok(mp_spawn_context_join(f->ctx, 30));
+        mp_spawn_context_destroy(f->ctx);
+    }
+    if (f->res)
+        assert_mp_ok(mp_async_result_wait(f->res, 30));
+    mp_async_result_release(f->res);
+    mp_imap_destroy(f->it);
+    mp_pool_destroy(f->pool);
+    mp_queue_release(f->q);
+    mp_simple_queue_release(f->sq);
+    mp_conn_release(f->a);
+    mp_conn_release(f->b);
+    mp_lock_destroy(f->lock);
+    mp_rlock_destroy(f->rlock);
+    mp_semaphore_destroy(f->sem);
+    mp_event_destroy(f->ev);
+    mp_condition_destroy(f->cond);
+    mp_barrier_destroy(f->bar);
+    sem_destroy(&f->held);
+    sem_destroy(&f->go);
+}
+
+static void setup_fx(fx *f, const row *r)
+{
+    memset(f, 0, sizeof *f);
+    sem_init(&f->held, 0, 0);
+    sem_init(&f->go, 0, 0);
+    r->setup(f);
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+typedef struct later {
+    const row *r;
+    fx *f;
+} later;
+
+static void *ready_later(void *arg)
+{
+    later *l = arg;
+    usleep(100 * 1000);
+    l->r->ready(l->f);
+    return NULL;
+}
+
+/* Each check cleans up before it reports, so that a failing row cannot
+ * leave a blocked thread or child behind to hang the run. */
+static char failures[4096];
+
+static void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void note(const char *fmt, ...)
+{
+    size_t n = strlen(failures);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(failures + n, sizeof failures - n, fmt, ap);
+    va_end(ap);
+}
+
+static void check_finite(const row *r, double timeout)
+{
+    fx f;
+    setup_fx(&f, r);
+    double t0 = now();
+    int rc = r->call(&f, timeout);
+    double took = now() - t0;
+    if (rc != r->not_ready)
+        note("%s, timeout %g: %d %s (wanted %d): %s\n", r->name, timeout, rc, mp_err_name(rc),
+             r->not_ready, mp_last_error());
+    /* generous upper bound: a loaded machine may be slow, never early */
+    else if (timeout > 0 && took < timeout * 0.9)
+        note("%s, timeout %g: gave up after %.3f s\n", r->name, timeout, took);
+    else if (took > timeout + 5)
+        note("%s, timeout %g: took %.3f s\n", r->name, timeout, took);
+    r->ready(&f);
+    teardown_fx(&f);
+}
+
+static void check_forever(const row *r)
+{
+    fx f;
+    pthread_t th;
+    setup_fx(&f, r);
+    later l = {r, &f};
+    assert_int_equal(pthread_create(&th, NULL, ready_later, &l), 0);
+    int rc = r->call(&f, -1);
+    pthread_join(th, NULL);
+    if (rc != 0)
+        note("%s, timeout -1: %s: %s\n", r->name, mp_err_name(rc), mp_last_error());
+    teardown_fx(&f);
+}
+
+static void test_every_blocking_call(void **state)
+{
+    failures[0] = '\0';
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        const row *r = &rows[i];
+        if (r->has_timeout) {
+            check_finite(r, 0);
+            check_finite(r, 0.05);
+        }
+        check_forever(r);
+    }
+    if (failures[0])
+        fail_msg("%s", failures);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_every_blocking_call, mp_test_setup,
+                                        mp_test_teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

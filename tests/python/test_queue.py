@@ -1,0 +1,185 @@
+"""Python multiprocessing's queue and pipe semantics on mproc's."""
+import queue
+import time
+
+import pytest
+
+import mproc.multiprocessing as mp
+import workers
+
+
+def test_put_get_objects():
+    q = mp.Queue()
+    objs = [1, "two", b"three", None, {"a": [1, 2, (3,)]}, 2.5, True]
+    for o in objs:
+        q.put(o)
+    assert q.qsize() == len(objs)
+    assert [q.get() for _ in objs] == objs
+    assert q.empty()
+
+
+def test_empty_and_timeout():
+    q = mp.Queue()
+    with pytest.raises(queue.Empty):
+        q.get(block=False)
+    with pytest.raises(queue.Empty):
+        q.get_nowait()
+    t0 = time.monotonic()
+    with pytest.raises(queue.Empty):
+        q.get(timeout=0.2)
+    assert time.monotonic() - t0 >= 0.15
+
+
+def test_full_and_maxsize():
+    q = mp.Queue(2)
+    q.put(1)
+    q.put(2)
+    assert q.full()
+    with pytest.raises(queue.Full):
+        q.put(3, block=False)
+    with pytest.raises(queue.Full):
+        q.put(3, timeout=0.1)
+    with pytest.raises(queue.Full):
+        q.put_nowait(3)
+    assert q.get() == 1
+    q.put(3)
+    assert [q.get(), q.get()] == [2, 3]
+
+
+def test_close_is_per_handle():
+    q = mp.Queue()
+    q.put(1)
+    with pytest.raises(AssertionError):
+        q.join_thread()
+    q.close()
+    q.join_thread()
+    q.cancel_join_thread()
+    with pytest.raises(ValueError):
+        q.put(2)
+    with pytest.raises(ValueError):
+        q.get()
+
+
+def test_joinable_queue():
+    q = mp.JoinableQueue()
+    for i in range(5):
+        q.put(i)
+    q.put(None)
+    p = mp.Process(target=workers.task_consumer, args=(q,))
+    p.start()
+    q.join()
+    p.join(30)
+    assert p.exitcode == 0
+    with pytest.raises(ValueError):
+        q.task_done()
+
+
+def test_joinable_join_timeout():
+    q = mp.JoinableQueue()
+    q.put(1)
+    with pytest.raises(TimeoutError):
+        q.join(timeout=0.1)
+    q.get()
+    q.task_done()
+    q.join(timeout=1)
+
+
+def test_simple_queue():
+    q = mp.SimpleQueue()
+    assert q.empty()
+    q.put([1, 2])
+    assert not q.empty()
+    assert q.get() == [1, 2]
+    q.close()
+    with pytest.raises(ValueError):
+        q.put(1)
+
+
+def test_consumer_after_producer_exited():
+    q = mp.Queue()
+    p = mp.Process(target=workers.put_and_exit, args=(q, {"x": 1}))
+    p.start()
+    p.join(30)
+    assert p.exitcode == 0
+    assert q.get(timeout=10) == {"x": 1}
+
+
+def test_queue_through_queue():
+    q, inner = mp.Queue(), mp.Queue()
+    q.put(inner)
+    got = q.get()
+    got.put("hello")
+    assert inner.get(timeout=5) == "hello"
+
+
+def test_pipe_duplex():
+    a, b = mp.Pipe()
+    a.send({"k": 1})
+    assert b.poll(1)
+    assert b.recv() == {"k": 1}
+    b.send_bytes(b"abcdef", 1, 3)
+    assert a.recv_bytes() == b"bcd"
+    b.send_bytes(b"xyz")
+    buf = bytearray(5)
+    assert a.recv_bytes_into(buf, 1) == 3
+    assert bytes(buf) == b"\0xyz\0"
+    assert not a.poll()
+    assert not a.poll(0.05)
+
+
+def test_pipe_one_way_and_eof():
+    r, w = mp.Pipe(duplex=False)
+    assert r.readable and not r.writable and w.writable and not w.readable
+    with pytest.raises(OSError):
+        r.send(1)
+    with pytest.raises(OSError):
+        w.recv()
+    w.send(1)
+    w.close()
+    assert w.closed
+    assert r.recv() == 1
+    with pytest.raises(EOFError):
+        r.recv()
+
+
+def test_pipe_send_to_closed_peer():
+    a, b = mp.Pipe()
+    b.close()
+    with pytest.raises(BrokenPipeError):
+        a.send(1)
+
+
+def test_pipe_wait_and_child():
+    from multiprocessing.connection import wait
+    a, b = mp.Pipe()
+    p = mp.Process(target=workers.pipe_child, args=(b,))
+    p.start()
+    a.send(21)
+    assert wait([a], timeout=30) == [a]
+    assert a.recv() == 42
+    p.join(30)
+    assert p.exitcode == 0
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_queue_and_pipe_as_spawn_args(method):
+    ctx = mp.get_context(method)
+    q, r = ctx.Queue(), ctx.SimpleQueue()
+    a, b = ctx.Pipe()
+    p = ctx.Process(target=workers.echo, args=(q, r))
+    p2 = ctx.Process(target=workers.pipe_child, args=(b,))
+    p.start()
+    p2.start()
+    q.put("ping")
+    a.send(5)
+    assert r.get() == "ping"
+    assert a.recv() == 10
+    p.join(60)
+    p2.join(60)
+    assert p.exitcode == 0 and p2.exitcode == 0
+
+
+def test_errors_carry_mproc_sentence():
+    with pytest.raises(ValueError, match="file_descriptor"):
+        mp.set_sharing_strategy("nope")
+    assert mp.get_all_sharing_strategies() == {"file_descriptor", "file_system"}

@@ -1,0 +1,225 @@
+"""torch tensors, storages and NumPy arrays through mproc.torch: what
+PyTorch's test_multiprocessing.py checks on CPU, written against mproc."""
+import gc
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import mproc.torch as mp
+import workers
+from conftest import children, own_fds, own_segments
+
+STRATEGIES = ["file_descriptor", "file_system"]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES, indirect=True)
+def test_inplace_sharing_seen_by_other_side(strategy):
+    q, r = mp.Queue(), mp.Queue()
+    t = torch.zeros(5)
+    p = mp.Process(target=workers.add_one, args=(q, r))
+    p.start()
+    q.put(t)
+    assert r.get(timeout=30) == ("done", True)
+    p.join(30)
+    assert torch.equal(t, torch.ones(5))
+    assert t.is_shared()
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_start_methods(method):
+    ctx = mp.get_context(method)
+    q, r = ctx.Queue(), ctx.Queue()
+    t = torch.zeros(3)
+    p = ctx.Process(target=workers.add_one, args=(q, r))
+    p.start()
+    q.put(t)
+    assert r.get(timeout=60) == ("done", True)
+    p.join(60)
+    assert torch.equal(t, torch.ones(3))
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES, indirect=True)
+def test_views_share_storage(strategy):
+    q = mp.Queue()
+    base = torch.arange(10.0)
+    view = base[2:7]
+    q.put([base, view, base.view(2, 5).t()])
+    b, v, tt = q.get()
+    assert b.storage().data_ptr() == v.storage().data_ptr() == tt.storage().data_ptr()
+    assert torch.equal(v, torch.arange(2.0, 7.0))
+    assert tt.shape == (5, 2) and tt.stride() == (1, 5)
+    b[3] = 100
+    assert v[1] == 100 and base[3] == 100
+
+
+def test_storage_travels():
+    q = mp.Queue()
+    t = torch.arange(4, dtype=torch.int32)
+    q.put(t.storage())
+    s = q.get()
+    assert isinstance(s, torch.TypedStorage) and s.dtype == torch.int32
+    assert list(s) == [0, 1, 2, 3]
+
+
+def test_grad_shared():
+    q, r = mp.Queue(), mp.Queue()
+    t = torch.zeros(4, requires_grad=True)
+    t.grad = torch.zeros(4)
+    with torch.no_grad():
+        p = mp.Process(target=workers.inc_grad, args=(q, r))
+        p.start()
+        q.put(t)
+        assert r.get(timeout=30)
+        p.join(30)
+    assert torch.equal(t.grad, torch.ones(4))
+    assert t.grad.is_shared()
+
+
+def test_parameter_and_requires_grad():
+    q = mp.Queue()
+    p = torch.nn.Parameter(torch.ones(2))
+    q.put(p)
+    got = q.get()
+    assert isinstance(got, torch.nn.Parameter) and got.requires_grad
+
+
+def test_non_leaf_refused():
+    q = mp.Queue()
+    x = torch.ones(2, requires_grad=True) * 2
+    with pytest.raises(RuntimeError, match="non-leaf"):
+        q.put(x)
+
+
+def test_same_tensor_sent_twice_is_one_copy():
+    q = mp.Queue()
+    t = torch.zeros(1000)
+    copies = mp._sharing  # noqa: F841
+    before = t.storage().data_ptr()
+    q.put(t)
+    after = t.storage().data_ptr()
+    q.put(t)
+    assert t.storage().data_ptr() == after != before
+    a, b = q.get(), q.get()
+    a[0] = 9
+    assert b[0] == 9 and t[0] == 9
+
+
+def test_share_memory_and_is_shared():
+    t = torch.zeros(3)
+    assert not t.is_shared()
+    assert t.share_memory_() is t
+    assert t.is_shared()
+    ptr = t.storage().data_ptr()
+    t.share_memory_()
+    assert t.storage().data_ptr() == ptr
+    m = torch.nn.Linear(3, 2)
+    m.share_memory()
+    assert all(p.is_shared() for p in m.parameters())
+
+
+def test_strategy_switch():
+    old = mp.get_sharing_strategy()
+    try:
+        mp.set_sharing_strategy("file_system")
+        t = torch.zeros(2).share_memory_()
+        assert mp._sharing.tensor_storage(t).sharing_strategy == "file_system"
+    finally:
+        mp.set_sharing_strategy(old)
+
+
+def test_fresh_tensor_from_child():
+    q = mp.Queue()
+    p = mp.Process(target=workers.fresh_tensor, args=(q, 1000))
+    p.start()
+    p.join(30)  # the producer is gone before we receive
+    t = q.get(timeout=10)
+    assert torch.equal(t, torch.full((1000,), 7.0))
+
+
+def test_numpy_arrays():
+    q, r = mp.Queue(), mp.Queue()
+    a = mp.shared_array((4,), np.float64)
+    p = mp.Process(target=workers.array_child, args=(q, r))
+    p.start()
+    q.put(a)
+    assert r.get(timeout=30) == 20.0
+    p.join(30)
+    assert (a == 5).all()
+    b = np.arange(6).reshape(2, 3)[:, ::2]
+    q.put(b)
+    got = q.get()
+    assert (got == b).all() and got.shape == (2, 2)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES, indirect=True)
+def test_no_leaks_after_many_rounds(strategy):
+    q, r = mp.Queue(), mp.Queue()
+    p = mp.Process(target=workers.echo, args=(q, r, 60))
+    p.start()
+    gc.collect()
+    fds, segs = own_fds(), own_segments([p.pid])
+    for i in range(60):
+        q.put(torch.full((256,), float(i)))
+        assert r.get(timeout=30)[0] == i
+    p.join(30)
+    gc.collect()
+    assert own_fds() <= fds
+    assert own_segments([p.pid]) == segs
+    assert p.pid not in children()
+
+
+def test_pool_map_tensors():
+    with mp.Pool(2) as pool:
+        out = pool.map(workers.double, [torch.full((100,), float(i)) for i in range(4)])
+        assert [float(t[0]) for t in out] == [0.0, 2.0, 4.0, 6.0]
+        assert all(t.is_shared() for t in out)
+        shared = torch.zeros(8).share_memory_()
+        pool.map(workers.fill_add, [(shared, 1.0)])
+        assert torch.equal(shared, torch.ones(8))
+
+
+@pytest.mark.parametrize("strategy", ["file_system"], indirect=True)
+def test_pool_file_system(strategy):
+    with mp.Pool(2) as pool:
+        out = pool.map(workers.make_tensor, [3, 5])
+    assert [t.numel() for t in out] == [3, 5]
+
+
+def test_pool_worker_death_replaced():
+    with mp.Pool(2) as pool:
+        pids = set(pool.map(workers.pid_of, range(8)))
+        victim = next(iter(pids))
+        os.kill(victim, 9)
+        for _ in range(100):
+            now = {p.pid for p in pool._pool}
+            if victim not in now and len(now) == 2:
+                break
+            import time
+            time.sleep(0.05)
+        assert victim not in {p.pid for p in pool._pool}
+        out = pool.map(workers.double, [torch.ones(2)] * 4)
+        assert all(torch.equal(t, torch.full((2,), 2.0)) for t in out)
+
+
+def test_pool_spawn_context():
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(1) as pool:
+        out = pool.map(workers.double, [torch.ones(3), torch.arange(3.0)])
+    assert torch.equal(out[1], torch.tensor([0.0, 2.0, 4.0]))
+
+
+def test_pool_survives_killed_workers():
+    with mp.Pool(2) as pool:
+        for _ in range(2):
+            victim = pool._pool[0].pid
+            os.kill(victim, 9)
+            import time
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                now = [p.pid for p in pool._pool if p.is_alive()]
+                if victim not in now and len(now) == 2:
+                    break
+                time.sleep(0.05)
+        assert pool.map(workers.double, range(6)) == [0, 2, 4, 6, 8, 10]

@@ -1,0 +1,57 @@
+"""mp.spawn / start_processes with torch's error semantics."""
+import time
+
+import pytest
+
+import mproc.torch as mp
+import workers
+from conftest import children
+
+
+def test_spawn_ok():
+    q = mp.SimpleQueue()
+    mp.spawn(workers.rank_ok, args=(q,), nprocs=2, start_method="fork")
+    assert sorted([q.get(), q.get()]) == [0, 1]
+
+
+def test_spawn_raised_carries_traceback():
+    t0 = time.monotonic()
+    with pytest.raises(mp.ProcessRaisedException) as e:
+        mp.spawn(workers.rank_raises, args=(1,), nprocs=2, start_method="fork")
+    assert "rank 1 failed on purpose" in str(e.value)
+    assert "Traceback" in str(e.value) and e.value.error_index == 1
+    assert time.monotonic() - t0 < 20  # the sleeping sibling was stopped
+    assert not children() or all(p not in children() for p in [e.value.pid])
+
+
+def test_spawn_exit_code():
+    with pytest.raises(mp.ProcessExitedException) as e:
+        mp.spawn(workers.rank_exits, args=(3,), nprocs=2, start_method="fork")
+    assert e.value.exit_code == 3 and e.value.error_index == 0
+    assert "exit code 3" in str(e.value)
+
+
+def test_spawn_signal_name():
+    with pytest.raises(mp.ProcessExitedException) as e:
+        mp.spawn(workers.rank_signal, nprocs=2, start_method="fork")
+    assert e.value.signal_name == "SIGKILL" and e.value.exit_code == -9
+
+
+def test_join_timeout_and_context():
+    ctx = mp.spawn(workers.rank_sleep, nprocs=2, join=False, start_method="fork")
+    assert len(ctx.pids()) == 2
+    assert ctx.join(timeout=0.01) is False
+    while not ctx.join(timeout=5):
+        pass
+    assert ctx.join() is True
+
+
+def test_spawn_start_method_spawn():
+    with pytest.raises(mp.ProcessRaisedException, match="rank 0 failed"):
+        mp.spawn(workers.rank_raises, args=(0,), nprocs=2)
+
+
+def test_exceptions_are_torchs():
+    import torch.multiprocessing as tmp
+    assert mp.ProcessRaisedException is tmp.ProcessRaisedException
+    assert mp.ProcessExitedException is tmp.ProcessExitedException

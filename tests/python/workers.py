@@ -1,0 +1,97 @@
+"""Process targets for the tests (module level, so spawn and forkserver
+children can import them)."""
+import os
+import signal
+import sys
+import time
+
+
+def add_one(q, r):
+    t = q.get()
+    t += 1
+    r.put(("done", t.is_shared()))
+
+
+def echo(q, r, n=1):
+    for _ in range(n):
+        r.put(q.get())
+
+
+def put_and_exit(q, obj):
+    q.put(obj)
+
+
+def fresh_tensor(q, n):
+    import torch
+    q.put(torch.full((n,), 7.0))
+
+
+def inc_grad(q, r):
+    t = q.get()
+    t.grad += 1
+    t += 1
+    r.put(True)
+
+
+def task_consumer(q):
+    while True:
+        item = q.get()
+        q.task_done()
+        if item is None:
+            return
+
+
+def pipe_child(conn):
+    conn.send(conn.recv() * 2)
+    conn.close()
+
+
+def array_child(q, r):
+    a = q.get()
+    a[:] = 5
+    r.put(a.sum())
+
+
+def rank_ok(rank, q):
+    q.put(rank)
+
+
+def rank_raises(rank, bad):
+    if rank == bad:
+        raise ValueError(f"rank {rank} failed on purpose")
+    time.sleep(30)
+
+
+def rank_exits(rank, code):
+    if rank == 0:
+        sys.exit(code)
+    time.sleep(30)
+
+
+def rank_signal(rank):
+    if rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(30)
+
+
+def rank_sleep(rank):
+    time.sleep(0.5)
+
+
+def double(t):
+    return t * 2
+
+
+def fill_add(args):
+    t, v = args
+    t += v
+    return t
+
+
+def pid_of(_):
+    return os.getpid()
+
+
+def make_tensor(n):
+    import torch
+    return torch.arange(float(n))

@@ -1,0 +1,67 @@
+# The tests. Each tests/<folder>/<name>.c listed below is one CTest test
+# <name> (cmocka, linked with tests/support and the library's internals),
+# labelled with its folder; then each folder's extra registrations (shell
+# tests, example runs, fuzz, TSan), listed explicitly too. A test that
+# cannot run here (no GPU, no toolchain feature) exits 77: ctest reports it
+# as skipped, never as passed (SKIP_RETURN_CODE).
+find_library(CMOCKA_LIB cmocka REQUIRED)
+set(MPROC_SKIP_CODE 77)
+
+add_library(mproc_test_support STATIC ${CMAKE_CURRENT_LIST_DIR}/support/support.c)
+target_link_libraries(mproc_test_support PUBLIC mproc_internal ${CMOCKA_LIB})
+target_include_directories(mproc_test_support PUBLIC ${CMAKE_CURRENT_LIST_DIR}/support)
+mproc_use_flags(mproc_test_support)
+
+# mproc_tests(<folder> <name>...): tests/<folder>/<name>.c, one test each.
+function(mproc_tests folder)
+  foreach(name ${ARGN})
+    add_executable(${name} ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/${folder}/${name}.c)
+    target_link_libraries(${name} PRIVATE mproc_test_support mproc_internal ${CMOCKA_LIB} m)
+    mproc_use_flags(${name})
+    add_test(NAME ${name} COMMAND ${name})
+    set_tests_properties(${name} PROPERTIES TIMEOUT 240 LABELS ${folder}
+                         SKIP_RETURN_CODE ${MPROC_SKIP_CODE})
+  endforeach()
+endfunction()
+
+mproc_tests(api contract_test timeout_test)
+mproc_tests(os error_test os_test parse_test)
+mproc_tests(shm shm_test)
+if(TARGET mproc-shm-manager_tool)               # they run the daemon and the CLI
+  mproc_tests(shm_manager chaos_test cli_test manager_test)
+  if(TARGET producer_consumer)                  # SIGKILLs it in a loop
+    mproc_tests(shm_manager killloop_test)
+  endif()
+endif()
+mproc_tests(tensor empty_tensor_test share_test tensor_test)
+mproc_tests(wire malformed_test wire_test)
+mproc_tests(sync barrier_test sync_behaviour_test sync_test)
+mproc_tests(ipc emfile_test mpmc_test pipe_test queue_test rx_test start_methods_test
+            toomanyrefs_test wait_test)
+mproc_tests(process backtrace_test process_behaviour_test process_test registry_test)
+mproc_tests(pool array_task_test pool_behaviour_test pool_test workers_test)
+mproc_tests(cuda cuda_api_test cuda_fake_test cuda_gpu_test cuda_loader_test cuda_process_test frame_test
+            pending_test refseg_test)
+if(TARGET hogwild)
+  mproc_tests(examples augment_test hogwild_test idx_test mlp_test progress_test)
+endif()
+if(TARGET bench_all)
+  mproc_tests(bench perf_runner_test)
+endif()
+
+include(${CMAKE_CURRENT_LIST_DIR}/build/build.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/bench/bench.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/cuda/bench_cuda.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/cuda/cuda_gpu_fake.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/cuda/cuda_share_example.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/cuda/cuda_runtime.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/examples/examples.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/fuzz/fuzz.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/ipc/examples.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/mpi/mpi.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/pool/tsan.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/process/examples.cmake)
+if(TARGET mproc-shm-manager_tool)
+  include(${CMAKE_CURRENT_LIST_DIR}/shm_manager/daemon_table.cmake)
+endif()
+include(${CMAKE_CURRENT_LIST_DIR}/tensor/tensor_share_example.cmake)
