@@ -64,13 +64,16 @@ demo: configure
 	$(BUILD)/hogwild
 
 # The bench runner when it exists, else every bench_<name>, one JSON file each.
+# Results go into the build folder; `make bench UPDATE=1` writes the committed
+# bench/results instead.
+BENCH_OUT = $(if $(UPDATE),bench/results,$(BUILD)/bench-results)
 bench: build
-	@mkdir -p bench/results
-	@if [ -x $(BUILD)/bench_all ]; then $(BUILD)/bench_all; else \
+	@mkdir -p $(BENCH_OUT)
+	@if [ -x $(BUILD)/bench_all ]; then $(BUILD)/bench_all --out $(BENCH_OUT); else \
 	    for b in $(BUILD)/bench_*; do [ -x "$$b" ] || continue; n=$${b##*/bench_}; \
-	        echo "== $$n" >&2; "$$b" | tee bench/results/$$n.jsonl || exit 1; done; fi
+	        echo "== $$n" >&2; "$$b" | tee $(BENCH_OUT)/$$n.jsonl || exit 1; done; fi
 	@if $(PYTHON) -c 'import torch' 2>/dev/null; then $(MAKE) --no-print-directory python && \
-	    echo "== python" >&2 && $(PYTHON) bench/python/bench_mp.py; fi
+	    echo "== python" >&2 && $(PYTHON) bench/python/bench_mp.py --out $(BENCH_OUT)/python.jsonl; fi
 
 # make install PREFIX=/opt/mproc (default: the configured prefix, /usr/local); DESTDIR works.
 install: build

@@ -458,11 +458,47 @@ static bool in_path(const char *name)
     return false;
 }
 
+/* "2026-11-24 02:30 UTC, load 1.52 / 2 CPUs": when and under what the
+ * figures were taken, for the plot's title. */
+static void run_stamp(char *buf, size_t cap)
+{
+    char stamp[40];
+    double load = -1;
+    time_t now = time(NULL);
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &load) != 1)
+            load = -1;
+        fclose(f);
+    }
+    strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M UTC", gmtime(&now));
+    if (load >= 0)
+        snprintf(buf, cap, "%s, load %.2f / %ld CPUs", stamp, load,
+                 sysconf(_SC_NPROCESSORS_ONLN));
+    else
+        snprintf(buf, cap, "%s", stamp);
+}
+
+/* Writes the y tics: every decade and half-decade (1, 5, 10, 50, ...) from
+ * 1 us to past the largest point, so a reader can place any value. */
+static void plot_ytics(FILE *g, double (*pts)[3], int n)
+{
+    double top = 1;
+    for (int i = 0; i < n; i++)
+        for (int j = 1; j < 3; j++)
+            top = pts[i][j] > top ? pts[i][j] : top;
+    fprintf(g, "set ytics (");
+    for (double d = 1; d <= top * 10; d *= 10)
+        fprintf(g, "%s\"%g\" %g, \"%g\" %g", d > 1 ? ", " : "", d, d, 5 * d, 5 * d);
+    fprintf(g, ")\nset yrange [1:%g]\n", top * 3);
+}
+
 /* Draws png from dat (pts: n points sorted by size) with gnuplot; without
  * gnuplot, says so and returns 0: the JSON matters more than the picture. */
 static int plot(const char *png, const char *dat, const char *prim, double (*pts)[3], int n)
 {
     int rc = 0;
+    char stamp[96];
     if (!in_path("gnuplot")) {
         fprintf(stderr, "bench_all: gnuplot is not installed: %s not drawn (the data is in %s;"
                         " apt-get install gnuplot-nox, or run scripts/deps)\n", png, dat);
@@ -483,17 +519,21 @@ static int plot(const char *png, const char *dat, const char *prim, double (*pts
         fprintf(g, "%s\"%g %s\" %.0f", i ? ", " : "", b / d, u, b);
     }
     fprintf(g, ")\nset xrange [%g:%g]\n", pts[0][0] / 2, pts[n - 1][0] * 2);
+    plot_ytics(g, pts, n);
+    run_stamp(stamp, sizeof stamp);
+    /* The legend sits inside the plot's top left, boxed and opaque, clear
+     * of both axis labels (below the plot it ran into the x label). */
     fprintf(g,
             "set terminal pngcairo size 900,560 noenhanced\n"
             "set output '%s'\n"
-            "set title 'Tensor handoff latency between processes (median)'\n"
-            "set xlabel 'tensor size (bytes)'\nset ylabel 'latency (us)'\n"
-            "set logscale xy\nset grid\nset key below\n"
-            "set yrange [1:*]\n"
+            "set title \"Tensor handoff latency between processes (median)\\n%s\"\n"
+            "set xlabel 'tensor size (bytes)'\nset ylabel 'latency (us, log scale)'\n"
+            "set logscale xy\nset grid xtics ytics\n"
+            "set key top left inside box opaque spacing 1.3\n"
             "plot '%s' using 1:2 with linespoints lw 2 "
             "title 'mproc Pipe, shared tensor (one way)', "
             "'' using 1:3 with linespoints lw 2 title '%s'\n",
-            png, dat, prim);
+            png, stamp, dat, prim);
     if (pclose(g) != 0) {
         fprintf(stderr, "bench_all: gnuplot failed: latency.png not drawn\n");
         rc = -1;

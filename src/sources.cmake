@@ -10,7 +10,7 @@ set(MPROC_WIRE_SOURCES frame_decode.c frame_encode.c kinds.c msg.c rx.c wire.c)
 set(MPROC_SYNC_SOURCES attach.c barrier.c event.c lock.c object.c robust.c semaphore.c)
 set(MPROC_IPC_SOURCES conn.c qcore.c queue.c)
 set(MPROC_PROCESS_SOURCES backtrace.c child.c forkserver.c launch.c process.c registry.c spawn.c wait.c)
-set(MPROC_POOL_SOURCES frame.c pool.c result.c submit.c worker.c workers.c)
+set(MPROC_POOL_SOURCES frame.c inflight.c pool.c result.c submit.c worker.c workers.c)
 
 set(MPROC_SOURCES)
 foreach(layer os shm tensor wire sync ipc process pool)

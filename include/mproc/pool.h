@@ -16,20 +16,24 @@
  * callback must not block on the pool (no mp_pool_join, no blocking get of
  * another result): the handler would wait on itself.
  *
- * Scheduling: each worker runs one chunk at a time, handed to it by the
- * parent, so the parent always knows which task a worker was running. A
- * worker that dies (any signal, any exit) fails exactly the items of that
- * chunk with an error naming the signal or status; it is replaced and the
- * pool keeps serving. A task that calls mp_raise, or returns non-zero,
- * fails that item only; the worker carries on. So does a result that
- * cannot be sent back (a tensor that cannot be moved to shared memory, a
- * device tensor): that item fails with the send's error code and a
- * sentence naming the cause, the other items of its chunk arrive.
+ * Scheduling: the parent hands chunks to each worker, several at a time
+ * (pipelined: a worker finds its next chunk waiting when it answers one;
+ * how many depends on how long its chunks take: one when they take longer
+ * than about 50 us, so long tasks spread over the workers), and a worker
+ * reads a chunk only after answering the one before, so the parent always
+ * knows which task a worker was running. A worker that dies (any signal,
+ * any exit) fails exactly the items of that chunk with an error naming the
+ * signal or status; the chunks it had not read yet run on other workers; it
+ * is replaced and the pool keeps serving. A task that calls mp_raise, or
+ * returns non-zero, fails that item only; the worker carries on. So does a
+ * result that cannot be sent back (a tensor that cannot be moved to shared
+ * memory, a device tensor): that item fails with the send's error code and
+ * a sentence naming the cause, the other items of its chunk arrive.
  *
  * Chunks: map-like calls cut their n items into chunks of `chunksize`; 0
  * picks Python's rule, chunksize = ceil(n / (4 * nprocs)) (at least 1), so
- * each worker gets about four chunks. A chunk is one round trip to a worker;
- * items of a chunk run one after the other in one worker.
+ * each worker gets about four chunks. A chunk is one record to a worker and
+ * one back; items of a chunk run one after the other in one worker.
  *
  * Lifecycle (as Python's): close() stops new submissions and lets the queued
  * work finish; terminate() stops the workers at once, failing unfinished
@@ -76,6 +80,30 @@ MP_API void mp_register_task_at_load(const char *name, mp_task_fn fn);
         mp_register_task_at_load(#NAME, NAME);                                  \
     }                                                                           \
     static int NAME(const mp_msg *in, mp_msg *out)
+
+/* An array task: runs once over a slice of n items, in[0..n) to out[0..n),
+ * whose item types it knows. 0 on success; non-zero (or mp_raise) fails
+ * every item of the slice. Used by mp_pool_map_array only. */
+typedef int (*mp_array_task_fn)(const void *in, void *out, size_t n);
+
+/* Registers an array task, as mp_register_task: the same registry, and one
+ * name space with tasks (a name is a task or an array task, not both). */
+MP_API int mp_register_array_task(const char *name, mp_array_task_fn fn);
+/* What MP_ARRAY_TASK calls from its constructor; a failure is kept and
+ * reported as for mp_register_task_at_load. */
+MP_API void mp_register_array_task_at_load(const char *name, mp_array_task_fn fn);
+
+/* Defines and registers an array task called NAME:
+ *   MP_ARRAY_TASK(squares) { const int64_t *x = in; int64_t *y = out;
+ *                            for (size_t i = 0; i < n; i++) y[i] = x[i] * x[i];
+ *                            return 0; } */
+#define MP_ARRAY_TASK(NAME)                                                     \
+    static int NAME(const void *in, void *out, size_t n);                       \
+    __attribute__((constructor)) static void mp__register_array_task_##NAME(void) \
+    {                                                                           \
+        mp_register_array_task_at_load(#NAME, NAME);                            \
+    }                                                                           \
+    static int NAME(const void *in, void *out, size_t n)
 
 /* Extensible (docs/api-stability.md): size first, set by _init. */
 typedef struct mp_pool_options {
@@ -187,6 +215,10 @@ MP_API int mp_task_arg(const mp_msg *in, size_t j, mp_msg **out);
  * task sees each as a message whose payload is the item and must set an
  * out payload of exactly out_size bytes, written to out + i * out_size.
  * No per-item message crosses the wire: a chunk is one record each way.
+ * With an array task (MP_ARRAY_TASK) nothing per item is built at all: the
+ * input is copied once into shared memory, each chunk is one call of the
+ * task over its slice there, and the handler copies each finished slice to
+ * `out` (memory speed); a failing call fails the items of its chunk.
  * The async form writes `out` from the handler thread: keep it alive and
  * untouched until the result is ready. */
 MP_API int mp_pool_map_array(mp_pool *p, const char *task, const void *in, size_t n, size_t in_size,

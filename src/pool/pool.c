@@ -30,97 +30,6 @@ static void wake(mp_pool *p)
     (void)!write(p->wake_fd, &one, sizeof one);
 }
 
-/* ---- workers ------------------------------------------------------------------ */
-
-static void push_ready(mp_pool *p, mp_async_result *r)
-{
-    if (p->nready == p->ready_cap) {
-        size_t cap = p->ready_cap ? p->ready_cap * 2 : 16;
-        mp_async_result **q = realloc(p->ready, cap * sizeof *q);
-        if (!q)
-            return; /* the result is ready; only its callback is lost */
-        p->ready = q;
-        p->ready_cap = cap;
-    }
-    p->ready[p->nready++] = mp_async_result_retain(r);
-}
-
-static void fail_chunk(mp_pool *p, mp__chunk *c, int rc, const char *why)
-{
-    for (size_t i = 0; i < c->count; i++)
-        if (mp__result_item(c->r, c->start + i, rc, NULL, why))
-            push_ready(p, c->r);
-    mp__chunk_free(c);
-}
-
-/* Reaps the worker in slot (its process has ended), failing the chunk it
- * was running with how it ended. */
-static void worker_reap(mp_pool *p, int slot)
-{
-    worker *w = &p->w[slot];
-    char how[MP__WHY_MAX], why[MP__WHY_MAX + MP__TASK_NAME_MAX + 64];
-    mp__worker_reap(p, slot, how, sizeof how);
-    if (w->cur) {
-        snprintf(why, sizeof why, "pool worker %d %s while running task '%s'", slot, how,
-                 w->cur->r->task);
-        fail_chunk(p, w->cur, MP_ECHILD, why);
-        w->cur = NULL;
-    }
-    if (!w->ready) {
-        /* died before it could serve: remember why, stop after a few tries */
-        snprintf(p->start_error, sizeof p->start_error, "pool worker %d %s before it was "
-                 "ready", slot, how);
-        w->failures++;
-    } else {
-        w->failures = 0;
-    }
-}
-
-/* A result pack for the worker's current chunk. */
-static void worker_result(mp_pool *p, worker *w, mp_msg *m)
-{
-    mp__chunk *c = w->cur;
-    mp_async_result *r = c->r;
-    mp__pack_view v;
-    int rc = mp__pack_open(m, &v);
-    if (rc == 0 && (v.magic != MP__PACK_RESULT || v.count != c->count))
-        rc = mp__error(MP_EPROTO, "pool: worker answered %u items for a chunk of %zu",
-                       v.count, c->count);
-    if (rc) {
-        fail_chunk(p, c, rc, mp_last_error());
-        mp__pack_close(&v);
-        w->cur = NULL;
-        return;
-    }
-    for (uint32_t i = 0; i < v.count; i++) {
-        const mp__pack_entry *e = &v.entries[i];
-        mp_msg *out = NULL;
-        char err[MP__WHY_MAX] = "";
-        int irc = e->rc;
-        if (irc) {
-            snprintf(err, sizeof err, "%.*s", (int)e->err_len, v.payloads[i] + e->len);
-        } else if (r->kind == MP__JOB_ARRAY) {
-            if (e->len != r->out_size) {
-                irc = MP_EPROTO;
-                snprintf(err, sizeof err, "task '%s' set a %llu-byte result; the array wants "
-                         "%zu bytes per item", r->task, (unsigned long long)e->len,
-                         r->out_size);
-            } else {
-                memcpy((char *)r->out_array + (c->start + i) * r->out_size, v.payloads[i],
-                       e->len);
-            }
-        } else if ((irc = mp__pack_item(&v, i, &out)) != 0) {
-            snprintf(err, sizeof err, "%s", mp_last_error());
-        }
-        if (mp__result_item(r, c->start + i, irc, out, err))
-            push_ready(p, r);
-    }
-    mp__pack_close(&v);
-    mp__chunk_free(c);
-    w->cur = NULL;
-    w->chunks++;
-}
-
 /* ---- the handler thread -------------------------------------------------------- */
 
 static void run_callbacks(mp_pool *p)
@@ -140,22 +49,72 @@ static bool any_worker(const mp_pool *p)
     return false;
 }
 
-/* Hands queued chunks to ready idle workers; returns whether work remains
- * anywhere (queued or running). With no worker left at all (every slot
- * failed to start), queued work fails with the reason. */
+/* How many chunks w may hold now: its learnt depth, but one while another
+ * worker is still starting (it will be free soon: queued work waits for it,
+ * as without pipelining) or while w's current chunk has already run longer
+ * than the depth was learnt for (a long task among short ones). */
+static unsigned depth_now(const worker *w, bool starting, double now)
+{
+    if (starting)
+        return 1;
+    if (w->cur && w->cur->sent) {
+        double start = w->cur->t_sent > w->t_done ? w->cur->t_sent : w->t_done;
+        if (now - start > MP__POOL_HIDE)
+            return 1;
+    }
+    return w->depth;
+}
+
+/* Whether w may take one more chunk while filling workers to `level`. */
+static bool can_take(const mp_pool *p, const worker *w, unsigned level, unsigned depth)
+{
+    return w->proc && w->ready && !w->exiting && w->inflight < level && level <= depth &&
+           (!p->maxtasks || w->chunks + w->inflight < p->maxtasks);
+}
+
+/* Sends w's chunks not sent yet. The first to an idle worker may wait (it
+ * reads at once); one behind it must not, since the worker may itself be
+ * blocked writing an answer that this thread reads: on a full socket w waits
+ * for POLLOUT. Any other failure means the worker died: its pidfd reports
+ * it, and the chunks fail or go again there. */
+static void send_pending(worker *w)
+{
+    for (mp__chunk *c = w->cur; c && !w->blocked; c = c->next) {
+        if (c->sent)
+            continue;
+        int rc = mp_conn_send(w->conn, c->frame, c == w->cur ? -1 : 0);
+        if (rc == MP_EAGAIN || rc == MP_ETIMEDOUT) {
+            w->blocked = true;
+            break;
+        }
+        c->sent = true;
+        c->t_sent = mp__now();
+    }
+}
+
+/* Hands queued chunks to ready workers, level by level so that they spread
+ * evenly, each up to its depth; returns whether work remains anywhere
+ * (queued or running). With no worker left at all (every slot failed to
+ * start), queued work fails with the reason. */
 static bool dispatch(mp_pool *p, int *state)
 {
     mp__chunk *orphans = NULL;
-    bool busy;
+    bool busy, starting = false;
+    double now = mp__now();
+    for (int i = 0; i < p->nprocs; i++)
+        starting |= p->w[i].proc && !p->w[i].ready;
     pthread_mutex_lock(&p->mu);
     *state = p->state;
-    for (int i = 0; i < p->nprocs && *state != MP__POOL_TERMINATED; i++) {
-        worker *w = &p->w[i];
-        if (w->proc && w->ready && !w->cur && !w->exiting && p->head) {
-            w->cur = p->head;
-            p->head = p->head->next;
+    for (unsigned lv = 1; lv <= MP__POOL_DEPTH_MAX && p->head; lv++) {
+        for (int i = 0; i < p->nprocs && p->head && *state != MP__POOL_TERMINATED; i++) {
+            worker *w = &p->w[i];
+            if (!can_take(p, w, lv, depth_now(w, starting, now)))
+                continue;
+            mp__chunk *c = p->head;
+            p->head = c->next;
             if (!p->head)
                 p->tail = NULL;
+            mp__cur_push(w, c);
         }
     }
     if (p->started && !any_worker(p)) {
@@ -166,18 +125,13 @@ static bool dispatch(mp_pool *p, int *state)
     pthread_mutex_unlock(&p->mu);
     while (orphans) {
         mp__chunk *next = orphans->next;
-        fail_chunk(p, orphans, MP_ECHILD, p->start_error);
+        mp__chunk_fail(p, orphans, MP_ECHILD, p->start_error);
         orphans = next;
     }
     for (int i = 0; i < p->nprocs; i++) {
         worker *w = &p->w[i];
-        if (w->cur && w->cur->frame) {
-            /* A send that fails means the worker died: its pidfd reports it
-             * and the chunk fails there. */
-            mp_conn_send(w->conn, w->cur->frame, -1);
-            mp_msg_destroy(w->cur->frame);
-            w->cur->frame = NULL;
-        }
+        if (w->proc)
+            send_pending(w);
         busy = busy || w->cur;
     }
     return busy;
@@ -192,7 +146,7 @@ static void terminate_all(mp_pool *p)
     pthread_mutex_unlock(&p->mu);
     while (c) {
         mp__chunk *next = c->next;
-        fail_chunk(p, c, MP_ECLOSED, "the pool was terminated before this task ran");
+        mp__chunk_fail(p, c, MP_ECLOSED, "the pool was terminated before this task ran");
         c = next;
     }
     for (int i = 0; i < p->nprocs; i++)
@@ -201,12 +155,14 @@ static void terminate_all(mp_pool *p)
     for (int i = 0; i < p->nprocs; i++) {
         if (!p->w[i].proc)
             continue;
-        if (p->w[i].cur) {
-            fail_chunk(p, p->w[i].cur, MP_ECLOSED, "the pool was terminated while this "
-                       "task ran");
-            p->w[i].cur = NULL;
+        mp__chunk *c;
+        bool first = true;
+        while ((c = mp__cur_pop(&p->w[i])) != NULL) {
+            mp__chunk_fail(p, c, MP_ECLOSED, first ? "the pool was terminated while this task "
+                       "ran" : "the pool was terminated before this task ran");
+            first = false;
         }
-        worker_reap(p, i);
+        mp__worker_ended(p, i);
     }
 }
 
@@ -218,7 +174,7 @@ static void drain(mp_pool *p, worker *w)
         if (!w->ready)
             w->ready = true; /* its first message: the initializer ran */
         else if (w->cur)
-            worker_result(p, w, m);
+            mp__worker_answer(p, w, m);
         mp_msg_destroy(m);
     }
 }
@@ -245,13 +201,15 @@ static void handle_events(mp_pool *p, struct pollfd *fds, bool running)
         struct pollfd *s = &fds[1 + 2 * i], *d = &fds[2 + 2 * i];
         if (!w->proc)
             continue;
+        if (s->revents & POLLOUT)
+            w->blocked = false;
         if (s->revents & POLLIN)
             drain(p, w);
         if (!w->exiting && p->maxtasks && w->chunks >= p->maxtasks && !w->cur)
             mp__worker_send_exit(w);
         if (d->revents & POLLIN) { /* its pidfd: the worker ended */
             drain(p, w);
-            worker_reap(p, i);
+            mp__worker_ended(p, i);
             if (running)
                 replace(p, i);
         }
@@ -264,7 +222,8 @@ static void poll_once(mp_pool *p, struct pollfd *fds, bool running)
     fds[0] = (struct pollfd){p->wake_fd, POLLIN, 0};
     for (int i = 0; i < p->nprocs; i++) {
         worker *w = &p->w[i];
-        fds[1 + 2 * i] = (struct pollfd){w->proc ? w->sock : -1, POLLIN, 0};
+        short ev = (short)(POLLIN | (w->blocked ? POLLOUT : 0));
+        fds[1 + 2 * i] = (struct pollfd){w->proc ? w->sock : -1, ev, 0};
         fds[2 + 2 * i] = (struct pollfd){w->proc ? w->pidfd : -1, POLLIN, 0};
     }
     if (poll(fds, 1 + 2 * (nfds_t)p->nprocs, -1) < 0)
@@ -330,7 +289,7 @@ static void *handler_main(void *arg)
                     mp__worker_send_exit(&p->w[i]);
             for (int i = 0; i < p->nprocs; i++)
                 if (p->w[i].proc)
-                    worker_reap(p, i);
+                    mp__worker_ended(p, i);
             break;
         }
         poll_once(p, fds, state == MP__POOL_RUN || busy);
@@ -389,6 +348,8 @@ static int copy_options(mp_pool *p, const mp_pool_options *o)
 
 static void pool_free(mp_pool *p)
 {
+    mp_tensor_release(p->vcache[0]);
+    mp_tensor_release(p->vcache[1]);
     free(p->ready);
     mp__close(p->wake_fd);
     pthread_cond_destroy(&p->cv);

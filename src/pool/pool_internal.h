@@ -14,8 +14,15 @@
 
 #define MP__TASK_NAME_MAX MP_ENTRY_NAME_MAX
 
-/* The registered task called name, or NULL. */
+/* The registered task called name, or NULL; the same for array tasks. */
 mp_task_fn mp__task_lookup(const char *name);
+mp_array_task_fn mp__array_task_lookup(const char *name);
+
+/* The one item of a chunk of an array task: items [start, start + count)
+ * of the two shared arrays attached after it (in, then out). */
+typedef struct mp__vec_slice {
+    uint64_t start, count, in_size, out_size;
+} mp__vec_slice;
 
 /* ---- frames ---------------------------------------------------------------
  * A pack is a message that holds k messages: its payload is a header, k
@@ -91,7 +98,9 @@ int mp__pool_worker_main(mp_conn *conn);
 
 /* ---- results ------------------------------------------------------------- */
 
-enum { MP__JOB_MSG = 0, MP__JOB_ARRAY = 1 };
+/* MSG: a message per item; ARRAY: map_array of a per-item task; VEC:
+ * map_array of an array task, over the shared copies vin and vout. */
+enum { MP__JOB_MSG = 0, MP__JOB_ARRAY = 1, MP__JOB_VEC = 2 };
 
 struct mp_async_result {
     atomic_int refs;
@@ -99,15 +108,16 @@ struct mp_async_result {
     pthread_cond_t cv;
     int kind;
     size_t n, ndone;
-    mp_msg **outs;   /* MSG: result per item (owned until taken) */
+    mp_msg **outs;   /* MSG: result per item (owned until taken); else NULL */
     int *rcs;        /* per item */
-    char **errs;     /* per failed item */
+    char **errs;     /* per failed item; NULL until the first failure */
     uint8_t *done;   /* per item */
-    size_t *order;   /* completion order */
+    size_t *order;   /* MSG: completion order (imap_unordered); else NULL */
     bool ready;
     size_t first_bad; /* index of the first failed item, n when none */
-    void *out_array;  /* ARRAY */
+    void *out_array;  /* ARRAY, VEC */
     size_t out_size;
+    struct mp_tensor *vin, *vout; /* VEC: the shared arrays (retained) */
     mp_pool_callbacks cb;
     bool has_cb;
     char task[MP__TASK_NAME_MAX + 1];
@@ -115,9 +125,18 @@ struct mp_async_result {
 
 int mp__result_new(int kind, size_t n, const char *task, const mp_pool_callbacks *cb,
                    mp_async_result **out);
-/* Handler thread: records item i's outcome (takes msg, may be NULL; err
- * copied). Returns true when that made the result ready. */
-bool mp__result_item(mp_async_result *r, size_t i, int rc, mp_msg *msg, const char *err);
+/* Handler thread, with r->mu held: records item i's outcome (takes msg,
+ * may be NULL; err copied); true when that made the result ready. A whole
+ * chunk goes under one lock, so waiters wake once per chunk, not per item:
+ * mp__result_publish wakes them and unlocks. */
+bool mp__result_item_locked(mp_async_result *r, size_t i, int rc, mp_msg *msg,
+                            const char *err);
+void mp__result_publish(mp_async_result *r);
+/* Items [start, start + count) all with one outcome (no messages). */
+bool mp__result_range_locked(mp_async_result *r, size_t start, size_t count, int rc,
+                             const char *err);
+/* Item i's error sentence (its code's name when none was kept). */
+const char *mp__result_err(const mp_async_result *r, size_t i);
 /* With r->mu held: waits until pred(r, arg) or timeout (0 or MP_ETIMEDOUT,
  * no sentence). */
 int mp__result_wait_locked(mp_async_result *r, bool (*pred)(mp_async_result *, void *),
@@ -134,7 +153,9 @@ typedef struct mp__chunk {
     struct mp__chunk *next;
     mp_async_result *r; /* retained */
     size_t start, count;
-    mp_msg *frame;
+    mp_msg *frame;      /* kept until answered: a dead worker's unread chunks go again */
+    bool sent;          /* the frame is in the worker's socket */
+    double t_sent;      /* mp__now() when sent */
 } mp__chunk;
 
 void mp__chunk_free(mp__chunk *c);
@@ -143,6 +164,14 @@ enum { MP__POOL_RUN = 0, MP__POOL_CLOSED = 1, MP__POOL_TERMINATED = 2 };
 #define MP__WHY_MAX 2304 /* an mp_raise text and its context */
 /* Consecutive deaths before ready after which a worker slot is given up. */
 #define MP__POOL_START_TRIES 3
+/* Pipelining: a worker holds up to MP__POOL_DEPTH_MAX chunks, as many as it
+ * runs in MP__POOL_HIDE seconds (a generous round trip on a loaded host),
+ * plus the one it runs. A new worker, and one whose chunks take longer than
+ * that, holds one: long tasks balance across workers as without
+ * pipelining (two apply_async calls run in parallel); trivial ones stop
+ * paying one round trip each. */
+#define MP__POOL_DEPTH_MAX 32
+#define MP__POOL_HIDE 50e-6
 
 typedef struct mp_process mp_process;
 
@@ -151,7 +180,15 @@ typedef struct worker {
     mp_conn *conn;     /* the parent's end, owning sock */
     int sock;
     int pidfd;         /* proc's sentinel: readable once it has ended */
-    mp__chunk *cur;    /* the chunk it runs */
+    /* Chunks in flight, oldest first: the worker reads the next only after
+     * it has answered the one before, so cur is the one it runs and the
+     * rest were never read (a dead worker's are queued again). */
+    mp__chunk *cur, *last;
+    unsigned inflight;
+    unsigned depth;    /* chunks it may hold: enough to hide one round trip */
+    double t_done;     /* mp__now() of its last answer */
+    double svc;        /* smoothed seconds per chunk */
+    bool blocked;      /* its socket was full: wait for POLLOUT */
     unsigned chunks;   /* completed, for maxtasksperchild */
     unsigned failures; /* consecutive deaths before ready */
     bool ready;        /* its initializer ran; it serves */
@@ -174,6 +211,10 @@ struct mp_pool {
     int wake_fd;
     pthread_t thread;
     worker *w;                /* handler thread only */
+    /* map_array with an array task: the shared in and out arrays of the
+     * last finished call, reused by the next one that fits (under mu), so
+     * repeated calls do not pay for fresh pages each time. */
+    mp_tensor *vcache[2];
     mp_async_result **ready;  /* handler thread: results awaiting callbacks */
     size_t nready, ready_cap;
     char start_error[MP__WHY_MAX + 64]; /* handler thread: last start failure */
@@ -188,6 +229,18 @@ void mp__worker_reap(mp_pool *p, int slot, char *how, size_t cap);
 int mp__worker_send_exit(worker *w);
 /* Queues chunks (takes them) and wakes the handler; MP_ESTATE if closed. */
 int mp__pool_submit(mp_pool *p, mp__chunk *head, mp__chunk *tail);
+/* inflight.c (handler thread): a result ready for its callback; a chunk
+ * failed item by item with rc and why (then freed); w's chunks in flight,
+ * oldest first (push appends, pop takes the one it runs); a worker's end,
+ * its answer. */
+void mp__pool_push_ready(mp_pool *p, mp_async_result *r);
+void mp__chunk_fail(mp_pool *p, mp__chunk *c, int rc, const char *why);
+void mp__cur_push(worker *w, mp__chunk *c);
+mp__chunk *mp__cur_pop(worker *w);
+void mp__worker_ended(mp_pool *p, int slot);
+void mp__worker_answer(mp_pool *p, worker *w, mp_msg *m);
+/* VEC: takes a cached shared array of at least bytes (NULL when none). */
+mp_tensor *mp__pool_vec_take(mp_pool *p, int which, size_t bytes);
 /* The chunk size a map of n items gets. */
 size_t mp__pool_chunksize(const mp_pool *p, size_t n, size_t chunksize);
 

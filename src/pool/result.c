@@ -21,13 +21,13 @@ int mp__result_new(int kind, size_t n, const char *task, const mp_pool_callbacks
     }
     mp_async_result *r = calloc(1, sizeof *r);
     size_t m = n ? n : 1;
-    if (!r || !(r->outs = calloc(m, sizeof *r->outs)) || !(r->rcs = calloc(m, sizeof(int))) ||
-        !(r->errs = calloc(m, sizeof *r->errs)) || !(r->done = calloc(m, 1)) ||
-        !(r->order = calloc(m, sizeof(size_t)))) {
+    bool msgs = kind == MP__JOB_MSG; /* arrays keep no message and no order per item */
+    if (!r || (msgs && !(r->outs = calloc(m, sizeof *r->outs))) ||
+        !(r->rcs = calloc(m, sizeof(int))) || !(r->done = calloc(m, 1)) ||
+        (msgs && !(r->order = calloc(m, sizeof(size_t))))) {
         if (r) {
             free(r->outs);
             free(r->rcs);
-            free(r->errs);
             free(r->done);
         }
         free(r);
@@ -65,41 +65,73 @@ void mp_async_result_release(mp_async_result *r)
     if (!r || atomic_fetch_sub(&r->refs, 1) != 1)
         return;
     for (size_t i = 0; i < r->n; i++) {
-        mp_msg_destroy(r->outs[i]);
-        free(r->errs[i]);
+        if (r->outs)
+            mp_msg_destroy(r->outs[i]);
+        if (r->errs)
+            free(r->errs[i]);
     }
     free(r->outs);
     free(r->rcs);
     free(r->errs);
     free(r->done);
     free(r->order);
+    mp_tensor_release(r->vin);
+    mp_tensor_release(r->vout);
     pthread_cond_destroy(&r->cv);
     pthread_mutex_destroy(&r->mu);
     free(r);
 }
 
-bool mp__result_item(mp_async_result *r, size_t i, int rc, mp_msg *msg, const char *err)
+bool mp__result_item_locked(mp_async_result *r, size_t i, int rc, mp_msg *msg,
+                            const char *err)
 {
-    bool ready;
-    pthread_mutex_lock(&r->mu);
-    if (r->done[i]) { /* cannot happen: each item is answered once */
-        pthread_mutex_unlock(&r->mu);
+    if (r->done[i] || (msg && !r->outs)) { /* cannot happen: each item is answered once */
         mp_msg_destroy(msg);
         return false;
     }
     r->done[i] = 1;
     r->rcs[i] = rc;
-    r->outs[i] = msg;
+    if (r->outs)
+        r->outs[i] = msg;
     if (rc) {
-        r->errs[i] = strdup(err && err[0] ? err : mp_strerror(rc));
+        /* sentences are rare: their table comes with the first */
+        if (!r->errs)
+            r->errs = calloc(r->n, sizeof *r->errs);
+        if (r->errs)
+            r->errs[i] = strdup(err && err[0] ? err : mp_strerror(rc));
         if (i < r->first_bad)
             r->first_bad = i;
     }
-    r->order[r->ndone++] = i;
-    ready = r->ready = r->ndone == r->n;
+    if (r->order)
+        r->order[r->ndone] = i;
+    r->ndone++;
+    return r->ready = r->ndone == r->n;
+}
+
+bool mp__result_range_locked(mp_async_result *r, size_t start, size_t count, int rc,
+                             const char *err)
+{
+    bool ready = false;
+    if (rc || r->order) {
+        for (size_t i = 0; i < count; i++)
+            ready |= mp__result_item_locked(r, start + i, rc, NULL, err);
+        return ready;
+    }
+    /* success of a whole slice of an array: rcs stay 0 */
+    memset(r->done + start, 1, count);
+    r->ndone += count;
+    return r->ready = r->ndone == r->n;
+}
+
+const char *mp__result_err(const mp_async_result *r, size_t i)
+{
+    return r->errs && r->errs[i] ? r->errs[i] : mp_strerror(r->rcs[i]);
+}
+
+void mp__result_publish(mp_async_result *r)
+{
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
-    return ready;
 }
 
 void mp__result_callback(mp_async_result *r)
@@ -146,8 +178,8 @@ int mp__result_first_error(const mp_async_result *r, const char *call)
     if (i >= r->n)
         return 0;
     if (r->n == 1)
-        return mp__error(r->rcs[i], "%s: %s", call, r->errs[i]);
-    return mp__error(r->rcs[i], "%s: item %zu: %s", call, i, r->errs[i]);
+        return mp__error(r->rcs[i], "%s: %s", call, mp__result_err(r, i));
+    return mp__error(r->rcs[i], "%s: item %zu: %s", call, i, mp__result_err(r, i));
 }
 
 int mp_async_result_get(mp_async_result *r, double timeout, const mp_msg **out)
@@ -162,7 +194,7 @@ int mp_async_result_get(mp_async_result *r, double timeout, const mp_msg **out)
     else
         rc = mp__result_first_error(r, "mp_async_result_get");
     if (!rc && out)
-        *out = r->n ? r->outs[0] : NULL;
+        *out = r->n && r->outs ? r->outs[0] : NULL;
     pthread_mutex_unlock(&r->mu);
     return rc;
 }
@@ -206,9 +238,10 @@ int mp_async_result_item(const mp_async_result *r, size_t i, const mp_msg **out)
     else if (i >= w->n)
         rc = mp__error(MP_EINVAL, "mp_async_result_item: item %zu of %zu", i, w->n);
     else if (w->rcs[i])
-        rc = mp__error(w->rcs[i], "mp_async_result_item: item %zu: %s", i, w->errs[i]);
+        rc = mp__error(w->rcs[i], "mp_async_result_item: item %zu: %s", i,
+                       mp__result_err(w, i));
     else
-        *out = w->outs[i];
+        *out = w->outs ? w->outs[i] : NULL;
     pthread_mutex_unlock(&w->mu);
     return rc;
 }
@@ -219,7 +252,7 @@ const char *mp_async_result_error(const mp_async_result *r)
         return "";
     mp_async_result *w = (mp_async_result *)r;
     pthread_mutex_lock(&w->mu);
-    const char *e = w->ready && w->first_bad < w->n ? w->errs[w->first_bad] : "";
+    const char *e = w->ready && w->first_bad < w->n ? mp__result_err(w, w->first_bad) : "";
     pthread_mutex_unlock(&w->mu);
     return e;
 }

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { SRC_MSGS, SRC_STAR, SRC_ARRAY };
+enum { SRC_MSGS, SRC_STAR, SRC_ARRAY, SRC_VEC };
 
 typedef struct source {
     int type;
@@ -13,8 +13,9 @@ typedef struct source {
     size_t nargs;              /* STAR */
     const char *bytes;         /* ARRAY */
     size_t in_size;
-    void *out;                 /* ARRAY */
+    void *out;                 /* ARRAY, VEC */
     size_t out_size;
+    mp_msg *vatt;              /* VEC: the shared in and out arrays */
 } source;
 
 static int add_item(mp__packer *pk, const source *s, size_t i)
@@ -32,6 +33,13 @@ static int add_item(mp__packer *pk, const source *s, size_t i)
     }
 }
 
+/* VEC: the chunk is one item, its slice of the shared arrays. */
+static int add_slice(mp__packer *pk, const source *s, size_t start, size_t count)
+{
+    mp__vec_slice v = {start, count, s->in_size, s->out_size};
+    return mp__packer_add(pk, &v, sizeof v, s->vatt, 0, NULL);
+}
+
 static int make_chunk(mp_async_result *r, const source *s, size_t start, size_t count,
                       mp__chunk **out)
 {
@@ -43,7 +51,9 @@ static int make_chunk(mp_async_result *r, const source *s, size_t start, size_t 
         free(c);
         return rc;
     }
-    for (size_t i = start; i < start + count && !rc; i++)
+    if (s->type == SRC_VEC)
+        rc = add_slice(&pk, s, start, count);
+    for (size_t i = start; i < start + count && !rc && s->type != SRC_VEC; i++)
         rc = add_item(&pk, s, i);
     if (rc) {
         mp__packer_drop(&pk);
@@ -62,7 +72,34 @@ static int make_chunk(mp_async_result *r, const source *s, size_t start, size_t 
     return 0;
 }
 
-static int submit(mp_pool *p, const char *task, int kind, const source *s, size_t n,
+/* VEC: the shared copies of the input and output arrays, held by r, and
+ * the message that attaches them to every chunk (freed with s). */
+static int vec_arrays(mp_pool *p, mp_async_result *r, source *s, size_t n, const char *call)
+{
+    int64_t ib, ob;
+    int rc = 0;
+    if (n > (size_t)INT64_MAX / s->in_size || n > (size_t)INT64_MAX / s->out_size)
+        return mp__error(MP_EOVERFLOW, "%s: %zu items are too many bytes", call, n);
+    ib = (int64_t)(n * s->in_size);
+    ob = (int64_t)(n * s->out_size);
+    r->vin = mp__pool_vec_take(p, 0, (size_t)ib);
+    r->vout = mp__pool_vec_take(p, 1, (size_t)ob);
+    if (!r->vin)
+        rc = mp_tensor_empty_shared(MP_UINT8, 1, &ib, &r->vin);
+    if (!rc && !r->vout)
+        rc = mp_tensor_empty_shared(MP_UINT8, 1, &ob, &r->vout);
+    if (!rc)
+        rc = mp_msg_create(&s->vatt);
+    if (!rc)
+        rc = mp_msg_add_tensor(s->vatt, "in", r->vin);
+    if (!rc)
+        rc = mp_msg_add_tensor(s->vatt, "out", r->vout);
+    if (!rc)
+        memcpy(mp_tensor_data(r->vin), s->bytes, (size_t)ib);
+    return rc;
+}
+
+static int submit(mp_pool *p, const char *task, int kind, source *s, size_t n,
                   size_t chunksize, const mp_pool_callbacks *cb, mp_async_result **res,
                   const char *call)
 {
@@ -74,13 +111,17 @@ static int submit(mp_pool *p, const char *task, int kind, const source *s, size_
     *res = NULL;
     if (!p || !task)
         return mp__error(MP_EINVAL, "%s: %s is NULL", call, p ? "task" : "pool");
-    if (!mp__task_lookup(task))
-        return mp__error(MP_ENOENT, "%s: no task called '%s' (define it with MP_TASK)", call,
-                         task);
+    if (kind != MP__JOB_VEC && !mp__task_lookup(task))
+        return mp__error(MP_ENOENT, "%s: no task called '%s' (define it with MP_TASK%s)",
+                         call, task, mp__array_task_lookup(task)
+                                         ? "; an MP_ARRAY_TASK runs with mp_pool_map_array only"
+                                         : "");
     if ((rc = mp__result_new(kind, n, task, cb, &r)) != 0)
         return rc;
     r->out_array = s->out; /* set before the handler can see r */
     r->out_size = s->out_size;
+    if (kind == MP__JOB_VEC && n && (rc = vec_arrays(p, r, s, n, call)) != 0)
+        goto out_release;
     chunksize = mp__pool_chunksize(p, n, chunksize);
     for (size_t start = 0; start < n; start += chunksize) {
         size_t count = n - start < chunksize ? n - start : chunksize;
@@ -125,7 +166,7 @@ int mp_pool_apply_async(mp_pool *p, const char *task, const mp_msg *in,
                         const mp_pool_callbacks *cb, mp_async_result **res)
 {
     const mp_msg *one[1] = {in};
-    source s = {SRC_MSGS, one, 0, NULL, 0, NULL, 0};
+    source s = {SRC_MSGS, one, 0, NULL, 0, NULL, 0, NULL};
     int rc = check_msgs(one, 1, "mp_pool_apply_async");
     return rc ? rc : submit(p, task, MP__JOB_MSG, &s, 1, 1, cb, res, "mp_pool_apply_async");
 }
@@ -133,7 +174,7 @@ int mp_pool_apply_async(mp_pool *p, const char *task, const mp_msg *in,
 int mp_pool_map_async(mp_pool *p, const char *task, const mp_msg *const *in, size_t n,
                       size_t chunksize, const mp_pool_callbacks *cb, mp_async_result **res)
 {
-    source s = {SRC_MSGS, in, 0, NULL, 0, NULL, 0};
+    source s = {SRC_MSGS, in, 0, NULL, 0, NULL, 0, NULL};
     int rc = check_msgs(in, n, "mp_pool_map_async");
     return rc ? rc
               : submit(p, task, MP__JOB_MSG, &s, n, chunksize, cb, res, "mp_pool_map_async");
@@ -143,7 +184,7 @@ int mp_pool_starmap_async(mp_pool *p, const char *task, const mp_msg *const *arg
                           size_t nargs, size_t chunksize, const mp_pool_callbacks *cb,
                           mp_async_result **res)
 {
-    source s = {SRC_STAR, args, nargs, NULL, 0, NULL, 0};
+    source s = {SRC_STAR, args, nargs, NULL, 0, NULL, 0, NULL};
     int rc = 0;
     if (nargs == 0 || nargs > 1024 || (n && n * nargs / n != nargs))
         rc = mp__error(MP_EINVAL, "mp_pool_starmap_async: nargs = %zu, want 1..1024", nargs);
@@ -158,11 +199,15 @@ int mp_pool_map_array_async(mp_pool *p, const char *task, const void *in, size_t
                             size_t in_size, void *out, size_t out_size, size_t chunksize,
                             const mp_pool_callbacks *cb, mp_async_result **res)
 {
-    source s = {SRC_ARRAY, NULL, 0, in, in_size, out, out_size};
+    bool vec = task && mp__array_task_lookup(task);
+    source s = {vec ? SRC_VEC : SRC_ARRAY, NULL, 0, in, in_size, out, out_size, NULL};
+    int rc;
     if (n && (!in || !out || in_size == 0 || out_size == 0))
         return mp__error(MP_EINVAL, "mp_pool_map_array_async: want in, out and item sizes");
-    return submit(p, task, MP__JOB_ARRAY, &s, n, chunksize, cb, res,
-                  "mp_pool_map_array_async");
+    rc = submit(p, task, vec ? MP__JOB_VEC : MP__JOB_ARRAY, &s, n, chunksize, cb, res,
+                "mp_pool_map_array_async");
+    mp_msg_destroy(s.vatt);
+    return rc;
 }
 
 /* ---- blocking forms ------------------------------------------------------------- */
@@ -174,7 +219,7 @@ static int finish(mp_async_result *r, mp_msg **out, const char *call)
     pthread_mutex_lock(&r->mu);
     if (!rc)
         rc = mp__result_first_error(r, call);
-    if (!rc && out) {
+    if (!rc && out && r->outs) {
         for (size_t i = 0; i < r->n; i++) {
             out[i] = r->outs[i];
             r->outs[i] = NULL;
@@ -296,7 +341,7 @@ int mp_imap_next(mp_imap *it, double timeout, mp_msg **out, size_t *index)
     if (index)
         *index = i;
     if (r->rcs[i])
-        rc = mp__error(r->rcs[i], "mp_imap_next: item %zu: %s", i, r->errs[i]);
+        rc = mp__error(r->rcs[i], "mp_imap_next: item %zu: %s", i, mp__result_err(r, i));
     *out = r->outs[i];
     r->outs[i] = NULL;
     pthread_mutex_unlock(&r->mu);

@@ -9,7 +9,8 @@
 #include "process/process_internal.h"
 #include "wire/objects.h"
 
-/* Tasks live in the process layer's registry, beside the entries. */
+/* Tasks and array tasks live in the process layer's registry, beside the
+ * entries; the two task kinds share one name space there. */
 int mp_register_task(const char *name, mp_task_fn fn)
 {
     return mp__registry_add(MP__REG_TASK, name, (void (*)(void))fn, "mp_register_task");
@@ -20,9 +21,25 @@ void mp_register_task_at_load(const char *name, mp_task_fn fn)
     mp__registry_add_at_load(MP__REG_TASK, name, (void (*)(void))fn);
 }
 
+int mp_register_array_task(const char *name, mp_array_task_fn fn)
+{
+    return mp__registry_add(MP__REG_ARRAY_TASK, name, (void (*)(void))fn,
+                            "mp_register_array_task");
+}
+
+void mp_register_array_task_at_load(const char *name, mp_array_task_fn fn)
+{
+    mp__registry_add_at_load(MP__REG_ARRAY_TASK, name, (void (*)(void))fn);
+}
+
 mp_task_fn mp__task_lookup(const char *name)
 {
     return (mp_task_fn)mp__registry_find(MP__REG_TASK, name);
+}
+
+mp_array_task_fn mp__array_task_lookup(const char *name)
+{
+    return (mp_array_task_fn)mp__registry_find(MP__REG_ARRAY_TASK, name);
 }
 
 /* mp_raise inside a task comes back here instead of ending the worker:
@@ -55,6 +72,20 @@ static int call_task(mp_task_fn fn, const mp_msg *in, mp_msg *out, bool *raised)
     return rc;
 }
 
+/* Records a task's failure (its return rc, or mp_raise) in the result pack. */
+static int add_failure(mp__packer *res, const char *name, int rc, bool raised)
+{
+    char err[MP__MESSAGE_MAX + 128];
+    if (raised) {
+        snprintf(err, sizeof err, "task '%s' raised: %s", name, raise_text);
+        return mp__packer_add(res, NULL, 0, NULL, MP_ECHILD, err);
+    }
+    int code = rc < 0 && rc >= MP_ERROR_LAST ? rc : MP_ECHILD;
+    snprintf(err, sizeof err, "task '%s' returned %d%s%s", name, rc,
+             mp_last_error()[0] ? ": " : "", mp_last_error());
+    return mp__packer_add(res, NULL, 0, NULL, code, err);
+}
+
 /* Runs one item; records its outcome in the result pack. */
 static int run_item(const mp__pack_view *v, uint32_t i, mp_task_fn fn, mp__packer *res)
 {
@@ -74,16 +105,8 @@ static int run_item(const mp__pack_view *v, uint32_t i, mp_task_fn fn, mp__packe
     mp__error_clear();
     bool raised;
     rc = call_task(fn, in, out, &raised);
-    if (raised) {
-        snprintf(err, sizeof err, "task '%s' raised: %s", v->name, raise_text);
-        rc = mp__packer_add(res, NULL, 0, NULL, MP_ECHILD, err);
-        goto out;
-    }
-    if (rc) {
-        int code = rc < 0 && rc >= MP_ERROR_LAST ? rc : MP_ECHILD;
-        snprintf(err, sizeof err, "task '%s' returned %d%s%s", v->name, rc,
-                 mp_last_error()[0] ? ": " : "", mp_last_error());
-        rc = mp__packer_add(res, NULL, 0, NULL, code, err);
+    if (raised || rc) {
+        rc = add_failure(res, v->name, rc, raised);
         goto out;
     }
     /* A result that cannot travel (a tensor that cannot be shared) would
@@ -99,6 +122,77 @@ static int run_item(const mp__pack_view *v, uint32_t i, mp_task_fn fn, mp__packe
 out:
     mp_msg_destroy(in);
     mp_msg_destroy(out);
+    return rc;
+}
+
+/* An array task's call, run through call_task so that mp_raise is caught. */
+static _Thread_local struct {
+    mp_array_task_fn fn;
+    const void *in;
+    void *out;
+    size_t n;
+} vec_call;
+
+static int vec_adapter(const mp_msg *in, mp_msg *out)
+{
+    (void)in;
+    (void)out;
+    return vec_call.fn(vec_call.in, vec_call.out, vec_call.n);
+}
+
+/* Checks a slice against the two shared arrays it names. */
+static int vec_check(const mp__vec_slice *s, const mp_tensor *ti, const mp_tensor *to)
+{
+    uint64_t end = s->start + s->count;
+    if (end < s->start || !s->in_size || !s->out_size || end > SIZE_MAX / s->in_size ||
+        end > SIZE_MAX / s->out_size || end * s->in_size > mp_tensor_nbytes(ti) ||
+        end * s->out_size > mp_tensor_nbytes(to))
+        return mp__error(MP_EPROTO, "pool worker: a slice [%llu, +%llu) outside its arrays",
+                         (unsigned long long)s->start, (unsigned long long)s->count);
+    return 0;
+}
+
+/* Runs an array task once over its slice of the shared in and out arrays
+ * (the chunk's one item: a mp__vec_slice and the two tensors). */
+static int run_slice(const mp__pack_view *v, mp_array_task_fn fn, mp__packer *res)
+{
+    mp_msg *in = NULL;
+    mp_tensor *ti = NULL, *to = NULL;
+    mp__vec_slice s;
+    size_t len = 0;
+    const void *pl = NULL;
+    bool raised;
+    int rc = v->count == 1 ? mp__pack_item(v, 0, &in)
+                           : mp__error(MP_EPROTO, "pool worker: a slice chunk of %u items",
+                                       v->count);
+    if (!rc && ((pl = mp_msg_payload(in, &len)), len != sizeof s || mp_msg_count(in) != 2))
+        rc = mp__error(MP_EPROTO, "pool worker: a malformed slice");
+    if (!rc) {
+        memcpy(&s, pl, sizeof s);
+        rc = mp_msg_get_tensor(in, 0, &ti);
+    }
+    if (!rc)
+        rc = mp_msg_get_tensor(in, 1, &to);
+    if (!rc)
+        rc = vec_check(&s, ti, to);
+    if (rc) {
+        char err[MP__MESSAGE_MAX + 128];
+        snprintf(err, sizeof err, "task '%s': %s", v->name, mp_last_error());
+        rc = mp__packer_add(res, NULL, 0, NULL, rc, err);
+        goto out;
+    }
+    vec_call.fn = fn;
+    vec_call.in = (const char *)mp_tensor_data(ti) + s.start * s.in_size;
+    vec_call.out = (char *)mp_tensor_data(to) + s.start * s.out_size;
+    vec_call.n = s.count;
+    mp__error_clear();
+    rc = call_task(vec_adapter, NULL, NULL, &raised);
+    rc = raised || rc ? add_failure(res, v->name, rc, raised)
+                      : mp__packer_add(res, NULL, 0, NULL, 0, NULL);
+out:
+    mp_tensor_release(ti);
+    mp_tensor_release(to);
+    mp_msg_destroy(in);
     return rc;
 }
 
@@ -134,6 +228,7 @@ static int serve(mp_conn *conn, mp_msg *frame)
     mp__packer res;
     mp_msg *reply = NULL;
     mp_task_fn fn;
+    mp_array_task_fn afn;
     uint32_t count;
     int rc = mp__pack_open(frame, &v);
     if (rc)
@@ -143,9 +238,12 @@ static int serve(mp_conn *conn, mp_msg *frame)
         return 1;
     }
     fn = v.magic == MP__PACK_TASK ? mp__task_lookup(v.name) : NULL;
+    afn = v.magic == MP__PACK_TASK ? mp__array_task_lookup(v.name) : NULL;
     count = v.count;
     rc = mp__packer_init(&res, MP__PACK_RESULT, NULL, v.count);
-    for (uint32_t i = 0; !rc && i < v.count; i++) {
+    if (!rc && afn)
+        rc = run_slice(&v, afn, &res);
+    for (uint32_t i = 0; !rc && !afn && i < v.count; i++) {
         if (fn) {
             rc = run_item(&v, i, fn, &res);
         } else {

@@ -70,7 +70,12 @@ int mp__worker_start(mp_pool *p, int slot)
     w->conn = mine;
     w->sock = mp__conn_fd(mine);
     w->pidfd = mp_process_sentinel(proc); /* owned by proc */
-    w->cur = NULL;
+    w->cur = w->last = NULL;
+    w->inflight = 0;
+    w->depth = 1; /* until its chunks prove short */
+    w->t_done = 0;
+    w->svc = 0;
+    w->blocked = false;
     w->chunks = 0;
     w->ready = false;
     w->exiting = false;

@@ -23,10 +23,16 @@ struct mp_context {
 
 /* ---- registry / start methods (registry.c) ------------------------------ */
 
-/* One registry of named functions for MP_ENTRY (entries) and MP_TASK (pool
- * tasks): same limits (MP_REGISTRY_MAX slots, MP_ENTRY_NAME_MAX names), a
- * name unique per kind, lock-free lookups (safe in a forked child). */
-typedef enum mp__reg_kind { MP__REG_ENTRY = 0, MP__REG_TASK = 1 } mp__reg_kind;
+/* One registry of named functions for MP_ENTRY (entries), MP_TASK (pool
+ * tasks) and MP_ARRAY_TASK (pool array tasks): same limits (MP_REGISTRY_MAX
+ * slots, MP_ENTRY_NAME_MAX names), lock-free lookups (safe in a forked
+ * child). A name is unique among entries, and unique among tasks and array
+ * tasks together (one name space: a pool task name is one or the other). */
+typedef enum mp__reg_kind {
+    MP__REG_ENTRY = 0,
+    MP__REG_TASK = 1,
+    MP__REG_ARRAY_TASK = 2
+} mp__reg_kind;
 /* MP_EINVAL (bad or duplicate name, NULL fn), MP_EOVERFLOW (full); call
  * names the public function in the sentence. */
 int mp__registry_add(mp__reg_kind kind, const char *name, void (*fn)(void), const char *call);

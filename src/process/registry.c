@@ -10,8 +10,8 @@
 #include <string.h>
 
 /* ---- the registry of entries and tasks -----------------------------------
- * One table for MP_ENTRY and MP_TASK functions, with one capacity
- * (MP_REGISTRY_MAX, both kinds together) and one name limit. Readers take
+ * One table for MP_ENTRY, MP_TASK and MP_ARRAY_TASK functions, with one
+ * capacity (MP_REGISTRY_MAX, all kinds together) and one name limit. Readers take
  * no lock, so a child forked while another thread registers can still look
  * its entry up: a slot is complete before the count that publishes it is
  * stored (release/acquire). Writers serialize on a mutex. */
@@ -31,14 +31,24 @@ static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int load_failure;
 static char load_sentence[320];
 
-static const char *const kind_macro[] = {"MP_ENTRY", "MP_TASK"};
-static const char *const kind_word[] = {"entry", "task"};
+static const char *const kind_macro[] = {"MP_ENTRY", "MP_TASK", "MP_ARRAY_TASK"};
+static const char *const kind_word[] = {"entry", "task", "array task"};
 
-static reg_slot *find(mp__reg_kind kind, const char *name)
+/* Tasks and array tasks share one name space (the pool looks a chunk's task
+ * name up as either); entries have their own. */
+static bool same_space(mp__reg_kind a, mp__reg_kind b)
+{
+    return a == b || (a != MP__REG_ENTRY && b != MP__REG_ENTRY);
+}
+
+/* The slot called name: of exactly kind, or with any_of_space of any kind
+ * in kind's name space. */
+static reg_slot *find(mp__reg_kind kind, const char *name, bool any_of_space)
 {
     int n = atomic_load_explicit(&n_slots, memory_order_acquire);
     for (int i = 0; i < n; i++)
-        if (slots[i].kind == kind && strcmp(slots[i].name, name) == 0)
+        if ((slots[i].kind == kind || (any_of_space && same_space(slots[i].kind, kind))) &&
+            strcmp(slots[i].name, name) == 0)
             return &slots[i];
     return NULL;
 }
@@ -52,9 +62,11 @@ int mp__registry_add(mp__reg_kind kind, const char *name, void (*fn)(void), cons
                          MP_ENTRY_NAME_MAX);
     pthread_mutex_lock(&registry_lock);
     int n = atomic_load_explicit(&n_slots, memory_order_relaxed);
-    if (find(kind, name))
+    reg_slot *dup = find(kind, name, true);
+    if (dup)
         rc = mp__error(MP_EINVAL, "%s: %s '%s' is registered already; %s names must be unique",
-                       call, kind_word[kind], name, kind_word[kind]);
+                       call, kind_word[dup->kind], name,
+                       kind == MP__REG_ENTRY ? "entry" : "task and array task");
     else if (n == MP_REGISTRY_MAX)
         rc = mp__error(MP_EOVERFLOW, "%s: cannot register %s '%s': the registry is full "
                        "(MP_REGISTRY_MAX = %d entries and tasks)", call, kind_word[kind], name,
@@ -71,7 +83,7 @@ int mp__registry_add(mp__reg_kind kind, const char *name, void (*fn)(void), cons
 
 void (*mp__registry_find(mp__reg_kind kind, const char *name))(void)
 {
-    reg_slot *s = name ? find(kind, name) : NULL;
+    reg_slot *s = name ? find(kind, name, false) : NULL;
     return s ? s->fn : NULL;
 }
 

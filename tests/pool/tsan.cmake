@@ -13,7 +13,7 @@ if(NOT MPROC_SANITIZE AND TARGET mproc_test_support)
   unset(CMAKE_REQUIRED_LINK_OPTIONS)
   if(MPROC_HAVE_TSAN)
     set(pool_tsan_src ${MPROC_POOL_SOURCES})   # src/sources.cmake
-    foreach(t pool_test workers_test)
+    foreach(t pool_test workers_test array_task_test)
       add_executable(${t}_tsan ${PROJECT_SOURCE_DIR}/tests/pool/${t}.c ${pool_tsan_src})
       mproc_use_flags(${t}_tsan)
       target_compile_options(${t}_tsan PRIVATE -fsanitize=thread -g -O1)

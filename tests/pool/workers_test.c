@@ -28,6 +28,51 @@ static void test_worker_killed(void **state)
     mp_pool_destroy(p);
 }
 
+/* Kills its worker on item 7 (SIGKILL), answers like whoami otherwise. */
+MP_TASK(kill_at_7)
+{
+    span s = {0, 0, getpid(), in_i64(in)};
+    if (s.value == 7)
+        raise(SIGKILL);
+    return mp_msg_set_payload(out, &s, sizeof s);
+}
+
+/* Pipelining: chunks queued behind the one a killed worker ran were never
+ * read; they run on the replacement and only item 7 fails. */
+static void check_killed_pipelined(int nprocs)
+{
+    enum { N = 200 };
+    mp_pool *p = pool_new(nprocs, 0);
+    mp_msg *in[N];
+    mp_async_result *r;
+    const mp_msg *out;
+    for (int i = 0; i < N; i++)
+        in[i] = msg_i64(i);
+    assert_mp_ok(mp_pool_map_async(p, "kill_at_7", (const mp_msg *const *)in, N, 1, NULL, &r));
+    assert_mp_ok(mp_async_result_wait(r, 60));
+    assert_int_equal(mp_async_result_successful(r), 0);
+    for (int i = 0; i < N; i++) {
+        int rc = mp_async_result_item(r, (size_t)i, &out);
+        if (i == 7) {
+            assert_int_equal(rc, MP_ECHILD);
+            assert_non_null(strstr(mp_async_result_error(r), "SIGKILL"));
+            continue;
+        }
+        assert_mp_ok(rc);
+        assert_int_equal(out_span(out).value, i);
+    }
+    mp_async_result_release(r);
+    for (int i = 0; i < N; i++)
+        mp_msg_destroy(in[i]);
+    mp_pool_destroy(p);
+}
+
+static void test_worker_killed_pipelined(void **state)
+{
+    check_killed_pipelined(1);
+    check_killed_pipelined(2);
+}
+
 static void test_task_error_keeps_worker(void **state)
 {
     mp_pool *p = pool_new(1, 0);
@@ -174,6 +219,7 @@ int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_worker_killed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_worker_killed_pipelined, setup, teardown),
         cmocka_unit_test_setup_teardown(test_task_error_keeps_worker, setup, teardown),
         cmocka_unit_test_setup_teardown(test_maxtasksperchild, setup, teardown),
         cmocka_unit_test_setup_teardown(test_raise_keeps_worker, setup, teardown),
