@@ -313,12 +313,10 @@ static PyObject *py_set_sharing_strategy(PyObject *self, PyObject *arg)
 
 static PyObject *py_get_all_sharing_strategies(PyObject *self, PyObject *unused)
 {
-    const char *const *names;
-    int n;
+    const char *const *names = mp_get_all_sharing_strategies();
     (void)self, (void)unused;
-    mp_get_all_sharing_strategies(&names, &n);
     PyObject *s = PySet_New(NULL);
-    for (int i = 0; s && i < n; i++) {
+    for (int i = 0; s && names[i]; i++) {
         PyObject *v = PyUnicode_FromString(names[i]);
         if (!v || PySet_Add(s, v) < 0) {
             Py_XDECREF(v);
