@@ -34,6 +34,7 @@ endforeach()
 
 add_executable(cuda_probe ${mproc_cuda_tests_dir}/cuda_probe.c)
 target_link_libraries(cuda_probe PRIVATE mproc)
+mproc_use_flags(cuda_probe)   # the sanitizers too: ASan must come first
 
 add_test(NAME cuda_no_link_deps
          COMMAND sh ${mproc_cuda_tests_dir}/no_cuda_deps.sh $<TARGET_FILE:mproc>
