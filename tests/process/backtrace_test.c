@@ -32,34 +32,10 @@ MP_ENTRY(t_crash)
     return 0;
 }
 
-typedef struct tstate {
-    const char *method;
-    void *snap;
-} tstate;
-
-static int setup(void **state)
-{
-    tstate *t = malloc(sizeof *t);
-    if (!t)
-        return -1;
-    t->method = *state;
-    *state = t;
-    return mp_test_setup(&t->snap);
-}
-
-static int teardown(void **state)
-{
-    tstate *t = *state;
-    int rc;
-    mp_forkserver_stop();
-    rc = mp_test_teardown(&t->snap);
-    free(t);
-    return rc;
-}
 
 static void test_segv_record_is_symbolized(void **state)
 {
-    const char *method = ((tstate *)*state)->method;
+    const char *method = mp_test_method(state);
     mp_spawn_context *ctx = NULL;
     mp_child_error e = {.size = sizeof e};
     mp_msg *m = NULL;
@@ -106,11 +82,11 @@ static void test_raw_fallback(void **state)
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_prestate_setup_teardown(test_segv_record_is_symbolized, setup, teardown,
+        cmocka_unit_test_prestate_setup_teardown(test_segv_record_is_symbolized, mp_test_method_setup, mp_test_method_teardown,
                                                  (void *)"fork"),
-        cmocka_unit_test_prestate_setup_teardown(test_segv_record_is_symbolized, setup, teardown,
+        cmocka_unit_test_prestate_setup_teardown(test_segv_record_is_symbolized, mp_test_method_setup, mp_test_method_teardown,
                                                  (void *)"spawn"),
-        cmocka_unit_test_prestate_setup_teardown(test_segv_record_is_symbolized, setup, teardown,
+        cmocka_unit_test_prestate_setup_teardown(test_segv_record_is_symbolized, mp_test_method_setup, mp_test_method_teardown,
                                                  (void *)"forkserver"),
         cmocka_unit_test(test_raw_fallback),
     };

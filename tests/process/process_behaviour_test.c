@@ -61,32 +61,6 @@ static int join_code(mp_process *p)
     return code;
 }
 
-typedef struct tstate {
-    const char *method;
-    void *snap;
-} tstate;
-
-static int setup(void **state)
-{
-    tstate *t = malloc(sizeof *t);
-    if (!t)
-        return -1;
-    t->method = *state;
-    *state = t;
-    return mp_test_setup(&t->snap);
-}
-
-static int teardown(void **state)
-{
-    tstate *t = *state;
-    int rc;
-    mp_forkserver_stop(); /* the server is a child too */
-    rc = mp_test_teardown(&t->snap);
-    free(t);
-    return rc;
-}
-
-static const char *method_of(void **state) { return ((tstate *)*state)->method; }
 
 /* ---- stdio is flushed before fork ------------------------------------------ */
 
@@ -96,7 +70,7 @@ MP_ENTRY(quiet) { return 0; }
  * without flushing, then starts and joins a child. */
 static void test_no_double_output(void **state)
 {
-    const char *method = method_of(state);
+    const char *method = mp_test_method(state);
     int pfd[2], st = 0;
     char buf[256] = {0};
     size_t got = 0;
@@ -154,7 +128,7 @@ MP_ENTRY(report_method)
 
 static void test_child_start_method(void **state)
 {
-    const char *method = method_of(state);
+    const char *method = mp_test_method(state);
     int idx = strcmp(method, "fork") == 0 ? 0 : strcmp(method, "spawn") == 0 ? 1 : 2;
     mp_msg *m = int_msg(idx);
     mp_process *p;
@@ -223,7 +197,7 @@ static double run_grace(const char *method, double grace, int32_t *finished)
 
 static void test_spawn_grace(void **state)
 {
-    const char *method = method_of(state);
+    const char *method = mp_test_method(state);
     int32_t finished = -1;
     /* a grace period: rank 0 finishes its work; join returns when it did,
      * not at the end of the grace period */
@@ -344,10 +318,10 @@ static void test_forkserver_child_dies_with_parent(void **state)
 }
 
 #define EACH(t)                                                                                    \
-    cmocka_unit_test_prestate_setup_teardown(t, setup, teardown, (void *)"fork"),                  \
-        cmocka_unit_test_prestate_setup_teardown(t, setup, teardown, (void *)"spawn"),             \
-        cmocka_unit_test_prestate_setup_teardown(t, setup, teardown, (void *)"forkserver")
-#define ONCE(t) cmocka_unit_test_prestate_setup_teardown(t, setup, teardown, (void *)"forkserver")
+    cmocka_unit_test_prestate_setup_teardown(t, mp_test_method_setup, mp_test_method_teardown, (void *)"fork"),                  \
+        cmocka_unit_test_prestate_setup_teardown(t, mp_test_method_setup, mp_test_method_teardown, (void *)"spawn"),             \
+        cmocka_unit_test_prestate_setup_teardown(t, mp_test_method_setup, mp_test_method_teardown, (void *)"forkserver")
+#define ONCE(t) cmocka_unit_test_prestate_setup_teardown(t, mp_test_method_setup, mp_test_method_teardown, (void *)"forkserver")
 
 int main(int argc, char **argv)
 {

@@ -120,37 +120,6 @@ static int t_late(int rank, mp_msg *args)
     return 0;
 }
 
-/* ---- fixtures ------------------------------------------------------------ */
-
-typedef struct tstate {
-    const char *method;
-    void *snap;
-} tstate;
-
-static int setup(void **state)
-{
-    tstate *t = malloc(sizeof *t);
-    if (!t)
-        return -1;
-    t->method = *state;
-    *state = t;
-    return mp_test_setup(&t->snap);
-}
-
-static int teardown(void **state)
-{
-    tstate *t = *state;
-    int rc;
-    mp_forkserver_stop(); /* the server is a child too */
-    rc = mp_test_teardown(&t->snap);
-    free(t);
-    return rc;
-}
-
-static const char *method_of(void **state)
-{
-    return ((tstate *)*state)->method;
-}
 
 static mp_msg *make_args(targ a)
 {
@@ -203,7 +172,7 @@ static bool pid_gone(pid_t pid)
 
 static void test_exitcodes(void **state)
 {
-    const char *m = method_of(state);
+    const char *m = mp_test_method(state);
     mp_process *p = run_op(m, (targ){OP_RETURN, 7, 0, 0});
     mp_child_error e = {.size = sizeof e};
     assert_int_equal(exitcode_of(p), 7);
@@ -245,7 +214,7 @@ static void test_tensor_arg(void **state)
     assert_mp_ok(mp_msg_set_payload(m, &value, sizeof value));
     assert_mp_ok(mp_msg_add_tensor(m, "t", priv));
     mp_process_options_init(&o);
-    o.start_method = method_of(state);
+    o.start_method = mp_test_method(state);
     assert_mp_ok(mp_process_create("t_tensor", m, &o, &p));
     assert_mp_ok(mp_process_start(p));
     assert_mp_ok(mp_process_join(p, 20));
@@ -260,7 +229,7 @@ static void test_tensor_arg(void **state)
     value = 10;
     assert_mp_ok(mp_msg_set_payload(m, &value, sizeof value));
     assert_mp_ok(mp_msg_add_tensor(m, "t", shared));
-    assert_mp_ok(mp_spawn("t_tensor", m, 4, true, false, method_of(state), NULL));
+    assert_mp_ok(mp_spawn("t_tensor", m, 4, true, false, mp_test_method(state), NULL));
     d = mp_tensor_data(shared);
     for (int i = 0; i < 4; i++)
         assert_int_equal(d[i], 10 + i);
@@ -271,7 +240,7 @@ static void test_tensor_arg(void **state)
 
 static void test_raise_and_segv(void **state)
 {
-    const char *m = method_of(state);
+    const char *m = mp_test_method(state);
     mp_child_error e = {.size = sizeof e};
     mp_process *p = run_op(m, (targ){OP_RAISE, 7, 0, 0});
     assert_int_equal(exitcode_of(p), 1);
@@ -295,7 +264,7 @@ static void test_misuse_and_timeout(void **state)
     mp_msg *m = make_args((targ){OP_HANG, 0, 0, 0});
     int code;
     mp_process_options_init(&o);
-    o.start_method = method_of(state);
+    o.start_method = mp_test_method(state);
     o.name = "hanger";
     assert_mp_ok(mp_process_create("t_op", m, &o, &p));
     assert_string_equal(mp_process_name(p), "hanger");
@@ -332,7 +301,7 @@ static void test_misuse_and_timeout(void **state)
 
 static void test_unknown_entry(void **state)
 {
-    const char *method = method_of(state);
+    const char *method = mp_test_method(state);
     mp_process_options o;
     mp_process *p = NULL;
     mp_child_error e = {.size = sizeof e};
@@ -359,10 +328,10 @@ static void test_spawn_ok(void **state)
 {
     mp_msg *m = make_args((targ){OP_RETURN, 0, -1, 0});
     mp_spawn_context *ctx = NULL;
-    assert_mp_ok(mp_spawn("t_rank", m, 4, true, false, method_of(state), &ctx));
+    assert_mp_ok(mp_spawn("t_rank", m, 4, true, false, mp_test_method(state), &ctx));
     assert_null(ctx);
     /* without join: not done yet, then done */
-    assert_mp_ok(mp_spawn("t_rank", m, 3, false, false, method_of(state), &ctx));
+    assert_mp_ok(mp_spawn("t_rank", m, 3, false, false, mp_test_method(state), &ctx));
     assert_int_equal(mp_spawn_context_nprocs(ctx), 3);
     assert_true(mp_spawn_context_pid(ctx, 2) > 0);
     assert_int_equal(mp_spawn_context_pid(ctx, 3), 0);
@@ -408,7 +377,7 @@ static void spawn_failure(const char *method, targ a, int want_exit, const char 
 
 static void test_spawn_failures(void **state)
 {
-    const char *m = method_of(state);
+    const char *m = mp_test_method(state);
     spawn_failure(m, (targ){OP_RAISE, 7, 1, 0}, 1, "bad batch 7");
     spawn_failure(m, (targ){OP_SEGV, 0, 1, 0}, -SIGSEGV, "");
     spawn_failure(m, (targ){OP_RETURN, 5, 1, 0}, 5, "");
@@ -419,9 +388,9 @@ static void test_spawn_join_mode_failure(void **state)
     mp_msg *m = make_args((targ){OP_RAISE, 3, 2, 0});
     mp_spawn_context *ctx = NULL;
     mp_child_error e = {.size = sizeof e};
-    assert_mp_err(mp_spawn("t_rank", m, 3, true, false, method_of(state), NULL), MP_ECHILD);
+    assert_mp_err(mp_spawn("t_rank", m, 3, true, false, mp_test_method(state), NULL), MP_ECHILD);
     assert_non_null(strstr(mp_last_error(), "bad batch 3"));
-    assert_mp_err(mp_spawn("t_rank", m, 3, true, false, method_of(state), &ctx), MP_ECHILD);
+    assert_mp_err(mp_spawn("t_rank", m, 3, true, false, mp_test_method(state), &ctx), MP_ECHILD);
     assert_non_null(ctx);
     assert_mp_ok(mp_spawn_context_error(ctx, &e));
     assert_int_equal(e.rank, 2);
@@ -490,7 +459,7 @@ static void test_spawn_grace_period(void **state)
     mp_spawn_options_init(&o);
     o.nprocs = 2;
     o.join = false;
-    o.start_method = method_of(state);
+    o.start_method = mp_test_method(state);
     o.kill_timeout = 0.3;
     assert_mp_ok(mp_spawn_ex("t_rank", m, &o, &ctx));
     sibling = mp_spawn_context_pid(ctx, 1);
@@ -513,7 +482,7 @@ static void test_start_faults(void **state)
     mp_process *p = NULL;
     mp_msg *m = make_args((targ){OP_RETURN, 4, 0, 0});
     mp_process_options_init(&o);
-    o.start_method = method_of(state);
+    o.start_method = mp_test_method(state);
     assert_mp_ok(mp_process_create("t_op", m, &o, &p));
     assert_mp_ok(mp__sys_fault("socketpair", EMFILE, 0, 1));
     assert_mp_err(mp_process_start(p), MP_EMFILE);
@@ -548,7 +517,7 @@ static void test_parent_killed(void **state)
         mp_msg *m = NULL;
         targ a = {OP_HANG, 0, 0, 0};
         mp_process_options_init(&o);
-        o.start_method = method_of(state);
+        o.start_method = mp_test_method(state);
         if (mp_msg_create(&m) || mp_msg_set_payload(m, &a, sizeof a) ||
             mp_process_create("t_op", m, &o, &p) || mp_process_start(p))
             _exit(1);
@@ -572,7 +541,7 @@ static void test_parent_killed(void **state)
 
 static void test_no_fd_inherited(void **state)
 {
-    const char *method = method_of(state);
+    const char *method = mp_test_method(state);
     /* No O_CLOEXEC on purpose; above 4, which the child uses itself. */
     int fd0 = open("/dev/null", O_RDONLY), fd = fcntl(fd0, F_DUPFD, 20);
     mp_process *p;
@@ -800,10 +769,10 @@ static void test_daemon_at_exit(void **state)
 }
 
 #define EACH(t)                                                                                    \
-    cmocka_unit_test_prestate_setup_teardown(t, setup, teardown, (void *)"fork"),                  \
-        cmocka_unit_test_prestate_setup_teardown(t, setup, teardown, (void *)"spawn"),             \
-        cmocka_unit_test_prestate_setup_teardown(t, setup, teardown, (void *)"forkserver")
-#define ONCE(t) cmocka_unit_test_prestate_setup_teardown(t, setup, teardown, (void *)"fork")
+    cmocka_unit_test_prestate_setup_teardown(t, mp_test_method_setup, mp_test_method_teardown, (void *)"fork"),                  \
+        cmocka_unit_test_prestate_setup_teardown(t, mp_test_method_setup, mp_test_method_teardown, (void *)"spawn"),             \
+        cmocka_unit_test_prestate_setup_teardown(t, mp_test_method_setup, mp_test_method_teardown, (void *)"forkserver")
+#define ONCE(t) cmocka_unit_test_prestate_setup_teardown(t, mp_test_method_setup, mp_test_method_teardown, (void *)"fork")
 
 /* Sanitizer allocators map size classes on first use: exercise every path
  * once before the tests, so their leak checks see only real growth. */

@@ -33,6 +33,15 @@ void mp_test_assert_no_leaks(const mp_test_snapshot *before);
 int mp_test_setup(void **state);
 int mp_test_teardown(void **state);
 
+/* Fixtures for a test run once per start method: the prestate is the
+ * method's name ("fork", ...), mp_test_method(state) gives it back; teardown
+ * also stops the forkserver (its server is a child too) before the leak check.
+ *   cmocka_unit_test_prestate_setup_teardown(t, mp_test_method_setup,
+ *                                            mp_test_method_teardown, "spawn") */
+int mp_test_method_setup(void **state);
+int mp_test_method_teardown(void **state);
+const char *mp_test_method(void **state);
+
 /* SIGKILLs and reaps every child of this process. */
 void mp_test_kill_children(void);
 int mp_test_count_children(void);

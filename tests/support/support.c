@@ -214,3 +214,30 @@ int mp_test_teardown(void **state)
     mp_test_assert_no_leaks(&s);
     return 0;
 }
+
+typedef struct method_state {
+    const char *method;
+    void *snap;
+} method_state;
+
+int mp_test_method_setup(void **state)
+{
+    method_state *t = malloc(sizeof *t);
+    if (!t)
+        return -1;
+    t->method = *state;
+    *state = t;
+    return mp_test_setup(&t->snap);
+}
+
+int mp_test_method_teardown(void **state)
+{
+    method_state *t = *state;
+    int rc;
+    mp_forkserver_stop();
+    rc = mp_test_teardown(&t->snap);
+    free(t);
+    return rc;
+}
+
+const char *mp_test_method(void **state) { return ((method_state *)*state)->method; }
