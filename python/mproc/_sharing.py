@@ -119,13 +119,17 @@ def is_shared(t):
     return _shareable(t) and lookup(t._storage().data_ptr()) is not None
 
 
-def _tensor_meta(t, moved=None):
+def _check_leaf(t):
     if t.requires_grad and not t.is_leaf:
         raise RuntimeError(
             "Cowardly refusing to serialize non-leaf tensor which requires_grad, since "
             "autograd does not support crossing process boundaries. If you just want "
             "to transfer the data, call detach() on the tensor before serializing "
             "(e.g., putting it on the queue).")
+
+
+def _tensor_meta(t, moved=None):
+    _check_leaf(t)
     share_tensor_(t, moved)
     return (t.dtype, tuple(t.size()), t.stride(), t.storage_offset(), t.requires_grad,
             t.grad, type(t) is _torch().nn.Parameter)
@@ -244,6 +248,7 @@ class _Pickler(pickle.Pickler):
         self.atts = atts
         self.index = {}
         self.moved = {}
+        self.arena = _Arena()
 
     def attach(self, obj):
         i = self.index.get(id(obj))
@@ -262,11 +267,71 @@ class _Pickler(pickle.Pickler):
         return f(obj, self)
 
 
+_ALIGN = 64  # arena slots start on a cache line (any dtype's alignment)
+
+
+class _Arena:
+    """The private tensors of one message, packed into ONE mproc segment
+    made after pickling (the pickle holds only the arena's attachment index
+    and each tensor's element offset in it): one memfd and one fd per
+    message instead of one per tensor, so a loader's fds do not grow with
+    tensors per sample times messages in flight, and a small tensor costs
+    a slot and a copy rather than a segment."""
+
+    __slots__ = ("index", "size", "slots", "tensors")
+
+    def __init__(self):
+        self.index = None  # attachment index, reserved at the first tensor
+        self.size = 0
+        self.slots = {}    # old storage address -> (byte offset, old untyped storage)
+        self.tensors = []  # (tensor, its element offset in the arena)
+
+    def place(self, t, p):
+        """t's element offset in the arena (its storage gets a slot once)."""
+        us = t._storage()
+        ptr = us.data_ptr()
+        slot = self.slots.get(ptr)
+        if slot is None:
+            off = -(-self.size // _ALIGN) * _ALIGN
+            self.size = off + us.nbytes()
+            slot = self.slots[ptr] = (off, us)  # us pins the old memory until the copy
+            if self.index is None:
+                self.index = len(p.atts)
+                p.atts.append(None)
+        offset = slot[0] // t.element_size() + t.storage_offset()
+        self.tensors.append((t, offset))
+        return offset
+
+    def fill(self, atts):
+        """Makes the segment, copies every slot in and rebinds the sender's
+        tensors to it (as sharing a tensor does: later sends copy nothing)."""
+        torch = _torch()
+        st = _register(Storage.empty(-(-self.size // _ALIGN) * _ALIGN))
+        u8 = _torch_base(st, torch.uint8)
+        for off, us in self.slots.values():
+            n = us.nbytes()
+            u8[off:off + n].copy_(torch.empty(0, dtype=torch.uint8).set_(us))
+        bases = {}
+        with torch.no_grad():
+            for t, offset in self.tensors:
+                base = bases.get(t.dtype)
+                if base is None:
+                    base = bases[t.dtype] = _torch_base(st, t.dtype).storage()
+                t.set_(base, offset, t.size(), t.stride())
+        atts[self.index] = st
+
+
 def _reduce_tensor(t, p):
     if not _shareable(t) or t._storage().nbytes() == 0:
         return NotImplemented
-    meta = _tensor_meta(t, p.moved)
-    return _rebuild_tensor, (p.attach(tensor_storage(t)), meta)
+    if lookup(t._storage().data_ptr()) is not None:
+        meta = _tensor_meta(t, p.moved)
+        return _rebuild_tensor, (p.attach(tensor_storage(t)), meta)
+    _check_leaf(t)
+    offset = p.arena.place(t, p)
+    meta = (t.dtype, tuple(t.size()), t.stride(), offset, t.requires_grad,
+            t.grad, type(t) is _torch().nn.Parameter)
+    return _rebuild_tensor, (p.arena.index, meta)
 
 
 def _reduce_storage(s, p):
@@ -315,11 +380,14 @@ def dumps(obj):
     try:
         p.dump(obj)
         payload, atts = buf.getvalue(), p.atts
+        if p.arena.index is not None:
+            p.arena.fill(atts)
     finally:
         buf.seek(0)
         buf.truncate()
         p.clear_memo()
         p.atts, p.index, p.moved, p.busy = [], {}, {}, False
+        p.arena = _Arena()
     return payload, (atts or None)
 
 
