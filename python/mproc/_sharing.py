@@ -22,6 +22,7 @@ import pickle
 import sys
 import threading
 import weakref
+from ctypes import memmove as _memmove
 from multiprocessing import reduction as _reduction
 
 from . import _mproc
@@ -135,11 +136,13 @@ def _tensor_meta(t, moved=None):
             t.grad, type(t) is _torch().nn.Parameter)
 
 
-def _make_tensor(base, meta):
+def _make_tensor(storage, meta):
+    """A tensor over storage (a TypedStorage of meta's dtype). No no_grad()
+    needed: the fresh tensor does not require grad when set_ runs (and
+    entering no_grad per tensor costs as much as making it)."""
     torch = _torch()
     dtype, size, stride, offset, requires_grad, grad, is_param = meta
-    with torch.no_grad():
-        t = torch.empty(0, dtype=dtype).set_(base.storage(), offset, size, stride)
+    t = torch.empty(0, dtype=dtype).set_(storage, offset, size, stride)
     if is_param:
         t = torch.nn.Parameter(t, requires_grad=requires_grad)
     elif requires_grad:
@@ -208,23 +211,25 @@ def _att(i):
     return _tls.atts[i]
 
 
-def _cached_base(i, dtype):
+def _cached_storage(i, dtype):
+    """A TypedStorage of dtype over attachment i, one per message and dtype
+    (a message's arena holds many tensors)."""
     key = (i, dtype)
-    base = _tls.bases.get(key)
-    if base is None:
+    ts = _tls.bases.get(key)
+    if ts is None:
         st = _att(i)
         if lookup(st.data_ptr) is None:
             _register(st)
-        base = _tls.bases[key] = _torch_base(st, dtype)
-    return base
+        ts = _tls.bases[key] = _torch_base(st, dtype).storage()
+    return ts
 
 
 def _rebuild_tensor(i, meta):
-    return _make_tensor(_cached_base(i, meta[0]), meta)
+    return _make_tensor(_cached_storage(i, meta[0]), meta)
 
 
 def _rebuild_storage(i, dtype):
-    return _cached_base(i, dtype).storage()
+    return _cached_storage(i, dtype)
 
 
 def _rebuild_array(i, dtype, shape, offset, strides):
@@ -286,10 +291,9 @@ class _Arena:
         self.slots = {}    # old storage address -> (byte offset, old untyped storage)
         self.tensors = []  # (tensor, its element offset in the arena)
 
-    def place(self, t, p):
-        """t's element offset in the arena (its storage gets a slot once)."""
-        us = t._storage()
-        ptr = us.data_ptr()
+    def place(self, t, us, ptr, p):
+        """t's element offset in the arena (its storage us, at ptr, gets a
+        slot once)."""
         slot = self.slots.get(ptr)
         if slot is None:
             off = -(-self.size // _ALIGN) * _ALIGN
@@ -307,10 +311,11 @@ class _Arena:
         tensors to it (as sharing a tensor does: later sends copy nothing)."""
         torch = _torch()
         st = _register(Storage.empty(-(-self.size // _ALIGN) * _ALIGN))
-        u8 = _torch_base(st, torch.uint8)
-        for off, us in self.slots.values():
-            n = us.nbytes()
-            u8[off:off + n].copy_(torch.empty(0, dtype=torch.uint8).set_(us))
+        dst = st.data_ptr
+        # plain memcpy: each slot is a whole CPU storage's bytes, and a
+        # torch copy_ per small tensor costs several times more
+        for ptr, (off, us) in self.slots.items():
+            _memmove(dst + off, ptr, us.nbytes())
         bases = {}
         with torch.no_grad():
             for t, offset in self.tensors:
@@ -322,13 +327,18 @@ class _Arena:
 
 
 def _reduce_tensor(t, p):
-    if not _shareable(t) or t._storage().nbytes() == 0:
+    if t.device.type != "cpu" or t.layout is not _torch().strided or t.is_quantized:
         return NotImplemented
-    if lookup(t._storage().data_ptr()) is not None:
+    us = t._storage()
+    ptr = us.data_ptr()
+    if us.nbytes() == 0:
+        return NotImplemented
+    st = lookup(ptr)
+    if st is not None:
         meta = _tensor_meta(t, p.moved)
-        return _rebuild_tensor, (p.attach(tensor_storage(t)), meta)
+        return _rebuild_tensor, (p.attach(st), meta)
     _check_leaf(t)
-    offset = p.arena.place(t, p)
+    offset = p.arena.place(t, us, ptr, p)
     meta = (t.dtype, tuple(t.size()), t.stride(), offset, t.requires_grad,
             t.grad, type(t) is _torch().nn.Parameter)
     return _rebuild_tensor, (p.arena.index, meta)
@@ -434,7 +444,7 @@ def _fp_rebuild_tensor(frame, dups, meta):
     st = _decode(frame, dups)
     if lookup(st.data_ptr) is None:
         _register(st)
-    return _make_tensor(_torch_base(st, meta[0]), meta)
+    return _make_tensor(_torch_base(st, meta[0]).storage(), meta)
 
 
 def _fp_rebuild_storage(frame, dups, dtype):
