@@ -1,14 +1,18 @@
 #!/usr/bin/python3
 """DataLoader with its default context against mproc.torch.get_context(),
-2 workers, spawn, one run:
+2 workers, spawn, one run; each case runs --repeat times (torch and mproc
+alternating, so both see the same load) and the medians are reported:
 
-    /usr/bin/python3 bench/python/bench_dataloader.py   # writes bench/results/python_dataloader.jsonl
+    /usr/bin/python3 bench/python/bench_dataloader.py [--repeat N]
+    # writes bench/results/python_dataloader.jsonl
 
   small   samples of 64 tensors of 1 KiB, batch_size=None (samples/s)
   images  batches of 32 x 3x224x224 float32, 18.4 MiB each (batches/s)
 """
+import argparse
 import json
 import os
+import statistics
 import sys
 import time
 
@@ -49,15 +53,24 @@ def rate(dataset, ctx, batch_size):
 
 
 def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=3, help="runs per case (median reported)")
+    args = ap.parse_args()
     rows = []
     for name, ds, bs in (("small 64x1KiB samples (samples/s)", Small(), None),
                          ("images 32x3x224x224 batches (batches/s)", Images(), 32)):
-        torch_rate = rate(ds, "spawn", bs)
-        mproc_rate = rate(ds, mp.get_context("spawn"), bs)
+        tr, mr = [], []
+        for _ in range(max(1, args.repeat)):
+            tr.append(rate(ds, "spawn", bs))
+            mr.append(rate(ds, mp.get_context("spawn"), bs))
+        torch_rate, mproc_rate = statistics.median(tr), statistics.median(mr)
+        ratios = [m / t for m, t in zip(mr, tr)]
         rows.append({"case": name, "torch": torch_rate, "mproc.torch": mproc_rate,
-                     "ratio": mproc_rate / torch_rate})
-        print("%-42s torch %9.1f  mproc %9.1f  %6.1fx" % (name, torch_rate, mproc_rate,
-                                                          mproc_rate / torch_rate))
+                     "ratio": mproc_rate / torch_rate, "runs": len(tr),
+                     "per_run_ratios": ratios})
+        print("%-42s torch %9.1f  mproc %9.1f  %6.1fx  (median of %d; per run %s)"
+              % (name, torch_rate, mproc_rate, mproc_rate / torch_rate, len(tr),
+                 " ".join("%.1f" % r for r in ratios)))
     out = os.path.join(ROOT, "bench", "results", "python_dataloader.jsonl")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:

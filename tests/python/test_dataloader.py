@@ -12,6 +12,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 import mproc.torch as mp
+import torch_workers
 import workers  # noqa: F401  (spawned workers import the datasets from here)
 from conftest import children, own_fds, own_segments
 
@@ -217,3 +218,16 @@ def test_worker_death_leaves_no_segments(strategy):
     while own_segments(pids) and time.monotonic() < end:
         time.sleep(0.1)
     assert own_segments(pids) == []
+
+
+def test_spawned_worker_collates_into_mproc_memory():
+    # A spawned worker's pickle names torch's modules and these (which do
+    # not import mproc.torch); mproc's Process installs mproc.torch there,
+    # so a batch is collated into mproc memory (it crosses without a copy)
+    # instead of torch's own shared memory.
+    dl = DataLoader(torch_workers.Big(), batch_size=2, num_workers=1,
+                    collate_fn=torch_workers.collate_where,
+                    multiprocessing_context=mp.get_context("spawn"))
+    for batch, installed, in_mproc in dl:
+        assert batch.shape == (2, 1 << 19)
+        assert installed and in_mproc
