@@ -228,6 +228,15 @@ def _rebuild_tensor(i, meta):
     return _make_tensor(_cached_storage(i, meta[0]), meta)
 
 
+def _rebuild_plain(i, dtype, size, stride, offset):
+    """_rebuild_tensor for the common case (no grad, not a Parameter): the
+    receiver's cost per small tensor is mostly Python calls."""
+    ts = _tls.bases.get((i, dtype))
+    if ts is None:
+        ts = _cached_storage(i, dtype)
+    return _torch().empty(0, dtype=dtype).set_(ts, offset, size, stride)
+
+
 def _rebuild_storage(i, dtype):
     return _cached_storage(i, dtype)
 
@@ -289,9 +298,9 @@ class _Arena:
         self.index = None  # attachment index, reserved at the first tensor
         self.size = 0
         self.slots = {}    # old storage address -> (byte offset, old untyped storage)
-        self.tensors = []  # (tensor, its element offset in the arena)
+        self.tensors = []  # (tensor, dtype, its element offset in the arena, size, stride)
 
-    def place(self, t, us, ptr, p):
+    def place(self, t, us, ptr, dtype, size, stride, p):
         """t's element offset in the arena (its storage us, at ptr, gets a
         slot once)."""
         slot = self.slots.get(ptr)
@@ -303,7 +312,7 @@ class _Arena:
                 self.index = len(p.atts)
                 p.atts.append(None)
         offset = slot[0] // t.element_size() + t.storage_offset()
-        self.tensors.append((t, offset))
+        self.tensors.append((t, dtype, offset, size, stride))
         return offset
 
     def fill(self, atts):
@@ -318,16 +327,17 @@ class _Arena:
             _memmove(dst + off, ptr, us.nbytes())
         bases = {}
         with torch.no_grad():
-            for t, offset in self.tensors:
-                base = bases.get(t.dtype)
+            for t, dtype, offset, size, stride in self.tensors:
+                base = bases.get(dtype)
                 if base is None:
-                    base = bases[t.dtype] = _torch_base(st, t.dtype).storage()
-                t.set_(base, offset, t.size(), t.stride())
+                    base = bases[dtype] = _torch_base(st, dtype).storage()
+                t.set_(base, offset, size, stride)
         atts[self.index] = st
 
 
 def _reduce_tensor(t, p):
-    if t.device.type != "cpu" or t.layout is not _torch().strided or t.is_quantized:
+    torch = _torch()
+    if t.device.type != "cpu" or t.layout is not torch.strided or t.is_quantized:
         return NotImplemented
     us = t._storage()
     ptr = us.data_ptr()
@@ -338,9 +348,11 @@ def _reduce_tensor(t, p):
         meta = _tensor_meta(t, p.moved)
         return _rebuild_tensor, (p.attach(st), meta)
     _check_leaf(t)
-    offset = p.arena.place(t, us, ptr, p)
-    meta = (t.dtype, tuple(t.size()), t.stride(), offset, t.requires_grad,
-            t.grad, type(t) is _torch().nn.Parameter)
+    dtype, size, stride = t.dtype, tuple(t.size()), t.stride()
+    offset = p.arena.place(t, us, ptr, dtype, size, stride, p)
+    if not t.requires_grad and t.grad is None and type(t) is torch.Tensor:
+        return _rebuild_plain, (p.arena.index, dtype, size, stride, offset)
+    meta = (dtype, size, stride, offset, t.requires_grad, t.grad, type(t) is torch.nn.Parameter)
     return _rebuild_tensor, (p.arena.index, meta)
 
 
