@@ -297,17 +297,17 @@ class _Arena:
     def __init__(self):
         self.index = None  # attachment index, reserved at the first tensor
         self.size = 0
-        self.slots = {}    # old storage address -> (byte offset, old untyped storage)
+        self.slots = {}    # old storage address -> (byte offset, old untyped storage, bytes)
         self.tensors = []  # (tensor, dtype, its element offset in the arena, size, stride)
 
-    def place(self, t, us, ptr, dtype, size, stride, p):
-        """t's element offset in the arena (its storage us, at ptr, gets a
-        slot once)."""
+    def place(self, t, us, ptr, nbytes, dtype, size, stride, p):
+        """t's element offset in the arena (its storage us, nbytes at ptr,
+        gets a slot once)."""
         slot = self.slots.get(ptr)
         if slot is None:
             off = -(-self.size // _ALIGN) * _ALIGN
-            self.size = off + us.nbytes()
-            slot = self.slots[ptr] = (off, us)  # us pins the old memory until the copy
+            self.size = off + nbytes
+            slot = self.slots[ptr] = (off, us, nbytes)  # us pins the old memory until the copy
             if self.index is None:
                 self.index = len(p.atts)
                 p.atts.append(None)
@@ -323,8 +323,8 @@ class _Arena:
         dst = st.data_ptr
         # plain memcpy: each slot is a whole CPU storage's bytes, and a
         # torch copy_ per small tensor costs several times more
-        for ptr, (off, us) in self.slots.items():
-            _memmove(dst + off, ptr, us.nbytes())
+        for ptr, (off, _, nbytes) in self.slots.items():
+            _memmove(dst + off, ptr, nbytes)
         bases = {}
         with torch.no_grad():
             for t, dtype, offset, size, stride in self.tensors:
@@ -340,17 +340,19 @@ def _reduce_tensor(t, p):
     if t.device.type != "cpu" or t.layout is not torch.strided or t.is_quantized:
         return NotImplemented
     us = t._storage()
-    ptr = us.data_ptr()
-    if us.nbytes() == 0:
+    ptr, nbytes = us.data_ptr(), us.nbytes()
+    if nbytes == 0:
         return NotImplemented
     st = lookup(ptr)
     if st is not None:
         meta = _tensor_meta(t, p.moved)
         return _rebuild_tensor, (p.attach(st), meta)
-    _check_leaf(t)
+    grad = t.requires_grad
+    if grad:
+        _check_leaf(t)
     dtype, size, stride = t.dtype, tuple(t.size()), t.stride()
-    offset = p.arena.place(t, us, ptr, dtype, size, stride, p)
-    if not t.requires_grad and t.grad is None and type(t) is torch.Tensor:
+    offset = p.arena.place(t, us, ptr, nbytes, dtype, size, stride, p)
+    if not grad and t.grad is None and type(t) is torch.Tensor:
         return _rebuild_plain, (p.arena.index, dtype, size, stride, offset)
     meta = (dtype, size, stride, offset, t.requires_grad, t.grad, type(t) is torch.nn.Parameter)
     return _rebuild_tensor, (p.arena.index, meta)
