@@ -231,3 +231,17 @@ def test_spawned_worker_collates_into_mproc_memory():
     for batch, installed, in_mproc in dl:
         assert batch.shape == (2, 1 << 19)
         assert installed and in_mproc
+
+
+def test_tensor_in_torchs_shared_memory_travels():
+    # put into torch's own shared memory before mproc was in charge: it
+    # rides in the message's arena (one copy) and the sender's tensor is
+    # rebound to it, so both sides then see one memory
+    t = torch.zeros(8)
+    mp._torch_share_memory_(t)
+    q = mp.Queue()
+    q.put([t, t[2:4]])
+    a, b = q.get()
+    assert mp._sharing.is_shared(t)
+    a[3] = 5
+    assert t[3] == 5 and b[1] == 5
