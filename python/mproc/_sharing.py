@@ -22,6 +22,7 @@ import pickle
 import sys
 import threading
 import weakref
+from ctypes import memmove as _memmove
 from multiprocessing import reduction as _reduction
 
 from . import _mproc
@@ -119,23 +120,29 @@ def is_shared(t):
     return _shareable(t) and lookup(t._storage().data_ptr()) is not None
 
 
-def _tensor_meta(t, moved=None):
+def _check_leaf(t):
     if t.requires_grad and not t.is_leaf:
         raise RuntimeError(
             "Cowardly refusing to serialize non-leaf tensor which requires_grad, since "
             "autograd does not support crossing process boundaries. If you just want "
             "to transfer the data, call detach() on the tensor before serializing "
             "(e.g., putting it on the queue).")
+
+
+def _tensor_meta(t, moved=None):
+    _check_leaf(t)
     share_tensor_(t, moved)
     return (t.dtype, tuple(t.size()), t.stride(), t.storage_offset(), t.requires_grad,
             t.grad, type(t) is _torch().nn.Parameter)
 
 
-def _make_tensor(base, meta):
+def _make_tensor(storage, meta):
+    """A tensor over storage (a TypedStorage of meta's dtype). No no_grad()
+    needed: the fresh tensor does not require grad when set_ runs (and
+    entering no_grad per tensor costs as much as making it)."""
     torch = _torch()
     dtype, size, stride, offset, requires_grad, grad, is_param = meta
-    with torch.no_grad():
-        t = torch.empty(0, dtype=dtype).set_(base.storage(), offset, size, stride)
+    t = torch.empty(0, dtype=dtype).set_(storage, offset, size, stride)
     if is_param:
         t = torch.nn.Parameter(t, requires_grad=requires_grad)
     elif requires_grad:
@@ -204,23 +211,34 @@ def _att(i):
     return _tls.atts[i]
 
 
-def _cached_base(i, dtype):
+def _cached_storage(i, dtype):
+    """A TypedStorage of dtype over attachment i, one per message and dtype
+    (a message's arena holds many tensors)."""
     key = (i, dtype)
-    base = _tls.bases.get(key)
-    if base is None:
+    ts = _tls.bases.get(key)
+    if ts is None:
         st = _att(i)
         if lookup(st.data_ptr) is None:
             _register(st)
-        base = _tls.bases[key] = _torch_base(st, dtype)
-    return base
+        ts = _tls.bases[key] = _torch_base(st, dtype).storage()
+    return ts
 
 
 def _rebuild_tensor(i, meta):
-    return _make_tensor(_cached_base(i, meta[0]), meta)
+    return _make_tensor(_cached_storage(i, meta[0]), meta)
+
+
+def _rebuild_plain(i, dtype, size, stride, offset):
+    """_rebuild_tensor for the common case (no grad, not a Parameter): the
+    receiver's cost per small tensor is mostly Python calls."""
+    ts = _tls.bases.get((i, dtype))
+    if ts is None:
+        ts = _cached_storage(i, dtype)
+    return _torch().empty(0, dtype=dtype).set_(ts, offset, size, stride)
 
 
 def _rebuild_storage(i, dtype):
-    return _cached_base(i, dtype).storage()
+    return _cached_storage(i, dtype)
 
 
 def _rebuild_array(i, dtype, shape, offset, strides):
@@ -244,6 +262,7 @@ class _Pickler(pickle.Pickler):
         self.atts = atts
         self.index = {}
         self.moved = {}
+        self.arena = _Arena()
 
     def attach(self, obj):
         i = self.index.get(id(obj))
@@ -262,11 +281,81 @@ class _Pickler(pickle.Pickler):
         return f(obj, self)
 
 
+_ALIGN = 64  # arena slots start on a cache line (any dtype's alignment)
+
+
+class _Arena:
+    """The private tensors of one message, packed into ONE mproc segment
+    made after pickling (the pickle holds only the arena's attachment index
+    and each tensor's element offset in it): one memfd and one fd per
+    message instead of one per tensor, so a loader's fds do not grow with
+    tensors per sample times messages in flight, and a small tensor costs
+    a slot and a copy rather than a segment."""
+
+    __slots__ = ("index", "size", "slots", "tensors")
+
+    def __init__(self):
+        self.index = None  # attachment index, reserved at the first tensor
+        self.size = 0
+        self.slots = {}    # old storage address -> (byte offset, old untyped storage, bytes)
+        self.tensors = []  # (tensor, dtype, its element offset in the arena, size, stride)
+
+    def place(self, t, us, ptr, nbytes, dtype, size, stride, p):
+        """t's element offset in the arena (its storage us, nbytes at ptr,
+        gets a slot once)."""
+        slot = self.slots.get(ptr)
+        if slot is None:
+            off = -(-self.size // _ALIGN) * _ALIGN
+            self.size = off + nbytes
+            slot = self.slots[ptr] = (off, us, nbytes)  # us pins the old memory until the copy
+            if self.index is None:
+                self.index = len(p.atts)
+                p.atts.append(None)
+        offset = slot[0] // t.element_size() + t.storage_offset()
+        self.tensors.append((t, dtype, offset, size, stride))
+        return offset
+
+    def fill(self, atts):
+        """Makes the segment, copies every slot in and rebinds the sender's
+        tensors to it (as sharing a tensor does: later sends copy nothing)."""
+        torch = _torch()
+        st = _register(Storage.empty(-(-self.size // _ALIGN) * _ALIGN))
+        dst = st.data_ptr
+        # plain memcpy: each slot is a whole CPU storage's bytes, and a
+        # torch copy_ per small tensor costs several times more
+        for ptr, (off, _, nbytes) in self.slots.items():
+            _memmove(dst + off, ptr, nbytes)
+        bases = {}
+        with torch.no_grad():
+            for t, dtype, offset, size, stride in self.tensors:
+                base = bases.get(dtype)
+                if base is None:
+                    base = bases[dtype] = _torch_base(st, dtype).storage()
+                t.set_(base, offset, size, stride)
+        atts[self.index] = st
+
+
 def _reduce_tensor(t, p):
-    if not _shareable(t) or t._storage().nbytes() == 0:
+    torch = _torch()
+    if t.device.type != "cpu" or t.layout is not torch.strided or t.is_quantized:
         return NotImplemented
-    meta = _tensor_meta(t, p.moved)
-    return _rebuild_tensor, (p.attach(tensor_storage(t)), meta)
+    us = t._storage()
+    ptr, nbytes = us.data_ptr(), us.nbytes()
+    if nbytes == 0:
+        return NotImplemented
+    st = lookup(ptr)
+    if st is not None:
+        meta = _tensor_meta(t, p.moved)
+        return _rebuild_tensor, (p.attach(st), meta)
+    grad = t.requires_grad
+    if grad:
+        _check_leaf(t)
+    dtype, size, stride = t.dtype, tuple(t.size()), t.stride()
+    offset = p.arena.place(t, us, ptr, nbytes, dtype, size, stride, p)
+    if not grad and t.grad is None and type(t) is torch.Tensor:
+        return _rebuild_plain, (p.arena.index, dtype, size, stride, offset)
+    meta = (dtype, size, stride, offset, t.requires_grad, t.grad, type(t) is torch.nn.Parameter)
+    return _rebuild_tensor, (p.arena.index, meta)
 
 
 def _reduce_storage(s, p):
@@ -315,11 +404,14 @@ def dumps(obj):
     try:
         p.dump(obj)
         payload, atts = buf.getvalue(), p.atts
+        if p.arena.index is not None:
+            p.arena.fill(atts)
     finally:
         buf.seek(0)
         buf.truncate()
         p.clear_memo()
         p.atts, p.index, p.moved, p.busy = [], {}, {}, False
+        p.arena = _Arena()
     return payload, (atts or None)
 
 
@@ -366,7 +458,7 @@ def _fp_rebuild_tensor(frame, dups, meta):
     st = _decode(frame, dups)
     if lookup(st.data_ptr) is None:
         _register(st)
-    return _make_tensor(_torch_base(st, meta[0]), meta)
+    return _make_tensor(_torch_base(st, meta[0]).storage(), meta)
 
 
 def _fp_rebuild_storage(frame, dups, dtype):

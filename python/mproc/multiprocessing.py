@@ -8,6 +8,7 @@ Manager, get_context, set_start_method, ...).
 """
 import multiprocessing as _std
 import multiprocessing.pool as _std_pool
+import sys
 import threading
 from multiprocessing import *  # noqa: F401,F403  the drop-in: every public name
 
@@ -47,14 +48,28 @@ def _started(start):
     return wrapped
 
 
+def _with_torch(run):
+    def wrapped(self):
+        # A spawned child imports only what its pickle names: torch (a
+        # DataLoader worker's target is torch's) but not mproc.torch, whose
+        # import makes collated batches go to mproc memory (else into torch's
+        # own shared memory, then copied into the message).
+        if "torch" in sys.modules and "mproc.torch" not in sys.modules:
+            import mproc.torch  # noqa: F401
+        return run(self)
+    return wrapped
+
+
 def _process_class(base):
     """base with a start() that drops the fds kept for the child once the
-    child has them."""
+    child has them, and a run() that installs mproc.torch where torch is
+    loaded."""
     name = base.__name__
     cls = globals().get(name)
     if cls is None or cls.__bases__ != (base,):
         # a module attribute, so a spawned child's unpickler finds it
         cls = globals()[name] = type(name, (base,), {"start": _started(base.start),
+                                                      "run": _with_torch(base.run),
                                                       "__module__": __name__})
     return cls
 

@@ -44,14 +44,24 @@ def _is_shared(self):
 _torch_new_shared = _torch.TypedStorage._new_shared
 
 
+# Below this size a collated tensor stays private: the message's arena packs
+# it with the others (one segment and one fd per batch, however many tensors
+# a sample has); from it up, a tensor gets its own segment and crosses
+# without a copy (the fds in flight are then bounded by bytes, 1 MiB each).
+OWN_SEGMENT_MIN = 1 << 20
+
+
 def _new_shared(self, size, *, device=None):
-    """TypedStorage._new_shared in mproc shared memory: DataLoader's workers
-    collate batches straight into it, so a batch crosses without a copy."""
+    """TypedStorage._new_shared for DataLoader's workers, which collate each
+    batch into it: a large one in mproc shared memory (it crosses without a
+    copy), a small one private (it rides in its message's arena)."""
     if device is not None and _torch.device(device).type != "cpu":
         return _torch_new_shared(self, size, device=device)
     nbytes = size * self.element_size()
     if nbytes == 0:
         return _torch_new_shared(self, size, device=device)
+    if nbytes < OWN_SEGMENT_MIN:
+        return _torch.TypedStorage(size, dtype=self.dtype)
     st = _sharing._register(_sharing.Storage.empty(nbytes))
     return _sharing._torch_base(st, self.dtype).storage()
 

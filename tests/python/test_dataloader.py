@@ -1,15 +1,22 @@
 """torch's DataLoader with multiprocessing_context=mproc.torch.get_context(...)
 (issue 17, first part: the loader runs on mproc's queues)."""
+import contextlib
+import gc
 import os
+import resource
 import signal
+import time
 
 import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 import mproc.torch as mp
+import torch_workers
 import workers  # noqa: F401  (spawned workers import the datasets from here)
-from conftest import own_fds
+from conftest import children, own_fds, own_segments
+
+STRATEGIES = ["file_descriptor", "file_system"]
 
 
 class Small(Dataset):
@@ -81,3 +88,160 @@ def test_worker_death_raises():
                     multiprocessing_context=mp.get_context("fork"))
     with pytest.raises(RuntimeError, match="DataLoader worker"):
         list(dl)
+
+
+class Many(Dataset):
+    """Samples of 256 small tensors (issue 17's fd-exhaustion case)."""
+
+    def __len__(self):
+        return 48
+
+    def __getitem__(self, i):
+        return [torch.full((16,), float(i)) for _ in range(256)]
+
+
+@contextlib.contextmanager
+def nofile(limit):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(limit, hard), hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+@pytest.mark.parametrize("batch_size", [None, 4])
+@pytest.mark.parametrize("strategy", STRATEGIES, indirect=True)
+def test_256_tensors_under_nofile_1024(strategy, batch_size):
+    # torch's own context dies here with EMFILE: one fd per tensor in flight
+    dl = DataLoader(Many(), batch_size=batch_size, num_workers=2, prefetch_factor=8,
+                    multiprocessing_context=mp.get_context("fork"))
+    with nofile(1024):
+        got = [s for s in dl]
+    n = 0
+    for s in got:
+        x = s[0] if batch_size is None else s[0][:, 0]
+        n += 1 if batch_size is None else len(x)
+        assert len(s) == 256 and torch.equal(s[255], s[0])
+    assert n == 48
+    del got, dl
+    gc.collect()
+    assert own_segments() == []
+
+
+def test_256_tensors_under_nofile_spawn():
+    dl = DataLoader(Many(), batch_size=None, num_workers=2, prefetch_factor=8,
+                    multiprocessing_context=mp.get_context("spawn"))
+    with nofile(1024):
+        assert sorted(int(s[7][0]) for s in dl) == list(range(48))
+
+
+def test_sample_is_one_segment():
+    # every private tensor of one message shares one segment (one fd)
+    q = mp.Queue()
+    q.put([torch.full((4,), float(i)) for i in range(64)])
+    got = q.get()
+    assert len({t._storage().data_ptr() for t in got}) == 1
+    assert [int(t[0]) for t in got] == list(range(64))
+
+
+class Nested(Dataset):
+    def __len__(self):
+        return 12
+
+    def __getitem__(self, i):
+        return [[torch.tensor([i]), (torch.full((2, 2), i), [torch.tensor([-i])])], i]
+
+
+def test_nested_list_samples():
+    for bs in (None, 3):
+        dl = DataLoader(Nested(), batch_size=bs, num_workers=2,
+                        multiprocessing_context=mp.get_context("fork"))
+        got = list(dl)
+        if bs is None:
+            assert [int(s[0][0]) for s in got] == list(range(12))
+            assert all(torch.equal(s[0][1][0], torch.full((2, 2), s[1])) for s in got)
+            assert [int(s[0][1][1][0]) for s in got] == [-i for i in range(12)]
+        else:
+            assert torch.equal(torch.cat([b[0][0] for b in got]).flatten(), torch.arange(12))
+            assert torch.equal(torch.cat([b[0][1][1][0] for b in got]).flatten(),
+                               -torch.arange(12))
+
+
+class Tiny(Dataset):
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        return [torch.full((3,), float(i)), torch.tensor([i])]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES, indirect=True)
+def test_no_leaks_after_100_epochs(strategy):
+    fds = own_fds()
+    dl = DataLoader(Tiny(), batch_size=2, num_workers=2, persistent_workers=True,
+                    multiprocessing_context=mp.get_context("fork"))
+    list(dl)
+    pids = [w.pid for w in dl._iterator._workers]
+    for _ in range(100):
+        assert sum(int(b[1].sum()) for b in dl) == 6
+    del dl
+    gc.collect()
+    assert all(_reaped(p) for p in pids)
+    assert own_fds() <= fds + 2
+    assert own_segments(pids) == []
+
+
+def _reaped(pid, timeout=30):
+    # DataLoader's shutdown joins its workers; give a loaded machine time
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pid not in children():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES, indirect=True)
+def test_worker_death_leaves_no_segments(strategy):
+    dl = DataLoader(Dies(), batch_size=None, num_workers=2, timeout=20,
+                    multiprocessing_context=mp.get_context("fork"))
+    it = iter(dl)
+    pids = [w.pid for w in it._workers]
+    with pytest.raises(RuntimeError, match="DataLoader worker"):
+        list(it)
+    del it, dl
+    gc.collect()
+    # the killed worker's segments are reclaimed (file_system: by the
+    # manager daemon once no process uses them); give it time under load
+    end = time.monotonic() + 30
+    while own_segments(pids) and time.monotonic() < end:
+        time.sleep(0.1)
+    assert own_segments(pids) == []
+
+
+def test_spawned_worker_collates_into_mproc_memory():
+    # A spawned worker's pickle names torch's modules and these (which do
+    # not import mproc.torch); mproc's Process installs mproc.torch there,
+    # so a batch is collated into mproc memory (it crosses without a copy)
+    # instead of torch's own shared memory.
+    dl = DataLoader(torch_workers.Big(), batch_size=2, num_workers=1,
+                    collate_fn=torch_workers.collate_where,
+                    multiprocessing_context=mp.get_context("spawn"))
+    for batch, installed, in_mproc in dl:
+        assert batch.shape == (2, 1 << 19)
+        assert installed and in_mproc
+
+
+def test_tensor_in_torchs_shared_memory_travels():
+    # put into torch's own shared memory before mproc was in charge: it
+    # rides in the message's arena (one copy) and the sender's tensor is
+    # rebound to it, so both sides then see one memory
+    t = torch.zeros(8)
+    mp._torch_share_memory_(t)
+    q = mp.Queue()
+    q.put([t, t[2:4]])
+    a, b = q.get()
+    assert mp._sharing.is_shared(t)
+    a[3] = 5
+    assert t[3] == 5 and b[1] == 5
