@@ -115,19 +115,25 @@ int mp_test_count_shm(void)
  * shm manager client's report ring is the library's, like its socket: kept
  * for the process's lifetime once the first file_system segment is
  * reported, so not a leak (its memfd is named MP__MGR_RING_NAME). */
-int mp_test_count_maps(void)
+static int count_maps(FILE *show)
 {
     FILE *f = fopen("/proc/self/maps", "r");
     char line[4096];
     int n = 0;
     if (!f)
         return -1;
-    while (fgets(line, sizeof line, f))
-        n += (strstr(line, "/memfd:") && !strstr(line, "/memfd:" MP__MGR_RING_NAME)) ||
-             strstr(line, "/dev/shm/");
+    while (fgets(line, sizeof line, f)) {
+        bool shared = (strstr(line, "/memfd:") && !strstr(line, "/memfd:" MP__MGR_RING_NAME)) ||
+                      strstr(line, "/dev/shm/");
+        n += shared;
+        if (shared && show)
+            fprintf(show, "  mapped: %s", line);
+    }
     fclose(f);
     return n;
 }
+
+int mp_test_count_maps(void) { return count_maps(NULL); }
 
 /* Children of ours: /proc/<pid>/stat field 4 (ppid) equals getpid(). */
 static int for_each_child(void (*fn)(pid_t))
@@ -185,6 +191,8 @@ void mp_test_assert_no_leaks(const mp_test_snapshot *before)
             return;
         nanosleep(&ts, NULL);
     }
+    if (now.maps > before->maps) /* say which, so a rare leak can be traced */
+        count_maps(stderr);
     fail_msg("leak: fds %d -> %d, /dev/shm mproc segments %d -> %d, mappings %d -> %d, "
              "children %d -> %d",
              before->fds, now.fds, before->shm, now.shm, before->maps, now.maps, before->children,
