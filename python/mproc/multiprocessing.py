@@ -130,6 +130,20 @@ class Pool(_std_pool.Pool):
         super().__init__(processes, initializer, initargs, maxtasksperchild, ctx)
 
     @staticmethod
+    def _help_stuff_finish(inqueue, task_handler, size):
+        # Python's version polls, then receives, and relies on inqueue._rlock
+        # to keep workers from reading in between. mproc's workers take turns
+        # through the pipe end's own lock, so a task that poll() saw may be
+        # taken by a worker first and the receive would then block forever:
+        # drain with receives that never block instead.
+        inqueue._rlock.acquire()
+        while task_handler.is_alive():
+            try:
+                inqueue._reader._handle().recv(0)
+            except (TimeoutError, OSError):  # empty now, or closed
+                break
+
+    @staticmethod
     def Process(ctx, *args, **kwds):
         # workers (also those started to replace dead ones) release the fds
         # kept for their start
