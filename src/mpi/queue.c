@@ -168,7 +168,10 @@ static void *broker(void *arg)
     mp_mpi_queue *b = arg;
     unsigned idle = 0;
     while (!atomic_load(&b->stop)) {
-        bool busy = broker_puts(b) | broker_requests(b) | broker_serve(b);
+        /* Each step runs every round, whatever the others found. */
+        bool busy = broker_puts(b);
+        busy = broker_requests(b) || busy;
+        busy = broker_serve(b) || busy;
         if (busy) {
             idle = 0;
             continue;

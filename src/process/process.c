@@ -131,7 +131,7 @@ int mp__process_create(const char *entry, mp_msg *args, const mp_process_options
 {
     mp_process *p;
     char defname[32];
-    mp__method m;
+    mp__method m = MP__FORK; /* set by mp__method_parse or the default */
     mp_process_options copy;
     if (!out || !entry)
         return mp__error(MP_EINVAL, "mp_process_create: entry and out must not be NULL");

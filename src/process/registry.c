@@ -174,7 +174,7 @@ mp__method mp__method_default(void)
 
 int mp_set_start_method(const char *method, bool force)
 {
-    mp__method m;
+    mp__method m = MP__FORK; /* set by mp__method_parse or the default */
     int expected = -1;
     if (!method) {
         if (!force)
@@ -210,7 +210,7 @@ const char *const *mp_get_all_start_methods(void)
 
 int mp_get_context(const char *method, mp_context **out)
 {
-    mp__method m;
+    mp__method m = MP__FORK; /* set by mp__method_parse or the default */
     if (!out)
         return mp__error(MP_EINVAL, "mp_get_context: out is NULL");
     if (!method)

@@ -163,7 +163,7 @@ void mp_spawn_context_destroy(mp_spawn_context *c)
 
 static int check_options(const char *entry, const mp_spawn_options *o, mp_spawn_context **out)
 {
-    mp__method m;
+    mp__method m = MP__FORK; /* set by mp__method_parse or the default */
     if (!entry)
         return mp__error(MP_EINVAL, "mp_spawn: entry must not be NULL");
     if (o->nprocs < 1 || o->nprocs > 4096)
