@@ -146,8 +146,8 @@ int mp_mpi_queue_create(int home, mp_mpi_queue **out);
  * MP_ECLOSED after close, MP_ENOTSUP for host-local attachments sent to
  * another host, MP_ECHILD when a rank failed. */
 int mp_mpi_queue_put(mp_mpi_queue *q, const mp_msg *m, double timeout);
-/* Takes the oldest message: MP_EAGAIN (timeout 0: none within one round
- * trip to the home), MP_ETIMEDOUT, MP_ECLOSED (closed and drained). A get
+/* Takes the oldest message: MP_ETIMEDOUT (none in time; timeout 0: none
+ * within one round trip to the home), MP_ECLOSED (closed and drained). A get
  * that times out from another host never loses a message: one answered
  * before the cancel arrives is returned. */
 int mp_mpi_queue_get(mp_mpi_queue *q, mp_msg **out, double timeout);
@@ -189,7 +189,7 @@ int mp_mpi_pool_apply(mp_mpi_pool *p, const char *task, const mp_msg *in, mp_msg
  * failed item: its error, and no out set. */
 int mp_mpi_pool_map(mp_mpi_pool *p, const char *task, const mp_msg *const *in, size_t n,
                     mp_msg **out);
-/* Waits (moving p's work) until r is done: 0, MP_ETIMEDOUT, MP_EAGAIN. */
+/* Waits (moving p's work) until r is done: 0 or MP_ETIMEDOUT (timeout 0 polls). */
 int mp_mpi_result_wait(mp_mpi_result *r, mp_mpi_pool *p, double timeout);
 /* Waits, then 0 with *out (may be NULL) the result message, handed over
  * once (MP_ESTATE the second time), or the task's error. */

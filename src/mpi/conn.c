@@ -142,7 +142,7 @@ static int local_send(mp_mpi_conn *c, const mp_msg *m, double deadline)
         if ((rc = mp__mpi_check("mp_mpi_conn_send")) != 0)
             return rc;
         if (deadline == 0)
-            return mp__error(MP_EAGAIN, "mp_mpi_conn_send: would block");
+            return mp__error(MP_ETIMEDOUT, "mp_mpi_conn_send: would block");
         if (deadline > 0 && mp__now() >= deadline)
             return mp__error(MP_ETIMEDOUT, "mp_mpi_conn_send: timed out");
     }
@@ -175,7 +175,7 @@ int mp_mpi_conn_send(mp_mpi_conn *c, const mp_msg *m, double timeout)
     if (c->inflight) {
         rc = mp__mpi_inflight_wait(c->inflight, deadline, "mp_mpi_conn_send");
         if (rc == 0)
-            return mp__error(timeout == 0 ? MP_EAGAIN : MP_ETIMEDOUT,
+            return mp__error(MP_ETIMEDOUT,
                              "mp_mpi_conn_send: the previous message to rank %d is still "
                              "being transferred; nothing was sent", c->peer);
         if (rc < 0)
@@ -205,7 +205,7 @@ static int local_recv(mp_mpi_conn *c, mp_msg **out, double deadline)
         if ((rc = mp__mpi_check("mp_mpi_conn_recv")) != 0)
             return rc;
         if (deadline == 0)
-            return mp__error(MP_EAGAIN, "mp_mpi_conn_recv: nothing to receive");
+            return mp__error(MP_ETIMEDOUT, "mp_mpi_conn_recv: nothing to receive");
         if (deadline > 0 && mp__now() >= deadline)
             return mp__error(MP_ETIMEDOUT, "mp_mpi_conn_recv: timed out");
     }
@@ -245,7 +245,7 @@ int mp_mpi_conn_recv(mp_mpi_conn *c, mp_msg **out, double timeout)
         if ((rc = mp__mpi_check("mp_mpi_conn_recv")) != 0)
             return rc;
         if (deadline == 0)
-            return mp__error(MP_EAGAIN, "mp_mpi_conn_recv: nothing to receive");
+            return mp__error(MP_ETIMEDOUT, "mp_mpi_conn_recv: nothing to receive");
         if (deadline > 0 && mp__now() >= deadline)
             return mp__error(MP_ETIMEDOUT, "mp_mpi_conn_recv: timed out");
         if (c->inflight && spins >= 500)

@@ -165,7 +165,7 @@ static int wait_req(MPI_Request *req, double deadline, MPI_Status *st, const cha
         if ((rc = mp__mpi_check(fn)) != 0)
             return rc;
         if (deadline == 0)
-            return mp__error(MP_EAGAIN, "%s: would block", fn);
+            return mp__error(MP_ETIMEDOUT, "%s: would block", fn);
         if (deadline > 0 && mp__now() >= deadline)
             return mp__error(MP_ETIMEDOUT, "%s: timed out", fn);
         if (data && spins >= 500)

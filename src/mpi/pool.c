@@ -248,7 +248,7 @@ static int take_reply(mp_mpi_pool *p, int w)
     int32_t trc;
     uint16_t elen;
     int rc = mp_mpi_conn_recv(p->conn[w], &m, 0);
-    if (rc == MP_EAGAIN)
+    if (rc == MP_ETIMEDOUT)
         return 0;
     if (rc)
         return rc;
@@ -336,7 +336,7 @@ int mp_mpi_result_wait(mp_mpi_result *r, mp_mpi_pool *p, double timeout)
         if (r->ready)
             break;
         if (timeout == 0)
-            return mp__error(MP_EAGAIN, "mp_mpi_result_wait: not ready");
+            return mp__error(MP_ETIMEDOUT, "mp_mpi_result_wait: not ready");
         if (deadline >= 0 && mp__now() >= deadline)
             return mp__error(MP_ETIMEDOUT, "mp_mpi_result_wait: timed out");
         mp__mpi_backoff(&spins);

@@ -295,7 +295,7 @@ static int local_call(mp_mpi_queue *mq, const mp_msg *in, mp_msg **out, double d
         if ((rc = mp__mpi_check(fn)) != 0)
             return rc;
         if (deadline == 0)
-            return mp__error(MP_EAGAIN, "%s: %s", fn, in ? "the queue is full" : "empty");
+            return mp__error(MP_ETIMEDOUT, "%s: %s", fn, in ? "the queue is full" : "empty");
         if (deadline > 0 && mp__now() >= deadline)
             return mp__error(MP_ETIMEDOUT, "%s: timed out", fn);
     }
@@ -368,7 +368,7 @@ int mp_mpi_queue_get(mp_mpi_queue *mq, mp_msg **out, double timeout)
     if (rc)
         return rc;
     if (a.op == MP_ETIMEDOUT && timeout == 0)
-        return mp__error(MP_EAGAIN, "%s: the queue is empty", fn);
+        return mp__error(MP_ETIMEDOUT, "%s: the queue is empty", fn);
     if (a.op == MP_ETIMEDOUT)
         return mp__error(MP_ETIMEDOUT, "%s: timed out", fn);
     if (a.op != 0)
