@@ -27,19 +27,6 @@ struct mp_mpi_conn {
     uint64_t close_out;
 };
 
-/* Slices of a blocking local call: between them, the failure check. */
-#define SLICE 0.05
-
-static double slice_of(double deadline)
-{
-    if (deadline == 0)
-        return 0;
-    if (deadline < 0)
-        return SLICE;
-    double left = deadline - mp__now();
-    return left < 0 ? 0 : left < SLICE ? left : SLICE;
-}
-
 /* Hands the peer one end of a fresh mproc pipe, or takes it. */
 static int local_handshake(mp_mpi_conn *c)
 {
@@ -61,7 +48,7 @@ static int local_handshake(mp_mpi_conn *c)
         return 0;
     }
     for (;;) {
-        rc = mp__wire_recv(sock, &m, mp__deadline(SLICE));
+        rc = mp__wire_recv(sock, &m, mp__deadline(mp__mpi_slice(-1)));
         if (rc != MP_ETIMEDOUT)
             break;
         if ((rc = mp__mpi_check("mp_mpi_pipe")) != 0)
@@ -133,18 +120,19 @@ static int local_result(mp_mpi_conn *c, int rc, const char *fn)
     return rc;
 }
 
-static int local_send(mp_mpi_conn *c, const mp_msg *m, double deadline)
+/* A send or receive on the same-host mproc pipe, in slices with the
+ * failure check between them. */
+static int local_call(mp_mpi_conn *c, const mp_msg *m, mp_msg **out, double deadline)
 {
+    const char *fn = m ? "mp_mpi_conn_send" : "mp_mpi_conn_recv";
     for (;;) {
-        int rc = mp_conn_send(c->lc, m, slice_of(deadline));
-        if (rc != MP_ETIMEDOUT && rc != MP_EAGAIN)
-            return local_result(c, rc, "mp_mpi_conn_send");
-        if ((rc = mp__mpi_check("mp_mpi_conn_send")) != 0)
+        double slice = mp__mpi_slice(deadline);
+        int rc = m ? mp_conn_send(c->lc, m, slice) : mp_conn_recv(c->lc, out, slice);
+        if (rc != MP_ETIMEDOUT)
+            return local_result(c, rc, fn);
+        if ((rc = mp__mpi_check(fn)) != 0 ||
+            (rc = mp__mpi_expired(deadline, fn, m ? "would block" : "nothing to receive")) != 0)
             return rc;
-        if (deadline == 0)
-            return mp__error(MP_ETIMEDOUT, "mp_mpi_conn_send: would block");
-        if (deadline > 0 && mp__now() >= deadline)
-            return mp__error(MP_ETIMEDOUT, "mp_mpi_conn_send: timed out");
     }
 }
 
@@ -169,7 +157,7 @@ int mp_mpi_conn_send(mp_mpi_conn *c, const mp_msg *m, double timeout)
     if (mp__mpi.failed)
         return mp__mpi_fail_error("mp_mpi_conn_send");
     if (c->local)
-        return local_send(c, m, deadline);
+        return local_call(c, m, NULL, deadline);
     if (peer_closed(c))
         return mp__error(MP_ECLOSED, "mp_mpi_conn_send: rank %d closed its end", c->peer);
     if (c->inflight) {
@@ -196,21 +184,6 @@ int mp_mpi_conn_send(mp_mpi_conn *c, const mp_msg *m, double timeout)
     return rc;
 }
 
-static int local_recv(mp_mpi_conn *c, mp_msg **out, double deadline)
-{
-    for (;;) {
-        int rc = mp_conn_recv(c->lc, out, slice_of(deadline));
-        if (rc != MP_ETIMEDOUT && rc != MP_EAGAIN)
-            return local_result(c, rc, "mp_mpi_conn_recv");
-        if ((rc = mp__mpi_check("mp_mpi_conn_recv")) != 0)
-            return rc;
-        if (deadline == 0)
-            return mp__error(MP_ETIMEDOUT, "mp_mpi_conn_recv: nothing to receive");
-        if (deadline > 0 && mp__now() >= deadline)
-            return mp__error(MP_ETIMEDOUT, "mp_mpi_conn_recv: timed out");
-    }
-}
-
 int mp_mpi_conn_recv(mp_mpi_conn *c, mp_msg **out, double timeout)
 {
     double deadline = timeout == 0 ? 0 : mp__deadline(timeout);
@@ -222,7 +195,7 @@ int mp_mpi_conn_recv(mp_mpi_conn *c, mp_msg **out, double timeout)
     if (mp__mpi.failed)
         return mp__mpi_fail_error("mp_mpi_conn_recv");
     if (c->local)
-        return local_recv(c, out, deadline);
+        return local_call(c, NULL, out, deadline);
     for (;;) {
         MPI_Message msg;
         MPI_Status st;
@@ -244,10 +217,8 @@ int mp_mpi_conn_recv(mp_mpi_conn *c, mp_msg **out, double timeout)
                                          "everything it sent was received", c->peer);
         if ((rc = mp__mpi_check("mp_mpi_conn_recv")) != 0)
             return rc;
-        if (deadline == 0)
-            return mp__error(MP_ETIMEDOUT, "mp_mpi_conn_recv: nothing to receive");
-        if (deadline > 0 && mp__now() >= deadline)
-            return mp__error(MP_ETIMEDOUT, "mp_mpi_conn_recv: timed out");
+        if ((rc = mp__mpi_expired(deadline, "mp_mpi_conn_recv", "nothing to receive")) != 0)
+            return rc;
         if (c->inflight && spins >= 500)
             sched_yield(); /* our own send still moves only while MPI is called */
         else

@@ -152,6 +152,26 @@ void mp__mpi_backoff(unsigned *spins)
     nanosleep(&ts, NULL);
 }
 
+double mp__mpi_slice(double deadline)
+{
+    const double slice = 0.05;
+    if (deadline == 0)
+        return 0;
+    if (deadline < 0)
+        return slice;
+    double left = deadline - mp__now();
+    return left < 0 ? 0 : left < slice ? left : slice;
+}
+
+int mp__mpi_expired(double deadline, const char *fn, const char *what)
+{
+    if (deadline == 0)
+        return mp__error(MP_ETIMEDOUT, "%s: %s", fn, what);
+    if (deadline > 0 && mp__now() >= deadline)
+        return mp__error(MP_ETIMEDOUT, "%s: timed out", fn);
+    return 0;
+}
+
 static int wait_req(MPI_Request *req, double deadline, MPI_Status *st, const char *fn,
                     bool data)
 {
@@ -164,10 +184,8 @@ static int wait_req(MPI_Request *req, double deadline, MPI_Status *st, const cha
             return 0;
         if ((rc = mp__mpi_check(fn)) != 0)
             return rc;
-        if (deadline == 0)
-            return mp__error(MP_ETIMEDOUT, "%s: would block", fn);
-        if (deadline > 0 && mp__now() >= deadline)
-            return mp__error(MP_ETIMEDOUT, "%s: timed out", fn);
+        if ((rc = mp__mpi_expired(deadline, fn, "would block")) != 0)
+            return rc;
         if (data && spins >= 500)
             sched_yield(); /* bytes flow only while MPI is called: never nap */
         else

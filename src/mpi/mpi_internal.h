@@ -71,7 +71,7 @@ void mp__mpi_fail_report(const mp__mpi_fail *f);
 /* MP_ECHILD with the failure's sentence, prefixed by fn. */
 int mp__mpi_fail_error(const char *fn);
 /* Waits for req until deadline (< 0 forever, 0 one test), running the
- * failure check: 0, MP_ETIMEDOUT/MP_EAGAIN (req still pending), MP_ECHILD,
+ * failure check: 0, MP_ETIMEDOUT (req still pending), MP_ECHILD,
  * MP_ESYS (MPI error). st may be NULL. */
 int mp__mpi_wait(MPI_Request *req, double deadline, MPI_Status *st, const char *fn);
 /* As mp__mpi_wait for a transfer of data: yields instead of napping, since
@@ -79,6 +79,13 @@ int mp__mpi_wait(MPI_Request *req, double deadline, MPI_Status *st, const char *
 int mp__mpi_wait_data(MPI_Request *req, double deadline, MPI_Status *st, const char *fn);
 /* One step of a polling loop: spin, then yield, then nap. */
 void mp__mpi_backoff(unsigned *spins);
+/* How long one slice of a blocking local call may wait (the failure check
+ * runs between slices): 0 for a poll, else at most 50 ms and never past
+ * deadline (< 0 forever, 0 poll, else an mp__now() time). */
+double mp__mpi_slice(double deadline);
+/* MP_ETIMEDOUT with "fn: what" (a poll) or "fn: timed out" when a call with
+ * this deadline must stop now; 0 while it may go on waiting. */
+int mp__mpi_expired(double deadline, const char *fn, const char *what);
 /* An MPI error code as an mproc error with MPI's text. */
 int mp__mpi_error(int mpirc, const char *fn, const char *what);
 

@@ -152,7 +152,7 @@ static bool broker_serve(mp_mpi_queue *b)
     while (b->nparked > 0) {
         mp_msg *m = NULL;
         int rc = mp_queue_get(b->q, &m, 0);
-        if (rc == MP_EAGAIN || rc == MP_ETIMEDOUT)
+        if (rc == MP_ETIMEDOUT)
             break;
         parked p = b->park[0];
         memmove(b->park, b->park + 1, (size_t)--b->nparked * sizeof *b->park);
@@ -287,17 +287,14 @@ static int local_call(mp_mpi_queue *mq, const mp_msg *in, mp_msg **out, double d
                       const char *fn)
 {
     for (;;) {
-        double left = deadline < 0 ? 0.05 : deadline - mp__now();
-        double slice = deadline == 0 ? 0 : left < 0 ? 0 : left < 0.05 ? left : 0.05;
+        double slice = mp__mpi_slice(deadline);
         int rc = in ? mp_queue_put(mq->q, in, slice) : mp_queue_get(mq->q, out, slice);
-        if (rc != MP_ETIMEDOUT && rc != MP_EAGAIN)
+        if (rc != MP_ETIMEDOUT)
             return rc;
-        if ((rc = mp__mpi_check(fn)) != 0)
+        if ((rc = mp__mpi_check(fn)) != 0 ||
+            (rc = mp__mpi_expired(deadline, fn,
+                                  in ? "the queue is full" : "the queue is empty")) != 0)
             return rc;
-        if (deadline == 0)
-            return mp__error(MP_ETIMEDOUT, "%s: %s", fn, in ? "the queue is full" : "empty");
-        if (deadline > 0 && mp__now() >= deadline)
-            return mp__error(MP_ETIMEDOUT, "%s: timed out", fn);
     }
 }
 
@@ -308,7 +305,7 @@ static int await_answer(mp_mpi_queue *mq, uint64_t req, double deadline, qreq *a
     MPI_Request r;
     MPI_Irecv(a, sizeof *a, MPI_BYTE, mq->home, mq->tag + 2, mp__mpi.comm, &r);
     int rc = mp__mpi_wait(&r, deadline, NULL, fn);
-    if (rc == MP_ETIMEDOUT || rc == MP_EAGAIN) {
+    if (rc == MP_ETIMEDOUT) {
         qreq c = {req, OP_CANCEL, 0};
         MPI_Send(&c, sizeof c, MPI_BYTE, mq->home, mq->tag + 1, mp__mpi.comm);
         rc = mp__mpi_wait(&r, -1, NULL, fn);

@@ -187,7 +187,7 @@ int mp__mpi_inflight_wait(mp__mpi_inflight *f, double deadline, const char *fn)
         while (i < f->nreq - 1 && f->reqs[i] == MPI_REQUEST_NULL)
             i++;
         rc = mp__mpi_wait_data(&f->reqs[i], deadline, NULL, fn);
-        if (rc == MP_ETIMEDOUT || rc == MP_EAGAIN)
+        if (rc == MP_ETIMEDOUT)
             return 0;
         if (rc != 0)
             return rc;
