@@ -82,12 +82,7 @@ static void test_raw_fallback(void **state)
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_prestate_setup_teardown(test_segv_record_is_symbolized, mp_test_method_setup, mp_test_method_teardown,
-                                                 (void *)"fork"),
-        cmocka_unit_test_prestate_setup_teardown(test_segv_record_is_symbolized, mp_test_method_setup, mp_test_method_teardown,
-                                                 (void *)"spawn"),
-        cmocka_unit_test_prestate_setup_teardown(test_segv_record_is_symbolized, mp_test_method_setup, mp_test_method_teardown,
-                                                 (void *)"forkserver"),
+        MP_TEST_EACH_METHOD(test_segv_record_is_symbolized),
         cmocka_unit_test(test_raw_fallback),
     };
     if (mp_setup(&argc, &argv) != 0)

@@ -41,17 +41,6 @@ static mp_msg *int_msg(int v)
     return m;
 }
 
-static mp_process *start(const char *entry, mp_msg *args, const char *method)
-{
-    mp_process_options o;
-    mp_process *p = NULL;
-    mp_process_options_init(&o);
-    o.start_method = method;
-    assert_mp_ok(mp_process_create(entry, args, &o, &p));
-    assert_mp_ok(mp_process_start(p));
-    return p;
-}
-
 static int join_code(mp_process *p)
 {
     int code = -12345;
@@ -135,7 +124,7 @@ static void test_child_start_method(void **state)
     mp_child_error e = {.size = sizeof e};
     /* the parent's default stays fork; the child reports its own method */
     assert_mp_ok(mp_set_start_method("fork", true));
-    p = start("report_method", m, method);
+    p = mp_test_start("report_method", m, method);
     assert_mp_ok(mp_process_join(p, 30));
     assert_mp_ok(mp_process_error(p, &e));
     if (e.exitcode != 0)
@@ -144,7 +133,7 @@ static void test_child_start_method(void **state)
     assert_string_equal(mp_get_start_method(), "fork");
     /* and with the method as the parent's default */
     assert_mp_ok(mp_set_start_method(method, true));
-    assert_int_equal(join_code(start("report_method", m, NULL)), 0);
+    assert_int_equal(join_code(mp_test_start("report_method", m, NULL)), 0);
     assert_mp_ok(mp_set_start_method(NULL, true));
     mp_msg_destroy(m);
 }
@@ -257,7 +246,7 @@ static void test_forkserver_child_outlives_server(void **state)
     pid_t server;
     int st;
     (void)state;
-    p = start("exit_later", m, "forkserver");
+    p = mp_test_start("exit_later", m, "forkserver");
     /* the child is ours, as if we had forked it */
     assert_int_equal(parent_of(mp_process_pid(p)), getpid());
     server = other_child(mp_process_pid(p));
@@ -267,12 +256,12 @@ static void test_forkserver_child_outlives_server(void **state)
     assert_true(mp_process_is_alive(p));
     assert_int_equal(join_code(p), 7); /* its real exit code */
     /* the next start brings a new server */
-    p = start("exit_later", m, "forkserver");
+    p = mp_test_start("exit_later", m, "forkserver");
     assert_int_equal(join_code(p), 7);
     /* stopping the server does not stop its children either */
     mp_msg_destroy(m);
     m = int_msg(300);
-    p = start("exit_later", m, "forkserver");
+    p = mp_test_start("exit_later", m, "forkserver");
     assert_mp_ok(mp_forkserver_stop());
     assert_true(mp_process_is_alive(p));
     assert_int_equal(join_code(p), 7);
@@ -317,11 +306,8 @@ static void test_forkserver_child_dies_with_parent(void **state)
     assert_int_equal(kill(child, 0), -1);
 }
 
-#define EACH(t)                                                                                    \
-    cmocka_unit_test_prestate_setup_teardown(t, mp_test_method_setup, mp_test_method_teardown, (void *)"fork"),                  \
-        cmocka_unit_test_prestate_setup_teardown(t, mp_test_method_setup, mp_test_method_teardown, (void *)"spawn"),             \
-        cmocka_unit_test_prestate_setup_teardown(t, mp_test_method_setup, mp_test_method_teardown, (void *)"forkserver")
-#define ONCE(t) cmocka_unit_test_prestate_setup_teardown(t, mp_test_method_setup, mp_test_method_teardown, (void *)"forkserver")
+#define EACH(t) MP_TEST_EACH_METHOD(t)
+#define ONCE(t) MP_TEST_ON(t, "forkserver")
 
 int main(int argc, char **argv)
 {

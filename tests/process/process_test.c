@@ -768,11 +768,8 @@ static void test_daemon_at_exit(void **state)
     close(pfd[0]);
 }
 
-#define EACH(t)                                                                                    \
-    cmocka_unit_test_prestate_setup_teardown(t, mp_test_method_setup, mp_test_method_teardown, (void *)"fork"),                  \
-        cmocka_unit_test_prestate_setup_teardown(t, mp_test_method_setup, mp_test_method_teardown, (void *)"spawn"),             \
-        cmocka_unit_test_prestate_setup_teardown(t, mp_test_method_setup, mp_test_method_teardown, (void *)"forkserver")
-#define ONCE(t) cmocka_unit_test_prestate_setup_teardown(t, mp_test_method_setup, mp_test_method_teardown, (void *)"fork")
+#define EACH(t) MP_TEST_EACH_METHOD(t)
+#define ONCE(t) MP_TEST_ON(t, "fork")
 
 /* Sanitizer allocators map size classes on first use: exercise every path
  * once before the tests, so their leak checks see only real growth. */

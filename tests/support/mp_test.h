@@ -41,6 +41,15 @@ int mp_test_teardown(void **state);
 int mp_test_method_setup(void **state);
 int mp_test_method_teardown(void **state);
 const char *mp_test_method(void **state);
+/* The cmocka entry of test t run with one start method, and with each. */
+#define MP_TEST_ON(t, method)                                                                      \
+    cmocka_unit_test_prestate_setup_teardown(t, mp_test_method_setup, mp_test_method_teardown,     \
+                                             (void *)(method))
+#define MP_TEST_EACH_METHOD(t)                                                                     \
+    MP_TEST_ON(t, "fork"), MP_TEST_ON(t, "spawn"), MP_TEST_ON(t, "forkserver")
+/* Creates and starts a process running entry(args) with method (default
+ * options otherwise); fails the current test on any error. */
+mp_process *mp_test_start(const char *entry, mp_msg *args, const char *method);
 
 /* SIGKILLs and reaps every child of this process. */
 void mp_test_kill_children(void);

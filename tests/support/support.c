@@ -249,3 +249,18 @@ int mp_test_method_teardown(void **state)
 }
 
 const char *mp_test_method(void **state) { return ((method_state *)*state)->method; }
+
+mp_process *mp_test_start(const char *entry, mp_msg *args, const char *method)
+{
+    mp_process_options o;
+    mp_process *p = NULL;
+    int rc;
+    mp_process_options_init(&o);
+    o.start_method = method;
+    if ((rc = mp_process_create(entry, args, &o, &p)) != 0 || (rc = mp_process_start(p)) != 0) {
+        mp_process_destroy(p);
+        fail_msg("starting '%s' with %s: %s: %s", entry,
+                 method ? method : "the default method", mp_err_name(rc), mp_last_error());
+    }
+    return p;
+}

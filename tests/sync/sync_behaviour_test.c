@@ -48,17 +48,6 @@ MP_ENTRY(barrier_party)
     return 0;
 }
 
-static mp_process *start(const char *entry, mp_msg *args, const char *method)
-{
-    mp_process_options o;
-    mp_process *p = NULL;
-    mp_process_options_init(&o);
-    o.start_method = method;
-    assert_mp_ok(mp_process_create(entry, args, &o, &p));
-    assert_mp_ok(mp_process_start(p));
-    return p;
-}
-
 static void join_ok(mp_process *p)
 {
     mp_child_error e = {.size = sizeof e};
@@ -84,7 +73,7 @@ static void check_barrier_action(const char *method)
     assert_mp_ok(mp_msg_add_tensor(args, "counts", counts));
     assert_mp_ok(mp_msg_add_barrier(args, "b", b));
     for (int i = 0; i < 2; i++)
-        kids[i] = start("barrier_party", args, method);
+        kids[i] = mp_test_start("barrier_party", args, method);
     mp_msg_destroy(args);
     for (int r = 0; r < ROUNDS; r++) {
         assert_mp_ok(mp_barrier_wait(b, 20, NULL));
@@ -162,7 +151,7 @@ static void check_lock_dead_holder(const char *method)
     assert_mp_ok(mp_lock_create(&l));
     assert_mp_ok(mp_msg_create(&args));
     assert_mp_ok(mp_msg_add_lock(args, NULL, l));
-    p = start("lock_and_die", args, method);
+    p = mp_test_start("lock_and_die", args, method);
     mp_msg_destroy(args);
     join_ok(p);
     assert_int_equal(mp_lock_locked(l), 1); /* left taken by the dead */
