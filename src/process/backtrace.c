@@ -255,8 +255,9 @@ static void format_frame(Dwfl *dwfl, int i, const mp__frame *f, char *buf, size_
     Dwfl_Module *m = dwfl && f->path ? dwfl_addrmodule(dwfl, a) : NULL;
     const char *fn = m ? dwfl_module_addrname(m, a) : NULL;
     Dwfl_Line *line = m ? dwfl_module_getsrc(m, a) : NULL;
-    const char *file = NULL, *mod = f->path ? strrchr(f->path, '/') + 1 : NULL;
+    const char *file = NULL, *mod = f->path ? strrchr(f->path, '/') : NULL;
     int lineno = 0, n;
+    mod = mod ? mod + 1 : f->path; /* a path without '/' is its own name */
     if (line)
         file = dwfl_lineinfo(line, NULL, &lineno, NULL, NULL, NULL);
     char inl[256];
