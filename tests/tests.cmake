@@ -29,6 +29,10 @@ mproc_tests(os error_test os_test parse_test)
 mproc_tests(shm shm_test)
 if(TARGET mproc-shm-manager_tool)               # they run the daemon and the CLI
   mproc_tests(shm_manager chaos_test cli_test manager_test)
+  add_test(NAME cli_doctor_width COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/shm_manager/doctor_width.sh
+                                         $<TARGET_FILE:mproc_tool>)
+  set_tests_properties(cli_doctor_width PROPERTIES TIMEOUT 60 LABELS shm_manager
+                       SKIP_RETURN_CODE ${MPROC_SKIP_CODE})
   if(TARGET producer_consumer)                  # SIGKILLs it in a loop
     mproc_tests(shm_manager killloop_test)
   endif()

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/ioctl.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -177,6 +178,36 @@ static bool check_grace_env(void)
     return true;
 }
 
+/* The terminal's width when stdout is one; 0 (no wrapping, one line per
+ * check for scripts) otherwise. */
+static int terminal_width(void)
+{
+    struct winsize ws;
+    if (!isatty(STDOUT_FILENO) || ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) != 0 || ws.ws_col < 40)
+        return 0;
+    return ws.ws_col;
+}
+
+/* head, then text word-wrapped to width - 1 columns (so a line never wraps
+ * on the terminal), continuation lines indented under the text's start. */
+static void print_wrapped(const char *head, const char *text, int width)
+{
+    int indent = (int)strlen(head), room = width - 1 - indent;
+    fputs(head, stdout);
+    while (width > 0 && room >= 20 && (int)strlen(text) > room) {
+        int cut = room;
+        while (cut > 0 && text[cut] != ' ')
+            cut--;
+        if (cut == 0)
+            cut = room; /* one word longer than the line: break it */
+        printf("%.*s\n%*s", cut, text, indent, "");
+        text += cut;
+        while (*text == ' ')
+            text++;
+    }
+    printf("%s\n", text);
+}
+
 static void check_manager(bool usable_dir)
 {
     char *reply = NULL, dir[256] = "?", bin[4096];
@@ -289,12 +320,15 @@ int cmd_doctor(int argc, char **argv)
         }
         printf("\n]}\n");
     } else {
+        int width = terminal_width();
         for (int i = 0; i < nchecks; i++) {
             char tag[8];
             snprintf(tag, sizeof tag, "[%s]", status_name[checks[i].status]);
-            printf("%-6s %-12s %s\n", tag, checks[i].name, checks[i].detail);
+            char head[32];
+            snprintf(head, sizeof head, "%-6s %-12s ", tag, checks[i].name);
+            print_wrapped(head, checks[i].detail, width);
             if (checks[i].status != OK && checks[i].fix[0])
-                printf("%-6s %-12s fix: %s\n", "", "", checks[i].fix);
+                print_wrapped("                    fix: ", checks[i].fix, width);
         }
     }
     return worst >= WARN ? EXIT_FAIL : EXIT_OK;
