@@ -19,13 +19,14 @@ if(MPROC_MPI_FOUND AND MPROC_MPIEXEC)
     set(pat "rank 0: job failed.*rank 2 [(]pid|rank 2 with PID .* signal 9")
     add_test(NAME mpi_kill_${v} COMMAND ${run} 4 ${v} fail "${pat}" $<TARGET_FILE:mpi_suite> kill)
   endforeach()
-  # The demo: 2 ranks x 2 workers, 2 epochs, against the single-host
-  # demo's accuracy at 2 epochs (0.85 to 0.86 on this data); and a worker
+  # The demo: 2 ranks x 2 workers, 3 epochs, at least 0.84 (the single-host
+  # demo has 0.85 to 0.86 at 2 epochs; 2 epochs here gave 0.8375 once while
+  # make test loaded both cores, so 3 keep the check off that edge); and a worker
   # crash on one rank ending the whole job with the record.
   if(TARGET hogwild AND OPENBLAS_LIB AND ZLIB_FOUND)
     add_test(NAME mpi_hogwild_shm COMMAND ${run} 2 shm ok
              "summary:.*test accuracy 0[.](8[4-9]|9)" $<TARGET_FILE:hogwild> --backend mpi
-             --workers 2 --epochs 2 --progress lines)
+             --workers 2 --epochs 3 --progress lines)
     add_test(NAME mpi_hogwild_fail_tcp COMMAND ${run} 2 tcp fail
              "hogwild: rank [01] .*failed.*SIGSEGV|signal 11" $<TARGET_FILE:hogwild> --backend mpi
              --workers 2 --epochs 1 --limit 6000 --fail-rank 1 --progress none)
