@@ -3,6 +3,7 @@
 
     /usr/bin/python3 bench/python/bench_mp.py            # both, ratios, bench/results/python.jsonl
     /usr/bin/python3 bench/python/bench_mp.py --module mproc.torch --quick
+    /usr/bin/python3 bench/python/bench_mp.py --case 'handoff file_system' --repeat 5
 
 Each module runs in a fresh interpreter (the modules patch torch). Cases:
   handoff   one-way latency of an already-shared float32 tensor, ping-pong
@@ -17,6 +18,7 @@ import importlib
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -113,23 +115,36 @@ def bench_spawn():
     raise SystemExit("spawn did not raise")
 
 
-def run_one(module, quick):
-    global mp
-    mp = importlib.import_module(module)
+def cases(quick):
+    """(name, function) of every case, in the table's order."""
     k = 0.2 if quick else 1.0
-    res = {}
+    out = []
     for strategy in ("file_descriptor", "file_system"):
         for label, nbytes in (("4KiB", 4 << 10), ("1MiB", 1 << 20), ("64MiB", 64 << 20)):
-            res[f"handoff {strategy} {label} (us)"] = bench_handoff(strategy, nbytes,
-                                                                     max(20, int(300 * k)))
-    res["fresh 1MiB (MB/s)"] = bench_fresh(1 << 20, max(20, int(200 * k)))
-    res["fresh 64MiB (MB/s)"] = bench_fresh(64 << 20, max(3, int(12 * k)))
+            out.append((f"handoff {strategy} {label} (us)",
+                        lambda s=strategy, b=nbytes: bench_handoff(s, b, max(20, int(300 * k)))))
+    out.append(("fresh 1MiB (MB/s)", lambda: bench_fresh(1 << 20, max(20, int(200 * k)))))
+    out.append(("fresh 64MiB (MB/s)", lambda: bench_fresh(64 << 20, max(3, int(12 * k)))))
     n = 200000 if not quick else 40000
-    res["objects Queue (obj/s)"] = bench_objects("Queue", n)
-    res["objects SimpleQueue (obj/s)"] = bench_objects("SimpleQueue", n)
-    total, detect = bench_spawn()
-    res["spawn 2 ranks, failure raised (ms)"] = total
-    res["failure detection latency (ms)"] = detect
+    out.append(("objects Queue (obj/s)", lambda: bench_objects("Queue", n)))
+    out.append(("objects SimpleQueue (obj/s)", lambda: bench_objects("SimpleQueue", n)))
+    out.append(("spawn", bench_spawn))
+    return out
+
+
+def run_one(module, quick, only):
+    global mp
+    mp = importlib.import_module(module)
+    res = {}
+    for name, fn in cases(quick):
+        if only and not re.search(only, name):
+            continue
+        if name == "spawn":
+            total, detect = fn()
+            res["spawn 2 ranks, failure raised (ms)"] = total
+            res["failure detection latency (ms)"] = detect
+        else:
+            res[name] = fn()
     return res
 
 
@@ -138,18 +153,29 @@ def main():
     ap.add_argument("--module", action="append", choices=MODULES,
                     help="benchmark only this module (repeatable; default: both)")
     ap.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
+    ap.add_argument("--case", help="run only the cases whose name matches this regular "
+                    "expression (e.g. 'handoff file_system', 'objects'); results go to stdout "
+                    "and --out is not written unless given")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run each module this many times (alternating) and report medians")
     ap.add_argument("--one", help=argparse.SUPPRESS)
-    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "python.jsonl"))
+    ap.add_argument("--out", default=None,
+                    help="JSON lines file (default bench/results/python.jsonl for a full run)")
     args = ap.parse_args()
     if args.one:
-        print(json.dumps(run_one(args.one, args.quick)))
+        print(json.dumps(run_one(args.one, args.quick, args.case)))
         return
-    results = {}
+    if args.out is None and not args.case:
+        args.out = os.path.join(ROOT, "bench", "results", "python.jsonl")
+    runs = {}
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "python")] + sys.path))
-    for m in args.module or MODULES:
-        cmd = [sys.executable, os.path.abspath(__file__), "--one", m] + (["--quick"] if args.quick else [])
-        out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
-        results[m] = json.loads(out.strip().splitlines()[-1])
+    for _ in range(max(1, args.repeat)):
+        for m in args.module or MODULES:
+            cmd = [sys.executable, os.path.abspath(__file__), "--one", m]
+            cmd += (["--quick"] if args.quick else []) + (["--case", args.case] if args.case else [])
+            out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+            runs.setdefault(m, []).append(json.loads(out.strip().splitlines()[-1]))
+    results = {m: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for m, rs in runs.items()}
     keys = list(next(iter(results.values())))
     mods = list(results)
     print("%-40s" % "case" + "".join("%22s" % m for m in mods) + ("%10s" % "ratio" if len(mods) == 2 else ""))
@@ -162,6 +188,8 @@ def main():
             r = vals[0] / vals[1] if better_low else vals[1] / vals[0]
             line += "%9.1fx" % r
         print(line)
+    if not args.out:
+        return
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         for key in keys:

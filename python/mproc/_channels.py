@@ -17,12 +17,6 @@ from . import _mproc, _sharing
 _ClosedError = _mproc.ClosedError
 
 
-def _timeout(block, timeout):
-    if not block:
-        return 0
-    return None if timeout is None else max(0.0, float(timeout))
-
-
 class _Base:
     _kind = "queue"
 
@@ -70,9 +64,8 @@ class Queue(_Base):
         q = self._q
         if q is None:
             raise self._closed_error()
-        payload, atts = _sharing.dumps(obj)
         try:
-            q.put(payload, atts, _timeout(block, timeout))
+            q.put_obj(obj, timeout if block else 0)
         except (TimeoutError, BlockingIOError):
             raise _queue.Full from None
 
@@ -81,10 +74,9 @@ class Queue(_Base):
         if q is None:
             raise self._closed_error()
         try:
-            payload, atts = q.get(_timeout(block, timeout))
+            return q.get_obj(timeout if block else 0)
         except (TimeoutError, BlockingIOError):
             raise _queue.Empty from None
-        return _sharing.loads(payload, atts)
 
     def put_nowait(self, obj):
         return self.put(obj, False)
@@ -118,13 +110,10 @@ class SimpleQueue(_Base):
         super().__init__(0)
 
     def put(self, obj):
-        q = self._handle()
-        payload, atts = _sharing.dumps(obj)
-        q.put(payload, atts)
+        self._handle().put_obj(obj)
 
     def get(self):
-        payload, atts = self._handle().get()
-        return _sharing.loads(payload, atts)
+        return self._handle().get_obj()
 
 
 for _cls in (Queue, JoinableQueue, SimpleQueue):
@@ -178,10 +167,18 @@ class Connection:
             raise EOFError(str(e)) from None
 
     def send(self, obj):
-        self._send(*_sharing.dumps(obj))
+        self._check_writable()
+        try:
+            self._handle().send_obj(obj)
+        except _ClosedError as e:
+            raise BrokenPipeError(errno.EPIPE, str(e)) from None
 
     def recv(self):
-        return _sharing.loads(*self._recv())
+        self._check_readable()
+        try:
+            return self._handle().recv_obj()
+        except _ClosedError as e:
+            raise EOFError(str(e)) from None
 
     def send_bytes(self, buf, offset=0, size=None):
         m = memoryview(buf).cast("B")

@@ -388,8 +388,9 @@ def register_handle_type(cls):
     _REDUCERS[cls] = _reduce_handle
 
 
-def dumps(obj):
-    """(payload, attachments or None) for an mproc message."""
+def _dumps_py(obj):
+    """dumps for what _mproc.dumps does not handle itself: (payload,
+    attachments or None) for an mproc message."""
     if type(obj) in _SCALARS:
         return pickle.dumps(obj, pickle.HIGHEST_PROTOCOL), None
     # One pickler per thread, reset per call: building a Pickler and a
@@ -415,7 +416,8 @@ def dumps(obj):
     return payload, (atts or None)
 
 
-def loads(payload, atts):
+def _loads_py(payload, atts):
+    """loads for what _mproc.loads does not handle itself."""
     if atts is None:
         return pickle.loads(payload)
     saved = getattr(_tls, "atts", None), getattr(_tls, "bases", None)
@@ -424,6 +426,12 @@ def loads(payload, atts):
         return pickle.loads(payload)
     finally:
         _tls.atts, _tls.bases = saved
+
+
+# The C fast paths (plain data, one shared tensor) in front of the two above.
+_mproc._fast_setup(_registry, _register, _dumps_py, _loads_py)
+dumps = _mproc.dumps
+loads = _mproc.loads
 
 
 # ---- pickling for Python's channels (ForkingPickler) ---------------------

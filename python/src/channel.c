@@ -60,14 +60,10 @@ static void q_dealloc(mpy_queue *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyObject *q_put_py(mpy_queue *self, PyObject *args)
+/* Sends m (destroyed here; NULL: a Python error is set already). */
+static PyObject *q_send(mpy_queue *self, mp_msg *m, double t)
 {
-    PyObject *payload, *atts = Py_None, *timeout = Py_None;
-    double t;
     int rc;
-    if (!PyArg_ParseTuple(args, "O|OO:put", &payload, &atts, &timeout) || mpy_timeout(timeout, &t) < 0)
-        return NULL;
-    mp_msg *m = mpy_msg_build(payload, atts);
     if (!m)
         return NULL;
     op o = {self, NULL, m, NULL};
@@ -84,12 +80,36 @@ static PyObject *q_put_py(mpy_queue *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-static PyObject *q_get_py(mpy_queue *self, PyObject *args)
+static PyObject *q_put_py(mpy_queue *self, PyObject *args)
 {
-    PyObject *timeout = Py_None;
+    PyObject *payload, *atts = Py_None, *timeout = Py_None;
+    double t;
+    if (!PyArg_ParseTuple(args, "O|OO:put", &payload, &atts, &timeout) || mpy_timeout(timeout, &t) < 0)
+        return NULL;
+    return q_send(self, mpy_msg_build(payload, atts), t);
+}
+
+/* put_obj(obj, timeout=None): dumps and put in one call, no Python frames. */
+static PyObject *q_put_obj(mpy_queue *self, PyObject *const *args, Py_ssize_t n)
+{
+    PyObject *payload, *atts;
+    double t;
+    if (n < 1 || n > 2)
+        return PyErr_Format(PyExc_TypeError, "put_obj(obj, timeout=None) takes 1 or 2 arguments");
+    if (mpy_timeout(n > 1 ? args[1] : Py_None, &t) < 0 || mpy_dumps(args[0], &payload, &atts) < 0)
+        return NULL;
+    mp_msg *m = mpy_msg_build(payload, atts);
+    Py_DECREF(payload);
+    Py_XDECREF(atts);
+    return q_send(self, m, t);
+}
+
+/* Receives a message into *out; NULL with a Python error on failure. */
+static mp_msg *q_recv(mpy_queue *self, PyObject *timeout)
+{
     double t;
     int rc;
-    if (!PyArg_ParseTuple(args, "|O:get", &timeout) || mpy_timeout(timeout, &t) < 0)
+    if (mpy_timeout(timeout, &t) < 0)
         return NULL;
     op o = {self, NULL, NULL, NULL};
     if (self->sq) {
@@ -99,10 +119,33 @@ static PyObject *q_get_py(mpy_queue *self, PyObject *args)
     } else {
         rc = mpy_wait(q_get, &o, t);
     }
-    if (rc < 0)
-        return PyErr_Occurred() ? NULL : mpy_raise(rc);
-    PyObject *r = mpy_msg_unpack(o.out);
-    mp_msg_destroy(o.out);
+    if (rc < 0) {
+        if (!PyErr_Occurred())
+            mpy_raise(rc);
+        return NULL;
+    }
+    return o.out;
+}
+
+static PyObject *q_get_py(mpy_queue *self, PyObject *args)
+{
+    PyObject *timeout = Py_None;
+    if (!PyArg_ParseTuple(args, "|O:get", &timeout))
+        return NULL;
+    mp_msg *m = q_recv(self, timeout);
+    PyObject *r = m ? mpy_msg_unpack(m) : NULL;
+    mp_msg_destroy(m);
+    return r;
+}
+
+/* get_obj(timeout=None): get and loads in one call. */
+static PyObject *q_get_obj(mpy_queue *self, PyObject *const *args, Py_ssize_t n)
+{
+    if (n > 1)
+        return PyErr_Format(PyExc_TypeError, "get_obj(timeout=None) takes at most 1 argument");
+    mp_msg *m = q_recv(self, n ? args[0] : Py_None);
+    PyObject *r = m ? mpy_msg_loads(m) : NULL;
+    mp_msg_destroy(m);
     return r;
 }
 
@@ -176,6 +219,10 @@ static PyObject *q_kind(mpy_queue *self, void *c)
 static PyMethodDef q_methods[] = {
     {"put", (PyCFunction)q_put_py, METH_VARARGS, "put(payload, attachments=None, timeout=None)"},
     {"get", (PyCFunction)q_get_py, METH_VARARGS, "get(timeout=None) -> (payload, attachments)"},
+    {"put_obj", (PyCFunction)(void (*)(void))q_put_obj, METH_FASTCALL,
+     "put_obj(obj, timeout=None): put(*mproc.dumps(obj), timeout) in one call"},
+    {"get_obj", (PyCFunction)(void (*)(void))q_get_obj, METH_FASTCALL,
+     "get_obj(timeout=None) -> obj: mproc.loads(*get(timeout)) in one call"},
     {"qsize", (PyCFunction)q_qsize, METH_NOARGS, NULL},
     {"empty", (PyCFunction)q_empty, METH_NOARGS, NULL},
     {"full", (PyCFunction)q_full, METH_NOARGS, NULL},
@@ -226,13 +273,8 @@ static void c_dealloc(mpy_conn *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyObject *c_send_py(mpy_conn *self, PyObject *args)
+static PyObject *c_send_msg(mpy_conn *self, mp_msg *m, double t)
 {
-    PyObject *payload, *atts = Py_None, *timeout = Py_None;
-    double t;
-    if (!PyArg_ParseTuple(args, "O|OO:send", &payload, &atts, &timeout) || mpy_timeout(timeout, &t) < 0)
-        return NULL;
-    mp_msg *m = mpy_msg_build(payload, atts);
     if (!m)
         return NULL;
     op o = {NULL, self->c, m, NULL};
@@ -243,18 +285,62 @@ static PyObject *c_send_py(mpy_conn *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-static PyObject *c_recv_py(mpy_conn *self, PyObject *args)
+static PyObject *c_send_py(mpy_conn *self, PyObject *args)
 {
-    PyObject *timeout = Py_None;
+    PyObject *payload, *atts = Py_None, *timeout = Py_None;
     double t;
-    if (!PyArg_ParseTuple(args, "|O:recv", &timeout) || mpy_timeout(timeout, &t) < 0)
+    if (!PyArg_ParseTuple(args, "O|OO:send", &payload, &atts, &timeout) || mpy_timeout(timeout, &t) < 0)
+        return NULL;
+    return c_send_msg(self, mpy_msg_build(payload, atts), t);
+}
+
+static PyObject *c_send_obj(mpy_conn *self, PyObject *const *args, Py_ssize_t n)
+{
+    PyObject *payload, *atts;
+    double t;
+    if (n < 1 || n > 2)
+        return PyErr_Format(PyExc_TypeError, "send_obj(obj, timeout=None) takes 1 or 2 arguments");
+    if (mpy_timeout(n > 1 ? args[1] : Py_None, &t) < 0 || mpy_dumps(args[0], &payload, &atts) < 0)
+        return NULL;
+    mp_msg *m = mpy_msg_build(payload, atts);
+    Py_DECREF(payload);
+    Py_XDECREF(atts);
+    return c_send_msg(self, m, t);
+}
+
+static mp_msg *c_recv_msg(mpy_conn *self, PyObject *timeout)
+{
+    double t;
+    if (mpy_timeout(timeout, &t) < 0)
         return NULL;
     op o = {NULL, self->c, NULL, NULL};
     int rc = mpy_wait(c_recv, &o, t);
-    if (rc < 0)
-        return PyErr_Occurred() ? NULL : mpy_raise(rc);
-    PyObject *r = mpy_msg_unpack(o.out);
-    mp_msg_destroy(o.out);
+    if (rc < 0) {
+        if (!PyErr_Occurred())
+            mpy_raise(rc);
+        return NULL;
+    }
+    return o.out;
+}
+
+static PyObject *c_recv_py(mpy_conn *self, PyObject *args)
+{
+    PyObject *timeout = Py_None;
+    if (!PyArg_ParseTuple(args, "|O:recv", &timeout))
+        return NULL;
+    mp_msg *m = c_recv_msg(self, timeout);
+    PyObject *r = m ? mpy_msg_unpack(m) : NULL;
+    mp_msg_destroy(m);
+    return r;
+}
+
+static PyObject *c_recv_obj(mpy_conn *self, PyObject *const *args, Py_ssize_t n)
+{
+    if (n > 1)
+        return PyErr_Format(PyExc_TypeError, "recv_obj(timeout=None) takes at most 1 argument");
+    mp_msg *m = c_recv_msg(self, n ? args[0] : Py_None);
+    PyObject *r = m ? mpy_msg_loads(m) : NULL;
+    mp_msg_destroy(m);
     return r;
 }
 
@@ -293,6 +379,10 @@ static PyObject *c_fileno(mpy_conn *self, PyObject *u)
 static PyMethodDef c_methods[] = {
     {"send", (PyCFunction)c_send_py, METH_VARARGS, "send(payload, attachments=None, timeout=None)"},
     {"recv", (PyCFunction)c_recv_py, METH_VARARGS, "recv(timeout=None) -> (payload, attachments)"},
+    {"send_obj", (PyCFunction)(void (*)(void))c_send_obj, METH_FASTCALL,
+     "send_obj(obj, timeout=None): send(*mproc.dumps(obj), timeout) in one call"},
+    {"recv_obj", (PyCFunction)(void (*)(void))c_recv_obj, METH_FASTCALL,
+     "recv_obj(timeout=None) -> obj: mproc.loads(*recv(timeout)) in one call"},
     {"poll", (PyCFunction)c_poll_py, METH_VARARGS, "poll(timeout=0) -> bool"},
     {"close", (PyCFunction)c_close, METH_NOARGS, NULL},
     {"fileno", (PyCFunction)c_fileno, METH_NOARGS, NULL},

@@ -71,6 +71,13 @@ int mpy_wire_encode(const mp_msg *m, void **buf, size_t *len, int *fds, int *nfd
 int mpy_wire_decode(const void *buf, size_t len, int *fds, int nfds, mp_msg **out);
 int mpy_conn_fileno(const mp_conn *c);
 
+/* fast.c: obj as an mproc message (payload bytes, attachment list or NULL
+ * for none), and back; -1/NULL with a Python exception on failure. */
+int mpy_dumps(PyObject *obj, PyObject **payload, PyObject **atts);
+PyObject *mpy_loads(PyObject *payload, PyObject *atts);
+PyObject *mpy_msg_loads(const mp_msg *m);
+
+int mpy_fast_init(PyObject *module);
 int mpy_storage_init(PyObject *module);
 int mpy_channel_init(PyObject *module);
 
