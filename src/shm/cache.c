@@ -5,9 +5,11 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static mp__segment **buckets;
+static mp__segment **names; /* FS segments by name: as many buckets, same growth */
 static size_t nbuckets; /* a power of two, or 0 before the first insert */
 static int count;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -57,6 +59,32 @@ static mp__segment *find(dev_t dev, ino_t ino)
     return NULL;
 }
 
+static size_t name_slot(const char *name, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+    for (; *name; name++)
+        h = (h ^ (unsigned char)*name) * 0x100000001b3ull;
+    return (size_t)(h ^ (h >> 32)) & (n - 1);
+}
+
+static bool named(const mp__segment *s)
+{
+    return s->strategy == MP__STRATEGY_FS && s->name[0];
+}
+
+mp__segment *mp__cache_lookup_name(const char *name)
+{
+    mp__segment *s, *found = NULL;
+    pthread_once(&once, init);
+    pthread_mutex_lock(&lock);
+    if (names)
+        for (s = names[name_slot(name, nbuckets)]; s && !found; s = s->name_next)
+            if (strcmp(s->name, name) == 0 && retain_live(s))
+                found = s;
+    pthread_mutex_unlock(&lock);
+    return found;
+}
+
 mp__segment *mp__cache_lookup(dev_t dev, ino_t ino)
 {
     mp__segment *s;
@@ -72,9 +100,12 @@ mp__segment *mp__cache_lookup(dev_t dev, ino_t ino)
 static void grow(void)
 {
     size_t n = nbuckets ? nbuckets * 2 : 64;
-    mp__segment **b = calloc(n, sizeof *b);
-    if (!b)
+    mp__segment **b = calloc(n, sizeof *b), **nb = calloc(n, sizeof *nb);
+    if (!b || !nb) {
+        free(b);
+        free(nb);
         return;
+    }
     for (size_t i = 0; i < nbuckets; i++) {
         mp__segment *s = buckets[i], *next;
         for (; s; s = next) {
@@ -82,10 +113,17 @@ static void grow(void)
             next = s->next;
             s->next = b[j];
             b[j] = s;
+            if (named(s)) {
+                j = name_slot(s->name, n);
+                s->name_next = nb[j];
+                nb[j] = s;
+            }
         }
     }
     free(buckets);
+    free(names);
     buckets = b;
+    names = nb;
     nbuckets = n;
 }
 
@@ -107,6 +145,11 @@ mp__segment *mp__cache_insert(mp__segment *s)
         s->next = buckets[i];
         buckets[i] = s;
         count++;
+        if (named(s)) {
+            i = name_slot(s->name, nbuckets);
+            s->name_next = names[i];
+            names[i] = s;
+        }
     }
     /* else: no table at all (out of memory); s works, merely uncached */
     pthread_mutex_unlock(&lock);
@@ -126,6 +169,12 @@ void mp__cache_remove(mp__segment *s)
                 break;
             }
         }
+        if (named(s))
+            for (p = &names[name_slot(s->name, nbuckets)]; *p; p = &(*p)->name_next)
+                if (*p == s) {
+                    *p = s->name_next;
+                    break;
+                }
     }
     pthread_mutex_unlock(&lock);
 }

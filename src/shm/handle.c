@@ -170,6 +170,28 @@ static int map_named(const mp__segment_handle *h, int fd, const struct stat *st,
     return 0;
 }
 
+/* A name this process maps already: the hot path, no system call. */
+static int open_fs_cached(mp__segment_handle *h, mp__segment *cached, mp__segment **out)
+{
+    const mp__shm_hooks *hk = mp__shm_hooks_get();
+    if (h->size > cached->size) {
+        int rc = mp__error(MP_EPROTO, "mp__segment_open: handle claims %llu bytes of %s, a "
+                           "%zu-byte segment", (unsigned long long)h->size, h->name, cached->size);
+        mp__segment_release(cached);
+        return rc;
+    }
+    if (hk->batch)
+        hk->batch(true);
+    fs_adopt(cached);
+    if (hk->received)
+        hk->received(h->name);
+    if (hk->batch)
+        hk->batch(false);
+    h->name[0] = '\0';
+    *out = cached;
+    return 0;
+}
+
 static int open_fs(mp__segment_handle *h, mp__segment **out)
 {
     const mp__shm_hooks *hk = mp__shm_hooks_get();
@@ -179,6 +201,8 @@ static int open_fs(mp__segment_handle *h, mp__segment **out)
     if (!mp__shm_name_ok(h->name))
         return mp__error(MP_EPROTO, "mp__segment_open: \"%.64s\" is not an mproc segment name",
                          h->name);
+    if ((cached = mp__cache_lookup_name(h->name)))
+        return open_fs_cached(h, cached, out);
     fd = mp__sys.shm_open(h->name, O_RDWR | O_CLOEXEC, 0);
     if (fd < 0)
         return mp__errno_error(errno, "mp__segment_open: shm_open(%s)", h->name);

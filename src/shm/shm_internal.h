@@ -20,7 +20,8 @@ struct mp__segment {
     pid_t ref_pid; /* FS: the process owning one header reference */
     bool reported; /* FS: its creation or opening was reported, so its closing is */
     void *user;
-    struct mp__segment *next; /* hash chain */
+    struct mp__segment *next;      /* hash chain */
+    struct mp__segment *name_next; /* FS: chain of the name index */
     char name[MP__SHM_NAME_MAX];
 };
 
@@ -31,6 +32,10 @@ mp__segment *mp__cache_lookup(dev_t dev, ino_t ino);
 mp__segment *mp__cache_insert(mp__segment *s);
 /* Removes s (by pointer) if present. */
 void mp__cache_remove(mp__segment *s);
+/* The cached file_system segment named name, retained, or NULL: a name this
+ * process maps already needs no shm_open (it cannot name another segment
+ * while this process holds a reference to it, which keeps it linked). */
+mp__segment *mp__cache_lookup_name(const char *name);
 int mp__cache_count(void);
 
 /* The hooks currently set (never NULL; members may be). */

@@ -367,6 +367,41 @@ static void test_open_faults(void **state)
     assert_int_equal(mp_test_count_shm(), base); /* the failed open gave it back */
 }
 
+/* A name this process maps already is found by name, without shm_open; a
+ * name it does not map still goes through shm_open. */
+static void test_fs_open_by_name(void **state)
+{
+    mp__segment *s, *o;
+    mp__segment_handle h;
+    mp__fs_header *hd;
+    int base = mp_test_count_shm();
+    assert_mp_ok(mp__segment_create(4096, MP__STRATEGY_FS, &s));
+    hd = (mp__fs_header *)((char *)mp__segment_data(s) - MP__FS_HEADER_SIZE);
+    for (int i = 0; i < 3; i++) {
+        assert_mp_ok(mp__segment_export(s, &h));
+        assert_mp_ok(mp__sys_fault("shm_open", EACCES, 0, 1)); /* would fail the open */
+        assert_mp_ok(mp__segment_open(&h, &o));
+        mp__sys_fault_reset();
+        assert_ptr_equal(o, s);
+        assert_int_equal(hd->refcount, 1); /* the in-flight reference folded in */
+        mp__segment_release(o);
+    }
+    /* a handle claiming more than the mapped segment holds */
+    assert_mp_ok(mp__segment_export(s, &h));
+    h.size = 8192;
+    assert_mp_err(mp__segment_open(&h, &o), MP_EPROTO);
+    assert_non_null(strstr(mp_last_error(), "4096-byte"));
+    mp__segment_handle_drop(&h, true);
+    assert_int_equal(hd->refcount, 1);
+    /* not mapped here any more: shm_open runs (and its failure shows) */
+    assert_mp_ok(mp__segment_export(s, &h));
+    mp__segment_release(s);
+    assert_mp_ok(mp__sys_fault("shm_open", EACCES, 0, 1));
+    assert_mp_err(mp__segment_open(&h, &o), MP_EPERM);
+    mp__sys_fault_reset();
+    assert_int_equal(mp_test_count_shm(), base);
+}
+
 /* A request larger than /dev/shm's free space: MP_ENOSPC naming both sizes,
  * under each strategy, before any memory is touched. */
 static void test_real_enospc(void **state)
@@ -463,6 +498,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_create_faults, setup, teardown),
         cmocka_unit_test_setup_teardown(test_memfd_fallback, setup, teardown),
         cmocka_unit_test_setup_teardown(test_open_faults, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fs_open_by_name, setup, teardown),
         cmocka_unit_test_setup_teardown(test_real_enospc, setup, teardown),
         cmocka_unit_test_setup_teardown(test_share_fault_keeps_tensor, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_threads, setup, teardown),
