@@ -423,9 +423,17 @@ static PyObject *tensor_from_frame(const char *buf, size_t len, PyObject *st)
     mp_tensor *mt = ((mpy_storage *)st)->t;
     if (need < 0 || (unsigned long long)need > mp_tensor_nbytes(mt))
         return bad_frame("view out of the storage's bounds");
+    if (torch_ready() == 0) {
+        /* a spawned child that unpickled only its arguments: a tensor
+         * arriving is what makes it need torch, as the pickler's path does */
+        PyObject *m = PyImport_ImportModule("mproc.torch");
+        if (!m)
+            return NULL;
+        Py_DECREF(m);
+    }
     if (torch_ready() <= 0)
         return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_RuntimeError,
-            "mproc: a torch tensor arrived but torch is not imported: import mproc.torch");
+            "mproc: a torch tensor arrived but torch cannot be used (half imported?)");
     PyObject *key = PyLong_FromVoidPtr(mp_tensor_data(mt)), *r = NULL, *size = NULL, *stride = NULL;
     PyObject *off = NULL, *empty = NULL, *pt = proto(h.dtype);
     int fresh;

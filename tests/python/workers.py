@@ -95,3 +95,21 @@ def pid_of(_):
 def make_tensor(n):
     import torch
     return torch.arange(float(n))
+
+
+def echo_until_none(q, r):
+    """Sends back what arrives until None (the handoff tests' peer)."""
+    while True:
+        obj = q.get()
+        if obj is None:
+            return
+        r.put(obj)
+
+
+def share_and_send_twice(q, done):
+    import torch
+    import mproc.torch  # noqa: F401  (a fork child has it; spawn imports it here)
+    t = torch.arange(6.0).share_memory_()
+    q.put(t)
+    q.put(t[2:])
+    done.get()  # keeps t until the parent has both
