@@ -45,7 +45,8 @@ if sanitize:
 
 ext = Extension(
     "mproc._mproc",
-    sources=[os.path.join("src", f) for f in ("module.c", "storage.c", "channel.c", "internal.c", "fast.c")],
+    sources=[os.path.join("src", f) for f in ("module.c", "storage.c", "channel.c", "internal.c",
+                                              "fast.c", "fastpickle.c")],
     include_dirs=[os.path.join(ROOT, "include"), os.path.join(ROOT, "src")],
     extra_objects=[ARCHIVE],
     extra_compile_args=extra_compile,

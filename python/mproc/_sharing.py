@@ -256,6 +256,10 @@ class _Pickler(pickle.Pickler):
     """Puts each mproc storage or handle among the message's attachments."""
 
     def __init__(self, file, atts):
+        # In C (python/src/fastpickle.c): a shared tensor becomes a frame
+        # without a Python call; anything else goes to _REDUCERS, or to
+        # _reduce_tensor for other tensors.
+        self.reducer_override = _mproc._reducer(self)
         super().__init__(file, pickle.HIGHEST_PROTOCOL)
         self.buf = file
         self.busy = False
@@ -270,15 +274,6 @@ class _Pickler(pickle.Pickler):
             i = self.index[id(obj)] = len(self.atts)
             self.atts.append(obj)
         return i
-
-    def reducer_override(self, obj):
-        f = _REDUCERS.get(type(obj))
-        if f is None:
-            torch = _torch()
-            if torch is None or not isinstance(obj, torch.Tensor):
-                return NotImplemented
-            f = _reduce_tensor
-        return f(obj, self)
 
 
 _ALIGN = 64  # arena slots start on a cache line (any dtype's alignment)
@@ -430,6 +425,7 @@ def _loads_py(payload, atts):
 
 # The C fast paths (plain data, one shared tensor) in front of the two above.
 _mproc._fast_setup(_registry, _register, _dumps_py, _loads_py)
+_mproc._pickle_setup(_REDUCERS, _reduce_tensor, _tls)
 dumps = _mproc.dumps
 loads = _mproc.loads
 

@@ -19,16 +19,6 @@
 
 #include <string.h>
 
-#define FAST_MAGIC "\xffMP1" /* no pickle starts with 0xff */
-#define FAST_MAXDIM 16
-enum { FAST_TENSOR = 1 };
-enum { FAST_REQUIRES_GRAD = 1 };
-
-typedef struct {
-    char magic[4];
-    uint8_t kind, dtype, ndim, flags;
-    int64_t offset; /* elements; then int64 shape[ndim], strides[ndim] */
-} fast_head;
 
 /* torch dtypes a frame can name: the index is the code on the wire. */
 static const struct {
@@ -89,6 +79,15 @@ static int torch_ready(void)
     F.codes = codes;
     F.tensor_type = tt;
     return 1;
+}
+
+PyObject *mpy_torch_tensor_type(void)
+{
+    if (torch_ready() <= 0) {
+        PyErr_Clear();
+        return NULL;
+    }
+    return F.tensor_type;
 }
 
 /* An empty tensor of dtype code c: Tensor.new() of it is the cheapest way
@@ -203,20 +202,28 @@ static PyObject *registered(PyObject *key)
     return st;
 }
 
-/* 1: *payload and *atts hold t's frame; 0: t does not qualify (nothing
- * set); -1: error. */
-static int tensor_frame(PyObject *t, PyObject **payload, PyObject **atts)
+void mpy_parts_clear(mpy_parts *p)
+{
+    Py_CLEAR(p->st);
+}
+
+/* 1: p holds t's frame (p->st, a new reference); 0: t does not qualify
+ * (nothing held); -1: error. */
+int mpy_tensor_parts(PyObject *t, mpy_parts *p)
 {
     uint8_t flags = 0;
     long long off;
-    int code = frame_dtype(t, &flags), rc = -1;
-    if (code < 0)
+    int code, rc = -1;
+    memset(p, 0, sizeof *p);
+    if ((code = torch_ready()) <= 0)
+        return code;
+    if ((code = frame_dtype(t, &flags)) < 0)
         return code == -2 ? 0 : -1;
-    PyObject *us = PyObject_CallMethodNoArgs(t, s_storage), *key = NULL, *st = NULL;
+    PyObject *us = PyObject_CallMethodNoArgs(t, s_storage), *key = NULL;
     PyObject *size = NULL, *stride = NULL;
     if (!us || !(key = PyObject_CallMethodNoArgs(us, s_data_ptr)))
         goto out;
-    if (!(st = registered(key))) {
+    if (!(p->st = registered(key))) {
         rc = 0; /* private memory: the Python path moves it */
         goto out;
     }
@@ -229,25 +236,14 @@ static int tensor_frame(PyObject *t, PyObject **payload, PyObject **atts)
         goto out;
     }
     int nd = (int)PyTuple_GET_SIZE(size);
-    fast_head h = {{0}, FAST_TENSOR, (uint8_t)code, (uint8_t)nd, flags, off};
-    memcpy(h.magic, FAST_MAGIC, 4);
-    int64_t dims[2 * FAST_MAXDIM];
+    p->head = (fast_head){{0}, FAST_TENSOR, (uint8_t)code, (uint8_t)nd, flags, off};
+    memcpy(p->head.magic, FAST_MAGIC, 4);
     for (int i = 0; i < nd; i++) {
-        dims[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(size, i));
-        dims[nd + i] = PyLong_AsLongLong(PyTuple_GET_ITEM(stride, i));
+        p->dims[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(size, i));
+        p->dims[nd + i] = PyLong_AsLongLong(PyTuple_GET_ITEM(stride, i));
     }
     if (PyErr_Occurred())
         goto out;
-    *payload = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(sizeof h + sizeof(int64_t) * 2 * nd));
-    if (!*payload)
-        goto out;
-    memcpy(PyBytes_AS_STRING(*payload), &h, sizeof h);
-    memcpy(PyBytes_AS_STRING(*payload) + sizeof h, dims, sizeof(int64_t) * 2 * nd);
-    if (!(*atts = PyList_New(1))) {
-        Py_CLEAR(*payload);
-        goto out;
-    }
-    PyList_SET_ITEM(*atts, 0, Py_NewRef(st));
     /* The sender's tensor serves as the receiving side's cache entry too:
      * the same storage coming back (a ping-pong) is rebuilt from it. */
     PyObject *seen = weak_get(F.rx_cache, key);
@@ -256,12 +252,33 @@ static int tensor_frame(PyObject *t, PyObject **payload, PyObject **atts)
     Py_XDECREF(seen);
     rc = 1;
 out:
+    if (rc != 1)
+        mpy_parts_clear(p);
     Py_XDECREF(us);
     Py_XDECREF(key);
-    Py_XDECREF(st);
     Py_XDECREF(size);
     Py_XDECREF(stride);
     return rc;
+}
+
+/* 1: *payload and *atts hold t's frame; 0: t does not qualify; -1: error. */
+static int tensor_frame(PyObject *t, PyObject **payload, PyObject **atts)
+{
+    mpy_parts p;
+    int rc = mpy_tensor_parts(t, &p);
+    if (rc <= 0)
+        return rc;
+    size_t dl = sizeof(int64_t) * 2 * p.head.ndim;
+    *payload = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(sizeof p.head + dl));
+    if (*payload && (*atts = PyList_New(1))) {
+        memcpy(PyBytes_AS_STRING(*payload), &p.head, sizeof p.head);
+        memcpy(PyBytes_AS_STRING(*payload) + sizeof p.head, p.dims, dl);
+        PyList_SET_ITEM(*atts, 0, p.st); /* the list takes the reference */
+        return 1;
+    }
+    Py_CLEAR(*payload);
+    mpy_parts_clear(&p);
+    return -1;
 }
 
 /* ---- plain data: nothing for mproc's pickler to do --------------------- */
@@ -308,11 +325,9 @@ int mpy_dumps(PyObject *obj, PyObject **payload, PyObject **atts)
         *payload = PyObject_Vectorcall(F.pickle_dumps, args, 2, NULL);
         return *payload ? 0 : -1;
     }
-    int r = torch_ready();
-    if (r > 0 && (r = tensor_frame(obj, payload, atts)) != 0)
+    int r = tensor_frame(obj, payload, atts);
+    if (r != 0)
         return r < 0 ? -1 : 0;
-    if (r < 0)
-        return -1;
     PyObject *res = PyObject_CallOneArg(F.dumps_py, obj);
     if (!res)
         return -1;
@@ -406,19 +421,28 @@ static PyObject *tuple_of(const int64_t *v, int n)
     return r;
 }
 
-static PyObject *tensor_from_frame(const char *buf, size_t len, PyObject *st)
+PyObject *mpy_tensor_from_frame(const char *buf, size_t len, PyObject *st)
 {
-    fast_head h;
-    int64_t dims[2 * FAST_MAXDIM];
-    if (len < sizeof h)
+    mpy_parts p;
+    if (len < sizeof p.head)
         return bad_frame("short");
-    memcpy(&h, buf, sizeof h);
-    if (h.kind != FAST_TENSOR || h.dtype >= NDTYPES || h.ndim > FAST_MAXDIM || h.offset < 0 ||
-        len != sizeof h + sizeof(int64_t) * 2 * h.ndim)
+    memcpy(&p.head, buf, sizeof p.head);
+    if (p.head.ndim > FAST_MAXDIM || len != sizeof p.head + sizeof(int64_t) * 2 * p.head.ndim)
         return bad_frame("header");
-    if (!PyObject_TypeCheck(st, &mpy_storage_type))
+    memcpy(p.dims, buf + sizeof p.head, sizeof(int64_t) * 2 * p.head.ndim);
+    p.st = st;
+    return mpy_tensor_build(&p);
+}
+
+PyObject *mpy_tensor_build(const mpy_parts *p)
+{
+    const fast_head h = p->head;
+    const int64_t *dims = p->dims;
+    PyObject *st = p->st;
+    if (h.kind != FAST_TENSOR || h.dtype >= NDTYPES || h.ndim > FAST_MAXDIM || h.offset < 0)
+        return bad_frame("header");
+    if (!st || !PyObject_TypeCheck(st, &mpy_storage_type))
         return bad_frame("its attachment is not a storage");
-    memcpy(dims, buf + sizeof h, sizeof(int64_t) * 2 * h.ndim);
     long long need = view_extent(&h, dims, dtype_table[h.dtype].size);
     mp_tensor *mt = ((mpy_storage *)st)->t;
     if (need < 0 || (unsigned long long)need > mp_tensor_nbytes(mt))
@@ -472,7 +496,7 @@ PyObject *mpy_loads(PyObject *payload, PyObject *atts)
     if (PyBytes_Check(payload) && is_frame(PyBytes_AS_STRING(payload), PyBytes_GET_SIZE(payload))) {
         if (!PyList_Check(atts) || PyList_GET_SIZE(atts) != 1)
             return bad_frame("not one attachment");
-        return tensor_from_frame(PyBytes_AS_STRING(payload), (size_t)PyBytes_GET_SIZE(payload),
+        return mpy_tensor_from_frame(PyBytes_AS_STRING(payload), (size_t)PyBytes_GET_SIZE(payload),
                                  PyList_GET_ITEM(atts, 0));
     }
     if (atts == Py_None || atts == NULL)
@@ -492,7 +516,7 @@ PyObject *mpy_msg_loads(const mp_msg *m)
         PyObject *st = mpy_storage_wrap(t);
         if (!st)
             return NULL;
-        PyObject *r = tensor_from_frame(p, len, st);
+        PyObject *r = mpy_tensor_from_frame(p, len, st);
         Py_DECREF(st);
         return r;
     }

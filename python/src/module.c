@@ -363,7 +363,8 @@ PyMODINIT_FUNC PyInit__mproc(void)
     Py_XDECREF(bases);
     if (!closed_error || PyModule_AddObjectRef(m, "ClosedError", closed_error) < 0 ||
         PyModule_AddStringConstant(m, "version", mp_version()) < 0 ||
-        mpy_storage_init(m) < 0 || mpy_channel_init(m) < 0 || mpy_fast_init(m) < 0) {
+        mpy_storage_init(m) < 0 || mpy_channel_init(m) < 0 || mpy_fast_init(m) < 0 ||
+        mpy_fastpickle_init(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -77,7 +77,37 @@ int mpy_dumps(PyObject *obj, PyObject **payload, PyObject **atts);
 PyObject *mpy_loads(PyObject *payload, PyObject *atts);
 PyObject *mpy_msg_loads(const mp_msg *m);
 
+/* A tensor frame: what a torch tensor over an mproc Storage needs. */
+#define FAST_MAGIC "\xffMP1" /* no pickle starts with 0xff */
+#define FAST_MAXDIM 16
+enum { FAST_TENSOR = 1 };
+enum { FAST_REQUIRES_GRAD = 1 };
+
+typedef struct {
+    char magic[4];
+    uint8_t kind, dtype, ndim, flags;
+    int64_t offset; /* elements; then int64 shape[ndim], strides[ndim] */
+} fast_head;
+
+typedef struct {
+    fast_head head;
+    int64_t dims[2 * FAST_MAXDIM]; /* shape, then strides */
+    PyObject *st;                  /* the Storage */
+} mpy_parts;
+
+/* fast.c: the frame of tensor t when one can carry it (1; p->st is a new
+ * reference, mpy_parts_clear drops it), 0 when not, -1 on error; and the
+ * tensor back from parts (p->st borrowed), every field checked. */
+int mpy_tensor_parts(PyObject *t, mpy_parts *p);
+void mpy_parts_clear(mpy_parts *p);
+PyObject *mpy_tensor_build(const mpy_parts *p);
+/* The tensor of a frame's bytes over Storage st (borrowed). */
+PyObject *mpy_tensor_from_frame(const char *buf, size_t len, PyObject *st);
+/* torch.Tensor once torch is imported (borrowed), else NULL. */
+PyObject *mpy_torch_tensor_type(void);
+
 int mpy_fast_init(PyObject *module);
+int mpy_fastpickle_init(PyObject *module);
 int mpy_storage_init(PyObject *module);
 int mpy_channel_init(PyObject *module);
 

@@ -202,3 +202,35 @@ def test_pipe_carries_frames(strategy):
     assert torch.equal(r, torch.arange(1.0, 5.0)) and r.data_ptr() == t[1:].data_ptr()
     x.send((1, "plain"))
     assert y.recv() == (1, "plain")
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES, indirect=True)
+def test_containers_of_tensors(strategy):
+    """Shared tensors inside other objects are reduced in C (frames in the
+    pickle); private ones, Parameters, tensors with grads and arrays in the
+    same message still take the pickler's Python reducers."""
+    shared = torch.arange(12.0).share_memory_()
+    private = torch.ones(3)
+    param = torch.nn.Parameter(torch.zeros(2).share_memory_())
+    arr = np.arange(4, dtype=np.int16)
+    obj = {"a": shared, "views": [shared[2:5], shared.view(3, 4).t()], "p": private,
+           "param": param, "arr": arr, "plain": (1, "x")}
+    payload, atts = _mproc.dumps(obj)
+    assert b"_rebuild_frame" in payload
+    r = _mproc.loads(payload, atts)
+    assert r["a"].data_ptr() == shared.data_ptr() and r["a"].is_shared()
+    assert r["views"][0].storage_offset() == 2 and torch.equal(r["views"][0], shared[2:5])
+    assert r["views"][1].stride() == (1, 4)
+    assert r["views"][1]._storage()._cdata == r["a"]._storage()._cdata  # one storage, reused
+    assert torch.equal(r["p"], private) and private.is_shared()
+    assert type(r["param"]) is torch.nn.Parameter
+    assert np.array_equal(r["arr"], arr) and r["plain"] == (1, "x")
+    r["views"][0][0] = -1
+    assert shared[2] == -1
+    with pytest.raises(ValueError, match="attachment 5"):
+        _mproc.loads(pickle.dumps(_BadIndex()), [])
+
+
+class _BadIndex:
+    def __reduce__(self):
+        return _mproc._rebuild_frame, (5, b"")
