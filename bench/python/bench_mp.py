@@ -173,6 +173,11 @@ def main():
         args.out = os.path.join(ROOT, "bench", "results", "python.jsonl")
     runs = {}
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "python")] + sys.path))
+    # the in-place extension finds no daemon beside it: use the build's, as an
+    # installed mproc would use its own (file_system reports to it)
+    manager = os.path.join(ROOT, "build", "mproc-shm-manager")
+    if "MPROC_SHM_MANAGER" not in env and os.access(manager, os.X_OK):
+        env["MPROC_SHM_MANAGER"] = manager
     for _ in range(max(1, args.repeat)):
         for m in args.module or MODULES:
             cmd = [sys.executable, os.path.abspath(__file__), "--one", m]
