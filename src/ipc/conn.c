@@ -156,6 +156,8 @@ int mp_conn_recv(mp_conn *c, mp_msg **out, double timeout)
         return rc;
     if (!out)
         return mp__error(MP_EINVAL, "mp_conn_recv: out is NULL");
+    if ((rc = mp__objkinds_ensure("mp_conn_recv")) < 0)
+        return rc;
     deadline = mp__ipc_deadline(timeout);
     if ((rc = mp__rx_lock(conn_rx(c, false), deadline, "mp_conn_recv")) < 0)
         return rc;
@@ -313,10 +315,10 @@ const mp__objkind mp__conn_kind = {MP_ATTACH_CONN, "connection", conn_retain, co
 
 int mp_msg_add_conn(mp_msg *m, const char *name, mp_conn *c)
 {
-    return mp__msg_add_object(m, name, MP_ATTACH_CONN, c);
+    return mp__msg_add_object(m, name, &mp__conn_kind, c);
 }
 
 int mp_msg_get_conn(const mp_msg *m, size_t index, mp_conn **out)
 {
-    return mp__msg_get_object(m, index, MP_ATTACH_CONN, (void **)out);
+    return mp__msg_get_object(m, index, &mp__conn_kind, (void **)out);
 }

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "ipc/kinds.h"
 #include "mproc/queue.h"
 #include "shm/shm.h"
 #include "wire/wire.h"

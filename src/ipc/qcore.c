@@ -155,6 +155,8 @@ int mp__queue_get(mp__queue *q, mp_msg **out, double deadline, const char *fn)
         *out = NULL;
     if (!q || !out)
         return mp__error(MP_EINVAL, "%s: %s is NULL", fn, q ? "out" : "queue");
+    if ((rc = mp__objkinds_ensure(fn)) < 0)
+        return rc;
     c = q->ctl;
     if ((rc = mp__rx_lock(&c->rx, deadline, fn)) < 0)
         return rc;

@@ -2,6 +2,7 @@
  * end handed over the ranks' bootstrap socket. Across hosts: messages over
  * MPI on the conn's own tag, and a close notice on the next tag that says
  * how many messages were sent, so the peer drains them before MP_ECLOSED. */
+#include "ipc/kinds.h"
 #include "mpi/mpi_internal.h"
 #include "mproc/queue.h"
 #include "wire/wire.h"
@@ -47,6 +48,8 @@ static int local_handshake(mp_mpi_conn *c)
         c->lc = a;
         return 0;
     }
+    if ((rc = mp__objkinds_ensure("mp_mpi_pipe")) < 0)
+        return rc;
     for (;;) {
         rc = mp__wire_recv(sock, &m, mp__deadline(mp__mpi_slice(-1)));
         if (rc != MP_ETIMEDOUT)

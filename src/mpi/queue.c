@@ -14,6 +14,7 @@
  *   received after all (no message is lost or delivered twice).
  *   close: {req, CLOSE} closes the queue for everyone.
  */
+#include "ipc/kinds.h"
 #include "mpi/mpi_internal.h"
 #include "mproc/queue.h"
 #include "wire/wire.h"
@@ -220,6 +221,8 @@ static int share_local(mp_mpi_queue *mq)
         return rc;
     }
     mp_msg *m = NULL;
+    if ((rc = mp__objkinds_ensure("mp_mpi_queue_create")) < 0)
+        return rc;
     for (;;) {
         rc = mp__wire_recv(mp__mpi.peers[mq->home].sock, &m, mp__deadline(0.05));
         if (rc != MP_ETIMEDOUT)

@@ -1,5 +1,6 @@
 /* The child runtime (mp_setup, mp_raise, the fatal-signal handler) and both
  * ends of the per-child status channel. */
+#include "ipc/kinds.h"
 #include "process/process_internal.h"
 #include "wire/wire.h"
 
@@ -180,7 +181,8 @@ _Noreturn void mp__child_run(int chan)
                  "register it with MP_ENTRY at file scope so that every start method "
                  "finds it",
                  boot.entry);
-    rc = mp__wire_recv(chan, &args, mp__deadline(30));
+    if ((rc = mp__objkinds_ensure("mproc child")) == 0)
+        rc = mp__wire_recv(chan, &args, mp__deadline(30));
     if (rc < 0)
         mp_raise("mproc child: receiving the argument message failed: %s", mp_last_error());
     rc = fn(boot.rank, args);
@@ -250,7 +252,8 @@ int mp_setup(int *argc, char ***argv)
     pid_t ppid;
     if (!argc || !argv || !*argv || *argc < 1)
         return mp__error(MP_EINVAL, "mp_setup: pass &argc and &argv from main");
-    if ((rc = mp__registry_check("mp_setup")) < 0)
+    if ((rc = mp__registry_check("mp_setup")) < 0 ||
+        (rc = mp__objkinds_ensure("mp_setup")) < 0)
         return rc;
     rc = save_argv(*argc, *argv);
     if (rc < 0)

@@ -39,9 +39,12 @@ void mp__sync_retain(mp__sync *s);
  * the mapping still valid, then unmaps and closes. */
 void mp__sync_release(mp__sync *s, void (*unmap_hook)(mp__sync *s));
 
-/* The object-attachment descriptors (src/wire/kinds.c lists them). */
+/* The object-attachment descriptors (src/sync/object.c), and their
+ * registration with the wire layer (idempotent; src/ipc/kinds.c calls it
+ * before any message is decoded). */
 extern const struct mp__objkind mp__lock_kind, mp__rlock_kind, mp__semaphore_kind,
     mp__event_kind, mp__condition_kind, mp__barrier_kind;
+int mp__sync_kinds_register(void);
 
 /* ---- robust mutexes ------------------------------------------------------ */
 

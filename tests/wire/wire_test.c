@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "mp_test.h"
+#include "ipc/kinds.h"
 #include "tensor/tensor_internal.h"
 #include "wire/frame.h"
 #include "wire/wire.h"
@@ -69,7 +70,10 @@ static void test_msg_basics(void **state)
     assert_mp_ok(mp_msg_find_tensor(m, "a", &got));
     assert_ptr_equal(got, a);
     mp_tensor_release(got);
-    assert_mp_err(mp__msg_add_object(m, "q", 99, a), MP_EINVAL);
+    void *obj = &obj;
+    assert_mp_err(mp__msg_get_object(m, 0, &mp__queue_kind, &obj), MP_EINVAL);
+    assert_null(obj);
+    assert_non_null(strstr(mp_last_error(), "kind 'tensor', not 'queue'"));
     mp_msg_destroy(m);
     mp_msg_destroy(NULL);
 
