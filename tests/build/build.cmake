@@ -2,7 +2,8 @@
 #   build_header       include/mproc.h compiles alone as strict C11 and as C++17
 #   build_install      an installed copy works through pkg-config and find_package;
 #                      SONAME, mp_version() and the package version agree
-#   build_static_link  the static link line of docs/build.md, exactly
+#   build_static_link  the static link line of docs/build.md, exactly; a program
+#                      so linked decodes every object kind it receives
 #   build_relocate     install (DESTDIR), delete the build tree, move the prefix:
 #                      the installed daemon reclaims a killed producer's segments
 #   build_subproject   add_subdirectory(mproc) from another project
@@ -28,11 +29,17 @@ set(mproc_cuda_linked 0)
 if("CUDA::cudart" IN_LIST MPROC_LIBS)
   set(mproc_cuda_linked 1)
 endif()
+# kinds_sender: sends every object kind to the statically linked
+# kinds_receiver that build_static_link builds (MPROC_KINDS_SENDER).
+add_executable(kinds_sender ${mproc_build_dir}/kinds_sender.c)
+target_link_libraries(kinds_sender PRIVATE mproc_internal)
+mproc_use_flags(kinds_sender)
 add_test(NAME build_static_link
   COMMAND ${MPROC_SH} ${mproc_build_dir}/static_link_test.sh ${PROJECT_SOURCE_DIR}
           ${CMAKE_C_COMPILER} --build ${PROJECT_BINARY_DIR} ${CMAKE_COMMAND} ${mproc_cuda_linked})
 set_tests_properties(build_static_link PROPERTIES TIMEOUT 180 LABELS "build;noasan"
-                     SKIP_RETURN_CODE 77 RESOURCE_LOCK mproc_dev_shm)
+                     SKIP_RETURN_CODE 77 RESOURCE_LOCK mproc_dev_shm
+                     ENVIRONMENT MPROC_KINDS_SENDER=$<TARGET_FILE:kinds_sender>)
 
 foreach(t relocate subproject)
   add_test(NAME build_${t}
