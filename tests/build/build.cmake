@@ -10,6 +10,7 @@
 #   build_apidoc       the Doxygen reference builds; no public function undocumented
 #   build_apidoc_check the doc check itself fails on an undocumented function
 #   build_man          the man pages render without warnings and name every command
+#   build_layers       a layer calls only layers below it (docs/architecture.md)
 # Those that link fresh programs against an installed or separately built
 # library cannot run in the ASan build (no sanitizer runtime there): noasan.
 find_program(MPROC_SH sh REQUIRED)
@@ -83,3 +84,11 @@ foreach(mode names exports)
             ${PROJECT_SOURCE_DIR} ${CMAKE_C_COMPILER} $<TARGET_FILE:mproc>)
   set_tests_properties(build_${mode} PROPERTIES TIMEOUT 120 LABELS build)
 endforeach()
+
+# build_layers: every call between src/ folders goes down the layer table of
+#   docs/architecture.md (nm over the library's object files).
+add_test(NAME build_layers
+  COMMAND ${MPROC_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/layers_test.py
+          ${PROJECT_SOURCE_DIR}/docs/architecture.md ${CMAKE_NM}
+          "$<TARGET_OBJECTS:mproc_objects>" "$<TARGET_OBJECTS:mproc_mpi>")
+set_tests_properties(build_layers PROPERTIES TIMEOUT 120 LABELS build)
