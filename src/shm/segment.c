@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 static atomic_int live; /* segments mapped by this process */
+static atomic_ullong user_unmapped; /* of those unmapped, the ones that had a user */
 
 static size_t page_size(void)
 {
@@ -264,6 +265,8 @@ void mp__segment_destroy(mp__segment *s)
     if (fs && h->batch)
         h->batch(false);
     atomic_fetch_sub(&live, 1);
+    if (s->had_user)
+        atomic_fetch_add_explicit(&user_unmapped, 1, memory_order_relaxed);
     free(s);
 }
 
@@ -302,6 +305,15 @@ void *mp__segment_user(const mp__segment *s)
 void mp__segment_set_user(mp__segment *s, void *user)
 {
     s->user = user;
+    s->had_user |= user != NULL;
+}
+bool mp__segment_had_user(const mp__segment *s)
+{
+    return s->had_user;
+}
+uint64_t mp__segment_user_unmapped(void)
+{
+    return atomic_load_explicit(&user_unmapped, memory_order_relaxed);
 }
 int mp__segment_count(void)
 {

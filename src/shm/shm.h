@@ -60,6 +60,13 @@ const char *mp__segment_name(const mp__segment *s);
  * single storage that wraps a segment in this process. Not refcounted. */
 void *mp__segment_user(const mp__segment *s);
 void mp__segment_set_user(mp__segment *s, void *user);
+/* Whether s ever had a user in this process: false for a segment just
+ * mapped, true for a mapping a storage used before (the tensor layer's
+ * counters tell new mappings from reused ones by it). */
+bool mp__segment_had_user(const mp__segment *s);
+/* How many segments that had a user this process has unmapped (for
+ * mp_tensor_stats_get: storage segments unmapped). */
+uint64_t mp__segment_user_unmapped(void);
 
 /* What crosses the wire for a segment. */
 typedef struct mp__segment_handle {

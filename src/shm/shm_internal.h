@@ -20,6 +20,7 @@ struct mp__segment {
     pid_t ref_pid; /* FS: the process owning one header reference */
     bool reported; /* FS: its creation or opening was reported, so its closing is */
     void *user;
+    bool had_user; /* a user was ever set: it backed a storage (the stats) */
     struct mp__segment *next; /* hash chain */
     char name[MP__SHM_NAME_MAX];
 };

@@ -149,16 +149,16 @@ static void roundtrip(const char *strategy)
         _exit(child_views(sv[1]));
     }
     close(sv[1]);
-    copies = mp_tensor_shared_copy_count();
+    copies = mp_test_tensor_stats().shared_copies;
     assert_mp_ok(mp__wire_send(sv[0], m, mp__deadline(10)));
     /* storage + grad: two copies, views of w cost nothing */
-    assert_int_equal(mp_tensor_shared_copy_count() - copies, 2);
+    assert_int_equal(mp_test_tensor_stats().shared_copies - copies, 2);
     assert_true(mp_tensor_is_shared(w));
     assert_mp_ok(mp__wire_recv(sv[0], &r, mp__deadline(10)));
     assert_mp_ok(mp_msg_find_tensor(r, "w", &back));
     /* the child's "w" came back as our storage: same memory, no new copy */
     assert_true(mp_tensor_same_storage(back, w));
-    assert_int_equal(mp_tensor_shared_copy_count() - copies, 2);
+    assert_int_equal(mp_test_tensor_stats().shared_copies - copies, 2);
     assert_true(((float *)mp_tensor_data(w))[11] == 22.0f);
     assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_true(WIFEXITED(status));
