@@ -74,8 +74,11 @@ int mp_mpi_is_local(int rank);
 
 /* ---- launch and failures ---------------------------------------------------- */
 
-/* A failed rank: what mp_spawn's mp_child_error says of a child, plus host. */
+/* A failed rank: what mp_spawn's mp_child_error says of a child, plus host.
+ * Set size before the call (mp_mpi_error e = {.size = sizeof e};): the
+ * library writes no more than that, so the record can grow. */
 typedef struct mp_mpi_error {
+    size_t size;             /* sizeof(mp_mpi_error), set by the caller */
     int rank;
     pid_t pid;
     const char *host;
@@ -97,7 +100,8 @@ typedef struct mp_mpi_error {
  * non-zero, which makes mpirun end the whole job (mp_mpi_finalize then
  * returns MP_ECHILD). */
 int mp_mpi_spawn(const char *entry, mp_msg *args, mp_mpi_error *err);
-/* The first failure this rank learned of: 0 and *err, or MP_ESTATE. */
+/* The first failure this rank learned of: 0 and *err, or MP_ESTATE.
+ * Both calls: MP_EINVAL, before anything else, when err's size is not set. */
 int mp_mpi_failure(mp_mpi_error *err);
 
 /* ---- pipes between two ranks ------------------------------------------------ */

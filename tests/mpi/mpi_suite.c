@@ -480,7 +480,7 @@ MP_ENTRY(case_pool)
 int main(int argc, char **argv)
 {
     char entry[64];
-    mp_mpi_error e;
+    mp_mpi_error e = {.size = sizeof e};
     if (mp_setup(&argc, &argv) != 0 || argc < 2) {
         fprintf(stderr, "usage: mpi_suite CASE (under mpirun)\n");
         return 2;
@@ -491,6 +491,11 @@ int main(int argc, char **argv)
     }
     rank = mp_mpi_rank(), size = mp_mpi_size();
     snprintf(entry, sizeof entry, "case_%s", argv[1]);
+    /* A record whose size was not set is refused before the entry runs, on
+     * every rank alike (so no rank is left alone in a collective). */
+    mp_mpi_error unset = {0};
+    CHECK(mp_mpi_spawn(entry, NULL, &unset) == MP_EINVAL, "an unset mp_mpi_error.size");
+    CHECK(mp_mpi_failure(&unset) == MP_EINVAL, "an unset mp_mpi_error.size");
     double t0 = MPI_Wtime();
     int rc = mp_mpi_spawn(entry, NULL, &e);
     if (rc != 0) {
