@@ -36,20 +36,23 @@ int mp__objkind_register(const mp__objkind *k)
     const mp__objkind *cur = NULL;
     int rc;
     if (!k || !k->name || !k->retain || !k->release || !k->encode || !k->decode)
-        rc = mp__error(MP_EINVAL, "mp__objkind_register: descriptor %s is incomplete (it "
-                                  "needs a name and all four callbacks)",
+        rc = mp__error(MP_EINVAL,
+                       "mp__objkind_register: descriptor %s is incomplete (it "
+                       "needs a name and all four callbacks)",
                        k && k->name ? k->name : "(unnamed)");
     else if (k->kind <= MP_ATTACH_TENSOR || k->kind >= MP__OBJKIND_MAX)
-        rc = mp__error(MP_EINVAL, "mp__objkind_register: %s has kind id %d, outside the "
-                                  "object kinds 2..%d (1 is the tensor)",
+        rc = mp__error(MP_EINVAL,
+                       "mp__objkind_register: %s has kind id %d, outside the "
+                       "object kinds 2..%d (1 is the tensor)",
                        k->name, k->kind, MP__OBJKIND_MAX - 1);
-    else if (atomic_compare_exchange_strong_explicit(&table[k->kind], &cur, k,
-                                                     memory_order_acq_rel,
-                                                     memory_order_acquire) || cur == k)
+    else if (atomic_compare_exchange_strong_explicit(&table[k->kind], &cur, k, memory_order_acq_rel,
+                                                     memory_order_acquire) ||
+             cur == k)
         return 0;
     else
-        rc = mp__error(MP_EINVAL, "mp__objkind_register: %s cannot take kind id %d: %s holds "
-                                  "it already (ids are mp_attach_kind in mproc/msg.h)",
+        rc = mp__error(MP_EINVAL,
+                       "mp__objkind_register: %s cannot take kind id %d: %s holds "
+                       "it already (ids are mp_attach_kind in mproc/msg.h)",
                        k->name, k->kind, cur->name);
     keep(rc);
     return rc;

@@ -17,11 +17,15 @@ static const struct {
     const char *name;
     int kind;
 } want[] = {
-    {"queue", MP_ATTACH_QUEUE},         {"simple queue", MP_ATTACH_SIMPLE_QUEUE},
+    {"queue", MP_ATTACH_QUEUE},
+    {"simple queue", MP_ATTACH_SIMPLE_QUEUE},
     {"joinable queue", MP_ATTACH_JOINABLE_QUEUE},
-    {"connection", MP_ATTACH_CONN},     {"lock", MP_ATTACH_LOCK},
-    {"rlock", MP_ATTACH_RLOCK},         {"semaphore", MP_ATTACH_SEMAPHORE},
-    {"event", MP_ATTACH_EVENT},         {"condition", MP_ATTACH_CONDITION},
+    {"connection", MP_ATTACH_CONN},
+    {"lock", MP_ATTACH_LOCK},
+    {"rlock", MP_ATTACH_RLOCK},
+    {"semaphore", MP_ATTACH_SEMAPHORE},
+    {"event", MP_ATTACH_EVENT},
+    {"condition", MP_ATTACH_CONDITION},
     {"barrier", MP_ATTACH_BARRIER},
 };
 #define NWANT (sizeof want / sizeof want[0])
@@ -59,8 +63,8 @@ static int check_every_kind(mp_conn *r)
     }
     for (size_t i = 0; i < NWANT; i++) {
         if (mp_msg_kind(m, i) != want[i].kind || strcmp(mp_msg_name(m, i), want[i].name)) {
-            printf("FAIL: attachment %zu is kind %d '%s', want %d '%s'\n", i,
-                   mp_msg_kind(m, i), mp_msg_name(m, i), want[i].kind, want[i].name);
+            printf("FAIL: attachment %zu is kind %d '%s', want %d '%s'\n", i, mp_msg_kind(m, i),
+                   mp_msg_name(m, i), want[i].kind, want[i].name);
             return 1;
         }
     }

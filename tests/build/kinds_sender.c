@@ -17,12 +17,12 @@
 #include "wire/frame.h"
 #include "wire/wire.h"
 
-#define TRY(x)                                                                              \
-    do {                                                                                    \
-        if ((x) < 0) {                                                                      \
-            fprintf(stderr, "kinds_sender: %s: %s\n", #x, mp_last_error());                 \
-            exit(1);                                                                        \
-        }                                                                                   \
+#define TRY(x)                                                                                     \
+    do {                                                                                           \
+        if ((x) < 0) {                                                                             \
+            fprintf(stderr, "kinds_sender: %s: %s\n", #x, mp_last_error());                        \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
 
 static void send_every_kind(int sock)

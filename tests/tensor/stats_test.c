@@ -21,8 +21,14 @@ static int group_fs(void **state)
     (void)state;
     return mp_set_sharing_strategy("file_system");
 }
-static int setup(void **state) { return mp_test_setup(state); }
-static int teardown(void **state) { return mp_test_teardown(state); }
+static int setup(void **state)
+{
+    return mp_test_setup(state);
+}
+static int teardown(void **state)
+{
+    return mp_test_teardown(state);
+}
 
 /* now - before, field by field. */
 static mp_tensor_stats since(const mp_tensor_stats *before)
@@ -38,15 +44,15 @@ static mp_tensor_stats since(const mp_tensor_stats *before)
     return d;
 }
 
-#define ASSERT_STATS(d, copies, bytes, created, received, mapped, unmapped, live)           \
-    do {                                                                                     \
-        assert_int_equal((d).shared_copies, copies);                                         \
-        assert_int_equal((d).shared_copy_bytes, bytes);                                      \
-        assert_int_equal((d).segments_created, created);                                     \
-        assert_int_equal((d).segments_received, received);                                  \
-        assert_int_equal((d).segments_mapped, mapped);                                       \
-        assert_int_equal((d).segments_unmapped, unmapped);                                   \
-        assert_int_equal((d).segments_live, live);                                           \
+#define ASSERT_STATS(d, copies, bytes, created, received, mapped, unmapped, live)                  \
+    do {                                                                                           \
+        assert_int_equal((d).shared_copies, copies);                                               \
+        assert_int_equal((d).shared_copy_bytes, bytes);                                            \
+        assert_int_equal((d).segments_created, created);                                           \
+        assert_int_equal((d).segments_received, received);                                         \
+        assert_int_equal((d).segments_mapped, mapped);                                             \
+        assert_int_equal((d).segments_unmapped, unmapped);                                         \
+        assert_int_equal((d).segments_live, live);                                                 \
     } while (0)
 
 /* share_memory_ copies once (its bytes), views and a second call do not;

@@ -16,8 +16,14 @@
 #include "sync/sync_internal.h"
 #include "wire/wire.h"
 
-static int setup(void **state) { return mp_test_setup(state); }
-static int teardown(void **state) { return mp_test_teardown(state); }
+static int setup(void **state)
+{
+    return mp_test_setup(state);
+}
+static int teardown(void **state)
+{
+    return mp_test_teardown(state);
+}
 
 /* Runs fn in a forked child: its registrations (and a refusal kept there)
  * stay in the child. The child exits 0 when fn returns 0. */
@@ -48,9 +54,8 @@ static int encode_lock_queue(frame *f)
     mp_lock *l = NULL;
     mp_queue *q = NULL;
     int borrowed[MP__WIRE_MAX_FDS], rc;
-    if ((rc = mp_msg_create(&m)) || (rc = mp_lock_create(&l)) ||
-        (rc = mp_queue_create(0, &q)) || (rc = mp_msg_add_lock(m, "l", l)) ||
-        (rc = mp_msg_add_queue(m, "q", q)) ||
+    if ((rc = mp_msg_create(&m)) || (rc = mp_lock_create(&l)) || (rc = mp_queue_create(0, &q)) ||
+        (rc = mp_msg_add_lock(m, "l", l)) || (rc = mp_msg_add_queue(m, "q", q)) ||
         (rc = mp__wire_encode(m, &f->buf, &f->len, borrowed, &f->nfds)) == 0)
         for (int i = 0; i < f->nfds; i++)
             f->fds[i] = dup(borrowed[i]);
@@ -77,8 +82,7 @@ static int unregistered_then_ensured(void)
         !strstr(mp_last_error(), "no kind is registered") || m)
         return 11;
     free(f.buf);
-    if (mp_test_count_fds() != fds0 || mp__objkinds_ensure("test") < 0 ||
-        encode_lock_queue(&f) < 0)
+    if (mp_test_count_fds() != fds0 || mp__objkinds_ensure("test") < 0 || encode_lock_queue(&f) < 0)
         return 12;
     if (mp__wire_decode(f.buf, f.len, f.fds, f.nfds, &m) < 0 || mp_msg_get_lock(m, 0, &l) < 0)
         return 13;
@@ -98,9 +102,9 @@ static void test_unregistered_then_ensured(void **state)
 static void test_every_kind(void **state)
 {
     const mp__objkind *const want[] = {
-        &mp__queue_kind, &mp__conn_kind, &mp__lock_kind, &mp__rlock_kind, &mp__semaphore_kind,
-        &mp__event_kind, &mp__condition_kind, &mp__barrier_kind, &mp__cuda_tensor_kind,
-        &mp__simple_queue_kind, &mp__joinable_queue_kind};
+        &mp__queue_kind,       &mp__conn_kind,         &mp__lock_kind,          &mp__rlock_kind,
+        &mp__semaphore_kind,   &mp__event_kind,        &mp__condition_kind,     &mp__barrier_kind,
+        &mp__cuda_tensor_kind, &mp__simple_queue_kind, &mp__joinable_queue_kind};
     char list[512];
     (void)state;
     assert_mp_ok(mp__objkinds_ensure("test"));
