@@ -231,13 +231,14 @@ def test_tensor_stats(strategy):
     shared storage is a segment created here, a tensor that comes back is a
     segment received over the mapping this process has, and releasing
     everything unmaps both."""
+    import mproc
     from mproc import _mproc
 
     def delta(before):
-        now = _mproc.tensor_stats()
+        now = mproc.tensor_stats()
         return {k: now[k] - before[k] for k in now}
 
-    s0 = _mproc.tensor_stats()
+    s0 = mproc.tensor_stats()
     assert set(s0) == {"shared_copies", "shared_copy_bytes", "segments_created",
                        "segments_received", "segments_mapped", "segments_unmapped",
                        "segments_live"}
@@ -252,6 +253,10 @@ def test_tensor_stats(strategy):
     d = delta(s0)
     assert d["segments_created"] == 2 and d["segments_received"] == 1
     assert d["segments_mapped"] == 0  # our own segment: the mapping is reused
+    q.put(t)  # shared already: nothing new is created
+    u = q.get(timeout=30)
+    d = delta(s0)
+    assert d["segments_created"] == 2 and d["segments_received"] == 2
     del a, u, t, q
     gc.collect()
     d = delta(s0)
