@@ -234,14 +234,14 @@ def test_spawned_worker_collates_into_mproc_memory():
 
 
 def test_tensor_in_torchs_shared_memory_travels():
-    # put into torch's own shared memory before mproc was in charge: it
-    # rides in the message's arena (one copy) and the sender's tensor is
-    # rebound to it, so both sides then see one memory
+    # put into torch's own shared memory before mproc was in charge: its fd
+    # is adopted (no copy) and both sides see one memory, the sender's
+    # tensor left as it was (test_adopt.py has the rest)
     t = torch.zeros(8)
     mp._torch_share_memory_(t)
     q = mp.Queue()
     q.put([t, t[2:4]])
     a, b = q.get()
-    assert mp._sharing.is_shared(t)
+    assert not mp._sharing.is_shared(t) and t.is_shared()
     a[3] = 5
     assert t[3] == 5 and b[1] == 5
