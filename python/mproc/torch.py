@@ -93,7 +93,9 @@ def _shutdown_workers(self):
     queued are dropped once the workers are gone, so nothing stays behind."""
     q = getattr(self, "_worker_result_queue", None)
     raw = None
-    if isinstance(q, _channels._Base) and not getattr(self, "_shutdown", True):
+    # _channels is None when __del__ runs late in the interpreter's exit
+    if _channels is not None and isinstance(q, _channels._Base) and \
+            not getattr(self, "_shutdown", True):
         raw = q._q
     try:
         _torch_shutdown_workers(self)
