@@ -17,6 +17,7 @@ A registry maps the address of every mproc storage this process uses to its
 copy); an entry lives as long as some torch storage or array uses the memory.
 """
 import io
+import mmap
 import os
 import pickle
 import sys
@@ -163,6 +164,7 @@ def _storage_tensor(s):
 # Adopted storages per message: each is one fd of the message's record (the
 # kernel passes 253 at most); those beyond ride in the arena (one copy).
 ADOPT_MAX = 128
+_PAGE = mmap.PAGESIZE
 
 
 def adopt_storage(us):
@@ -172,7 +174,9 @@ def adopt_storage(us):
     shared any other way into a new segment). Storages of torch's
     file_system strategy are named /dev/shm files that any process may open
     and truncate: mproc's receivers refuse such fds, so those are copied."""
-    if not us.is_shared():
+    # torch maps a file_descriptor segment whole, from offset 0: its data
+    # starts a page
+    if not us.is_shared() or us.data_ptr() % _PAGE:
         return None
     try:
         fd = us._get_shared_fd()
