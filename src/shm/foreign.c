@@ -50,20 +50,28 @@ static const char *file_kind(mode_t mode)
     return "not a regular file";
 }
 
-/* 0 when fd may be adopted with end bytes in use, else MP_EINVAL saying why
- * and what to do instead. */
-static int check_foreign(int fd, const struct stat *st, uint64_t end)
+static const char call[] = "mp_tensor_adopt_fd";
+
+/* 0 when fd is a regular file of at least end bytes, else MP_EINVAL. */
+static int check_file(int fd, const struct stat *st, uint64_t end)
 {
-    static const char call[] = "mp_tensor_adopt_fd";
-    char path[256];
-    int seals;
     if (!S_ISREG(st->st_mode))
         return mp__error(MP_EINVAL, "%s: fd %d is %s, not a shared-memory file", call, fd,
                          file_kind(st->st_mode));
     if (st->st_size <= 0 || (uint64_t)st->st_size < end)
         return mp__error(MP_EINVAL, "%s: fd %d holds %lld bytes, fewer than offset + nbytes = "
                          "%llu", call, fd, (long long)st->st_size, (unsigned long long)end);
-    seals = mp__sys.fcntl(fd, F_GET_SEALS, 0);
+    return 0;
+}
+
+/* Why the receiver's rule refused fd (mp__segment_open's MP_EPROTO): an
+ * MP_EINVAL sentence naming the case and what to do instead; 0 if fd
+ * passes after all. Only run on failure, so adopting costs the rule's
+ * system calls once. */
+static int explain_refusal(int fd, const struct stat *st)
+{
+    char path[256];
+    int seals = mp__sys.fcntl(fd, F_GET_SEALS, 0);
     if ((seals >= 0 && (seals & F_SEAL_SHRINK)) || mp__shm_unlinked_posix(fd, st))
         return 0;
     fd_path(fd, path, sizeof path);
@@ -94,7 +102,7 @@ int mp__segment_adopt_fd(int fd, uint64_t end, mp__segment **out)
                              "descriptor", fd);
         return mp__errno_error(errno, "mp_tensor_adopt_fd: fstat(fd %d)", fd);
     }
-    if ((rc = check_foreign(fd, &st, end)) < 0)
+    if ((rc = check_file(fd, &st, end)) < 0)
         return rc;
     /* Our own fd: the caller may close theirs at once, and the segment
      * (with every message carrying it) outlives the foreign owner. */
@@ -102,5 +110,12 @@ int mp__segment_adopt_fd(int fd, uint64_t end, mp__segment **out)
     if (h.fd < 0)
         return mp__errno_error(errno, "mp_tensor_adopt_fd: dup of fd %d", fd);
     h.size = (uint64_t)st.st_size;
-    return mp__segment_open(&h, out);
+    /* The receiver's own rule decides (what is adopted is what peers accept);
+     * a refusal is explained in terms of this call */
+    rc = mp__segment_open(&h, out);
+    if (rc == MP_EPROTO) {
+        int why = explain_refusal(fd, &st);
+        return why < 0 ? why : rc;
+    }
+    return rc;
 }
