@@ -282,7 +282,8 @@ static PyMethodDef st_methods[] = {
      "Storage over another library's memory (object with __dlpack__, or a capsule); no copy."},
     {"empty", st_empty, METH_O | METH_CLASS,
      "Storage.empty(nbytes): zeroed bytes in mproc shared memory."},
-    {"adopt_fd", (PyCFunction)(void (*)(void))st_adopt_fd, METH_VARARGS | METH_KEYWORDS | METH_CLASS,
+    {"adopt_fd", (PyCFunction)(void (*)(void))st_adopt_fd,
+     METH_VARARGS | METH_KEYWORDS | METH_CLASS,
      "Storage.adopt_fd(fd, nbytes, offset=0): a sealed memfd or unlinked /dev/shm segment "
      "seen without a copy (fd is duplicated)."},
     {"share_memory_", (PyCFunction)st_share_memory_, METH_NOARGS,
