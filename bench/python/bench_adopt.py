@@ -10,8 +10,8 @@ process, median of --reps, for
 
 Each runs in a fresh interpreter (importing mproc.torch replaces torch's
 reducers), the three alternating in each of --rounds rounds so all see the
-same load; the median over rounds is reported. A fresh torch-shared tensor per round, written once, so every
-round maps new memory as a loader's batches do.
+same load; the median over rounds is reported. A fresh torch-shared tensor
+per put, written once, so every put maps new memory as a loader's batches do.
 
     /usr/bin/python3 bench/python/bench_adopt.py [--reps N] [--mib M]
     # writes bench/results/python_adopt.jsonl
@@ -78,10 +78,11 @@ def main():
                        "python_adopt.jsonl")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:
-        f.write(json.dumps({"case": "torch-shared tensor put + get (us)", "bytes": nbytes,
-                            "reps": a.reps, "rounds": runs, "torch": us["torch"], "mproc adopt": us["adopt"],
-                            "mproc copy": us["copy"], "ratio torch/adopt": us["torch"] / us["adopt"],
-                            "ratio copy/adopt": us["copy"] / us["adopt"]}) + "\n")
+        row = {"case": "torch-shared tensor put + get (us)", "bytes": nbytes, "reps": a.reps,
+               "rounds": runs, "torch": us["torch"], "mproc adopt": us["adopt"],
+               "mproc copy": us["copy"], "ratio torch/adopt": us["torch"] / us["adopt"],
+               "ratio copy/adopt": us["copy"] / us["adopt"]}
+        f.write(json.dumps(row) + "\n")
 
 
 if __name__ == "__main__":
