@@ -73,8 +73,9 @@ def _drain(q):
     """Takes and drops every message left in q (an _mproc.Queue), so the
     segments they name are released now: under file_system a message never
     received holds its segment's name in /dev/shm until mproc-shm-manager
-    reclaims it after the program's end."""
-    while True:
+    reclaims it after the program's end. Bounded, in case a worker that
+    outlived its termination keeps putting."""
+    for _ in range(1 << 16):
         try:
             q.get(0)
         except (TimeoutError, BlockingIOError):
