@@ -37,7 +37,7 @@ if(TARGET mproc-shm-manager_tool)               # they run the daemon and the CL
     mproc_tests(shm_manager killloop_test)
   endif()
 endif()
-mproc_tests(tensor empty_tensor_test share_test stats_test tensor_test)
+mproc_tests(tensor adopt_test empty_tensor_test share_test stats_test tensor_test)
 mproc_tests(wire kinds_test malformed_test wire_test)
 mproc_tests(sync barrier_test sync_behaviour_test sync_test)
 mproc_tests(ipc emfile_test mpmc_test pipe_test queue_test rx_test start_methods_test

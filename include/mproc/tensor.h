@@ -180,6 +180,30 @@ typedef struct mp_tensor_stats {
  * size is not set. */
 MP_API int mp_tensor_stats_get(mp_tensor_stats *out);
 
+/* ---- adopting foreign shared memory ---------------------------------------
+ * A 1-d MP_UINT8 tensor of nbytes over bytes [offset, offset + nbytes) of a
+ * shared-memory file another library made (torch's file_descriptor
+ * storages, your own memfd), without copying: the tensor IS that memory,
+ * and it travels in messages as its fd, like mproc's own segments (under
+ * both strategies: it has no mproc name). fd is duplicated; the caller keeps
+ * and closes its own whenever it likes. The memory lives while the tensor,
+ * or any tensor a receiver made of it, lives, whatever the foreign owner
+ * does (exits, unlinks, closes). Adopting one file twice, or a file this
+ * process already received, gives views of one storage.
+ * Accepted: a regular file sealed against shrinking (a memfd with
+ * F_SEAL_SHRINK) or unlinked from /dev/shm (shm_open + shm_unlink: only fd
+ * holders reach it). Differs from mproc's own segments: an unsealed file can
+ * still be shrunk by a holder of its fd (a reader then gets SIGBUS), and its
+ * pages are reserved only as far as the owner did (no posix_fallocate), so
+ * adopt only memory whose owner never resizes it (torch never does).
+ * The shared_copies counter (mp_tensor_stats_get) does not change.
+ * Blocks: no. Thread-safe.
+ * Errors: MP_EINVAL (fd not open; a pipe, socket or disk file; a named
+ * /dev/shm segment; an unsealed memfd; a file of fewer than offset + nbytes
+ * bytes: the sentence says which and what to do), MP_EOVERFLOW, MP_EMFILE,
+ * MP_ENOMEM. */
+MP_API int mp_tensor_adopt_fd(int fd, uint64_t offset, size_t nbytes, mp_tensor **out);
+
 /* ---- sharing strategies --------------------------------------------------
  * "file_descriptor" (default): sealed memfd segments; the fd travels in the
  * message. "file_system": named /dev/shm segments ("/mproc-..."), unlinked by

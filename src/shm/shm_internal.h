@@ -54,4 +54,9 @@ int mp__shm_random_name(char *name, size_t cap);
  * tells the `unlinked` hook). */
 void mp__fs_unref(mp__fs_header *hd, const char *name);
 
+/* foreign.c: fd (st its fstat) is a regular file unlinked from /dev/shm, so
+ * only holders of an fd to it can shrink it: the one kind of unsealed fd a
+ * receiver maps (mproc's no-memfd fallback, adopted foreign segments). */
+bool mp__shm_unlinked_posix(int fd, const struct stat *st);
+
 #endif
