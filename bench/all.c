@@ -44,6 +44,7 @@ typedef struct runner {
     int nfailures;
     char skipped[MAX_PROGRAMS][64];   /* exited 0 without a figure: nothing to measure */
     int nskipped;
+    double load_start; /* 1-minute load average when the run began */
 } runner;
 
 static int usage(const char *argv0, int rc)
@@ -284,12 +285,23 @@ static void fmt_us(char *buf, size_t cap, double us)
     snprintf(buf, cap, us < 10 ? "%.3f" : us < 1000 ? "%.1f" : "%.0f", us);
 }
 
+/* A p99 cell: "-" when the benchmark gave none (bench_emit). */
+static void fmt_p99(char *buf, size_t cap, double us)
+{
+    if (us > 0)
+        fmt_us(buf, cap, us);
+    else
+        snprintf(buf, cap, "-");
+}
+
 /* The table on stdout, columns as wide as their longest entry; with
- * markdown, a GitHub table (latest.md, pasted into the README). */
+ * markdown, a GitHub table (latest.md, pasted into docs/performance.md).
+ * p99: of single-operation samples for a latency; the slowest repetition
+ * for a throughput (whose p50 is the median of the repetitions). */
 static void print_table(const runner *r, FILE *f, bool markdown)
 {
     int wop = 9, wprim = 9;
-    char m[32], p[32];
+    char m[32], m99[32], p[32], p99[32];
     for (int i = 0; i < r->nresults; i++) {
         int a = (int)strlen(r->results[i].rec.op);
         int b = (int)strlen(r->results[i].rec.primitive_name);
@@ -297,21 +309,25 @@ static void print_table(const runner *r, FILE *f, bool markdown)
         wprim = b > wprim ? b : wprim;
     }
     if (markdown) {
-        fprintf(f, "| operation | mproc (us) | primitive | primitive (us) | ratio |\n"
-                   "|---|--:|---|--:|--:|\n");
+        fprintf(f, "| operation | mproc p50 (us) | p99 | primitive | primitive p50 (us) | p99 | "
+                   "ratio (p50) | placement |\n|---|--:|--:|---|--:|--:|--:|---|\n");
     } else {
-        fprintf(f, "%-*s %12s  %-*s %12s %7s\n", wop, "operation", "mproc (us)", wprim,
-                "primitive", "prim. (us)", "ratio");
+        fprintf(f, "%-*s %10s %10s  %-*s %10s %10s %7s  %s\n", wop, "operation", "mproc p50",
+                "p99", wprim, "primitive", "prim. p50", "p99", "ratio", "placement");
     }
     for (int i = 0; i < r->nresults; i++) {
         const bench_record *x = &r->results[i].rec;
+        const char *where = x->placement[0] ? x->placement : "not stated";
         fmt_us(m, sizeof m, x->mproc);
         fmt_us(p, sizeof p, x->primitive);
+        fmt_p99(m99, sizeof m99, x->mproc_p99);
+        fmt_p99(p99, sizeof p99, x->primitive_p99);
         if (markdown)
-            fprintf(f, "| %s | %s | %s | %s | %.2f |\n", x->op, m, x->primitive_name, p, x->ratio);
+            fprintf(f, "| %s | %s | %s | %s | %s | %s | %.2f | %s |\n", x->op, m, m99,
+                    x->primitive_name, p, p99, x->ratio, where);
         else
-            fprintf(f, "%-*s %12s  %-*s %12s %7.2f\n", wop, x->op, m, wprim, x->primitive_name, p,
-                    x->ratio);
+            fprintf(f, "%-*s %10s %10s  %-*s %10s %10s %7.2f  %s\n", wop, x->op, m, m99, wprim,
+                    x->primitive_name, p, p99, x->ratio, where);
     }
     if (!markdown && r->nfailures)
         fprintf(f, "%d benchmark problem%s (see above)\n", r->nfailures,
@@ -352,6 +368,36 @@ static void cpu_model(char *buf, size_t cap)
         fclose(f);
 }
 
+/* A result's optional fields, those its benchmark gave. */
+static void json_optional(FILE *f, const bench_record *x)
+{
+    char s[600];
+    if (x->kind[0]) {
+        bench_json_string(s, sizeof s, x->kind);
+        fprintf(f, ",\"kind\":%s", s);
+    }
+    if (x->mproc_p99 > 0 && x->primitive_p99 > 0)
+        fprintf(f, ",\"mproc_p99\":%.6g,\"primitive_p99\":%.6g", x->mproc_p99,
+                x->primitive_p99);
+    if (x->samples > 0)
+        fprintf(f, ",\"samples\":%d", x->samples);
+    bench_json_string(s, sizeof s, x->placement[0] ? x->placement : "not stated");
+    fprintf(f, ",\"placement\":%s", s);
+}
+
+/* The 1-minute load average, or -1. */
+static double load_average(void)
+{
+    double load = -1;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &load) != 1)
+            load = -1;
+        fclose(f);
+    }
+    return load;
+}
+
 /* The machine facts, then each result on its own line in "results". */
 static void json_body(const runner *r, FILE *f)
 {
@@ -366,7 +412,8 @@ static void json_body(const runner *r, FILE *f)
     fprintf(f, "{\"date\":\"%s\",\"quick\":%s,\"nproc\":%ld,\"cpu_model\":%s,\"kernel\":%s,",
             stamp, r->quick ? "true" : "false", sysconf(_SC_NPROCESSORS_ONLN), s1, s2);
     bench_json_string(s1, sizeof s1, u.machine);
-    fprintf(f, "\"machine\":%s,\n\"results\":[\n", s1);
+    fprintf(f, "\"machine\":%s,\"load_start\":%.2f,\"load_end\":%.2f,\n\"results\":[\n", s1,
+            r->load_start, load_average());
     for (int i = 0; i < r->nresults; i++) {
         const result *x = &r->results[i];
         bench_json_string(s3, sizeof s3, x->bench);
@@ -374,9 +421,10 @@ static void json_body(const runner *r, FILE *f)
         bench_json_string(s2, sizeof s2, x->rec.primitive_name);
         fprintf(f,
                 "{\"bench\":%s,\"op\":%s,\"unit\":\"us\",\"mproc\":%.6g,\"primitive_name\":%s,"
-                "\"primitive\":%.6g,\"ratio\":%.6g}%s\n",
-                s3, s1, x->rec.mproc, s2, x->rec.primitive, x->rec.ratio,
-                i + 1 < r->nresults ? "," : "");
+                "\"primitive\":%.6g,\"ratio\":%.6g",
+                s3, s1, x->rec.mproc, s2, x->rec.primitive, x->rec.ratio);
+        json_optional(f, &x->rec);
+        fprintf(f, "}%s\n", i + 1 < r->nresults ? "," : "");
     }
     fprintf(f, "],\n\"skipped\":[");
     for (int i = 0; i < r->nskipped; i++) {
@@ -463,14 +511,8 @@ static bool in_path(const char *name)
 static void run_stamp(char *buf, size_t cap)
 {
     char stamp[40];
-    double load = -1;
+    double load = load_average();
     time_t now = time(NULL);
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f) {
-        if (fscanf(f, "%lf", &load) != 1)
-            load = -1;
-        fclose(f);
-    }
     strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M UTC", gmtime(&now));
     if (load >= 0)
         snprintf(buf, cap, "%s, load %.2f / %ld CPUs", stamp, load,
@@ -603,6 +645,7 @@ int main(int argc, char **argv)
     }
     if (!(r.results = calloc(MAX_RESULTS, sizeof *r.results)))
         return 2;
+    r.load_start = load_average();
     for (int i = 0; i < r.nprograms; i++)
         run_program(&r, r.names[i]);
     print_table(&r, stdout, false);
