@@ -80,7 +80,8 @@ extern _Thread_local void (*mp__raise_hook)(const char *text);
 typedef struct mp__boot {
     uint32_t magic;
     int32_t rank;
-    int32_t method; /* the mp__method that started the child */
+    int32_t method;   /* the mp__method that started the child */
+    int32_t has_args; /* 0: no argument message follows (the entry gets an empty one) */
     char entry[MP_ENTRY_NAME_MAX + 1];
 } mp__boot;
 
@@ -134,6 +135,9 @@ void mp__child_die_with_parent(pid_t expected_parent);
 /* Makes the first backtrace() call of this process (it loads libgcc_s), so
  * that children forked afterwards do not each load it again. Idempotent. */
 void mp__backtrace_prime(void);
+/* mp__backtrace_prime, and the first calls of the functions a forked child
+ * makes before its entry (see child.c). In the parent, before any fork. */
+void mp__child_prime(void);
 /* argv saved by mp_setup; NULL before. */
 char *const *mp__saved_argv(void);
 
