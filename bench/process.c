@@ -38,9 +38,14 @@ MP_ENTRY(b_noop)
     return 0;
 }
 
-/* rank 0 fails at once, stamping the time into its message; rank 1 waits. */
+/* Once both ranks run (the barrier in args: so the parent is done starting
+ * them), rank 0 fails, stamping the time into its message; rank 1 waits. */
 MP_ENTRY(b_fail)
 {
+    mp_barrier *b = NULL;
+    if (mp_msg_get_barrier(args, 0, &b) != 0 || mp_barrier_wait(b, 30, NULL) < 0)
+        return 3;
+    mp_barrier_destroy(b);
     if (rank == 0)
         mp_raise("%llu", (unsigned long long)bench_now_ns());
     for (;;)
@@ -112,8 +117,15 @@ static double failure_latency_us(const char *method)
 {
     mp_spawn_context *ctx = NULL;
     mp_child_error e = {.size = sizeof e};
+    mp_barrier *b = NULL;
+    mp_msg *args = NULL;
     uint64_t t1;
-    if (mp_spawn("b_fail", NULL, 2, false, false, method, &ctx) != 0)
+    int rc = mp_barrier_create(2, &b) || mp_msg_create(&args) ||
+             mp_msg_add_barrier(args, "go", b) ||
+             mp_spawn("b_fail", args, 2, false, false, method, &ctx);
+    mp_msg_destroy(args);
+    mp_barrier_destroy(b);
+    if (rc != 0)
         return -1;
     if (mp_spawn_context_join(ctx, 30) != MP_ECHILD) {
         mp_spawn_context_destroy(ctx);
