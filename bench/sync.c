@@ -42,6 +42,17 @@ typedef struct shared {
 } shared;
 
 static shared *sh;
+/* Work done while holding the lock in the contended runs: 0, or enough to
+ * keep the lock held for a while, so that the other process finds it held
+ * and must sleep (the futex slow path, which a 0-length hold rarely
+ * reaches: then only the cache line moves between the CPUs). */
+static volatile unsigned hold_work;
+
+static void hold(void)
+{
+    for (unsigned k = hold_work; k > 0; k--)
+        __asm__ volatile("" ::: "memory");
+}
 static mp_lock *lock;
 static mp_semaphore *ping, *pong;
 
@@ -84,6 +95,7 @@ static int mp_lock_loop(void *ctx, size_t n)
         if (mp_lock_acquire(lock, -1) != 0)
             return 1;
         sh->counter++;
+        hold();
         mp_lock_release(lock);
     }
     return 0;
@@ -96,6 +108,7 @@ static int raw_lock_loop(void *ctx, size_t n)
     for (size_t i = 0; i < n; i++) {
         raw_lock(&sh->mutex, &held);
         sh->counter++;
+        hold();
         raw_unlock(&sh->mutex);
     }
     atomic_fetch_add(&sh->held, held);
@@ -128,8 +141,10 @@ static pid_t contender(void)
         long s0 = sleeps();
         atomic_store(&sh->running, 1);
         while (atomic_load(&sh->go) == go) {
-            if ((go == GO_RAW ? raw_lock_loop : mp_lock_loop)(NULL, 64) != 0)
+            if ((go == GO_RAW ? raw_lock_loop : mp_lock_loop)(NULL, 64) != 0) {
+                fprintf(stderr, "bench_sync: contending child: %s\n", mp_last_error());
                 _exit(1);
+            }
             atomic_fetch_add(&sh->child_ops, 64);
         }
         atomic_fetch_add(&sh->child_sleeps, sleeps() - s0);
@@ -145,6 +160,8 @@ typedef struct contention {
 
 /* One window: the child starts, the parent does n acquisitions once the
  * child is in its loop; the child's acquisitions in the window count. */
+static pid_t contender_pid;
+
 static int contend_once(bool raw, size_t n, contention *c)
 {
     long s0 = sleeps(), cs0 = atomic_load(&sh->child_sleeps);
@@ -152,8 +169,13 @@ static int contend_once(bool raw, size_t n, contention *c)
     futex_wake(&sh->go, 1);
     /* Timed only once the child has made progress: started is not running. */
     uint64_t start = atomic_load(&sh->child_ops);
-    while (!atomic_load(&sh->running) || atomic_load(&sh->child_ops) == start)
+    while (!atomic_load(&sh->running) || atomic_load(&sh->child_ops) == start) {
+        if (waitpid(contender_pid, NULL, WNOHANG) != 0) {
+            fprintf(stderr, "bench_sync: the contending child is gone\n");
+            return -1;
+        }
         sched_yield();
+    }
     uint64_t c0 = atomic_load(&sh->child_ops), t0 = bench_now_ns();
     int rc = (raw ? raw_lock_loop : mp_lock_loop)(NULL, n);
     uint64_t t1 = bench_now_ns(), c1 = atomic_load(&sh->child_ops);
@@ -166,16 +188,18 @@ static int contend_once(bool raw, size_t n, contention *c)
     return rc;
 }
 
-static void contended(size_t n, const bench_opts *o)
+static void contended(const char *op, const char *prim, size_t n, const bench_opts *o)
 {
     int reps = o->reps < 1 ? 1 : o->reps > 1000 ? 1000 : o->reps;
     double m[1000], p[1000], mshare = 0, pshare = 0;
     long msl = 0, psl = 0;
     contention c;
-    pid_t pid = contender();
+    atomic_store(&sh->go, GO_IDLE); /* not a previous run's GO_EXIT */
+    atomic_store(&sh->running, 0);
+    pid_t pid = contender_pid = contender();
     uint64_t held0;
-    contend_once(false, n, &c); /* warm-up */
-    contend_once(true, n, &c);
+    if (contend_once(false, n, &c) != 0 || contend_once(true, n, &c) != 0) /* warm-up */
+        goto out;
     held0 = atomic_load(&sh->held);
     for (int i = 0; i < reps; i++) {
         for (int k = 0; k < 2; k++) {
@@ -188,13 +212,12 @@ static void contended(size_t n, const bench_opts *o)
         }
     }
     bench_stats sm = bench_stats_of(m, (size_t)reps), sp = bench_stats_of(p, (size_t)reps);
-    bench_emit_stats("lock acquire+release, 2 processes contending", "throughput", &sm,
-                     "futex mutex, 2 processes contending", &sp);
+    bench_emit_stats(op, "throughput", &sm, prim, &sp);
     fprintf(stderr,
-            "contended: mproc %.3f us, futex %.3f us per acquisition (both processes); the "
+            "%s: mproc %.3f us, futex %.3f us per acquisition (both processes); the "
             "child made %.0f%% / %.0f%% of them; sleeps per 1000 acquisitions: mproc %.2f, "
             "futex %.2f; the raw mutex was found held in %.1f%% of its acquisitions\n",
-            sm.p50, sp.p50, 100 * mshare, 100 * pshare,
+            op, sm.p50, sp.p50, 100 * mshare, 100 * pshare,
             1000.0 * (double)msl / ((double)reps * (double)n / (1 - mshare)),
             1000.0 * (double)psl / ((double)reps * (double)n / (1 - pshare)),
             100.0 * (double)(atomic_load(&sh->held) - held0) /
@@ -302,7 +325,12 @@ int main(int argc, char **argv)
 
     bench_set_placement("parent on cpu %d, contending child on cpu %d", bench_cpu_of_slot(0),
                         bench_cpu_of_slot(1));
-    contended(nc, &o);
+    contended("lock acquire+release, 2 processes contending",
+              "futex mutex, 2 processes contending", nc, &o);
+    hold_work = 400; /* about 0.2-0.4 us held */
+    contended("lock acquire+release, 2 processes contending, ~0.3 us held",
+              "futex mutex, same", nc / 20, &o);
+    hold_work = 0;
 
     bench_set_placement("parent on cpu %d, echo child on cpu %d", bench_cpu_of_slot(0),
                         bench_cpu_of_slot(1));
