@@ -70,6 +70,12 @@ int mp__fork_check(const char *call);
 #define MP__FRAME_PATH_MAX 1024
 #define MP__BOOT_MAGIC 0x6d70626fu /* "mpbo" */
 #define MP__MESSAGE_MAX 2048
+/* The most send-buffer space what a child writes on its channel can take:
+ * one raise record, or a signal record, MP__FRAMES_MAX frames and an end
+ * record, each under 4 KiB with the kernel's per-record overhead. A child
+ * end whose SO_SNDBUF holds this never blocks, so its parent need not read
+ * the channel while it waits for the exit. */
+#define MP__STATUS_BYTES_MAX ((MP__FRAMES_MAX + 2) * 4096)
 
 /* Set by a thread that catches mp_raise (a pool worker, to fail one task
  * and carry on): mp_raise first calls it with the formatted text; the hook
