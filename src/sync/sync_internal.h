@@ -60,6 +60,10 @@ int mp__robust_lock(pthread_mutex_t *m, double deadline);
 void mp__guard_lock(pthread_mutex_t *m);
 void mp__guard_unlock(pthread_mutex_t *m);
 
+/* Whether the calling thread takes free robust mutexes inline instead of
+ * through glibc (fastlock.h); tests check which path they exercised. */
+bool mp__robust_fast_available(void);
+
 /* Whether some live thread holds m (a racy snapshot). */
 bool mp__mutex_held(const pthread_mutex_t *m);
 /* Held by a live thread / left held by a holder that died (the kernel marked
