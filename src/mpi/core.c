@@ -1,6 +1,7 @@
 /* The job: mp_mpi_init/finalize, who is who, and the waits every blocking
  * call of the layer goes through (they watch for failed ranks). */
 #include "mpi/mpi_internal.h"
+#include "shm/recycle.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -342,6 +343,8 @@ int mp_mpi_finalize(void)
     mp__mpi_local_close();
     free(mp__mpi.peers);
     mp__mpi.peers = NULL;
+    /* Received tensors' memory kept for reuse goes back to the system. */
+    mp__segment_recycle_drain();
     MPI_Comm_free(&mp__mpi.node);
     MPI_Comm_free(&mp__mpi.comm);
     mp__mpi.up = false;

@@ -1,10 +1,17 @@
 /* A message over MPI (the cross-host path): one header message with the
  * payload and every tensor's dtype, shape and name, then each tensor's
  * bytes as its own message, sent straight from the tensor's memory and
- * received straight into a new shared-memory tensor. MPI keeps messages of
+ * received straight into a shared-memory tensor. MPI keeps messages of
  * one (source, tag, communicator) in order, so the bodies follow their
- * header. Nothing here trusts the header: sizes are checked. */
+ * header. Nothing here trusts the header: sizes are checked.
+ *
+ * The receiving tensors come from the pool of reusable segments: a new
+ * 64 MiB segment costs several times the transfer itself (zeroing, page
+ * faults, freeing), and a receiver that drops each message before the next
+ * one of the same size gets the same, already mapped memory again. A
+ * tensor passed on to another process leaves the pool for good. */
 #include "mpi/mpi_internal.h"
+#include "tensor/recycle.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -274,7 +281,7 @@ static int recv_message(const char *buf, size_t len, int src, int tag, mp_msg **
             return mp__error(MP_EPROTO, "mp_mpi_conn_recv: malformed tensor record %u from "
                                         "rank %d", i, src);
         }
-        if (!bad && (rc = mp_tensor_empty_shared((mp_dtype)pt.dtype, pt.ndim, pt.shape, &t)))
+        if (!bad && (rc = mp__tensor_empty_reusable((mp_dtype)pt.dtype, pt.ndim, pt.shape, &t)))
             bad = rc;
         int brc = recv_body(t, pt.nbytes, src, tag);
         if (!bad && brc == 0)

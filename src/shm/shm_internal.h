@@ -20,6 +20,8 @@ struct mp__segment {
     pid_t ref_pid; /* FS: the process owning one header reference */
     bool reported; /* FS: its creation or opening was reported, so its closing is */
     void *user;
+    unsigned recycle_gen; /* recycle.c: 0, or the fork generation it was made in */
+    bool exported;        /* recycle.c: it left this process (atomic access) */
     struct mp__segment *next; /* hash chain */
     char name[MP__SHM_NAME_MAX];
 };
