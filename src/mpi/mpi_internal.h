@@ -93,21 +93,41 @@ int mp__mpi_error(int mpirc, const char *fn, const char *what);
 int mp__mpi_local_connect(const char *token);
 void mp__mpi_local_close(void);
 
-/* Message over MPI (xfer.c): the cross-host encoding. */
+/* Message over MPI (xfer.c): the cross-host encoding. An inflight keeps
+ * a message's requests and tensors until MPI is done with them; its
+ * buffers stay for the next message (a conn has one). */
 typedef struct mp__mpi_inflight mp__mpi_inflight;
-/* Starts sending m to rank dest with tag: header, then each tensor's
- * bytes. *out keeps the requests and tensors until mp__mpi_inflight_done. */
+int mp__mpi_inflight_new(mp__mpi_inflight **out);
+/* Starts sending m to rank dest with tag on an idle f: header, then each
+ * tensor's bytes. m NULL: a marker saying the message went over the
+ * same-host pipe. */
+int mp__mpi_xfer_post(mp__mpi_inflight *f, const mp_msg *m, int dest, int tag);
+/* As post, on a new inflight (*out, NULL when nothing was posted). */
 int mp__mpi_xfer_send(const mp_msg *m, int dest, int tag, mp__mpi_inflight **out);
 /* 0 when every attachment of m can cross hosts, else MP_ENOTSUP naming it. */
 int mp__mpi_xfer_check(const mp_msg *m);
-/* 1 when every request completed (and frees f), 0 while pending; waits
- * until deadline as mp__mpi_wait does. */
+/* 1 when every request completed (f is idle again), 0 while pending;
+ * waits until deadline as mp__mpi_wait does. */
 int mp__mpi_inflight_wait(mp__mpi_inflight *f, double deadline, const char *fn);
+/* Whether f has requests posted (not yet seen complete). */
+bool mp__mpi_inflight_busy(const mp__mpi_inflight *f);
 void mp__mpi_inflight_free(mp__mpi_inflight *f);
-/* 1 when every request completed, else 0: one MPI_Testall, no failure
- * check (safe from the queue broker's thread). */
+/* 1 when every request completed (f is idle again), else 0: one
+ * MPI_Testall, no failure check (safe from the queue broker's thread). */
 int mp__mpi_inflight_test(mp__mpi_inflight *f);
-/* Receives one message whose header is matched on (src, tag). */
-int mp__mpi_xfer_recv(MPI_Message *msg, MPI_Status *st, int tag, mp_msg **out);
+/* A receive buffer kept between messages. */
+typedef struct mp__mpi_buf {
+    char *p;
+    size_t cap;
+} mp__mpi_buf;
+/* What mp__mpi_xfer_recv returns for a pipe marker. */
+#define MP__MPI_ON_PIPE 1
+/* Receives one message whose header is matched on (src, tag), through
+ * scratch (NULL: a buffer of its own): 0 and *out, MP__MPI_ON_PIPE for a
+ * marker (the message waits on the same-host pipe), or an error. */
+int mp__mpi_xfer_recv(MPI_Message *msg, MPI_Status *st, int tag, mp__mpi_buf *scratch,
+                      mp_msg **out);
+/* As mp__mpi_xfer_recv where no marker may come (queues): 0 or an error. */
+int mp__mpi_xfer_recv_msg(MPI_Message *msg, MPI_Status *st, int tag, mp_msg **out);
 
 #endif

@@ -99,7 +99,7 @@ static bool broker_puts(mp_mpi_queue *b)
     do
         MPI_Improbe(src, b->tag, mp__mpi.comm, &found, &msg, &st);
     while (!found);
-    int rc = mp__mpi_xfer_recv(&msg, &st, b->tag, &m);
+    int rc = mp__mpi_xfer_recv_msg(&msg, &st, b->tag, &m);
     if (rc == 0)
         rc = mp_queue_put(b->q, m, -1);
     mp_msg_destroy(m);
@@ -380,7 +380,7 @@ int mp_mpi_queue_get(mp_mpi_queue *mq, mp_msg **out, double timeout)
         if (!found)
             mp__mpi_backoff(&spins);
     }
-    return rc ? rc : mp__mpi_xfer_recv(&msg, &st, mq->tag + 2, out);
+    return rc ? rc : mp__mpi_xfer_recv_msg(&msg, &st, mq->tag + 2, out);
 }
 
 int mp_mpi_queue_close(mp_mpi_queue *mq)

@@ -17,7 +17,7 @@
 #include <string.h>
 
 #define XFER_MAGIC 0x6d70786du /* "mpxm" */
-#define XFER_VERSION 1u
+#define XFER_VERSION 2u
 /* MPI counts are int: larger storages go in pieces of this many bytes. */
 #define XFER_CHUNK ((size_t)1 << 30)
 
@@ -25,9 +25,12 @@ typedef struct xfer_head {
     uint32_t magic;
     uint32_t version;
     uint32_t count;   /* tensors */
-    uint32_t pad;
+    uint32_t flags;   /* XFER_ON_PIPE */
     uint64_t payload; /* bytes after the tensor records */
 } xfer_head;
+
+/* A marker only: the message itself went over the same-host pipe. */
+#define XFER_ON_PIPE 1u
 
 typedef struct xfer_tensor {
     uint8_t dtype;
@@ -37,11 +40,14 @@ typedef struct xfer_tensor {
     /* then int64 shape[ndim], then the name's bytes, padded to 8 */
 } xfer_tensor;
 
+/* Buffers are kept between messages (a conn reuses one inflight), so a
+ * small message costs no allocation. */
 struct mp__mpi_inflight {
-    int nreq;
+    int nreq, capreq;
     MPI_Request *reqs;
-    void *header;
-    size_t ntensors;
+    char *header;
+    size_t capheader;
+    size_t ntensors, captensors;
     mp_tensor **tensors;
 };
 
@@ -50,16 +56,50 @@ static size_t pad8(size_t n)
     return (n + 7) & ~(size_t)7;
 }
 
+static void inflight_clear(mp__mpi_inflight *f)
+{
+    for (size_t i = 0; i < f->ntensors; i++)
+        mp_tensor_release(f->tensors[i]);
+    f->ntensors = 0;
+    f->nreq = 0;
+}
+
 void mp__mpi_inflight_free(mp__mpi_inflight *f)
 {
     if (!f)
         return;
-    for (size_t i = 0; i < f->ntensors; i++)
-        mp_tensor_release(f->tensors[i]);
+    inflight_clear(f);
     free(f->tensors);
     free(f->reqs);
     free(f->header);
     free(f);
+}
+
+int mp__mpi_inflight_new(mp__mpi_inflight **out)
+{
+    if (!(*out = calloc(1, sizeof **out)))
+        return mp__error(MP_ENOMEM, "mp_mpi_conn_send: out of memory");
+    return 0;
+}
+
+bool mp__mpi_inflight_busy(const mp__mpi_inflight *f)
+{
+    return f && f->nreq > 0;
+}
+
+/* Grows *p (of *cap elements of size each) to at least n. */
+static int grow(void *p, size_t *cap, size_t n, size_t each)
+{
+    if (n <= *cap)
+        return 0;
+    size_t want = n < 2 * *cap ? 2 * *cap : n;
+    void *q = realloc(*(void **)p, want * each);
+    if (!q)
+        return mp__error(MP_ENOMEM, "mp_mpi_conn_send: out of memory for %zu bytes",
+                         want * each);
+    *(void **)p = q;
+    *cap = want;
+    return 0;
 }
 
 /* Contiguous CPU tensors of attachment i, or MP_ENOTSUP for what stays on
@@ -98,37 +138,40 @@ int mp__mpi_xfer_check(const mp_msg *m)
     return 0;
 }
 
-/* The header: counts, each tensor's record, the payload. */
-static int build_header(const mp_msg *m, mp_tensor **ts, size_t n, void **out, size_t *len)
+/* The header into f->header: counts, each tensor's record, the payload
+ * (m NULL: a pipe marker). */
+static int build_header(mp__mpi_inflight *f, const mp_msg *m, size_t *len)
 {
-    size_t plen = 0, size = sizeof(xfer_head);
-    const void *payload = mp_msg_payload(m, &plen);
+    size_t plen = 0, size = sizeof(xfer_head), n = f->ntensors;
+    const void *payload = m ? mp_msg_payload(m, &plen) : NULL;
+    int rc;
     for (size_t i = 0; i < n; i++) {
         const char *name = mp_msg_name(m, i);
-        size += sizeof(xfer_tensor) + 8 * (size_t)mp_tensor_ndim(ts[i]) +
+        size += sizeof(xfer_tensor) + 8 * (size_t)mp_tensor_ndim(f->tensors[i]) +
                 pad8(name ? strlen(name) : 0);
     }
     size += plen;
-    char *buf = calloc(1, size), *p = buf + sizeof(xfer_head);
-    if (!buf)
-        return mp__error(MP_ENOMEM, "mp_mpi_conn_send: out of memory for a %zu-byte header",
-                         size);
-    *(xfer_head *)buf = (xfer_head){XFER_MAGIC, XFER_VERSION, (uint32_t)n, 0, plen};
+    if ((rc = grow(&f->header, &f->capheader, size, 1)) != 0)
+        return rc;
+    char *p = f->header + sizeof(xfer_head);
+    *(xfer_head *)f->header =
+        (xfer_head){XFER_MAGIC, XFER_VERSION, (uint32_t)n, m ? 0 : XFER_ON_PIPE, plen};
     for (size_t i = 0; i < n; i++) {
         const char *name = mp_msg_name(m, i);
-        xfer_tensor r = {(uint8_t)mp_tensor_dtype(ts[i]), (uint8_t)mp_tensor_ndim(ts[i]),
+        xfer_tensor r = {(uint8_t)mp_tensor_dtype(f->tensors[i]),
+                         (uint8_t)mp_tensor_ndim(f->tensors[i]),
                          (uint16_t)(name ? strlen(name) : 0), 0};
         memcpy(p, &r, sizeof r);
         p += sizeof r;
-        memcpy(p, mp_tensor_shape(ts[i]), 8 * (size_t)r.ndim);
+        memcpy(p, mp_tensor_shape(f->tensors[i]), 8 * (size_t)r.ndim);
         p += 8 * (size_t)r.ndim;
+        memset(p, 0, pad8(r.namelen));
         if (r.namelen)
             memcpy(p, name, r.namelen);
         p += pad8(r.namelen);
     }
     if (plen)
         memcpy(p, payload, plen);
-    *out = buf;
     *len = size;
     return 0;
 }
@@ -150,32 +193,39 @@ static int post_sends(mp__mpi_inflight *f, size_t hlen, int dest, int tag)
     return rc == MPI_SUCCESS ? 0 : mp__mpi_error(rc, "mp_mpi_conn_send", "MPI_Isend");
 }
 
-int mp__mpi_xfer_send(const mp_msg *m, int dest, int tag, mp__mpi_inflight **out)
+int mp__mpi_xfer_post(mp__mpi_inflight *f, const mp_msg *m, int dest, int tag)
 {
-    size_t n = mp_msg_count(m), hlen = 0, nreq = 1;
-    mp__mpi_inflight *f = calloc(1, sizeof *f);
-    int rc = 0;
-    if (!f || !(f->tensors = calloc(n ? n : 1, sizeof *f->tensors))) {
-        free(f);
-        return mp__error(MP_ENOMEM, "mp_mpi_conn_send: out of memory");
-    }
+    size_t n = m ? mp_msg_count(m) : 0, hlen = 0, nreq = 1;
+    int rc = grow(&f->tensors, &f->captensors, n ? n : 1, sizeof *f->tensors);
     for (size_t i = 0; i < n && rc == 0; i++) {
         if ((rc = xfer_tensor_at(m, i, &f->tensors[i])) == 0) {
             f->ntensors++;
             nreq += (mp_tensor_nbytes(f->tensors[i]) + XFER_CHUNK - 1) / XFER_CHUNK;
         }
     }
+    size_t capreq = (size_t)f->capreq;
     if (rc == 0)
-        rc = build_header(m, f->tensors, n, &f->header, &hlen);
-    if (rc == 0 && !(f->reqs = calloc(nreq, sizeof *f->reqs)))
-        rc = mp__error(MP_ENOMEM, "mp_mpi_conn_send: out of memory");
+        rc = build_header(f, m, &hlen);
+    if (rc == 0 && (rc = grow(&f->reqs, &capreq, nreq, sizeof *f->reqs)) == 0)
+        f->capreq = (int)capreq;
     if (rc == 0)
         rc = post_sends(f, hlen, dest, tag);
-    if (rc != 0 && f->nreq == 0) {
+    /* A failed post after the first leaves the posted ones to finish. */
+    if (rc != 0 && f->nreq == 0)
+        inflight_clear(f);
+    return rc;
+}
+
+int mp__mpi_xfer_send(const mp_msg *m, int dest, int tag, mp__mpi_inflight **out)
+{
+    mp__mpi_inflight *f = NULL;
+    int rc = mp__mpi_inflight_new(&f);
+    if (rc == 0)
+        rc = mp__mpi_xfer_post(f, m, dest, tag);
+    if (f && f->nreq == 0) {
         mp__mpi_inflight_free(f);
         return rc;
     }
-    /* A failed post after the first leaves the posted ones to finish. */
     *out = f;
     return rc;
 }
@@ -186,8 +236,10 @@ int mp__mpi_inflight_wait(mp__mpi_inflight *f, double deadline, const char *fn)
         int done = 0, rc = MPI_Testall(f->nreq, f->reqs, &done, MPI_STATUSES_IGNORE);
         if (rc != MPI_SUCCESS)
             return mp__mpi_error(rc, fn, "MPI_Testall");
-        if (done)
+        if (done) {
+            inflight_clear(f);
             return 1;
+        }
         /* One wait on the request still open does the failure check,
          * deadline and backoff. */
         int i = 0;
@@ -305,26 +357,44 @@ static int recv_message(const char *buf, size_t len, int src, int tag, mp_msg **
     return 0;
 }
 
-int mp__mpi_xfer_recv(MPI_Message *msg, MPI_Status *st, int tag, mp_msg **out)
+int mp__mpi_xfer_recv(MPI_Message *msg, MPI_Status *st, int tag, mp__mpi_buf *scratch,
+                      mp_msg **out)
 {
     int count = 0, rc, src = st->MPI_SOURCE;
+    size_t need;
     MPI_Request req;
+    mp__mpi_buf own = {NULL, 0}, *b = scratch ? scratch : &own;
     MPI_Get_count(st, MPI_BYTE, &count);
-    char *buf = malloc(count > 0 ? (size_t)count : 1);
-    if (!buf)
-        return mp__error(MP_ENOMEM, "mp_mpi_conn_recv: out of memory for %d bytes", count);
+    need = count > 0 ? (size_t)count : 1;
+    if (need > b->cap) {
+        char *p = realloc(b->p, need);
+        if (!p)
+            return mp__error(MP_ENOMEM, "mp_mpi_conn_recv: out of memory for %d bytes", count);
+        b->p = p, b->cap = need;
+    }
     /* Once matched, the message is ours: receive it whatever the deadline. */
-    rc = MPI_Imrecv(buf, count, MPI_BYTE, msg, &req);
+    rc = MPI_Imrecv(b->p, count, MPI_BYTE, msg, &req);
     rc = rc == MPI_SUCCESS ? mp__mpi_wait_data(&req, -1, NULL, "mp_mpi_conn_recv")
                            : mp__mpi_error(rc, "mp_mpi_conn_recv", "MPI_Imrecv");
-    if (rc == 0 && ((size_t)count < sizeof(xfer_head) ||
-                    ((xfer_head *)buf)->magic != XFER_MAGIC ||
-                    ((xfer_head *)buf)->version != XFER_VERSION))
+    const xfer_head *h = (const xfer_head *)b->p;
+    if (rc == 0 && ((size_t)count < sizeof(xfer_head) || h->magic != XFER_MAGIC ||
+                    h->version != XFER_VERSION))
         rc = mp__error(MP_EPROTO, "mp_mpi_conn_recv: a %d-byte message from rank %d is not an "
                                   "mproc message of version %u", count, src, XFER_VERSION);
-    if (rc == 0)
-        rc = recv_message(buf, (size_t)count, src, tag, out);
-    free(buf);
+    if (rc == 0 && (h->flags & XFER_ON_PIPE))
+        rc = MP__MPI_ON_PIPE;
+    else if (rc == 0)
+        rc = recv_message(b->p, (size_t)count, src, tag, out);
+    free(own.p);
+    return rc;
+}
+
+int mp__mpi_xfer_recv_msg(MPI_Message *msg, MPI_Status *st, int tag, mp_msg **out)
+{
+    int rc = mp__mpi_xfer_recv(msg, st, tag, NULL, out);
+    if (rc == MP__MPI_ON_PIPE)
+        rc = mp__error(MP_EPROTO, "mp_mpi_queue: rank %d sent a pipe marker on a queue's tag",
+                       st->MPI_SOURCE);
     return rc;
 }
 
@@ -332,5 +402,7 @@ int mp__mpi_inflight_test(mp__mpi_inflight *f)
 {
     int done = 0;
     MPI_Testall(f->nreq, f->reqs, &done, MPI_STATUSES_IGNORE);
+    if (done)
+        inflight_clear(f);
     return done;
 }
