@@ -7,7 +7,12 @@
  * carries only a marker for it, sent after it: the receiver that meets the
  * marker finds the message waiting on the pipe. A message of bytes alone
  * stays on MPI, whose shared-memory transport answers in about a
- * microsecond where the pipe's kernel wake-up takes tens. */
+ * microsecond where the pipe's kernel wake-up takes tens.
+ *
+ * The stream is the conn's first tag, into a receive of MP__MPI_SMALL
+ * bytes the conn keeps posted, as a plain MPI_Recv waits: a small message
+ * arrives whole there, a larger one (or any with tensors) sends a notice
+ * there and itself on the third tag, where it is probed for. */
 #include "mpi/mpi_internal.h"
 #include "mproc/queue.h"
 #include "wire/wire.h"
@@ -22,7 +27,9 @@ struct mp_mpi_conn {
     bool local;           /* same host: attachments go over lc */
     bool closed;          /* this end */
     mp_conn *lc;          /* same host */
-    int tag;              /* data; tag + 1: close notice */
+    int tag;              /* small stream; tag + 1: close notice; tag + 2: large */
+    char *small;          /* the posted receive's buffer (MP__MPI_SMALL) */
+    MPI_Request small_req;
     uint64_t received;
     mp__mpi_inflight *out; /* the last message sent, until MPI is done */
     mp__mpi_buf in;        /* headers received */
@@ -70,6 +77,14 @@ static int local_handshake(mp_mpi_conn *c)
     return rc;
 }
 
+static void cancel(MPI_Request *r)
+{
+    if (*r != MPI_REQUEST_NULL) {
+        MPI_Cancel(r);
+        MPI_Wait(r, MPI_STATUS_IGNORE);
+    }
+}
+
 int mp_mpi_pipe(int peer, mp_mpi_conn **out)
 {
     int rc = mp_mpi_is_local(peer), *ub = NULL, flag = 0;
@@ -85,18 +100,23 @@ int mp_mpi_pipe(int peer, mp_mpi_conn **out)
         return mp__error(MP_ENOMEM, "mp_mpi_pipe: out of memory");
     c->peer = peer;
     c->local = rc == 1;
-    c->close_in_req = c->close_out_req = MPI_REQUEST_NULL;
-    c->tag = MP__TAG_CONN + 2 * (int)mp__mpi.peers[peer].nconns++;
+    c->close_in_req = c->close_out_req = c->small_req = MPI_REQUEST_NULL;
+    c->tag = MP__TAG_CONN + 3 * (int)mp__mpi.peers[peer].nconns++;
     MPI_Comm_get_attr(mp__mpi.comm, MPI_TAG_UB, &ub, &flag);
-    if (flag && c->tag + 1 > *ub)
+    if (flag && c->tag + 2 > *ub)
         rc = mp__error(MP_EOVERFLOW, "mp_mpi_pipe: more pipes with rank %d than MPI has tags "
                                      "(%d)", peer, *ub);
     else if ((rc = mp__mpi_inflight_new(&c->out)) == 0 && c->local)
         rc = local_handshake(c);
-    if (rc == 0 && MPI_Irecv(&c->close_in, 1, MPI_UINT64_T, peer, c->tag + 1, mp__mpi.comm,
-                             &c->close_in_req) != MPI_SUCCESS)
-        rc = mp__error(MP_ESYS, "mp_mpi_pipe: MPI_Irecv of the close notice failed");
+    if (rc == 0 && (MPI_Irecv(&c->close_in, 1, MPI_UINT64_T, peer, c->tag + 1, mp__mpi.comm,
+                              &c->close_in_req) != MPI_SUCCESS ||
+                    !(c->small = malloc(MP__MPI_SMALL)) ||
+                    MPI_Irecv(c->small, MP__MPI_SMALL, MPI_BYTE, peer, c->tag, mp__mpi.comm,
+                              &c->small_req) != MPI_SUCCESS))
+        rc = mp__error(MP_ESYS, "mp_mpi_pipe: posting the conn's receives failed");
     if (rc != 0) {
+        cancel(&c->close_in_req), cancel(&c->small_req);
+        free(c->small);
         mp_conn_release(c->lc);
         mp__mpi_inflight_free(c->out);
         free(c);
@@ -185,12 +205,56 @@ int mp_mpi_conn_send(mp_mpi_conn *c, const mp_msg *m, double timeout)
      * marker finds the message. A pipe send that timed out sent nothing. */
     if (pipe && (rc = local_call(c, m, NULL, deadline)) != 0)
         return rc;
-    rc = mp__mpi_xfer_post(c->out, pipe ? NULL : m, c->peer, c->tag);
+    rc = mp__mpi_xfer_post(c->out, pipe ? NULL : m, c->peer, c->tag + 2, c->tag);
     if (mp__mpi_inflight_busy(c->out)) {
         c->sent++;
         mp__mpi_inflight_test(c->out); /* a small message leaves at once */
     }
     return rc;
+}
+
+/* The large message a notice announced: sent right after it. */
+static int take_large(mp_mpi_conn *c, mp_msg **out)
+{
+    unsigned spins = 0;
+    for (;;) {
+        MPI_Message msg;
+        MPI_Status st;
+        int found = 0, rc = MPI_Improbe(c->peer, c->tag + 2, mp__mpi.comm, &found, &msg, &st);
+        if (rc != MPI_SUCCESS)
+            return mp__mpi_error(rc, "mp_mpi_conn_recv", "MPI_Improbe");
+        if (found) {
+            rc = mp__mpi_xfer_recv(&msg, &st, c->tag + 2, &c->in, out);
+            return rc > 0 ? mp__error(MP_EPROTO, "mp_mpi_conn_recv: rank %d sent a notice "
+                                                 "where a message belongs", c->peer)
+                          : rc;
+        }
+        if ((rc = mp__mpi_check("mp_mpi_conn_recv")) != 0)
+            return rc;
+        if (++spins > 500)
+            sched_yield(); /* it is on its way: never nap */
+    }
+}
+
+/* A message (or marker, or notice) arrived in the posted receive. */
+static int take_small(mp_mpi_conn *c, MPI_Status *st, mp_msg **out)
+{
+    int count = 0, rc;
+    MPI_Get_count(st, MPI_BYTE, &count);
+    c->received++; /* taken, even when it could not be rebuilt */
+    rc = mp__mpi_xfer_parse(c->small, count, c->peer, c->tag, out);
+    /* Posted again before anything that waits: the next one may come. */
+    if (MPI_Irecv(c->small, MP__MPI_SMALL, MPI_BYTE, c->peer, c->tag, mp__mpi.comm,
+                  &c->small_req) != MPI_SUCCESS) {
+        c->small_req = MPI_REQUEST_NULL;
+        if (rc == 0)
+            mp_msg_destroy(*out), *out = NULL;
+        return mp__error(MP_ESYS, "mp_mpi_conn_recv: posting the next receive failed");
+    }
+    if (rc == MP__MPI_FOLLOWS)
+        return take_large(c, out);
+    /* Sent before its marker: it is on the pipe already. */
+    return rc == MP__MPI_ON_PIPE ? local_call(c, NULL, out, -1) : rc;
 }
 
 int mp_mpi_conn_recv(mp_mpi_conn *c, mp_msg **out, double timeout)
@@ -204,22 +268,18 @@ int mp_mpi_conn_recv(mp_mpi_conn *c, mp_msg **out, double timeout)
         return mp__error(MP_ECLOSED, "%s: this end is closed", fn);
     if (mp__mpi.failed)
         return mp__mpi_fail_error(fn);
+    if (c->small_req == MPI_REQUEST_NULL)
+        return mp__error(MP_ESYS, "%s: the conn lost its posted receive to an MPI error", fn);
     for (;;) {
-        MPI_Message msg;
         MPI_Status st;
-        int found = 0, rc;
+        int done = 0, rc;
         bool sending = mp__mpi_inflight_busy(c->out);
         if (sending)
             mp__mpi_inflight_test(c->out);
-        rc = MPI_Improbe(c->peer, c->tag, mp__mpi.comm, &found, &msg, &st);
-        if (rc != MPI_SUCCESS)
-            return mp__mpi_error(rc, fn, "MPI_Improbe");
-        if (found) {
-            rc = mp__mpi_xfer_recv(&msg, &st, c->tag, &c->in, out);
-            c->received++; /* taken, even when it could not be rebuilt */
-            /* Sent before its marker: it is on the pipe already. */
-            return rc == MP__MPI_ON_PIPE ? local_call(c, NULL, out, -1) : rc;
-        }
+        if ((rc = MPI_Test(&c->small_req, &done, &st)) != MPI_SUCCESS)
+            return mp__mpi_error(rc, fn, "MPI_Test");
+        if (done)
+            return take_small(c, &st, out);
         /* The rest every 16 rounds: a spinning receiver answers sooner. */
         if (spins % 16 == 0) {
             if (peer_closed(c) && c->received >= c->close_in)
@@ -268,12 +328,11 @@ void mp_mpi_conn_destroy(mp_mpi_conn *c)
         mp__mpi_inflight_free(c->out);
     if (c->close_out_req != MPI_REQUEST_NULL && !mp__mpi.failed)
         mp__mpi_wait(&c->close_out_req, -1, NULL, "mp_mpi_conn_destroy");
-    if (c->close_in_req != MPI_REQUEST_NULL) {
-        MPI_Cancel(&c->close_in_req);
-        MPI_Wait(&c->close_in_req, MPI_STATUS_IGNORE);
-    }
+    cancel(&c->close_in_req);
+    cancel(&c->small_req);
     mp_conn_release(c->lc);
     free(c->in.p);
+    free(c->small);
     mp__error_restore(&saved);
     free(c);
 }

@@ -14,8 +14,9 @@
 #define MP__MPI_HOST_MAX 64
 #define MP__MPI_TEXT_MAX 1024
 
-/* Tags on the layer's communicator. Conn k of a pair uses the two tags
- * from MP__TAG_CONN + 2k: data, then its close notice. */
+/* Tags on the layer's communicator. Conn k of a pair uses the three tags
+ * from MP__TAG_CONN + 3k: small messages and notices, its close notice,
+ * large messages. */
 enum {
     MP__TAG_FAIL = 1,     /* a failure record, to every rank */
     MP__TAG_RELEASE = 2,  /* rank 0 to a failed rank: reported, you may go */
@@ -100,8 +101,11 @@ typedef struct mp__mpi_inflight mp__mpi_inflight;
 int mp__mpi_inflight_new(mp__mpi_inflight **out);
 /* Starts sending m to rank dest with tag on an idle f: header, then each
  * tensor's bytes. m NULL: a marker saying the message went over the
- * same-host pipe. */
-int mp__mpi_xfer_post(mp__mpi_inflight *f, const mp_msg *m, int dest, int tag);
+ * same-host pipe. small_tag >= 0 (conns): a message without tensors whose
+ * header fits MP__MPI_SMALL goes whole on small_tag; any other sends a
+ * notice on small_tag, then itself on tag. */
+#define MP__MPI_SMALL 1024
+int mp__mpi_xfer_post(mp__mpi_inflight *f, const mp_msg *m, int dest, int tag, int small_tag);
 /* As post, on a new inflight (*out, NULL when nothing was posted). */
 int mp__mpi_xfer_send(const mp_msg *m, int dest, int tag, mp__mpi_inflight **out);
 /* 0 when every attachment of m can cross hosts, else MP_ENOTSUP naming it. */
@@ -120,11 +124,16 @@ typedef struct mp__mpi_buf {
     char *p;
     size_t cap;
 } mp__mpi_buf;
-/* What mp__mpi_xfer_recv returns for a pipe marker. */
+/* What the receiving calls return for a pipe marker, and for a notice
+ * that the message follows on the conn's tag of large messages. */
 #define MP__MPI_ON_PIPE 1
+#define MP__MPI_FOLLOWS 2
+/* Builds the message of a received header of count bytes (its tensors'
+ * bodies are then received from src on tag): 0 and *out, a marker or
+ * notice (above), or an error. */
+int mp__mpi_xfer_parse(const char *buf, int count, int src, int tag, mp_msg **out);
 /* Receives one message whose header is matched on (src, tag), through
- * scratch (NULL: a buffer of its own): 0 and *out, MP__MPI_ON_PIPE for a
- * marker (the message waits on the same-host pipe), or an error. */
+ * scratch (NULL: a buffer of its own): as mp__mpi_xfer_parse. */
 int mp__mpi_xfer_recv(MPI_Message *msg, MPI_Status *st, int tag, mp__mpi_buf *scratch,
                       mp_msg **out);
 /* As mp__mpi_xfer_recv where no marker may come (queues): 0 or an error. */

@@ -31,6 +31,8 @@ typedef struct xfer_head {
 
 /* A marker only: the message itself went over the same-host pipe. */
 #define XFER_ON_PIPE 1u
+/* A notice only: the message follows on the conn's stream of large ones. */
+#define XFER_FOLLOWS 2u
 
 typedef struct xfer_tensor {
     uint8_t dtype;
@@ -49,6 +51,7 @@ struct mp__mpi_inflight {
     size_t capheader;
     size_t ntensors, captensors;
     mp_tensor **tensors;
+    xfer_head notice; /* XFER_FOLLOWS, on the small stream */
 };
 
 static size_t pad8(size_t n)
@@ -176,10 +179,24 @@ static int build_header(mp__mpi_inflight *f, const mp_msg *m, size_t *len)
     return 0;
 }
 
-static int post_sends(mp__mpi_inflight *f, size_t hlen, int dest, int tag)
+/* small_tag >= 0 (conns): a message of at most MP__MPI_SMALL header bytes
+ * and no tensor goes whole on small_tag, into the receive the peer keeps
+ * posted (as fast as a plain MPI_Recv); a larger one sends a notice there
+ * and itself on tag, so the small stream alone orders the conn. */
+static int post_sends(mp__mpi_inflight *f, size_t hlen, int dest, int tag, int small_tag)
 {
-    int rc = MPI_Isend(f->header, (int)hlen, MPI_BYTE, dest, tag, mp__mpi.comm, &f->reqs[0]);
-    f->nreq = 1;
+    int rc = MPI_SUCCESS;
+    f->nreq = 0;
+    if (small_tag >= 0 && f->ntensors == 0 && hlen <= MP__MPI_SMALL) {
+        tag = small_tag;
+    } else if (small_tag >= 0) {
+        f->notice = (xfer_head){XFER_MAGIC, XFER_VERSION, 0, XFER_FOLLOWS, 0};
+        rc = MPI_Isend(&f->notice, sizeof f->notice, MPI_BYTE, dest, small_tag, mp__mpi.comm,
+                       &f->reqs[f->nreq++]);
+    }
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Isend(f->header, (int)hlen, MPI_BYTE, dest, tag, mp__mpi.comm,
+                       &f->reqs[f->nreq++]);
     for (size_t i = 0; i < f->ntensors && rc == MPI_SUCCESS; i++) {
         char *data = mp_tensor_data(f->tensors[i]);
         size_t left = mp_tensor_nbytes(f->tensors[i]);
@@ -193,9 +210,9 @@ static int post_sends(mp__mpi_inflight *f, size_t hlen, int dest, int tag)
     return rc == MPI_SUCCESS ? 0 : mp__mpi_error(rc, "mp_mpi_conn_send", "MPI_Isend");
 }
 
-int mp__mpi_xfer_post(mp__mpi_inflight *f, const mp_msg *m, int dest, int tag)
+int mp__mpi_xfer_post(mp__mpi_inflight *f, const mp_msg *m, int dest, int tag, int small_tag)
 {
-    size_t n = m ? mp_msg_count(m) : 0, hlen = 0, nreq = 1;
+    size_t n = m ? mp_msg_count(m) : 0, hlen = 0, nreq = 2;
     int rc = grow(&f->tensors, &f->captensors, n ? n : 1, sizeof *f->tensors);
     for (size_t i = 0; i < n && rc == 0; i++) {
         if ((rc = xfer_tensor_at(m, i, &f->tensors[i])) == 0) {
@@ -209,7 +226,7 @@ int mp__mpi_xfer_post(mp__mpi_inflight *f, const mp_msg *m, int dest, int tag)
     if (rc == 0 && (rc = grow(&f->reqs, &capreq, nreq, sizeof *f->reqs)) == 0)
         f->capreq = (int)capreq;
     if (rc == 0)
-        rc = post_sends(f, hlen, dest, tag);
+        rc = post_sends(f, hlen, dest, tag, small_tag);
     /* A failed post after the first leaves the posted ones to finish. */
     if (rc != 0 && f->nreq == 0)
         inflight_clear(f);
@@ -221,7 +238,7 @@ int mp__mpi_xfer_send(const mp_msg *m, int dest, int tag, mp__mpi_inflight **out
     mp__mpi_inflight *f = NULL;
     int rc = mp__mpi_inflight_new(&f);
     if (rc == 0)
-        rc = mp__mpi_xfer_post(f, m, dest, tag);
+        rc = mp__mpi_xfer_post(f, m, dest, tag, -1);
     if (f && f->nreq == 0) {
         mp__mpi_inflight_free(f);
         return rc;
@@ -357,6 +374,20 @@ static int recv_message(const char *buf, size_t len, int src, int tag, mp_msg **
     return 0;
 }
 
+int mp__mpi_xfer_parse(const char *buf, int count, int src, int tag, mp_msg **out)
+{
+    const xfer_head *h = (const xfer_head *)buf;
+    if ((size_t)count < sizeof(xfer_head) || h->magic != XFER_MAGIC ||
+        h->version != XFER_VERSION)
+        return mp__error(MP_EPROTO, "mp_mpi_conn_recv: a %d-byte message from rank %d is not "
+                                    "an mproc message of version %u", count, src, XFER_VERSION);
+    if (h->flags & XFER_ON_PIPE)
+        return MP__MPI_ON_PIPE;
+    if (h->flags & XFER_FOLLOWS)
+        return MP__MPI_FOLLOWS;
+    return recv_message(buf, (size_t)count, src, tag, out);
+}
+
 int mp__mpi_xfer_recv(MPI_Message *msg, MPI_Status *st, int tag, mp__mpi_buf *scratch,
                       mp_msg **out)
 {
@@ -376,15 +407,8 @@ int mp__mpi_xfer_recv(MPI_Message *msg, MPI_Status *st, int tag, mp__mpi_buf *sc
     rc = MPI_Imrecv(b->p, count, MPI_BYTE, msg, &req);
     rc = rc == MPI_SUCCESS ? mp__mpi_wait_data(&req, -1, NULL, "mp_mpi_conn_recv")
                            : mp__mpi_error(rc, "mp_mpi_conn_recv", "MPI_Imrecv");
-    const xfer_head *h = (const xfer_head *)b->p;
-    if (rc == 0 && ((size_t)count < sizeof(xfer_head) || h->magic != XFER_MAGIC ||
-                    h->version != XFER_VERSION))
-        rc = mp__error(MP_EPROTO, "mp_mpi_conn_recv: a %d-byte message from rank %d is not an "
-                                  "mproc message of version %u", count, src, XFER_VERSION);
-    if (rc == 0 && (h->flags & XFER_ON_PIPE))
-        rc = MP__MPI_ON_PIPE;
-    else if (rc == 0)
-        rc = recv_message(b->p, (size_t)count, src, tag, out);
+    if (rc == 0)
+        rc = mp__mpi_xfer_parse(b->p, count, src, tag, out);
     free(own.p);
     return rc;
 }
@@ -392,8 +416,8 @@ int mp__mpi_xfer_recv(MPI_Message *msg, MPI_Status *st, int tag, mp__mpi_buf *sc
 int mp__mpi_xfer_recv_msg(MPI_Message *msg, MPI_Status *st, int tag, mp_msg **out)
 {
     int rc = mp__mpi_xfer_recv(msg, st, tag, NULL, out);
-    if (rc == MP__MPI_ON_PIPE)
-        rc = mp__error(MP_EPROTO, "mp_mpi_queue: rank %d sent a pipe marker on a queue's tag",
+    if (rc > 0)
+        rc = mp__error(MP_EPROTO, "mp_mpi_queue: rank %d sent a marker on a queue's tag",
                        st->MPI_SOURCE);
     return rc;
 }
