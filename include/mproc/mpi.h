@@ -138,7 +138,8 @@ void mp_mpi_conn_destroy(mp_mpi_conn *c);
  * rank gets, each message goes to exactly one getter, FIFO per producer.
  * Ranks on the home's host use the real queue (shared memory, as mproc
  * processes do); ranks on other hosts go through a broker thread on the
- * home rank (the one thread this layer starts), with tensors over MPI. */
+ * home rank (the one thread this layer starts, only when some rank is on
+ * another host), with tensors over MPI. */
 
 typedef struct mp_mpi_queue mp_mpi_queue;
 

@@ -323,6 +323,16 @@ static int share_local(mp_mpi_queue *mq)
     return rc;
 }
 
+/* Whether any rank reaches the home's queue over MPI: with none, no
+ * broker thread runs (it would only take CPU from the ranks). */
+static bool remote_ranks(void)
+{
+    for (int r = 0; r < mp__mpi.size; r++)
+        if (mp_mpi_is_local(r) != 1)
+            return true;
+    return false;
+}
+
 int mp_mpi_queue_create(int home, mp_mpi_queue **out)
 {
     int rc = mp_mpi_is_local(home), *ub = NULL, flag = 0;
@@ -351,7 +361,7 @@ int mp_mpi_queue_create(int home, mp_mpi_queue **out)
         rc = 0;
     if (rc == 0 && (mp__mpi.rank == home || mp_mpi_is_local(home) == 1))
         rc = share_local(mq);
-    if (rc == 0 && mp__mpi.rank == home) {
+    if (rc == 0 && mp__mpi.rank == home && remote_ranks()) {
         if (pthread_create(&mq->thread, NULL, broker, mq) != 0)
             rc = mp__error(MP_ESYS, "mp_mpi_queue_create: could not start the broker thread");
         else
