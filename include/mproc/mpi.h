@@ -117,8 +117,9 @@ int mp_mpi_pipe(int peer, mp_mpi_conn **out);
  * it; bytes alone go over MPI. It blocks (up to timeout) only while the
  * previous message on this conn is still being transferred (one in
  * flight) or the same-host pipe is full, then MP_ETIMEDOUT with nothing
- * sent. MP_ECLOSED once either end closed, MP_ENOTSUP for an attachment
- * that cannot leave its host, MP_ECHILD when a rank failed. */
+ * sent. MP_ECLOSED once this end closed, or once the peer's close notice
+ * arrived (asked every 8th send), MP_ENOTSUP for an attachment that cannot
+ * leave its host, MP_ECHILD when a rank failed. */
 int mp_mpi_conn_send(mp_mpi_conn *c, const mp_msg *m, double timeout);
 /* Receives the next message (FIFO, exactly once). Timeouts as mp_conn_recv.
  * MP_ECLOSED when the peer closed and everything it sent was received;

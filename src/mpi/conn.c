@@ -174,16 +174,32 @@ static bool peer_closed(mp_mpi_conn *c)
     return c->peer_closed;
 }
 
-/* Waits (until deadline) for the previous message to leave: one in flight. */
+/* The peer closed and did not take what is still in flight: it never
+ * will (it received every message it took before closing). */
+static bool abandoned(mp_mpi_conn *c)
+{
+    return peer_closed(c) && !mp__mpi_inflight_test(c->out);
+}
+
+/* Waits (until deadline) for the previous message to leave: one in
+ * flight. In slices, so that a peer that closed without taking it ends
+ * the wait. */
 static int previous_sent(mp_mpi_conn *c, double deadline)
 {
-    if (!mp__mpi_inflight_busy(c->out))
-        return 0;
-    int rc = mp__mpi_inflight_wait(c->out, deadline, "mp_mpi_conn_send");
-    if (rc == 0)
-        return mp__error(MP_ETIMEDOUT, "mp_mpi_conn_send: the previous message to rank %d is "
-                                       "still being transferred; nothing was sent", c->peer);
-    return rc < 0 ? rc : 0;
+    static const char *fn = "mp_mpi_conn_send";
+    while (mp__mpi_inflight_busy(c->out)) {
+        double slice = mp__mpi_slice(deadline);
+        int rc = mp__mpi_inflight_wait(c->out, slice > 0 ? mp__deadline(slice) : 0, fn);
+        if (rc != 0)
+            return rc < 0 ? rc : 0;
+        if (abandoned(c))
+            return mp__error(MP_ECLOSED, "%s: rank %d closed its end before taking the "
+                                         "previous message", fn, c->peer);
+        if (mp__mpi_expired(deadline, fn, "") != 0)
+            return mp__error(MP_ETIMEDOUT, "%s: the previous message to rank %d is still "
+                                           "being transferred; nothing was sent", fn, c->peer);
+    }
+    return 0;
 }
 
 int mp_mpi_conn_send(mp_mpi_conn *c, const mp_msg *m, double timeout)
@@ -234,7 +250,7 @@ static int take_large(mp_mpi_conn *c, mp_msg **out)
         }
         if ((rc = mp__mpi_check("mp_mpi_conn_recv")) != 0)
             return rc;
-        if (++spins > 500)
+        if (++spins > MP__MPI_SPINS)
             sched_yield(); /* it is on its way: never nap */
     }
 }
@@ -293,7 +309,7 @@ int mp_mpi_conn_recv(mp_mpi_conn *c, mp_msg **out, double timeout)
                 (rc = mp__mpi_expired(deadline, fn, "nothing to receive")) != 0)
                 return rc;
         }
-        if (sending && spins >= 500)
+        if (sending && spins >= MP__MPI_SPINS)
             sched_yield(), spins++; /* our own send moves only while MPI is called */
         else
             mp__mpi_backoff(&spins);
@@ -323,11 +339,12 @@ void mp_mpi_conn_destroy(mp_mpi_conn *c)
     mp__error_saved saved;
     mp__error_save(&saved);
     mp_mpi_conn_close(c);
-    int rc = 1;
-    while (!mp__mpi.failed && mp__mpi_inflight_busy(c->out) && rc >= 0)
-        rc = mp__mpi_inflight_wait(c->out, -1, "mp_mpi_conn_destroy");
-    /* In a failed job MPI may still read the tensors: they stay (the job
-     * is ending: mp_mpi_finalize aborts it). */
+    int rc = 0;
+    while (!mp__mpi.failed && rc == 0 && !abandoned(c))
+        rc = mp__mpi_inflight_wait(c->out, mp__deadline(0.05), "mp_mpi_conn_destroy");
+    /* In a failed job, or when the peer closed without taking the last
+     * message, MPI may still hold its tensors: they stay (an abandoned
+     * send never completes; a failed job is ending). */
     if (!mp__mpi_inflight_busy(c->out))
         mp__mpi_inflight_free(c->out);
     if (c->close_out_req != MPI_REQUEST_NULL && !mp__mpi.failed)

@@ -78,7 +78,9 @@ int mp__mpi_wait(MPI_Request *req, double deadline, MPI_Status *st, const char *
 /* As mp__mpi_wait for a transfer of data: yields instead of napping, since
  * MPI moves the bytes (TCP fragments, rendezvous) only while it is called. */
 int mp__mpi_wait_data(MPI_Request *req, double deadline, MPI_Status *st, const char *fn);
-/* One step of a polling loop: spin, then yield, then nap. */
+/* One step of a polling loop: spin (MP__MPI_SPINS rounds), then yield
+ * (as many), then nap. */
+#define MP__MPI_SPINS 4096u
 void mp__mpi_backoff(unsigned *spins);
 /* How long one slice of a blocking local call may wait (the failure check
  * runs between slices): 0 for a poll, else at most 50 ms and never past

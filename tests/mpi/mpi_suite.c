@@ -5,7 +5,8 @@
  *
  *   roundtrip  tensors of 0 B .. 64 MiB (plus 0-d, strided, named, several
  *              per message) to a partner rank and back, bytes checked;
- *              timeouts; close; host-local objects
+ *              timeouts; close; host-local objects; a peer that closes
+ *              without taking a large message
  *   alltoall   every rank sends to every other at once (MPMC over pipes):
  *              each message arrives once, in order per sender
  *   allreduce  sum and mean of float32/float64/int32 tensors
@@ -182,6 +183,33 @@ static void edges(mp_mpi_conn *c, bool sender, bool local)
     mp_msg_destroy(m);
 }
 
+/* The peer closes without taking a large message: later sends fail with
+ * MP_ECLOSED (not a hang on the transfer that will never finish), and
+ * destroying the conn returns. */
+static void abandoned(int partner, bool sender)
+{
+    mp_mpi_conn *c = NULL;
+    OK(mp_mpi_pipe(partner, &c));
+    if (!sender)
+        OK(mp_mpi_conn_close(c));
+    OK(mp_mpi_barrier());
+    if (sender) {
+        mp_tensor *t = pattern_tensor(1 << 20, 5);
+        mp_msg *m = NULL;
+        OK(mp_msg_create(&m));
+        OK(mp_msg_add_tensor(m, NULL, t));
+        int rc = mp_mpi_conn_send(c, m, 10);
+        CHECK(rc == 0 || rc == MP_ECLOSED, "first send to a closed peer: %s", mp_err_name(rc));
+        double t0 = MPI_Wtime();
+        rc = mp_mpi_conn_send(c, m, 10);
+        CHECK(rc == MP_ECLOSED, "second send to a closed peer: %s after %.2f s",
+              mp_err_name(rc), MPI_Wtime() - t0);
+        mp_msg_destroy(m);
+        mp_tensor_release(t);
+    }
+    mp_mpi_conn_destroy(c);
+}
+
 MP_ENTRY(case_roundtrip)
 {
     int partner = rank ^ 1;
@@ -189,13 +217,14 @@ MP_ENTRY(case_roundtrip)
     const char *env = getenv("MPROC_MPI_LOCAL");
     bool want_local = !(env && !strcmp(env, "0"));
     if (partner >= size)
-        return 0;
+        return mp_mpi_barrier(); /* abandoned()'s, alone */
     OK(mp_mpi_pipe(partner, &c));
     CHECK(mp_mpi_conn_is_local(c) == want_local, "local path %d", mp_mpi_conn_is_local(c));
     echo_sizes(c, rank % 2 == 0);
     shapes(c, rank % 2 == 0);
     edges(c, rank % 2 == 0, want_local);
     mp_mpi_conn_destroy(c);
+    abandoned(partner, rank % 2 == 0);
     return 0;
 }
 
