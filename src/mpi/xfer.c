@@ -25,7 +25,7 @@ typedef struct xfer_head {
     uint32_t magic;
     uint32_t version;
     uint32_t count;   /* tensors */
-    uint32_t flags;   /* XFER_ON_PIPE */
+    uint32_t flags;   /* XFER_ON_PIPE, XFER_FOLLOWS */
     uint64_t payload; /* bytes after the tensor records */
 } xfer_head;
 
