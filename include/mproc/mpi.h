@@ -8,13 +8,15 @@
  * MP_ENOTSUP and a sentence saying how to enable it.
  *
  * Ranks on one host (found with MPI_Comm_split_type(MPI_COMM_TYPE_SHARED))
- * exchange messages through mproc's own local path: a real mproc pipe whose
+ * exchange tensors through mproc's own local path: a real mproc pipe whose
  * tensors travel as shared-memory handles. Ranks on different hosts (or
  * every pair when the environment has MPROC_MPI_LOCAL=0) exchange them over
  * MPI: payload and tensor metadata in one MPI message, then each tensor's
  * storage by a non-blocking send straight from its memory; the receiver
- * gets each tensor in mproc shared memory (mp_tensor_empty_shared) with the
- * bytes received into it directly, so it can be passed on locally.
+ * gets each tensor in mproc shared memory (as mp_tensor_empty_shared
+ * makes) with the bytes received into it directly, so it can be passed on
+ * locally. The memory of a received tensor that was dropped without ever
+ * leaving the process is reused for the next one of its size.
  *
  * Host-local things: queues, connections and sync objects attached to a
  * message cross only between ranks of one host; sending one to another host
@@ -112,13 +114,16 @@ typedef struct mp_mpi_conn mp_mpi_conn;
  * naming the other, in the same order as their other mp_mpi_pipe calls
  * for that pair. Blocks until the peer has called it (same-host path). */
 int mp_mpi_pipe(int peer, mp_mpi_conn **out);
-/* Sends m (not consumed). Same host: as mp_conn_send. Across hosts: the
- * message is handed to MPI and the call returns; the conn keeps its tensors
- * until MPI is done with them. It blocks (up to timeout) only while the
- * previous message on this conn is still being transferred (one in flight),
- * then MP_ETIMEDOUT with nothing sent. MP_ECLOSED once either end closed,
- * MP_ENOTSUP for an attachment that cannot leave its host, MP_ECHILD when
- * a rank failed. */
+/* Sends m (not consumed). The message is handed to MPI and the call
+ * returns; the conn keeps its tensors until MPI is done with them. Same
+ * host: a message with attachments goes over an mproc pipe (tensors as
+ * shared-memory handles, as mp_conn_send) and MPI carries a marker after
+ * it; bytes alone go over MPI. It blocks (up to timeout) only while the
+ * previous message on this conn is still being transferred (one in
+ * flight) or the same-host pipe is full, then MP_ETIMEDOUT with nothing
+ * sent. MP_ECLOSED once this end closed, or once the peer's close notice
+ * arrived (asked every 8th send), MP_ENOTSUP for an attachment that cannot
+ * leave its host, MP_ECHILD when a rank failed. */
 int mp_mpi_conn_send(mp_mpi_conn *c, const mp_msg *m, double timeout);
 /* Receives the next message (FIFO, exactly once). Timeouts as mp_conn_recv.
  * MP_ECLOSED when the peer closed and everything it sent was received;
@@ -138,7 +143,8 @@ void mp_mpi_conn_destroy(mp_mpi_conn *c);
  * rank gets, each message goes to exactly one getter, FIFO per producer.
  * Ranks on the home's host use the real queue (shared memory, as mproc
  * processes do); ranks on other hosts go through a broker thread on the
- * home rank (the one thread this layer starts), with tensors over MPI. */
+ * home rank (the one thread this layer starts, only when some rank is on
+ * another host), with tensors over MPI. */
 
 typedef struct mp_mpi_queue mp_mpi_queue;
 
@@ -146,9 +152,11 @@ typedef struct mp_mpi_queue mp_mpi_queue;
  * Blocks until every rank has its handle. */
 int mp_mpi_queue_create(int home, mp_mpi_queue **out);
 /* Puts m (not consumed). From another host it returns once the home has
- * queued it (the timeout is not needed: the queue is unbounded).
- * MP_ECLOSED after close, MP_ENOTSUP for host-local attachments sent to
- * another host, MP_ECHILD when a rank failed. */
+ * queued it. The queue is unbounded, but a put waits while the queue's
+ * socket buffer is full (as mp_queue_put does): MP_ETIMEDOUT when there is
+ * no room in time (timeout 0: within one round trip to the home), and then
+ * nothing was put. MP_ECLOSED after close, MP_ENOTSUP for host-local
+ * attachments sent to another host, MP_ECHILD when a rank failed. */
 int mp_mpi_queue_put(mp_mpi_queue *q, const mp_msg *m, double timeout);
 /* Takes the oldest message: MP_ETIMEDOUT (none in time; timeout 0: none
  * within one round trip to the home), MP_ECLOSED (closed and drained). A get

@@ -1,6 +1,7 @@
 /* What crosses the wire for a segment: export on the sending side, open
  * (through the mapping cache) on the receiving side, drop when undelivered. */
 #include "shm/manager.h"
+#include "shm/recycle.h"
 #include "shm/shm_internal.h"
 
 #include <errno.h>
@@ -16,6 +17,7 @@ int mp__segment_export(mp__segment *s, mp__segment_handle *h)
     if (!s || !h)
         return mp__error(MP_EINVAL, "mp__segment_export: NULL segment or handle");
     memset(h, 0, sizeof *h);
+    mp__segment_mark_exported(s);
     h->strategy = s->strategy;
     h->size = s->size;
     h->fd = -1;

@@ -1,4 +1,5 @@
 /* Creating, mapping and releasing shared segments under both strategies. */
+#include "shm/recycle.h"
 #include "shm/shm_internal.h"
 
 #include <errno.h>
@@ -275,7 +276,8 @@ void mp__segment_release(mp__segment *s)
     if (!s || atomic_fetch_sub(&s->refs, 1) != 1)
         return;
     mp__cache_remove(s);
-    mp__segment_destroy(s);
+    if (!mp__segment_recycle(s))
+        mp__segment_destroy(s);
 }
 
 void *mp__segment_data(const mp__segment *s)

@@ -21,6 +21,8 @@ struct mp__segment {
     bool reported; /* FS: its creation or opening was reported, so its closing is */
     void *user;
     bool had_user; /* a user was ever set: it backed a storage (the stats) */
+    unsigned recycle_gen; /* recycle.c: 0, or the fork generation it was made in */
+    bool exported;        /* recycle.c: it left this process (atomic access) */
     struct mp__segment *next; /* hash chain */
     char name[MP__SHM_NAME_MAX];
 };

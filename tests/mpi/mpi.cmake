@@ -8,7 +8,7 @@ if(MPROC_MPI_FOUND AND MPROC_MPIEXEC)
   mproc_use_flags(mpi_suite)
   set(run ${CMAKE_CURRENT_LIST_DIR}/run.sh)
   foreach(v shm tcp)
-    foreach(c roundtrip alltoall allreduce queue pool)
+    foreach(c roundtrip alltoall allreduce queue queue_full pool)
       add_test(NAME mpi_${c}_${v} COMMAND ${run} 4 ${v} ok "ok on 4 ranks" $<TARGET_FILE:mpi_suite> ${c})
     endforeach()
     add_test(NAME mpi_raise_${v} COMMAND ${run} 4 ${v} fail
