@@ -3,7 +3,7 @@
  * 0 holds an mp_mpi_conn to each worker rank and hands a task to a worker
  * only when it is idle, so it always knows which task a worker runs. No
  * thread: work moves whenever rank 0 is inside a pool call. */
-#include "mpi/mpi_internal.h"
+#include "mpi/pool_mpi.h"
 #include "pool/pool_internal.h"
 #include "process/process_internal.h"
 
@@ -13,25 +13,6 @@
 #include <string.h>
 
 #define TASK_NAME_MAX 63
-
-struct mp_mpi_result {
-    int refs;           /* the caller's, and the pool's while pending */
-    bool ready;
-    int rc;
-    mp_msg *in;         /* the task message, until sent */
-    mp_msg *out;
-    char error[MP__MPI_TEXT_MAX + 64]; /* "task on rank N: " + the text */
-    uint64_t id;
-    mp_mpi_result *next; /* pool's pending list */
-};
-
-struct mp_mpi_pool {
-    int nworkers;
-    mp_mpi_conn **conn;     /* [rank - 1] */
-    mp_mpi_result **busy;   /* [rank - 1]: the task that worker runs, or NULL */
-    mp_mpi_result *queue, *tail;
-    uint64_t next_id;
-};
 
 /* Task messages: payload = id, name length, name, then the caller's
  * payload; replies: id, rc, error length, error, then the task's payload.
@@ -225,6 +206,7 @@ int mp_mpi_pool_size(const mp_mpi_pool *p)
 static void result_release(mp_mpi_result *r)
 {
     if (r && --r->refs == 0) {
+        mp__mpi_group_free(r);
         mp_msg_destroy(r->in);
         mp_msg_destroy(r->out);
         free(r);
@@ -238,6 +220,8 @@ static void finish(mp_mpi_result *r, int rc, const char *err)
     snprintf(r->error, sizeof r->error, "%s", err ? err : "");
     mp_msg_destroy(r->in);
     r->in = NULL;
+    if (r->it)
+        mp__mpi_imap_done(r->it, r->index);
     result_release(r); /* the pool's reference */
 }
 
@@ -323,25 +307,37 @@ int mp_mpi_pool_apply_async(mp_mpi_pool *p, const char *task, const mp_msg *in,
     return progress(p) == MP_ECHILD ? MP_ECHILD : 0;
 }
 
-int mp_mpi_result_wait(mp_mpi_result *r, mp_mpi_pool *p, double timeout)
+int mp__mpi_pool_wait(mp_mpi_pool *p, bool (*ready)(void *), void *arg, double timeout,
+                      const char *fn, const char *what)
 {
     double deadline = timeout < 0 ? -1 : mp__now() + timeout;
     unsigned spins = 0;
-    if (!r || !p)
-        return mp__error(MP_EINVAL, "mp_mpi_result_wait: r and p are required");
-    while (!r->ready) {
+    while (!ready(arg)) {
         int rc = progress(p);
         if (rc)
             return rc;
-        if (r->ready)
+        if (ready(arg))
             break;
         if (timeout == 0)
-            return mp__error(MP_ETIMEDOUT, "mp_mpi_result_wait: not ready");
+            return mp__error(MP_ETIMEDOUT, "%s: %s", fn, what);
         if (deadline >= 0 && mp__now() >= deadline)
-            return mp__error(MP_ETIMEDOUT, "mp_mpi_result_wait: timed out");
+            return mp__error(MP_ETIMEDOUT, "%s: timed out", fn);
         mp__mpi_backoff(&spins);
     }
     return 0;
+}
+
+static bool result_is_ready(void *r)
+{
+    return mp__mpi_result_ready(r);
+}
+
+int mp_mpi_result_wait(mp_mpi_result *r, mp_mpi_pool *p, double timeout)
+{
+    if (!r || !p)
+        return mp__error(MP_EINVAL, "mp_mpi_result_wait: r and p are required");
+    return mp__mpi_pool_wait(p, result_is_ready, r, timeout, "mp_mpi_result_wait",
+                             "not ready");
 }
 
 int mp_mpi_result_get(mp_mpi_result *r, mp_mpi_pool *p, double timeout, mp_msg **out)
@@ -349,6 +345,8 @@ int mp_mpi_result_get(mp_mpi_result *r, mp_mpi_pool *p, double timeout, mp_msg *
     int rc = mp_mpi_result_wait(r, p, timeout);
     if (rc)
         return rc;
+    if (r->group)
+        return mp__mpi_group_get(r, out);
     if (r->rc)
         return mp__error(r->rc, "%s", r->error);
     if (out) {
@@ -362,7 +360,10 @@ int mp_mpi_result_get(mp_mpi_result *r, mp_mpi_pool *p, double timeout, mp_msg *
 
 const char *mp_mpi_result_error(const mp_mpi_result *r)
 {
-    return r && r->ready ? r->error : "";
+    for (size_t i = 0; r && r->group && i < r->n; i++)
+        if (r->items[i]->ready && r->items[i]->rc)
+            return r->items[i]->error;
+    return r && r->ready && !r->group ? r->error : "";
 }
 
 void mp_mpi_result_release(mp_mpi_result *r)
