@@ -256,14 +256,37 @@ int mp_mpi_pool_starmap(mp_mpi_pool *p, const char *task, const mp_msg *const *a
 /* The async form of mp_mpi_pool_starmap: *res as mp_mpi_pool_map_async. */
 int mp_mpi_pool_starmap_async(mp_mpi_pool *p, const char *task, const mp_msg *const *args,
                               size_t n, size_t nargs, mp_mpi_result **res);
-/* Items in r: n for map_async/starmap_async, 1 for apply_async, 0 for NULL. */
+/* As mp_pool_map_array, over ranks: n items of in_size bytes at in, out
+ * + i * out_size gets item i's out_size bytes. The input is copied once
+ * into shared memory and cut into chunks of chunksize items (0: about four
+ * per worker rank); each chunk is one task whose slice travels as a
+ * shared-memory handle to a rank of this host and as its bytes alone by
+ * MPI to another host. With an array task (MP_ARRAY_TASK) the worker calls
+ * it once over its slice; with an ordinary task (MP_TASK) once per item,
+ * whose payload is the item and which must set exactly out_size bytes
+ * (else MP_EPROTO). A failure (non-zero, mp_raise) fails its chunk: the
+ * call returns the first failed chunk's error ("chunk c: task on rank N:
+ * ..."), the other chunks' items are written. MP_EINVAL, MP_ENOENT (no task
+ * or array task of that name), MP_ECHILD. */
+int mp_mpi_pool_map_array(mp_mpi_pool *p, const char *task, const void *in, size_t n,
+                          size_t in_size, void *out, size_t out_size, size_t chunksize);
+/* The async form: *res is one result whose items are the chunks. out is
+ * written while rank 0 is inside a pool call (wait, get): keep it alive
+ * and untouched until the result is ready. get gives no message. */
+int mp_mpi_pool_map_array_async(mp_mpi_pool *p, const char *task, const void *in, size_t n,
+                                size_t in_size, void *out, size_t out_size, size_t chunksize,
+                                mp_mpi_result **res);
+/* Items in r: n for map_async/starmap_async, 1 for apply_async, the chunks
+ * for map_array_async, 0 for NULL. */
 size_t mp_mpi_result_count(const mp_mpi_result *r);
 /* Whether r is done (every item, for a map), without moving work: use
  * mp_mpi_result_wait to wait. false for NULL. */
 bool mp_mpi_result_ready(mp_mpi_result *r);
 /* Item i of a done result: 0 and *out its message, handed over once
  * (MP_ESTATE the second time); the item's own error ("item i: " and the
- * rank's text); MP_ESTATE when not done yet; MP_EINVAL for i out of range. */
+ * rank's text); MP_ESTATE when not done yet; MP_EINVAL for i out of range.
+ * For map_array_async, item i is chunk i: 0 (*out NULL: its bytes are in
+ * the caller's out) or its error. */
 int mp_mpi_result_item(mp_mpi_result *r, size_t i, mp_msg **out);
 
 typedef struct mp_mpi_imap mp_mpi_imap;

@@ -89,7 +89,7 @@ static void catch_raise(const char *text)
     siglongjmp(*raise_jmp, 1);
 }
 
-static int run_task(mp_task_fn fn, const mp_msg *in, mp_msg *out, char *err, size_t cap)
+int mp__mpi_run_caught(int (*call)(void *), void *ctx, char *err, size_t cap)
 {
     sigjmp_buf jb;
     int rc;
@@ -99,14 +99,41 @@ static int run_task(mp_task_fn fn, const mp_msg *in, mp_msg *out, char *err, siz
     }
     raise_jmp = &jb;
     mp__raise_hook = catch_raise;
-    rc = fn(in, out);
+    rc = call(ctx);
     mp__raise_hook = NULL;
     if (rc > 0 || rc < -17)
         rc = MP_ECHILD;
-    if (rc)
+    if (rc && !err[0])
         snprintf(err, cap, "task returned %d (%s)%s%s", rc, mp_err_name(rc),
                  mp_last_error()[0] ? ": " : "", mp_last_error());
     return rc;
+}
+
+struct task_call {
+    mp_task_fn fn;
+    const mp_msg *in;
+    mp_msg *out;
+};
+
+static int call_task(void *ctx)
+{
+    struct task_call *t = ctx;
+    mp__error_clear();
+    return t->fn(t->in, t->out);
+}
+
+/* Runs the task called name (a map_array chunk when it starts with
+ * MP__MPI_ARRAY_KIND or MP__MPI_ITEMS_KIND). */
+static int run_named(const char *name, const mp_msg *in, mp_msg *out, char *err, size_t cap)
+{
+    if (name[0] == MP__MPI_ARRAY_KIND || name[0] == MP__MPI_ITEMS_KIND)
+        return mp__mpi_array_run(name, in, out, err, cap);
+    struct task_call t = {mp__task_lookup(name), in, out};
+    if (!t.fn) {
+        snprintf(err, cap, "no task '%s' is registered (MP_TASK)", name);
+        return MP_ENOENT;
+    }
+    return mp__mpi_run_caught(call_task, &t, err, cap);
 }
 
 /* One task: 0 after replying, 1 on the shutdown message, or an error. */
@@ -130,14 +157,10 @@ static int serve_one(mp_mpi_conn *c)
         mp_msg_destroy(w);
         return 1;
     }
-    mp_task_fn fn = mp__task_lookup(name);
     rc = unwrap(w, 9 + (unsigned char)p[8], &in);
     if (rc == 0)
         rc = mp_msg_create(&out);
-    if (rc == 0 && !fn)
-        trc = MP_ENOENT, snprintf(err, sizeof err, "no task '%s' is registered (MP_TASK)", name);
-    else
-        trc = rc ? rc : run_task(fn, in, out, err, sizeof err);
+    trc = rc ? rc : run_named(name, in, out, err, sizeof err);
     uint16_t elen = (uint16_t)strlen(err);
     int32_t trc32 = trc;
     memcpy(rhead, head, 8);
@@ -274,26 +297,23 @@ static int progress(mp_mpi_pool *p)
     return rc;
 }
 
-int mp_mpi_pool_apply_async(mp_mpi_pool *p, const char *task, const mp_msg *in,
-                            mp_mpi_result **res)
+int mp__mpi_pool_submit(mp_mpi_pool *p, const char *name, const mp_msg *in,
+                        mp_mpi_result **res, const char *fn)
 {
     char head[8 + 1 + TASK_NAME_MAX];
-    size_t nlen = task ? strlen(task) : 0;
+    size_t nlen = strlen(name);
     mp_mpi_result *r;
     int rc;
-    if (!p || !task || !res || nlen == 0 || nlen > TASK_NAME_MAX)
-        return mp__error(MP_EINVAL, "mp_mpi_pool_apply_async: p, task (1..%d bytes) and res "
-                                    "are required", TASK_NAME_MAX);
-    if (!mp__task_lookup(task))
-        return mp__error(MP_ENOENT, "mp_mpi_pool_apply_async: no task '%s' is registered "
-                                    "(MP_TASK)", task);
+    if (nlen == 0 || nlen > TASK_NAME_MAX)
+        return mp__error(MP_EINVAL, "%s: a task name of 1..%d bytes is required", fn,
+                         TASK_NAME_MAX);
     if (!(r = calloc(1, sizeof *r)))
-        return mp__error(MP_ENOMEM, "mp_mpi_pool_apply_async: out of memory");
+        return mp__error(MP_ENOMEM, "%s: out of memory", fn);
     r->id = p->next_id++;
     memcpy(head, &r->id, 8);
     head[8] = (char)nlen;
-    memcpy(head + 9, task, nlen);
-    if ((rc = wrap(in, head, 9 + nlen, &r->in, "mp_mpi_pool_apply_async")) != 0) {
+    memcpy(head + 9, name, nlen);
+    if ((rc = wrap(in, head, 9 + nlen, &r->in, fn)) != 0) {
         free(r);
         return rc;
     }
@@ -305,6 +325,19 @@ int mp_mpi_pool_apply_async(mp_mpi_pool *p, const char *task, const mp_msg *in,
     p->tail = r;
     *res = r;
     return progress(p) == MP_ECHILD ? MP_ECHILD : 0;
+}
+
+int mp_mpi_pool_apply_async(mp_mpi_pool *p, const char *task, const mp_msg *in,
+                            mp_mpi_result **res)
+{
+    static const char *fn = "mp_mpi_pool_apply_async";
+    if (!p || !task || !res)
+        return mp__error(MP_EINVAL, "%s: p, task and res are required", fn);
+    if (!mp__task_lookup(task))
+        return mp__error(MP_ENOENT, "%s: no task '%s' is registered (MP_TASK)%s", fn, task,
+                         mp__array_task_lookup(task) ? "; it is an array task: use "
+                                                       "mp_mpi_pool_map_array" : "");
+    return mp__mpi_pool_submit(p, task, in, res, fn);
 }
 
 int mp__mpi_pool_wait(mp_mpi_pool *p, bool (*ready)(void *), void *arg, double timeout,

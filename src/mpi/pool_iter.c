@@ -24,8 +24,11 @@ bool mp__mpi_result_ready(mp_mpi_result *r)
 {
     if (!r->group)
         return r->ready;
-    while (r->cursor < r->n && r->items[r->cursor]->ready)
+    while (r->cursor < r->n && r->items[r->cursor]->ready) {
+        if (r->arr)
+            mp__mpi_array_land(r, r->cursor);
         r->cursor++;
+    }
     return r->ready = r->cursor == r->n;
 }
 
@@ -35,6 +38,7 @@ void mp__mpi_group_free(mp_mpi_result *r)
         mp_mpi_result_release(r->items[i]);
     free(r->items);
     r->items = NULL;
+    mp__mpi_array_free(r);
 }
 
 /* Hands over a finished task result's message (once), or its error. */
@@ -53,11 +57,12 @@ int mp__mpi_group_get(mp_mpi_result *r, mp_msg **out)
 {
     for (size_t i = 0; i < r->n; i++)
         if (r->items[i]->rc)
-            return mp__error(r->items[i]->rc, "item %zu: %s", i, r->items[i]->error);
+            return mp__error(r->items[i]->rc, "%s %zu: %s", r->arr ? "chunk" : "item", i,
+                             r->items[i]->error);
     if (!out)
         return 0;
     *out = NULL;
-    return r->n ? take_out(r->items[0], 0, out, "mp_mpi_result_get") : 0;
+    return r->n && !r->arr ? take_out(r->items[0], 0, out, "mp_mpi_result_get") : 0;
 }
 
 size_t mp_mpi_result_count(const mp_mpi_result *r)
@@ -80,6 +85,10 @@ int mp_mpi_result_item(mp_mpi_result *r, size_t i, mp_msg **out)
     mp_mpi_result *item = r->group ? r->items[i] : r;
     if (!item->ready)
         return mp__error(MP_ESTATE, "%s: item %zu is not ready (wait first)", fn, i);
+    if (r->arr) { /* a map_array chunk: its bytes land in the caller's out */
+        mp__mpi_result_ready(r);
+        return item->rc ? mp__error(item->rc, "chunk %zu: %s", i, item->error) : 0;
+    }
     return take_out(item, i, out, fn);
 }
 

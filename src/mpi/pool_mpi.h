@@ -19,6 +19,7 @@ struct mp_mpi_result {
     size_t n;
     mp_mpi_result **items;
     size_t cursor;      /* items before it are known ready */
+    struct mp__mpi_array *arr; /* a map_array group: where its chunks land */
     /* An imap_unordered waiting for this item, told when it finishes. */
     mp_mpi_imap *it;
     size_t index;
@@ -44,6 +45,24 @@ bool mp__mpi_result_ready(mp_mpi_result *r);
 int mp__mpi_group_get(mp_mpi_result *r, mp_msg **out);
 /* Drops a group's items (its last reference is going). */
 void mp__mpi_group_free(mp_mpi_result *r);
+/* map_array's chunks travel as tasks whose name starts with one of these
+ * bytes (no registered name does): an array task over the chunk's slice,
+ * or an ordinary task run once per item of it. */
+#define MP__MPI_ARRAY_KIND '\1'
+#define MP__MPI_ITEMS_KIND '\2'
+/* Queues the task message in under the wire name (not looked up). */
+int mp__mpi_pool_submit(mp_mpi_pool *p, const char *name, const mp_msg *in,
+                        mp_mpi_result **res, const char *fn);
+/* Worker side: call(ctx) with mp_raise caught: its code (an mp_raise is
+ * MP_ECHILD; positive and unknown codes too) and, on failure, err. */
+int mp__mpi_run_caught(int (*call)(void *), void *ctx, char *err, size_t cap);
+/* Worker side: one map_array chunk (name starts with a kind byte). */
+int mp__mpi_array_run(const char *name, const mp_msg *in, mp_msg *out, char *err, size_t cap);
+/* Rank 0: copies a finished map_array chunk into the caller's out (or
+ * fails the chunk when its answer does not fit); frees the group's arr. */
+void mp__mpi_array_land(mp_mpi_result *g, size_t i);
+void mp__mpi_array_free(mp_mpi_result *g);
+
 /* Called when an item an unordered iterator waits for finishes. */
 void mp__mpi_imap_done(mp_mpi_imap *it, size_t index);
 

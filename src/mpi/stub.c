@@ -124,3 +124,14 @@ int mp_mpi_imap_next(mp_mpi_imap *it, double timeout, mp_msg **out, size_t *inde
     return off("mp_mpi_imap_next");
 }
 void mp_mpi_imap_destroy(mp_mpi_imap *it) {}
+int mp_mpi_pool_map_array(mp_mpi_pool *p, const char *task, const void *in, size_t n,
+                          size_t in_size, void *out, size_t out_size, size_t chunksize)
+{
+    return off("mp_mpi_pool_map_array");
+}
+int mp_mpi_pool_map_array_async(mp_mpi_pool *p, const char *task, const void *in, size_t n,
+                                size_t in_size, void *out, size_t out_size, size_t chunksize,
+                                mp_mpi_result **res)
+{
+    return off("mp_mpi_pool_map_array_async");
+}

@@ -7,7 +7,8 @@
  *              iteration goes on), imap_unordered (each item once), an
  *              imap timeout (poll and timed) on a slow task, map_async with
  *              per-item access, starmap, an iterator dropped early and one
- *              that outlives its pool
+ *              that outlives its pool, map_array (array tasks and ordinary
+ *              ones, a failing chunk, the async form)
  *   joinable   a JoinableQueue homed on rank 1: three ranks put, two take,
  *              qsize/empty, join timing out while messages are outstanding,
  *              task_done from two ranks ends the joins of two others, one
@@ -208,6 +209,66 @@ static void starmap(mp_mpi_pool *p)
         mp_msg_destroy(args[i]);
 }
 
+/* y = x * x over int64; x == 2^40 raises (fails its chunk). */
+MP_ARRAY_TASK(squares)
+{
+    const int64_t *x = in;
+    int64_t *y = out;
+    for (size_t i = 0; i < n; i++) {
+        if (x[i] == (int64_t)1 << 40)
+            mp_raise("unlucky slice");
+        y[i] = x[i] * x[i];
+    }
+    return 0;
+}
+
+/* An ordinary task whose answer is one byte too short for map_array. */
+MP_TASK(short_answer)
+{
+    (void)in;
+    return mp_msg_set_payload(out, "1234567", 7);
+}
+
+static void map_array(mp_mpi_pool *p)
+{
+    enum { N = 1000 };
+    static int64_t x[N], y[N];
+    for (int i = 0; i < N; i++)
+        x[i] = i - 500;
+    size_t chunks[] = {0, 7, N + 5};
+    for (size_t c = 0; c < 3; c++) {
+        memset(y, 0, sizeof y);
+        OK(mp_mpi_pool_map_array(p, "squares", x, N, 8, y, 8, chunks[c]));
+        for (int i = 0; i < N; i++)
+            CHECK(y[i] == x[i] * x[i], "array task, chunksize %zu, item %d", chunks[c], i);
+    }
+    /* An ordinary task item by item; item 513 (x = 13) raises and fails
+     * its chunk of 10 (items 510..519), the others land. */
+    memset(y, 0, sizeof y);
+    int rc = mp_mpi_pool_map_array(p, "square", x, N, 8, y, 8, 10);
+    CHECK(rc == MP_ECHILD && strstr(mp_last_error(), "chunk 51") &&
+          strstr(mp_last_error(), "unlucky 13"), "a failing chunk: %s", mp_err_name(rc));
+    for (int i = 0; i < N; i++)
+        CHECK((i >= 510 && i < 520) || y[i] == x[i] * x[i], "task item by item: item %d", i);
+    /* The async form: one item per chunk; an array task that raises. */
+    mp_mpi_result *r = NULL;
+    mp_msg *o = NULL;
+    x[700] = (int64_t)1 << 40;
+    OK(mp_mpi_pool_map_array_async(p, "squares", x, N, 8, y, 8, 100, &r));
+    CHECK(mp_mpi_result_count(r) == 10, "chunks %zu", mp_mpi_result_count(r));
+    CHECK(mp_mpi_result_get(r, p, 30, &o) == MP_ECHILD && o == NULL, "async, raising chunk");
+    CHECK(mp_mpi_result_item(r, 7, &o) == MP_ECHILD, "chunk 7 failed");
+    OK(mp_mpi_result_item(r, 6, &o));
+    CHECK(y[699] == 199 * 199, "a landed item");
+    mp_mpi_result_release(r);
+    x[700] = 200;
+    CHECK(mp_mpi_pool_map_array(p, "short_answer", x, N, 8, y, 8, 0) == MP_EPROTO,
+          "an answer of the wrong size");
+    CHECK(mp_mpi_pool_map_array(p, "nosuch", x, N, 8, y, 8, 0) == MP_ENOENT, "unknown task");
+    CHECK(mp_mpi_pool_apply(p, "squares", NULL, &o) == MP_ENOENT, "array task by apply");
+    OK(mp_mpi_pool_map_array(p, "squares", x, 0, 8, y, 8, 0));
+}
+
 MP_ENTRY(case_imap)
 {
     enum { N = 30 };
@@ -223,6 +284,7 @@ MP_ENTRY(case_imap)
     imap_timeout(p);
     map_async_items(p, in, N);
     starmap(p);
+    map_array(p);
     /* Dropped early: its items still run and are dropped. */
     mp_mpi_imap *early = NULL, *late = NULL;
     OK(mp_mpi_pool_imap(p, "square", (const mp_msg *const *)in, N, &early));
