@@ -146,7 +146,8 @@ void mp_mpi_conn_destroy(mp_mpi_conn *c);
  * Ranks on the home's host use the real queue (shared memory, as mproc
  * processes do); ranks on other hosts go through a broker thread on the
  * home rank (the one thread this layer starts, only when some rank is on
- * another host), with tensors over MPI. */
+ * another host), with tensors over MPI. A JoinableQueue keeps its counts
+ * at the home too (task_done and join from any rank). */
 
 typedef struct mp_mpi_queue mp_mpi_queue;
 
@@ -201,10 +202,13 @@ int mp_mpi_queue_empty(mp_mpi_queue *q);
  * Tasks are MP_TASK functions (mproc/pool.h), registered in every rank;
  * a task's message may carry bytes and tensors. Rank 0 hands a task to a
  * worker rank only when that rank is idle; work moves while rank 0 is in
- * a pool or result call (no thread). A task that returns non-zero or calls
- * mp_raise fails that task only (its result says why; the worker serves
- * on); a worker rank that dies fails the job (every call: MP_ECHILD).
- * Pool and results are used from one thread of rank 0. */
+ * a pool, result or iterator call (no thread). The calls mirror mp_pool's:
+ * apply, map, starmap, their _async forms, imap/imap_unordered and
+ * map_array. A task that returns non-zero or calls mp_raise fails that
+ * task only (its result, imap item or map_array chunk says why, with the
+ * rank; the worker serves on); a worker rank that dies fails the job
+ * (every call: MP_ECHILD). Pool, results and iterators are used from one
+ * thread of rank 0. */
 
 typedef struct mp_mpi_pool mp_mpi_pool;
 typedef struct mp_mpi_result mp_mpi_result;
@@ -285,8 +289,8 @@ bool mp_mpi_result_ready(mp_mpi_result *r);
 /* Item i of a done result: 0 and *out its message, handed over once
  * (MP_ESTATE the second time); the item's own error ("item i: " and the
  * rank's text); MP_ESTATE when not done yet; MP_EINVAL for i out of range.
- * For map_array_async, item i is chunk i: 0 (*out NULL: its bytes are in
- * the caller's out) or its error. */
+ * For map_array_async, item i is chunk i, once the whole result is done:
+ * 0 (*out NULL: its bytes are in the caller's out) or its error. */
 int mp_mpi_result_item(mp_mpi_result *r, size_t i, mp_msg **out);
 
 typedef struct mp_mpi_imap mp_mpi_imap;

@@ -83,12 +83,12 @@ int mp_mpi_result_item(mp_mpi_result *r, size_t i, mp_msg **out)
                                                              : "index out of range");
     *out = NULL;
     mp_mpi_result *item = r->group ? r->items[i] : r;
-    if (!item->ready)
+    /* A map_array chunk's bytes land in the caller's out in chunk order,
+     * so its result is only there once every chunk is. */
+    if (r->arr ? !mp__mpi_result_ready(r) : !item->ready)
         return mp__error(MP_ESTATE, "%s: item %zu is not ready (wait first)", fn, i);
-    if (r->arr) { /* a map_array chunk: its bytes land in the caller's out */
-        mp__mpi_result_ready(r);
+    if (r->arr)
         return item->rc ? mp__error(item->rc, "chunk %zu: %s", i, item->error) : 0;
-    }
     return take_out(item, i, out, fn);
 }
 
