@@ -467,5 +467,6 @@ void mp_mpi_pool_destroy(mp_mpi_pool *p)
         p->queue = r->next;
         finish(r, MP_ECLOSED, "the pool was destroyed");
     }
+    mp_tensor_release(p->cache_in), mp_tensor_release(p->cache_out);
     free(p->conn), free(p->busy), free(p);
 }

@@ -3,9 +3,13 @@
  * holds {start, count, in_size, out_size} and a view of the chunk's slice.
  * The layer moves that view as any tensor: to a rank of this host as a
  * shared-memory handle (nothing copied), to another host as the slice's
- * bytes alone by MPI. The worker answers with a shared tensor of the
- * chunk's out bytes, which rank 0 copies into the caller's array when it
- * sees the chunk done. An array task (MP_ARRAY_TASK) runs once over the
+ * bytes alone by MPI. When every worker rank is on rank 0's host (same-host
+ * path), the message also holds a view of a shared output array that the
+ * worker writes in place; otherwise the worker answers with a shared
+ * tensor of the chunk's out bytes. Rank 0 copies each chunk into the
+ * caller's array when it sees it done. The pool keeps the two shared
+ * arrays of its last finished map_array for the next one (as mp_pool
+ * does: fresh pages cost more than the copy). An array task (MP_ARRAY_TASK) runs once over the
  * slice; an ordinary task runs once per item, its payload the item, and
  * must answer out_size bytes. A failure fails its chunk. */
 #include "mpi/pool_mpi.h"
@@ -18,6 +22,10 @@
 typedef struct mp__mpi_array {
     char *out;
     size_t n, out_size, chunk; /* items, bytes per out item, items per chunk */
+    mp_tensor *in_t;  /* the shared input */
+    mp_tensor *out_t; /* the shared output the workers write in place, or
+                       * NULL (some worker on another host: each chunk's
+                       * answer carries its bytes) */
 } mp__mpi_array;
 
 typedef struct slice_hdr {
@@ -91,17 +99,21 @@ int mp__mpi_array_run(const char *name, const mp_msg *in, mp_msg *out, char *err
     }
     memcpy(&a.h, pl, sizeof a.h);
     int64_t nbytes = (int64_t)(a.h.count * a.h.out_size);
-    int rc = mp_tensor_nbytes(tin) == a.h.count * a.h.in_size ? 0 : MP_EPROTO;
+    /* A second tensor is rank 0's shared output, mapped here too (same
+     * host): the chunk is written in place and the answer carries none. */
+    bool in_place = mp_msg_count(in) == 2 && mp_msg_get_tensor(in, 1, &tout) == 0;
+    int rc = mp_tensor_nbytes(tin) == a.h.count * a.h.in_size &&
+             (!in_place || mp_tensor_nbytes(tout) == (size_t)nbytes) ? 0 : MP_EPROTO;
     if (rc)
         snprintf(err, cap, "map_array chunk of %zu bytes, want %llu", mp_tensor_nbytes(tin),
                  (unsigned long long)(a.h.count * a.h.in_size));
-    else if ((rc = mp_tensor_empty_shared(MP_UINT8, 1, &nbytes, &tout)) != 0)
+    else if (!in_place && (rc = mp_tensor_empty_shared(MP_UINT8, 1, &nbytes, &tout)) != 0)
         snprintf(err, cap, "%s", mp_last_error());
     if (rc == 0) {
         a.in = mp_tensor_data(tin), a.out = mp_tensor_data(tout);
         rc = mp__mpi_run_caught(call_array, &a, err, cap);
     }
-    if (rc == 0 && (rc = mp_msg_add_tensor(out, NULL, tout)) != 0)
+    if (rc == 0 && !in_place && (rc = mp_msg_add_tensor(out, NULL, tout)) != 0)
         snprintf(err, cap, "%s", mp_last_error());
     mp_tensor_release(tin), mp_tensor_release(tout);
     return rc;
@@ -118,13 +130,19 @@ void mp__mpi_array_land(mp_mpi_result *g, size_t i)
                                                                         : arr->chunk;
     if (r->rc)
         return;
-    if (mp_msg_count(r->out) != 1 || mp_msg_get_tensor(r->out, 0, &t) != 0 ||
-        mp_tensor_nbytes(t) != count * arr->out_size) {
+    if (arr->out_t && mp_msg_count(r->out) == 0) /* written in place */
+        t = mp_tensor_retain(arr->out_t);
+    else if (mp_msg_count(r->out) != 1 || mp_msg_get_tensor(r->out, 0, &t) != 0)
+        t = NULL;
+    const char *src = t ? mp_tensor_data(t) : NULL;
+    if (t && t == arr->out_t)
+        src += start * arr->out_size;
+    if (!t || (t != arr->out_t && mp_tensor_nbytes(t) != count * arr->out_size)) {
         r->rc = MP_EPROTO;
         snprintf(r->error, sizeof r->error, "items %zu..%zu: the worker's answer does not "
                  "hold %zu bytes", start, start + count - 1, count * arr->out_size);
     } else if (count) {
-        memcpy(arr->out + start * arr->out_size, mp_tensor_data(t), count * arr->out_size);
+        memcpy(arr->out + start * arr->out_size, src, count * arr->out_size);
     }
     mp_tensor_release(t);
     mp_msg_destroy(r->out); /* landed: the group's items have no message */
@@ -133,6 +151,8 @@ void mp__mpi_array_land(mp_mpi_result *g, size_t i)
 
 void mp__mpi_array_free(mp_mpi_result *g)
 {
+    if (g->arr)
+        mp_tensor_release(g->arr->in_t), mp_tensor_release(g->arr->out_t);
     free(g->arr);
     g->arr = NULL;
 }
@@ -154,20 +174,26 @@ static int check(mp_mpi_pool *p, const char *task, const void *in, size_t n, siz
     return mp__mpi.failed ? mp__mpi_fail_error(fn) : 0;
 }
 
-/* The chunk [start, start + count) as a task message. */
-static int chunk_msg(mp_tensor *shared, slice_hdr h, mp_msg **out)
+/* The chunk [start, start + count) as a task message: its input slice,
+ * and where its output goes when the workers write in place. */
+static int chunk_msg(const mp__mpi_array *arr, slice_hdr h, mp_msg **out)
 {
-    mp_tensor *view = NULL;
+    mp_tensor *view = NULL, *oview = NULL;
     mp_msg *m = NULL;
-    int rc = mp_tensor_narrow(shared, 0, (int64_t)(h.start * h.in_size),
+    int rc = mp_tensor_narrow(arr->in_t, 0, (int64_t)(h.start * h.in_size),
                               (int64_t)(h.count * h.in_size), &view);
+    if (rc == 0 && arr->out_t)
+        rc = mp_tensor_narrow(arr->out_t, 0, (int64_t)(h.start * h.out_size),
+                              (int64_t)(h.count * h.out_size), &oview);
     if (rc == 0)
         rc = mp_msg_create(&m);
     if (rc == 0)
         rc = mp_msg_set_payload(m, &h, sizeof h);
     if (rc == 0)
         rc = mp_msg_add_tensor(m, "slice", view);
-    mp_tensor_release(view);
+    if (rc == 0 && oview)
+        rc = mp_msg_add_tensor(m, "out", oview);
+    mp_tensor_release(view), mp_tensor_release(oview);
     if (rc)
         mp_msg_destroy(m);
     else
@@ -175,26 +201,50 @@ static int chunk_msg(mp_tensor *shared, slice_hdr h, mp_msg **out)
     return rc;
 }
 
+/* A shared array of at least nbytes: the pool's cached one when it fits
+ * (fresh pages cost more than the copy), else a new one. */
+static int shared_array(mp_tensor **cache, size_t nbytes, mp_tensor **out)
+{
+    int64_t len = (int64_t)nbytes;
+    if (*cache && mp_tensor_nbytes(*cache) >= nbytes) {
+        *out = *cache;
+        *cache = NULL;
+        return 0;
+    }
+    mp_tensor_release(*cache);
+    *cache = NULL;
+    return mp_tensor_empty_shared(MP_UINT8, 1, &len, out);
+}
+
+/* Whether every worker rank maps rank 0's shared memory. */
+static bool all_local(const mp_mpi_pool *p)
+{
+    for (int w = 1; w <= p->nworkers; w++)
+        if (mp_mpi_is_local(w) != 1)
+            return false;
+    return true;
+}
+
 static int submit_chunks(mp_mpi_pool *p, mp_mpi_result *g, const char *wire, const void *in,
                          size_t in_size, const char *fn)
 {
-    int64_t nbytes = (int64_t)(g->arr->n * in_size);
-    mp_tensor *shared = NULL;
+    mp__mpi_array *arr = g->arr;
     if (g->n == 0)
         return 0;
-    int rc = mp_tensor_empty_shared(MP_UINT8, 1, &nbytes, &shared);
-    if (rc == 0 && nbytes)
-        memcpy(mp_tensor_data(shared), in, (size_t)nbytes);
+    int rc = shared_array(&p->cache_in, arr->n * in_size, &arr->in_t);
+    if (rc == 0 && all_local(p))
+        rc = shared_array(&p->cache_out, arr->n * arr->out_size, &arr->out_t);
+    if (rc == 0)
+        memcpy(mp_tensor_data(arr->in_t), in, arr->n * in_size);
     for (size_t i = 0; i < g->n && rc == 0; i++) {
-        slice_hdr h = {i * g->arr->chunk, g->arr->chunk, in_size, g->arr->out_size};
+        slice_hdr h = {i * arr->chunk, arr->chunk, in_size, arr->out_size};
         mp_msg *m = NULL;
-        if (h.start + h.count > g->arr->n)
-            h.count = g->arr->n - h.start;
-        if ((rc = chunk_msg(shared, h, &m)) == 0)
+        if (h.start + h.count > arr->n)
+            h.count = arr->n - h.start;
+        if ((rc = chunk_msg(arr, h, &m)) == 0)
             rc = mp__mpi_pool_submit(p, wire, m, &g->items[i], fn);
         mp_msg_destroy(m);
     }
-    mp_tensor_release(shared);
     return rc;
 }
 
@@ -219,7 +269,7 @@ int mp_mpi_pool_map_array_async(mp_mpi_pool *p, const char *task, const void *in
         free(g);
         return mp__error(MP_ENOMEM, "%s: out of memory", fn);
     }
-    *g->arr = (mp__mpi_array){out, n, out_size, chunk};
+    *g->arr = (mp__mpi_array){.out = out, .n = n, .out_size = out_size, .chunk = chunk};
     g->refs = 1, g->group = true, g->n = (n + chunk - 1) / chunk;
     if ((rc = submit_chunks(p, g, wire, in, in_size, fn)) != 0) {
         mp_mpi_result_release(g);
@@ -236,6 +286,13 @@ int mp_mpi_pool_map_array(mp_mpi_pool *p, const char *task, const void *in, size
     int rc = mp_mpi_pool_map_array_async(p, task, in, n, in_size, out, out_size, chunksize, &g);
     if (rc == 0)
         rc = mp_mpi_result_get(g, p, -1, NULL);
+    /* Every chunk is done: the next call may reuse the shared arrays. Not
+     * after an async call, whose result may outlive the pool. */
+    if (rc == 0 && g->arr && g->arr->in_t) {
+        mp_tensor_release(p->cache_in), mp_tensor_release(p->cache_out);
+        p->cache_in = g->arr->in_t, p->cache_out = g->arr->out_t;
+        g->arr->in_t = g->arr->out_t = NULL;
+    }
     mp_mpi_result_release(g);
     return rc;
 }

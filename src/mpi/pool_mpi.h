@@ -31,6 +31,7 @@ struct mp_mpi_pool {
     mp_mpi_result **busy;   /* [rank - 1]: the task that worker runs, or NULL */
     mp_mpi_result *queue, *tail;
     uint64_t next_id;
+    mp_tensor *cache_in, *cache_out; /* map_array's shared arrays, kept */
 };
 
 /* Moves p's work (rank 0) until ready(arg) holds: 0, MP_ETIMEDOUT (with
