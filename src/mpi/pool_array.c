@@ -42,22 +42,22 @@ struct array_call {
     slice_hdr h;
     char *err;
     size_t cap;
+    mp_msg *item, *o; /* the item in progress: freed by the caller after an mp_raise */
 };
 
 static int call_items(struct array_call *a)
 {
     mp_task_fn fn = mp__task_lookup(a->name);
     for (uint64_t i = 0; i < a->h.count; i++) {
-        mp_msg *item = NULL, *o = NULL;
         size_t len = 0;
-        int rc = mp_msg_create(&item);
+        int rc = mp_msg_create(&a->item);
         if (rc == 0)
-            rc = mp_msg_set_payload(item, a->in + i * a->h.in_size, a->h.in_size);
+            rc = mp_msg_set_payload(a->item, a->in + i * a->h.in_size, a->h.in_size);
         if (rc == 0)
-            rc = mp_msg_create(&o);
+            rc = mp_msg_create(&a->o);
         if (rc == 0)
-            rc = fn(item, o);
-        const void *pl = rc == 0 ? mp_msg_payload(o, &len) : NULL;
+            rc = fn(a->item, a->o);
+        const void *pl = rc == 0 ? mp_msg_payload(a->o, &len) : NULL;
         if (rc == 0 && len != a->h.out_size)
             rc = MP_EPROTO, snprintf(a->err, a->cap, "item %llu: the task set %zu bytes, "
                                      "map_array wants out_size = %llu",
@@ -65,7 +65,8 @@ static int call_items(struct array_call *a)
                                      (unsigned long long)a->h.out_size);
         if (rc == 0 && len)
             memcpy(a->out + i * a->h.out_size, pl, len);
-        mp_msg_destroy(item), mp_msg_destroy(o);
+        mp_msg_destroy(a->item), mp_msg_destroy(a->o);
+        a->item = a->o = NULL;
         if (rc)
             return rc;
     }
@@ -83,7 +84,8 @@ static int call_array(void *ctx)
 
 int mp__mpi_array_run(const char *name, const mp_msg *in, mp_msg *out, char *err, size_t cap)
 {
-    struct array_call a = {name + 1, name[0] == MP__MPI_ARRAY_KIND, NULL, NULL, {0}, err, cap};
+    struct array_call a = {.name = name + 1, .array = name[0] == MP__MPI_ARRAY_KIND,
+                           .err = err, .cap = cap};
     mp_tensor *tin = NULL, *tout = NULL;
     size_t len = 0;
     const void *pl = mp_msg_payload(in, &len);
@@ -112,6 +114,7 @@ int mp__mpi_array_run(const char *name, const mp_msg *in, mp_msg *out, char *err
     if (rc == 0) {
         a.in = mp_tensor_data(tin), a.out = mp_tensor_data(tout);
         rc = mp__mpi_run_caught(call_array, &a, err, cap);
+        mp_msg_destroy(a.item), mp_msg_destroy(a.o);
     }
     if (rc == 0 && !in_place && (rc = mp_msg_add_tensor(out, NULL, tout)) != 0)
         snprintf(err, cap, "%s", mp_last_error());
