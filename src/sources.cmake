@@ -8,7 +8,7 @@ set(MPROC_SHM_SOURCES cache.c handle.c manager_client.c manager_inspect.c manage
 set(MPROC_TENSOR_SOURCES dlpack.c dtype.c storage.c strategy.c tensor.c view.c)
 set(MPROC_WIRE_SOURCES frame_decode.c frame_encode.c kinds.c msg.c rx.c wire.c)
 set(MPROC_SYNC_SOURCES attach.c barrier.c event.c lock.c object.c robust.c semaphore.c)
-set(MPROC_IPC_SOURCES conn.c qcore.c queue.c)
+set(MPROC_IPC_SOURCES conn.c qcore.c queue.c ring.c)
 set(MPROC_PROCESS_SOURCES backtrace.c child.c forkserver.c launch.c process.c registry.c spawn.c wait.c)
 set(MPROC_POOL_SOURCES frame.c inflight.c pool.c result.c submit.c worker.c workers.c)
 
