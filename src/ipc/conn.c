@@ -235,14 +235,9 @@ int mp_conn_poll(mp_conn *c, double timeout)
                          mp__ipc_deadline(timeout), "mp_conn_poll");
 }
 
-/* Whoever polls the fd itself must be woken by ring messages too. */
-int mp__conn_fd(const mp_conn *c)
-{
-    mp__ring_watch(conn_ring(c, false));
-    return c->sock;
-}
+int mp__conn_fd(const mp_conn *c) { return c->sock; }
 
-int mp_conn_fileno(const mp_conn *c) { return c ? mp__conn_fd(c) : -1; }
+int mp_conn_fileno(const mp_conn *c) { return c ? c->sock : -1; }
 
 int mp_conn_close(mp_conn *c)
 {

@@ -79,19 +79,8 @@ bool mp_queue_full(mp_queue *q)
     return q && Q(q)->ctl->maxsize > 0 && mp_queue_qsize(q) >= Q(q)->ctl->maxsize;
 }
 int mp_queue_close(mp_queue *q) { return mp__queue_close((mp__queue *)q); }
-/* Whoever polls the fd itself must be woken by ring messages too. */
-static int queue_fd(const mp__queue *q)
-{
-    if (!q)
-        return -1;
-    mp__ring_watch(&q->ctl->ring);
-    return q->rsock;
-}
-int mp_queue_fileno(const mp_queue *q) { return queue_fd((const mp__queue *)q); }
-int mp_simple_queue_fileno(const mp_simple_queue *q)
-{
-    return queue_fd((const mp__queue *)q);
-}
+int mp_queue_fileno(const mp_queue *q) { return q ? Q(q)->rsock : -1; }
+int mp_simple_queue_fileno(const mp_simple_queue *q) { return q ? Q(q)->rsock : -1; }
 int mp_simple_queue_close(mp_simple_queue *q) { return mp__queue_close((mp__queue *)q); }
 bool mp_queue_is_joinable(mp_queue *q) { return q && Q(q)->kind == MP_ATTACH_JOINABLE_QUEUE; }
 

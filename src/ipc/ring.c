@@ -24,16 +24,23 @@
  * A record left queued by MP_EMFILE keeps its mark in place, so it is
  * delivered in order once fds fit.
  *
- * Wake-ups. A consumer that finds the ring empty spins briefly, then sets
- * `sleeping` and sleeps in poll on the socket, so EOF and a queue's end
- * marker wake it as before. A producer that sees `sleeping` after
- * publishing clears it and sends a NUDGE record (a doorbell; every reader
- * drops it). Dekker's two flags: the consumer stores `sleeping` before it
- * looks at tail, the producer stores tail before it looks at `sleeping`.
- * Poll sleeps in slices, so a producer killed between publishing and
- * ringing delays a sleeper by one slice at most. Once the fd is handed out
- * (`watched`), a producer also rings when its message made the ring
- * non-empty, so a user's poll on the fd sees every message.
+ * Wake-ups. The socket's fd is what users poll (mp_wait, a select loop on
+ * mp_conn_fileno), so a message in the ring must make it readable unless a
+ * consumer inside a receive is sure to see it. A consumer that finds the
+ * ring empty sets `spinning` and watches tail briefly, then sets `sleeping`
+ * and sleeps in poll on the socket, so EOF and a queue's end marker wake it
+ * as before. After publishing, a producer that sees `sleeping` clears it and
+ * sends a NUDGE record (a doorbell; every reader drops it); one that sees
+ * `spinning` clears it and sends nothing; otherwise it rings when its
+ * message is still the only one in the ring (it made the ring non-empty).
+ * Dekker's two flags: the consumer stores its flag before it looks at tail,
+ * the producer stores tail before it looks at the flags; a consumer looks
+ * at tail once more after it clears `spinning`. Poll sleeps in slices, so a
+ * producer killed between publishing and ringing delays an mproc sleeper by
+ * one slice at most (a user's own poll waits for the next message).
+ * `bells` counts doorbells sent and not yet dropped: a consumer that takes
+ * the last message of the ring while some are queued drops them, so a
+ * user's poll does not report a message that was already taken.
  *
  * A full ring makes producers wait on head (a futex); the consumer that
  * moves head wakes them when `space_wait` is set. */
@@ -71,19 +78,14 @@ int mp__ring_init(mp__ring *r, const char *fn)
     atomic_init(&r->head, 0);
     atomic_init(&r->space_wait, 0);
     atomic_init(&r->sleeping, 0);
-    atomic_init(&r->watched, 0);
+    atomic_init(&r->spinning, 0);
+    atomic_init(&r->bells, 0);
     pthread_mutexattr_init(&a);
     pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
     pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
     err = pthread_mutex_init(&r->plock, &a);
     pthread_mutexattr_destroy(&a);
     return err ? mp__errno_error(err, "%s: pthread_mutex_init", fn) : 0;
-}
-
-void mp__ring_watch(mp__ring *r)
-{
-    if (!atomic_load_explicit(&r->watched, memory_order_relaxed))
-        atomic_store(&r->watched, 1);
 }
 
 uint32_t mp__ring_count(const mp__ring *r)
@@ -152,13 +154,15 @@ static int room(mp__ring *r, int sock, double deadline, bool pipe, const char *f
     }
 }
 
-static void ring_bell(int sock)
+static void ring_bell(mp__ring *r, int sock)
 {
     mp__frame_header h = {.magic = MP__FRAME_MAGIC, .version = MP__FRAME_VERSION,
                           .flags = MP__FRAME_NUDGE};
     struct iovec iov = {.iov_base = &h, .iov_len = sizeof h};
     struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-    /* Failing is harmless: a full socket already wakes a poll. */
+    /* Counted first: a count too high costs a consumer one look, too low a
+     * spurious wake-up. Failing is harmless: a full socket wakes a poll. */
+    atomic_fetch_add(&r->bells, 1);
     (void)mp__sys.sendmsg(sock, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
@@ -167,10 +171,11 @@ static void wake_consumers(mp__ring *r, int sock, uint32_t t)
 {
     if (atomic_load(&r->sleeping)) {
         atomic_store(&r->sleeping, 0);
-        ring_bell(sock);
-    } else if (atomic_load_explicit(&r->watched, memory_order_relaxed) &&
-               atomic_load(&r->head) == t) {
-        ring_bell(sock); /* this message made the ring non-empty */
+        ring_bell(r, sock);
+    } else if (atomic_load(&r->spinning)) {
+        atomic_store(&r->spinning, 0); /* it sees the message: no fd needs to */
+    } else if (atomic_load(&r->head) == t) {
+        ring_bell(r, sock); /* this message made the ring non-empty */
     }
 }
 
@@ -295,6 +300,27 @@ static void drop_head(int sock)
         ;
 }
 
+static void uncount_bell(mp__ring *r)
+{
+    uint32_t n = atomic_load(&r->bells);
+    while (n && !atomic_compare_exchange_weak(&r->bells, &n, n - 1))
+        ;
+}
+
+/* Drops the doorbells at the socket's head; the count is right again. */
+static void drop_bells(mp__ring *r, int sock)
+{
+    mp__frame_header hd;
+    while (atomic_load(&r->bells)) {
+        if (peek_head(sock, &hd) != HEAD_BELL) {
+            atomic_store(&r->bells, 0); /* counted, never sent (its sender died) */
+            return;
+        }
+        drop_head(sock);
+        uncount_bell(r);
+    }
+}
+
 static void advance(mp__ring *r, uint32_t h)
 {
     atomic_store(&r->head, h + 1);
@@ -305,7 +331,7 @@ static void advance(mp__ring *r, uint32_t h)
 }
 
 /* Slot h holds a message: copy it out, move head, then decode. */
-static int take_slot(mp__ring *r, uint32_t h, mp_msg **out, bool *taken)
+static int take_slot(mp__ring *r, int sock, uint32_t h, mp_msg **out, bool *taken)
 {
     const mp__ring_slot *s = &r->slot[h & MASK];
     unsigned char buf[MP__RING_DATA];
@@ -331,6 +357,9 @@ static int take_slot(mp__ring *r, uint32_t h, mp_msg **out, bool *taken)
     advance(r, h);
     *taken = true;
     STEP(TAKEN);
+    if (atomic_load_explicit(&r->bells, memory_order_relaxed) &&
+        atomic_load(&r->tail) == h + 1)
+        drop_bells(r, sock); /* the ring is empty: nothing left to announce */
     if (m) {
         *out = m;
         return 0;
@@ -365,24 +394,28 @@ static int take_mark(mp__ring *r, int sock, mp__rx *rx, uint32_t h, mp_msg **out
     return rc;
 }
 
-/* Watches an empty ring for a moment: true when something arrived. */
-static bool spin(const mp__ring *r, uint32_t h, double *until)
+/* Watches an empty ring for a moment: true when something arrived. The
+ * caller looks at tail again after this returns false. */
+static bool spin(mp__ring *r, uint32_t h, double *until)
 {
+    bool arrived = false;
     if (*until < 0)
         return false;
     if (*until == 0)
         *until = mp__now() + SPIN_S;
-    for (;;) {
-        for (int i = 0; i < 64; i++) {
-            if (atomic_load_explicit(&r->tail, memory_order_acquire) != h)
-                return true;
+    atomic_store(&r->spinning, 1);
+    while (!arrived) {
+        for (int i = 0; i < 64 && !arrived; i++) {
+            arrived = atomic_load_explicit(&r->tail, memory_order_acquire) != h;
             __builtin_ia32_pause();
         }
-        if (mp__now() >= *until) {
+        if (!arrived && mp__now() >= *until) {
             *until = -1;
-            return false;
+            break;
         }
     }
+    atomic_store(&r->spinning, 0);
+    return arrived;
 }
 
 static bool expired(double deadline) { return deadline == 0 || (deadline > 0 && mp__now() >= deadline); }
@@ -417,6 +450,8 @@ static int nap(mp__ring *r, int sock, uint32_t h, double deadline)
 {
     struct pollfd p = {.fd = sock, .events = POLLIN};
     int ms;
+    if (atomic_load(&r->tail) != h)
+        return 1;
     if (expired(deadline))
         return mp__error(MP_ETIMEDOUT, deadline == 0 ? "receiving a message: none waiting"
                                                      : "receiving a message: timed out "
@@ -443,6 +478,7 @@ static int idle(mp__ring *r, int sock, mp__rx *rx, uint32_t h, double deadline,
     switch (peek_head(sock, &hd)) {
     case HEAD_BELL:
         drop_head(sock);
+        uncount_bell(r);
         return 1;
     case HEAD_DATA:
         return orphan(r, sock, rx, h, deadline, out, taken);
@@ -476,7 +512,7 @@ int mp__ring_recv(mp__ring *r, int sock, mp__rx *rx, mp_msg **out, double deadli
             continue;
         }
         if (r->slot[h & MASK].type != RING_MARK)
-            return take_slot(r, h, out, taken);
+            return take_slot(r, sock, h, out, taken);
         rc = take_mark(r, sock, rx, h, out, taken, &done);
         if (done || rc < 0)
             return rc;

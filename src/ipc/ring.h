@@ -32,7 +32,8 @@ typedef struct mp__ring {
     _Alignas(64) _Atomic uint32_t head; /* slots taken (consumers, under the rx lock) */
     _Atomic uint32_t space_wait;       /* a producer sleeps on head: the ring is full */
     _Alignas(64) _Atomic uint32_t sleeping; /* a consumer sleeps in poll on the socket */
-    _Atomic uint32_t watched;          /* sticky: the fd was handed out for polling */
+    _Atomic uint32_t spinning;         /* a consumer inside a receive watches tail */
+    _Atomic uint32_t bells;            /* doorbells sent and not yet dropped (about) */
     _Alignas(64) mp__ring_slot slot[MP__RING_SLOTS];
 } mp__ring;
 
@@ -52,9 +53,6 @@ int mp__ring_recv(mp__ring *r, int sock, mp__rx *rx, mp_msg **out, double deadli
 /* 1 when a receive would not block, 0 when not by deadline; drops wake-up
  * records. Takes rx's lock only to look at the socket's head. */
 int mp__ring_poll(mp__ring *r, int sock, mp__rx *rx, double deadline, const char *fn);
-/* The socket's fd was handed to a user who polls it: from now on every
- * message that makes the ring non-empty also makes the fd readable. */
-void mp__ring_watch(mp__ring *r);
 /* Messages in the ring (marks included), approximate. */
 uint32_t mp__ring_count(const mp__ring *r);
 
