@@ -321,6 +321,14 @@ static void drop_bells(mp__ring *r, int sock)
     }
 }
 
+/* Slot h was just taken: when it was the last, nothing is left to announce. */
+static void settle_bells(mp__ring *r, int sock, uint32_t h)
+{
+    if (atomic_load_explicit(&r->bells, memory_order_relaxed) &&
+        atomic_load(&r->tail) == h + 1)
+        drop_bells(r, sock);
+}
+
 static void advance(mp__ring *r, uint32_t h)
 {
     atomic_store(&r->head, h + 1);
@@ -357,9 +365,7 @@ static int take_slot(mp__ring *r, int sock, uint32_t h, mp_msg **out, bool *take
     advance(r, h);
     *taken = true;
     STEP(TAKEN);
-    if (atomic_load_explicit(&r->bells, memory_order_relaxed) &&
-        atomic_load(&r->tail) == h + 1)
-        drop_bells(r, sock); /* the ring is empty: nothing left to announce */
+    settle_bells(r, sock, h);
     if (m) {
         *out = m;
         return 0;
@@ -389,6 +395,7 @@ static int take_mark(mp__ring *r, int sock, mp__rx *rx, uint32_t h, mp_msg **out
     if (*taken && hd.tag == tag) {
         STEP(MARK_RECEIVED);
         advance(r, h);
+        settle_bells(r, sock, h);
     }
     *done = *taken || rc != MP_ETIMEDOUT;
     return rc;
