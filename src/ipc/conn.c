@@ -136,7 +136,8 @@ void mp_conn_release(mp_conn *c)
 {
     if (!c || atomic_fetch_sub(&c->refs, 1) != 1)
         return;
-    mp__close(c->sock);
+    if (c->sock >= 0)
+        mp_conn_close(c);
     mp__segment_release(c->seg);
     free(c);
 }
@@ -243,7 +244,14 @@ int mp_conn_close(mp_conn *c)
 {
     if (!c)
         return mp__error(MP_EINVAL, "mp_conn_close: connection is NULL");
-    c->sock = mp__close(c->sock);
+    if (c->sock >= 0 && (c->mode & CONN_WRITE)) {
+        c->sock = mp__close(c->sock);
+        /* A reader asleep on the ring looks at the socket now: EOF if this
+         * was the last writer. */
+        mp__ring_wake(conn_ring(c, true));
+    } else {
+        c->sock = mp__close(c->sock);
+    }
     return 0;
 }
 

@@ -194,6 +194,7 @@ int mp__queue_close(mp__queue *q)
     /* Wakes a consumer blocked in get. When the socket is full this may not
      * fit; then consumers are not blocked, and they see the flag instead. */
     mp__wire_send_closed(q->wsock, 0);
+    mp__ring_wake(&c->ring);
     return 0;
 }
 

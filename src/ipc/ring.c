@@ -24,20 +24,23 @@
  * A record left queued by MP_EMFILE keeps its mark in place, so it is
  * delivered in order once fds fit.
  *
- * Wake-ups. The socket's fd is what users poll (mp_wait, a select loop on
- * mp_conn_fileno), so a message in the ring must make it readable unless a
- * consumer inside a receive is sure to see it. A consumer that finds the
- * ring empty sets `spinning` and watches tail briefly, then sets `sleeping`
- * and sleeps in poll on the socket, so EOF and a queue's end marker wake it
- * as before. After publishing, a producer that sees `sleeping` clears it and
- * sends a NUDGE record (a doorbell; every reader drops it); one that sees
- * `spinning` clears it and sends nothing; otherwise it rings when its
- * message is still the only one in the ring (it made the ring non-empty).
- * Dekker's two flags: the consumer stores its flag before it looks at tail,
- * the producer stores tail before it looks at the flags; a consumer looks
- * at tail once more after it clears `spinning`. Poll sleeps in slices, so a
- * producer killed between publishing and ringing delays an mproc sleeper by
- * one slice at most (a user's own poll waits for the next message).
+ * Wake-ups. A consumer that finds the ring empty sets `spinning` and
+ * watches tail briefly, then sets `sleeping` and sleeps on tail (a futex)
+ * for a slice at a time, looking at the socket between slices (EOF, a
+ * queue's end marker, an orphan); closing a pipe end or a queue wakes it at
+ * once. After publishing, a producer that sees `sleeping` clears it and
+ * wakes the futex; one that sees `spinning` clears it. Dekker's two flags:
+ * the consumer stores its flag before it looks at tail, the producer stores
+ * tail before it looks at the flags; a consumer looks at tail once more
+ * after it clears `spinning`.
+ *
+ * Readiness. The socket's fd is what users poll (mp_wait, a select loop on
+ * mp_conn_fileno), so a message that no consumer inside a receive is sure
+ * to see must make it readable: a producer that saw neither flag sends a
+ * NUDGE record (a doorbell; every reader drops it) when its message is
+ * still the only one in the ring. A producer killed between publishing and
+ * waking delays an mproc sleeper by one slice at most (a user's own poll
+ * waits for the next message).
  * `bells` counts doorbells sent and not yet dropped: a consumer that takes
  * the last message of the ring while some are queued drops them, so a
  * user's poll does not report a message that was already taken.
@@ -46,6 +49,7 @@
  * moves head wakes them when `space_wait` is set. */
 #include <errno.h>
 #include <limits.h>
+#include <sched.h>
 #include <poll.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -58,7 +62,7 @@ enum { RING_PAYLOAD = 1, RING_FRAME = 2, RING_MARK = 3 };
 enum { HEAD_EMPTY, HEAD_EOF, HEAD_BELL, HEAD_CLOSED, HEAD_DATA };
 
 #define MASK (MP__RING_SLOTS - 1u)
-#define SLICE_MS 100          /* longest sleep between two looks at the ring */
+#define SLICE_MS 50           /* longest sleep between two looks at the socket */
 #define SPIN_S 20e-6          /* how long an empty ring is watched before sleeping */
 #define PEER_CHECK_EVERY 64u  /* a pipe's producer checks for a gone reader this often */
 
@@ -80,6 +84,7 @@ int mp__ring_init(mp__ring *r, const char *fn)
     atomic_init(&r->sleeping, 0);
     atomic_init(&r->spinning, 0);
     atomic_init(&r->bells, 0);
+    atomic_init(&r->pcpu, UINT32_MAX);
     pthread_mutexattr_init(&a);
     pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
     pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
@@ -171,7 +176,7 @@ static void wake_consumers(mp__ring *r, int sock, uint32_t t)
 {
     if (atomic_load(&r->sleeping)) {
         atomic_store(&r->sleeping, 0);
-        ring_bell(r, sock);
+        mp__futex_wake((uint32_t *)&r->tail, INT_MAX, true);
     } else if (atomic_load(&r->spinning)) {
         atomic_store(&r->spinning, 0); /* it sees the message: no fd needs to */
     } else if (atomic_load(&r->head) == t) {
@@ -182,6 +187,9 @@ static void wake_consumers(mp__ring *r, int sock, uint32_t t)
 /* Publishes the slot filled at t and lets go of plock. */
 static void publish(mp__ring *r, int sock, uint32_t t)
 {
+    uint32_t cpu = (uint32_t)sched_getcpu();
+    if (atomic_load_explicit(&r->pcpu, memory_order_relaxed) != cpu)
+        atomic_store_explicit(&r->pcpu, cpu, memory_order_relaxed);
     STEP(FILLED);
     atomic_store(&r->tail, t + 1);
     STEP(PUBLISHED);
@@ -408,6 +416,12 @@ static bool spin(mp__ring *r, uint32_t h, double *until)
     bool arrived = false;
     if (*until < 0)
         return false;
+    /* The last producer runs on our CPU: it cannot publish while we spin. */
+    if (*until == 0 && (int)atomic_load_explicit(&r->pcpu, memory_order_relaxed) ==
+                           sched_getcpu()) {
+        *until = -1;
+        return false;
+    }
     if (*until == 0)
         *until = mp__now() + SPIN_S;
     atomic_store(&r->spinning, 1);
@@ -452,11 +466,10 @@ static int orphan(mp__ring *r, int sock, mp__rx *rx, uint32_t h, double deadline
     return mp__wire_recv_rx(sock, rx, out, 0, taken); /* its sender died before the mark */
 }
 
-/* Sleeps in poll on the socket, at most one slice. 1: look again. */
-static int nap(mp__ring *r, int sock, uint32_t h, double deadline)
+/* Sleeps on tail, at most one slice. 1: look again. */
+static int nap(mp__ring *r, uint32_t h, double deadline)
 {
-    struct pollfd p = {.fd = sock, .events = POLLIN};
-    int ms;
+    double until;
     if (atomic_load(&r->tail) != h)
         return 1;
     if (expired(deadline))
@@ -465,14 +478,16 @@ static int nap(mp__ring *r, int sock, uint32_t h, double deadline)
                                                        "waiting for a message");
     atomic_store(&r->sleeping, 1);
     STEP(SLEEPING);
-    if (atomic_load(&r->tail) != h)
-        return 1;
-    ms = mp__poll_ms(deadline);
-    if (ms < 0 || ms > SLICE_MS)
-        ms = SLICE_MS;
-    if (poll(&p, 1, ms) < 0 && errno != EINTR)
-        return mp__errno_error(errno, "receiving a message: poll");
+    until = mp__now() + SLICE_MS / 1000.0;
+    if (deadline > 0 && deadline < until)
+        until = deadline;
+    mp__futex_wait((uint32_t *)&r->tail, h, until, true);
     return 1;
+}
+
+void mp__ring_wake(mp__ring *r)
+{
+    mp__futex_wake((uint32_t *)&r->tail, INT_MAX, true);
 }
 
 /* The ring is empty at h. 1: look again; otherwise the receive's answer. */
@@ -497,7 +512,7 @@ static int idle(mp__ring *r, int sock, mp__rx *rx, uint32_t h, double deadline,
                    : mp__error(MP_ECLOSED, "receiving a message: the peer closed the "
                                            "connection");
     case HEAD_EMPTY:
-        return nap(r, sock, h, deadline);
+        return nap(r, h, deadline);
     default:
         return mp__error(MP_ESTATE, "receiving a message: recvmsg failed");
     }
@@ -533,13 +548,10 @@ int mp__ring_poll(mp__ring *r, int sock, mp__rx *rx, double deadline, const char
         int ms = deadline == 0 ? 0 : mp__poll_ms(deadline), n;
         if (mp__ring_count(r))
             return 1;
-        if (deadline != 0) {
-            atomic_store(&r->sleeping, 1);
-            if (mp__ring_count(r))
-                return 1;
-            if (ms < 0 || ms > SLICE_MS)
-                ms = SLICE_MS;
-        }
+        /* Slices: a message published just before this poll rang no bell
+         * if a consumer was spinning; it shows in the ring at the next look. */
+        if (deadline != 0 && (ms < 0 || ms > SLICE_MS))
+            ms = SLICE_MS;
         n = poll(&p, 1, ms);
         if (n > 0 && mp__wire_drop_nudge(sock, rx))
             continue; /* a doorbell, not a message: look again */

@@ -28,10 +28,11 @@ typedef struct mp__ring_slot {
 typedef struct mp__ring {
     pthread_mutex_t plock;             /* robust, process-shared: one producer at a time */
     _Atomic uint32_t tag;              /* the last socket record's tag (under plock) */
+    _Atomic uint32_t pcpu;             /* the CPU the last producer ran on */
     _Alignas(64) _Atomic uint32_t tail; /* slots published (producers) */
     _Alignas(64) _Atomic uint32_t head; /* slots taken (consumers, under the rx lock) */
     _Atomic uint32_t space_wait;       /* a producer sleeps on head: the ring is full */
-    _Alignas(64) _Atomic uint32_t sleeping; /* a consumer sleeps in poll on the socket */
+    _Alignas(64) _Atomic uint32_t sleeping; /* a consumer sleeps on tail (a futex) */
     _Atomic uint32_t spinning;         /* a consumer inside a receive watches tail */
     _Atomic uint32_t bells;            /* doorbells sent and not yet dropped (about) */
     _Alignas(64) mp__ring_slot slot[MP__RING_SLOTS];
@@ -53,6 +54,9 @@ int mp__ring_recv(mp__ring *r, int sock, mp__rx *rx, mp_msg **out, double deadli
 /* 1 when a receive would not block, 0 when not by deadline; drops wake-up
  * records. Takes rx's lock only to look at the socket's head. */
 int mp__ring_poll(mp__ring *r, int sock, mp__rx *rx, double deadline, const char *fn);
+/* Wakes consumers asleep on the ring (a pipe end or a queue was closed:
+ * they look at the socket at once). */
+void mp__ring_wake(mp__ring *r);
 /* Messages in the ring (marks included), approximate. */
 uint32_t mp__ring_count(const mp__ring *r);
 
