@@ -215,7 +215,8 @@ static int send_inline(mp__ring *r, int sock, uint32_t type, const void *data, s
     s = &r->slot[t & MASK];
     s->type = type;
     s->len = (uint32_t)len;
-    memcpy(s->data, data, len);
+    if (len) /* an empty payload may be NULL */
+        memcpy(s->data, data, len);
     publish(r, sock, t);
     return 0;
 }

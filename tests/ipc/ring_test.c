@@ -107,6 +107,13 @@ static int ep_recv(ep *e, tag *t, double timeout)
     return rc;
 }
 
+static int conn_send(mp_conn *c, mp_msg *m)
+{
+    int rc = mp_conn_send(c, m, 5);
+    mp_msg_destroy(m);
+    return rc;
+}
+
 static void *shared(size_t n)
 {
     void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -244,7 +251,7 @@ static void test_eof(void **state)
     assert_mp_ok(mp_pipe(false, &r, &w));
     if ((pid = fork()) == 0) {
         for (uint32_t k = 0; k < 10; k++)
-            if (mp_conn_send(w, make(1, k, (int)k % KINDS), 5))
+            if (conn_send(w, make(1, k, (int)k % KINDS)))
                 _exit(1);
         _exit(0);
     }
@@ -259,7 +266,7 @@ static void test_eof(void **state)
     mp_conn_release(w);
     assert_mp_ok(mp_pipe(false, &r, &w));
     mp_conn_close(r);
-    for (i = 0; i <= 64 && (rc = mp_conn_send(w, make(1, 0, SMALL), 5)) == 0; i++)
+    for (i = 0; i <= 64 && (rc = conn_send(w, make(1, 0, SMALL))) == 0; i++)
         ;
     assert_mp_err(rc, MP_ECLOSED);
     mp_conn_release(r);
