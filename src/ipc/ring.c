@@ -463,7 +463,6 @@ static int orphan(mp__ring *r, int sock, mp__rx *rx, uint32_t h, double deadline
     pthread_mutex_unlock(&r->plock);
     if (!alone)
         return 1;
-    (void)sock;
     return mp__wire_recv_rx(sock, rx, out, 0, taken); /* its sender died before the mark */
 }
 
