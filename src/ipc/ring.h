@@ -11,7 +11,7 @@
 
 #include "wire/wire.h"
 
-#define MP__RING_SLOTS 256u    /* a power of two; 64 KiB a ring */
+#define MP__RING_SLOTS 512u    /* a power of two; 128 KiB a ring */
 #define MP__RING_SLOT 256u     /* bytes per slot, header included */
 #define MP__RING_DATA (MP__RING_SLOT - 8u)
 
