@@ -400,8 +400,10 @@ static int take_mark(mp__ring *r, int sock, mp__rx *rx, uint32_t h, mp_msg **out
     mp__frame_header hd;
     int k, rc;
     *done = false;
-    while ((k = peek_head(sock, &hd)) == HEAD_BELL)
+    while ((k = peek_head(sock, &hd)) == HEAD_BELL) {
         drop_head(sock);
+        uncount_bell(r);
+    }
     if (k < 0)
         return k;
     if (k != HEAD_DATA || (int32_t)(hd.tag - tag) > 0) {
@@ -449,7 +451,10 @@ static bool spin(mp__ring *r, uint32_t h, double *until)
     return arrived;
 }
 
-static bool expired(double deadline) { return deadline == 0 || (deadline > 0 && mp__now() >= deadline); }
+static bool expired(double deadline)
+{
+    return deadline == 0 || (deadline > 0 && mp__now() >= deadline);
+}
 
 /* A record sits at the socket's head and the ring is empty at h: either a
  * producer is between its send and its mark, or one died there. */
@@ -504,9 +509,12 @@ static int idle(mp__ring *r, int sock, mp__rx *rx, uint32_t h, double deadline,
                 double *spun, mp_msg **out, bool *taken)
 {
     mp__frame_header hd;
+    int k;
     if (deadline != 0 && spin(r, h, spun))
         return 1;
-    switch (peek_head(sock, &hd)) {
+    if ((k = peek_head(sock, &hd)) < 0)
+        return k;
+    switch (k) {
     case HEAD_BELL:
         drop_head(sock);
         uncount_bell(r);
@@ -520,10 +528,8 @@ static int idle(mp__ring *r, int sock, mp__rx *rx, uint32_t h, double deadline,
                    ? 1
                    : mp__error(MP_ECLOSED, "receiving a message: the peer closed the "
                                            "connection");
-    case HEAD_EMPTY:
+    default: /* HEAD_EMPTY */
         return nap(r, h, deadline);
-    default:
-        return mp__error(MP_ESTATE, "receiving a message: recvmsg failed");
     }
 }
 
