@@ -79,6 +79,7 @@ int mp__ring_init(mp__ring *r, const char *fn)
     int err;
     atomic_init(&r->tag, 0);
     atomic_init(&r->tail, 0);
+    atomic_init(&r->head_seen, 0);
     atomic_init(&r->head, 0);
     atomic_init(&r->space_wait, 0);
     atomic_init(&r->sleeping, 0);
@@ -143,11 +144,16 @@ static int peer_gone(int sock, const char *fn)
 /* Waits (holding plock) until the ring has a free slot. */
 static int room(mp__ring *r, int sock, double deadline, bool pipe, const char *fn)
 {
+    uint32_t t = atomic_load_explicit(&r->tail, memory_order_relaxed);
+    /* head as last seen: it only grows, so room by it is room (and the
+     * consumers' cache line stays theirs) */
+    if (t - atomic_load_explicit(&r->head_seen, memory_order_relaxed) < MP__RING_SLOTS)
+        return pipe && (t % PEER_CHECK_EVERY) == 0 ? peer_gone(sock, fn) : 0;
     for (;;) {
-        uint32_t h = atomic_load(&r->head), t = atomic_load_explicit(&r->tail,
-                                                                      memory_order_relaxed);
+        uint32_t h = atomic_load(&r->head);
         double until = deadline;
         int rc;
+        atomic_store_explicit(&r->head_seen, h, memory_order_relaxed);
         if (t - h < MP__RING_SLOTS)
             return pipe && (t % PEER_CHECK_EVERY) == 0 ? peer_gone(sock, fn) : 0;
         if (pipe && (rc = peer_gone(sock, fn)) < 0)
@@ -188,8 +194,11 @@ static void wake_consumers(mp__ring *r, int sock, uint32_t t)
         mp__futex_wake((uint32_t *)&r->tail, INT_MAX, true);
     } else if (atomic_load(&r->spinning)) {
         atomic_store(&r->spinning, 0); /* it sees the message: no fd needs to */
-    } else if (atomic_load(&r->head) == t) {
-        ring_bell(r, sock); /* this message made the ring non-empty */
+    } else {
+        uint32_t h = atomic_load(&r->head);
+        atomic_store_explicit(&r->head_seen, h, memory_order_relaxed);
+        if (h == t)
+            ring_bell(r, sock); /* this message made the ring non-empty */
     }
 }
 

@@ -28,13 +28,14 @@ typedef struct mp__ring_slot {
 typedef struct mp__ring {
     pthread_mutex_t plock;             /* robust, process-shared: one producer at a time */
     _Atomic uint32_t tag;              /* the last socket record's tag (under plock) */
-    _Atomic uint32_t pcpu;             /* the CPU the last producer ran on */
     _Alignas(64) _Atomic uint32_t tail; /* slots published (producers) */
+    _Atomic uint32_t head_seen;        /* head as a producer last read it (<= head) */
     _Alignas(64) _Atomic uint32_t head; /* slots taken (consumers, under the rx lock) */
     _Atomic uint32_t space_wait;       /* a producer sleeps on head: the ring is full */
     _Alignas(64) _Atomic uint32_t sleeping; /* a consumer sleeps on tail (a futex) */
     _Atomic uint32_t spinning;         /* a consumer inside a receive watches tail */
     _Atomic uint32_t bells;            /* doorbells sent and not yet dropped (about) */
+    _Atomic uint32_t pcpu;             /* the CPU the last producer ran on */
     _Alignas(64) mp__ring_slot slot[MP__RING_SLOTS];
 } mp__ring;
 
