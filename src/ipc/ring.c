@@ -45,8 +45,10 @@
  * the last message of the ring while some are queued drops them, so a
  * user's poll does not report a message that was already taken.
  *
- * A full ring makes producers wait on head (a futex); the consumer that
- * moves head wakes them when `space_wait` is set. */
+ * A full ring makes producers wait on head (a futex, in slices); the
+ * consumer that moves head wakes them when `space_wait` is set. Every flag a
+ * side clears is cleared by an exchange: a load and a store would erase a
+ * flag set again in between, and lose that wait's wake-up. */
 #include <errno.h>
 #include <limits.h>
 #include <sched.h>
@@ -164,8 +166,8 @@ static int room(mp__ring *r, int sock, double deadline, bool pipe, const char *f
         atomic_store(&r->space_wait, 1);
         if (atomic_load(&r->head) != h)
             continue;
-        /* In slices on a pipe: its reader may go away while we wait. */
-        if (pipe && (deadline < 0 || deadline > mp__now() + SLICE_MS / 1000.0))
+        /* In slices: a pipe's reader may go away while we wait. */
+        if (deadline < 0 || deadline > mp__now() + SLICE_MS / 1000.0)
             until = mp__now() + SLICE_MS / 1000.0;
         if (mp__futex_wait((uint32_t *)&r->head, h, until, true) == MP_ETIMEDOUT &&
             until == deadline)
@@ -189,11 +191,11 @@ static void ring_bell(mp__ring *r, int sock)
 /* Slot t was just published: wake whoever needs to know. */
 static void wake_consumers(mp__ring *r, int sock, uint32_t t)
 {
-    if (atomic_load(&r->sleeping)) {
-        atomic_store(&r->sleeping, 0);
+    /* Exchanges, as in advance(). */
+    if (atomic_load(&r->sleeping) && atomic_exchange(&r->sleeping, 0)) {
         mp__futex_wake((uint32_t *)&r->tail, INT_MAX, true);
-    } else if (atomic_load(&r->spinning)) {
-        atomic_store(&r->spinning, 0); /* it sees the message: no fd needs to */
+    } else if (atomic_load(&r->spinning) && atomic_exchange(&r->spinning, 0)) {
+        /* it sees the message: no fd needs to */
     } else {
         uint32_t h = atomic_load(&r->head);
         atomic_store_explicit(&r->head_seen, h, memory_order_relaxed);
@@ -359,10 +361,10 @@ static void settle_bells(mp__ring *r, int sock, uint32_t h)
 static void advance(mp__ring *r, uint32_t h)
 {
     atomic_store(&r->head, h + 1);
-    if (atomic_load(&r->space_wait)) {
-        atomic_store(&r->space_wait, 0);
+    /* An exchange, not a load and a store: a producer may set the flag
+     * again in between, for a wait that this wake-up must not lose. */
+    if (atomic_load(&r->space_wait) && atomic_exchange(&r->space_wait, 0))
         mp__futex_wake((uint32_t *)&r->head, INT_MAX, true);
-    }
 }
 
 /* Slot h holds a message: copy it out, move head, then decode. */
