@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "plot.h"
 #include "record.h"
 
 #define MAX_PROGRAMS 64
@@ -44,6 +45,7 @@ typedef struct runner {
     int nfailures;
     char skipped[MAX_PROGRAMS][64];   /* exited 0 without a figure: nothing to measure */
     int nskipped;
+    double load_start; /* 1-minute load average when the run began */
 } runner;
 
 static int usage(const char *argv0, int rc)
@@ -284,12 +286,23 @@ static void fmt_us(char *buf, size_t cap, double us)
     snprintf(buf, cap, us < 10 ? "%.3f" : us < 1000 ? "%.1f" : "%.0f", us);
 }
 
+/* A p99 cell: "-" when the benchmark gave none (bench_emit). */
+static void fmt_p99(char *buf, size_t cap, double us)
+{
+    if (us > 0)
+        fmt_us(buf, cap, us);
+    else
+        snprintf(buf, cap, "-");
+}
+
 /* The table on stdout, columns as wide as their longest entry; with
- * markdown, a GitHub table (latest.md, pasted into the README). */
+ * markdown, a GitHub table (latest.md, pasted into docs/performance.md).
+ * p99: of single-operation samples for a latency; the slowest repetition
+ * for a throughput (whose p50 is the median of the repetitions). */
 static void print_table(const runner *r, FILE *f, bool markdown)
 {
     int wop = 9, wprim = 9;
-    char m[32], p[32];
+    char m[32], m99[32], p[32], p99[32];
     for (int i = 0; i < r->nresults; i++) {
         int a = (int)strlen(r->results[i].rec.op);
         int b = (int)strlen(r->results[i].rec.primitive_name);
@@ -297,22 +310,36 @@ static void print_table(const runner *r, FILE *f, bool markdown)
         wprim = b > wprim ? b : wprim;
     }
     if (markdown) {
-        fprintf(f, "| operation | mproc (us) | primitive | primitive (us) | ratio |\n"
-                   "|---|--:|---|--:|--:|\n");
+        char stamp[96];
+        time_t now = time(NULL);
+        strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M UTC", gmtime(&now));
+        fprintf(f, "Run of %s on %ld CPUs, 1-minute load average %.2f at the start and %.2f "
+                   "at the end.\n\n", stamp, sysconf(_SC_NPROCESSORS_ONLN), r->load_start,
+                bench_load_average());
+        fprintf(f, "| operation | mproc p50 (us) | p99 | primitive | primitive p50 (us) | p99 | "
+                   "ratio (p50) | placement |\n|---|--:|--:|---|--:|--:|--:|---|\n");
     } else {
-        fprintf(f, "%-*s %12s  %-*s %12s %7s\n", wop, "operation", "mproc (us)", wprim,
-                "primitive", "prim. (us)", "ratio");
+        fprintf(f, "%-*s %10s %10s  %-*s %10s %10s %7s  %s\n", wop, "operation", "mproc p50",
+                "p99", wprim, "primitive", "prim. p50", "p99", "ratio", "placement");
     }
     for (int i = 0; i < r->nresults; i++) {
         const bench_record *x = &r->results[i].rec;
+        const char *where = x->placement[0] ? x->placement : "not stated";
         fmt_us(m, sizeof m, x->mproc);
         fmt_us(p, sizeof p, x->primitive);
+        fmt_p99(m99, sizeof m99, x->mproc_p99);
+        fmt_p99(p99, sizeof p99, x->primitive_p99);
         if (markdown)
-            fprintf(f, "| %s | %s | %s | %s | %.2f |\n", x->op, m, x->primitive_name, p, x->ratio);
+            fprintf(f, "| %s | %s | %s | %s | %s | %s | %.2f | %s |\n", x->op, m, m99,
+                    x->primitive_name, p, p99, x->ratio, where);
         else
-            fprintf(f, "%-*s %12s  %-*s %12s %7.2f\n", wop, x->op, m, wprim, x->primitive_name, p,
-                    x->ratio);
+            fprintf(f, "%-*s %10s %10s  %-*s %10s %10s %7.2f  %s\n", wop, x->op, m, m99, wprim,
+                    x->primitive_name, p, p99, x->ratio, where);
     }
+    if (!markdown)
+        fprintf(f, "1-minute load average %.2f at the start, %.2f now; p99: of single "
+                   "samples for a latency, the slowest repetition for a throughput\n",
+                r->load_start, bench_load_average());
     if (!markdown && r->nfailures)
         fprintf(f, "%d benchmark problem%s (see above)\n", r->nfailures,
                 r->nfailures == 1 ? "" : "s");
@@ -352,6 +379,23 @@ static void cpu_model(char *buf, size_t cap)
         fclose(f);
 }
 
+/* A result's optional fields, those its benchmark gave. */
+static void json_optional(FILE *f, const bench_record *x)
+{
+    char s[600];
+    if (x->kind[0]) {
+        bench_json_string(s, sizeof s, x->kind);
+        fprintf(f, ",\"kind\":%s", s);
+    }
+    if (x->mproc_p99 > 0 && x->primitive_p99 > 0)
+        fprintf(f, ",\"mproc_p99\":%.6g,\"primitive_p99\":%.6g", x->mproc_p99,
+                x->primitive_p99);
+    if (x->samples > 0)
+        fprintf(f, ",\"samples\":%d", x->samples);
+    bench_json_string(s, sizeof s, x->placement[0] ? x->placement : "not stated");
+    fprintf(f, ",\"placement\":%s", s);
+}
+
 /* The machine facts, then each result on its own line in "results". */
 static void json_body(const runner *r, FILE *f)
 {
@@ -366,7 +410,8 @@ static void json_body(const runner *r, FILE *f)
     fprintf(f, "{\"date\":\"%s\",\"quick\":%s,\"nproc\":%ld,\"cpu_model\":%s,\"kernel\":%s,",
             stamp, r->quick ? "true" : "false", sysconf(_SC_NPROCESSORS_ONLN), s1, s2);
     bench_json_string(s1, sizeof s1, u.machine);
-    fprintf(f, "\"machine\":%s,\n\"results\":[\n", s1);
+    fprintf(f, "\"machine\":%s,\"load_start\":%.2f,\"load_end\":%.2f,\n\"results\":[\n", s1,
+            r->load_start, bench_load_average());
     for (int i = 0; i < r->nresults; i++) {
         const result *x = &r->results[i];
         bench_json_string(s3, sizeof s3, x->bench);
@@ -374,9 +419,10 @@ static void json_body(const runner *r, FILE *f)
         bench_json_string(s2, sizeof s2, x->rec.primitive_name);
         fprintf(f,
                 "{\"bench\":%s,\"op\":%s,\"unit\":\"us\",\"mproc\":%.6g,\"primitive_name\":%s,"
-                "\"primitive\":%.6g,\"ratio\":%.6g}%s\n",
-                s3, s1, x->rec.mproc, s2, x->rec.primitive, x->rec.ratio,
-                i + 1 < r->nresults ? "," : "");
+                "\"primitive\":%.6g,\"ratio\":%.6g",
+                s3, s1, x->rec.mproc, s2, x->rec.primitive, x->rec.ratio);
+        json_optional(f, &x->rec);
+        fprintf(f, "}%s\n", i + 1 < r->nresults ? "," : "");
     }
     fprintf(f, "],\n\"skipped\":[");
     for (int i = 0; i < r->nskipped; i++) {
@@ -416,133 +462,6 @@ static int write_file(const runner *r, const char *name, bool markdown)
     return 0;
 }
 
-/* The tensor size in an op name like "queue handoff 4 KiB" or
- * "handoff_1MiB", in bytes; 0 when it names none. */
-static double op_size_bytes(const char *op)
-{
-    const char *p = op;
-    while (*p && !(*p >= '0' && *p <= '9'))
-        p++;
-    if (!*p)
-        return 0;
-    char *end;
-    double v = strtod(p, &end);
-    while (*end == ' ' || *end == '_')
-        end++;
-    switch (*end) {
-    case 'k': case 'K': return v * 1024;
-    case 'M': return v * 1024 * 1024;
-    case 'G': return v * 1024 * 1024 * 1024;
-    default: return v;
-    }
-}
-
-static int cmp_size(const void *a, const void *b)
-{
-    double x = ((const double *)a)[0], y = ((const double *)b)[0];
-    return (x > y) - (x < y);
-}
-
-/* Whether name is an executable file in a $PATH folder. */
-static bool in_path(const char *name)
-{
-    const char *path = getenv("PATH");
-    char dir[PATH_MAX + 64];
-    while (path && *path) {
-        size_t n = strcspn(path, ":");
-        snprintf(dir, sizeof dir, "%.*s/%s", (int)(n < PATH_MAX ? n : PATH_MAX), path, name);
-        if (n && access(dir, X_OK) == 0)
-            return true;
-        path += n + (path[n] == ':');
-    }
-    return false;
-}
-
-/* "2026-11-24 02:30 UTC, load 1.52 / 2 CPUs": when and under what the
- * figures were taken, for the plot's title. */
-static void run_stamp(char *buf, size_t cap)
-{
-    char stamp[40];
-    double load = -1;
-    time_t now = time(NULL);
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f) {
-        if (fscanf(f, "%lf", &load) != 1)
-            load = -1;
-        fclose(f);
-    }
-    strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M UTC", gmtime(&now));
-    if (load >= 0)
-        snprintf(buf, cap, "%s, load %.2f / %ld CPUs", stamp, load,
-                 sysconf(_SC_NPROCESSORS_ONLN));
-    else
-        snprintf(buf, cap, "%s", stamp);
-}
-
-/* Writes the y tics: every decade and half-decade (1, 5, 10, 50, ...) from
- * 1 us to past the largest point, so a reader can place any value. */
-static void plot_ytics(FILE *g, double (*pts)[3], int n)
-{
-    double top = 1;
-    for (int i = 0; i < n; i++)
-        for (int j = 1; j < 3; j++)
-            top = pts[i][j] > top ? pts[i][j] : top;
-    fprintf(g, "set ytics (");
-    for (double d = 1; d <= top * 10; d *= 10)
-        fprintf(g, "%s\"%g\" %g, \"%g\" %g", d > 1 ? ", " : "", d, d, 5 * d, 5 * d);
-    fprintf(g, ")\nset yrange [1:%g]\n", top * 3);
-}
-
-/* Draws png from dat (pts: n points sorted by size) with gnuplot; without
- * gnuplot, says so and returns 0: the JSON matters more than the picture. */
-static int plot(const char *png, const char *dat, const char *prim, double (*pts)[3], int n)
-{
-    int rc = 0;
-    char stamp[96];
-    if (!in_path("gnuplot")) {
-        fprintf(stderr, "bench_all: gnuplot is not installed: %s not drawn (the data is in %s;"
-                        " apt-get install gnuplot-nox, or run scripts/deps)\n", png, dat);
-        return 0;
-    }
-    FILE *g = popen("gnuplot 2>&1", "w");
-    if (!g) {
-        fprintf(stderr, "bench_all: cannot start gnuplot: %s\n", strerror(errno));
-        return -1;
-    }
-    /* a tic at each measured size, named in binary units */
-    fprintf(g, "set xtics (");
-    for (int i = 0; i < n; i++) {
-        double b = pts[i][0];
-        int k = b >= 1 << 30 ? 3 : b >= 1 << 20 ? 2 : b >= 1 << 10 ? 1 : 0;
-        const char *u = (const char *[]){"B", "KiB", "MiB", "GiB"}[k];
-        double d = (double)(1u << (10 * k));
-        fprintf(g, "%s\"%g %s\" %.0f", i ? ", " : "", b / d, u, b);
-    }
-    fprintf(g, ")\nset xrange [%g:%g]\n", pts[0][0] / 2, pts[n - 1][0] * 2);
-    plot_ytics(g, pts, n);
-    run_stamp(stamp, sizeof stamp);
-    /* The legend sits inside the plot's top left, boxed and opaque, clear
-     * of both axis labels (below the plot it ran into the x label). */
-    fprintf(g,
-            "set terminal pngcairo size 900,560 noenhanced\n"
-            "set output '%s'\n"
-            "set title \"Tensor handoff latency between processes (median)\\n%s\"\n"
-            "set xlabel 'tensor size (bytes)'\nset ylabel 'latency (us, log scale)'\n"
-            "set logscale xy\nset grid xtics ytics\n"
-            "set key top left inside box opaque spacing 1.3\n"
-            "plot '%s' using 1:2 with linespoints lw 2 "
-            "title 'mproc Pipe, shared tensor (one way)', "
-            "'' using 1:3 with linespoints lw 2 title '%s'\n",
-            png, stamp, dat, prim);
-    if (pclose(g) != 0) {
-        fprintf(stderr, "bench_all: gnuplot failed: latency.png not drawn\n");
-        rc = -1;
-    } else {
-        fprintf(stderr, "bench_all: drew %s\n", png);
-    }
-    return rc;
-}
-
 /* latency.png: bench_messaging's handoff results, by the size in the op. */
 static int draw_latency(const runner *r)
 {
@@ -553,7 +472,7 @@ static int draw_latency(const runner *r)
         return -1;
     for (int i = 0; i < r->nresults; i++) {
         const bench_record *x = &r->results[i].rec;
-        double size = op_size_bytes(x->op);
+        double size = bench_op_size_bytes(x->op);
         if (!strcmp(r->results[i].bench, "messaging") && strstr(x->op, "handoff") &&
             size > 0) {
             pts[n][0] = size;
@@ -570,7 +489,7 @@ static int draw_latency(const runner *r)
         free(pts);
         return 0;
     }
-    qsort(pts, (size_t)n, sizeof *pts, cmp_size);
+    bench_sort_points(pts, n);
     snprintf(dat, sizeof dat, "%s/latency.dat", r->out);
     snprintf(png, sizeof png, "%s/latency.png", r->out);
     FILE *f = fopen(dat, "w");
@@ -583,7 +502,7 @@ static int draw_latency(const runner *r)
     for (int i = 0; i < n; i++)
         fprintf(f, "%.0f %g %g\n", pts[i][0], pts[i][1], pts[i][2]);
     fclose(f);
-    rc = plot(png, dat, prim, pts, n);
+    rc = bench_plot_latency(png, dat, prim, pts, n);
     free(pts);
     return rc;
 }
@@ -603,6 +522,7 @@ int main(int argc, char **argv)
     }
     if (!(r.results = calloc(MAX_RESULTS, sizeof *r.results)))
         return 2;
+    r.load_start = bench_load_average();
     for (int i = 0; i < r.nprograms; i++)
         run_program(&r, r.names[i]);
     print_table(&r, stdout, false);

@@ -1,7 +1,7 @@
 # The benchmarks: bench/<name>.c -> bench_<name>, each with bench/common/.
 # bench_all runs the others (make bench).
 set(MPROC_BENCHES all cuda messaging mpi pool process sync)
-set(MPROC_BENCH_COMMON_SOURCES bench.c record.c)
+set(MPROC_BENCH_COMMON_SOURCES bench.c plot.c record.c stats.c)
 list(TRANSFORM MPROC_BENCH_COMMON_SOURCES PREPEND ${CMAKE_CURRENT_LIST_DIR}/common/)
 
 add_library(mproc_bench_common STATIC ${MPROC_BENCH_COMMON_SOURCES})

@@ -106,7 +106,7 @@ static int wait_ack(int sock)
 /* The receiving process: one record per handoff, first byte = mode. */
 static int consumer(int sock)
 {
-    const mp__objkind *k = mp__objkind_lookup(MP_ATTACH_CUDA_TENSOR);
+    const mp__objkind *k = &mp__cuda_tensor_kind;
     uint8_t buf[1024];
     mp_tensor *held = NULL;
     void *map = NULL;
@@ -148,7 +148,7 @@ static int consumer(int sock)
 
 static int send_tensor(int sock, int mode, mp_tensor *t)
 {
-    const mp__objkind *k = mp__objkind_lookup(MP_ATTACH_CUDA_TENSOR);
+    const mp__objkind *k = &mp__cuda_tensor_kind;
     uint8_t buf[1024];
     size_t len;
     int fds[4], nfds = 0, rc;

@@ -171,9 +171,14 @@ int main(int argc, char **argv)
     double lv = bench_measure_us(run_loop, &c, nv, &few);
     if (raw < 0 || m1 < 0 || md < 0 || ma < 0 || mv < 0 || lv < 0)
         return 1;
+    bench_set_placement("pool unpinned (cpus %d-%d); its raw round trip: parent on cpu %d, echo "
+                        "child on cpu %d", bench_cpu_of_slot(0), bench_cpu_of_slot(1),
+                        bench_cpu_of_slot(0), bench_cpu_of_slot(1));
     bench_emit("pool map, trivial task, chunksize 1", m1, "socketpair round trip", raw);
     bench_emit("pool map, trivial task, default chunksize", md, "socketpair round trip", raw);
     bench_emit("pool map_array int64, default chunksize", ma, "socketpair round trip", raw);
+    bench_set_placement("pool and the one-process loop unpinned (cpus %d-%d)", bench_cpu_of_slot(0),
+                        bench_cpu_of_slot(1));
     bench_emit("pool map_array, array task int64 squares, 10M items", mv,
                "the same loop in one process", lv);
     fprintf(stderr, "per task: chunksize 1 %.2f us (%.0fk/s), default %.3f us (%.2fM/s), "

@@ -4,15 +4,22 @@
  *   bare primitive under it: fork+waitpid (fork, forkserver) and
  *   posix_spawn+waitpid of this same binary (spawn);
  * - failure notification: from a child's mp_raise to the return of the
- *   parent's mp_spawn_context_join (the sibling terminated and everything
- *   reaped), beside a child writing one record to a socket and the parent's
- *   poll waking on it.
+ *   parent's mp_spawn_context_join (the failure recorded, the sibling
+ *   terminated and both reaped), beside the same work done with bare system
+ *   calls: one child writes a record to a socket and exits, the parent's
+ *   poll wakes, reads it, SIGTERMs the other child and reaps both.
+ *
+ * Every figure is a latency: one sample is one start+join (or one failure),
+ * mproc's and the primitive's samples alternate, p50 and p99 are reported.
+ * Nothing is pinned: the parent and its children go where the scheduler
+ * puts them, as they would in a program (see docs/performance.md).
  */
 #include "bench.h"
 
 #include <mproc.h>
 
 #include <poll.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,9 +38,14 @@ MP_ENTRY(b_noop)
     return 0;
 }
 
-/* rank 0 fails at once, stamping the time into its message; rank 1 waits. */
+/* Once both ranks run (the barrier in args: so the parent is done starting
+ * them), rank 0 fails, stamping the time into its message; rank 1 waits. */
 MP_ENTRY(b_fail)
 {
+    mp_barrier *b = NULL;
+    if (mp_msg_get_barrier(args, 0, &b) != 0 || mp_barrier_wait(b, 30, NULL) < 0)
+        return 3;
+    mp_barrier_destroy(b);
     if (rank == 0)
         mp_raise("%llu", (unsigned long long)bench_now_ns());
     for (;;)
@@ -105,8 +117,15 @@ static double failure_latency_us(const char *method)
 {
     mp_spawn_context *ctx = NULL;
     mp_child_error e = {.size = sizeof e};
+    mp_barrier *b = NULL;
+    mp_msg *args = NULL;
     uint64_t t1;
-    if (mp_spawn("b_fail", NULL, 2, false, false, method, &ctx) != 0)
+    int rc = mp_barrier_create(2, &b) || mp_msg_create(&args) ||
+             mp_msg_add_barrier(args, "go", b) ||
+             mp_spawn("b_fail", args, 2, false, false, method, &ctx);
+    mp_msg_destroy(args);
+    mp_barrier_destroy(b);
+    if (rc != 0)
         return -1;
     if (mp_spawn_context_join(ctx, 30) != MP_ECHILD) {
         mp_spawn_context_destroy(ctx);
@@ -118,16 +137,22 @@ static double failure_latency_us(const char *method)
     return (double)(t1 - strtoull(e.message, NULL, 10)) / 1e3;
 }
 
-/* The bare primitive: a child writes one stamped record, the parent's poll
- * wakes and reads it, then reaps the child. */
-static double record_latency_us(void)
+/* The same work with bare calls: two forked children, one stamps and
+ * writes a record then exits 1, the other waits; the parent's poll wakes on
+ * the record, it reads it, SIGTERMs the other and reaps both. wake_us gets
+ * the part up to the poll's wake-up alone. */
+static double record_latency_us(double *wake_us)
 {
     int sv[2];
-    uint64_t t0 = 0, t1;
+    uint64_t t0 = 0, t1, t2;
     struct pollfd p;
-    pid_t pid;
+    pid_t pid, other;
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
         return -1;
+    other = fork();
+    if (other == 0)
+        for (;;)
+            pause();
     pid = fork();
     if (pid == 0) {
         t0 = bench_now_ns();
@@ -138,28 +163,38 @@ static double record_latency_us(void)
     poll(&p, 1, -1);
     t1 = bench_now_ns();
     (void)!read(sv[0], &t0, sizeof t0);
+    kill(other, SIGTERM);
     waitpid(pid, NULL, 0);
+    waitpid(other, NULL, 0);
+    t2 = bench_now_ns();
     close(sv[0]);
     close(sv[1]);
-    return (double)(t1 - t0) / 1e3;
+    *wake_us = (double)(t1 - t0) / 1e3;
+    return (double)(t2 - t0) / 1e3;
 }
 
 static void latency(const char *method, const bench_opts *o)
 {
-    int reps = o->quick ? 3 : 21;
-    double m[21], p[21];
+    enum { MAX = 41 };
+    int reps = o->quick ? 3 : MAX;
+    double m[MAX], p[MAX], w[MAX];
     char op[96];
     for (int i = 0; i < reps; i++) {
         m[i] = failure_latency_us(method);
-        p[i] = record_latency_us();
+        p[i] = record_latency_us(&w[i]);
         if (m[i] < 0 || p[i] < 0) {
             fprintf(stderr, "bench_process: latency (%s) failed: %s\n", method, mp_last_error());
             return;
         }
     }
+    bench_stats sm = bench_stats_of(m, (size_t)reps), sp = bench_stats_of(p, (size_t)reps),
+                sw = bench_stats_of(w, (size_t)reps);
     snprintf(op, sizeof op, "failure notification, mp_raise -> join returns (%s, 2 procs)", method);
-    bench_emit(op, bench_median(m, (size_t)reps), "child record -> poll wakes",
-               bench_median(p, (size_t)reps));
+    bench_emit_stats(op, "latency", &sm, "record -> poll wakes, SIGTERM the other, reap both",
+                     &sp);
+    fprintf(stderr, "failure (%s): mproc p50 %.1f us; bare record -> poll wake-up alone p50 "
+                    "%.1f us (ratio %.2f against it)\n",
+            method, sm.p50, sw.p50, sm.p50 / sw.p50);
 }
 
 /* With 128 MiB of touched heap, fork pays for copying the page tables;
@@ -173,15 +208,14 @@ static void big_heap(const bench_opts *o)
     memset(heap, 1, bytes);
     for (int i = 0; i < 2; i++) {
         run r = {i == 0 ? "fork" : "spawn", 1};
-        size_t iters = bench_iters(o, 20);
+        bench_stats m, p;
         char op[96];
-        double mp = bench_measure_us(mproc_start_join, &r, iters, o);
-        double pr = bench_measure_us(i == 0 ? fork_waitpid : posix_spawn_waitpid, &r, iters, o);
-        if (mp < 0 || pr < 0)
+        if (bench_latency_pair(mproc_start_join, &r, i == 0 ? fork_waitpid : posix_spawn_waitpid,
+                               &r, bench_iters(o, 60), o, &m, &p) != 0)
             break;
         snprintf(op, sizeof op, "start+join 1 process (%s, parent with %zu MiB touched heap)",
                  r.method, bytes >> 20);
-        bench_emit(op, mp, i == 0 ? "fork+waitpid" : "posix_spawn+waitpid", pr);
+        bench_emit_stats(op, "latency", &m, i == 0 ? "fork+waitpid" : "posix_spawn+waitpid", &p);
     }
     free(heap);
 }
@@ -200,23 +234,28 @@ int main(int argc, char **argv)
                          &o) != 0)
         return 2;
     self_argv0 = argv[0];
+    char cpus[32];
+    snprintf(cpus, sizeof cpus, "%d-%d", bench_cpu_of_slot(0), bench_cpu_of_slot(1));
     if (mp_forkserver_start() != 0) {
         fprintf(stderr, "bench_process: %s\n", mp_last_error());
         return 1;
     }
+    bench_set_placement("unpinned (cpus %s): parent and children where the scheduler puts "
+                        "them", cpus);
     for (int n = 1; n <= 8; n += 7)
         for (int i = 0; i < 3; i++) {
             run r = {methods[i], n};
             bool exec = strcmp(methods[i], "spawn") == 0;
-            size_t iters = bench_iters(&o, (exec ? 40 : 100) / (size_t)n + 2);
+            size_t samples = bench_iters(&o, (exec ? 300 : 800) / (size_t)n);
+            bench_stats m, p;
             char op[64];
-            double mp = bench_measure_us(mproc_start_join, &r, iters, &o);
-            double pr = bench_measure_us(exec ? posix_spawn_waitpid : fork_waitpid, &r, iters, &o);
-            if (mp < 0 || pr < 0)
+            if (bench_latency_pair(mproc_start_join, &r, exec ? posix_spawn_waitpid : fork_waitpid,
+                                   &r, samples, &o, &m, &p) != 0)
                 return 1;
             snprintf(op, sizeof op, "start+join %d process%s (%s)", n, n > 1 ? "es" : "",
                      methods[i]);
-            bench_emit(op, mp, exec ? "posix_spawn+waitpid" : "fork+waitpid", pr);
+            bench_emit_stats(op, "latency", &m, exec ? "posix_spawn+waitpid" : "fork+waitpid",
+                             &p);
         }
     for (int i = 0; i < 3; i++)
         latency(methods[i], &o);

@@ -23,10 +23,17 @@ static int fail(const char *who, int rc)
     return 1;
 }
 
+/* This process's copies into shared memory so far (mp_tensor_stats_get). */
+static uint64_t shared_copies(void)
+{
+    mp_tensor_stats st = {.size = sizeof st};
+    return mp_tensor_stats_get(&st) == 0 ? st.shared_copies : 0;
+}
+
 /* Worker: K private buffers first, then whatever comes back on `free_q`. */
 static int worker(mp_queue *full_q, mp_queue *free_q, int k, long n, int64_t elems)
 {
-    uint64_t copies0 = mp_tensor_shared_copy_count();
+    uint64_t copies0 = shared_copies();
     for (long i = 0; i < n; i++) {
         mp_tensor *buf = NULL;
         int rc = i < k ? mp_tensor_empty(MP_INT64, 1, &elems, &buf)
@@ -40,7 +47,7 @@ static int worker(mp_queue *full_q, mp_queue *free_q, int k, long n, int64_t ele
             return fail("worker: put", rc);
         mp_tensor_release(buf);
     }
-    uint64_t copies = mp_tensor_shared_copy_count() - copies0;
+    uint64_t copies = shared_copies() - copies0;
     printf("worker: %ld messages over %d buffers: %llu copies into shared memory "
            "(%s)\n", n, k, (unsigned long long)copies,
            copies == (uint64_t)k ? "one per buffer" : "WRONG: expected one per buffer");
@@ -122,7 +129,7 @@ int main(int argc, char **argv)
     int rc = mp_queue_create(0, &full_q);
     if (rc || (rc = mp_queue_create(0, &free_q)))
         return fail("main", rc);
-    uint64_t copies0 = mp_tensor_shared_copy_count();
+    uint64_t copies0 = shared_copies();
     if ((rc = start_worker(full_q, free_q, (worker_args){k, n, elems}, &proc)))
         return fail("starting the worker", rc);
     for (long i = 0; i < n && !bad; i++) {
@@ -148,7 +155,7 @@ int main(int argc, char **argv)
     mp_process_destroy(proc);
     printf("consumer: %ld messages of %lld bytes checked, %llu copies into shared memory "
            "here\n", n, (long long)size,
-           (unsigned long long)(mp_tensor_shared_copy_count() - copies0));
+           (unsigned long long)(shared_copies() - copies0));
     mp_queue_release(full_q);
     mp_queue_release(free_q);
     return bad;

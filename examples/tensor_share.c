@@ -2,7 +2,8 @@
  * modified by a child (an mproc process started with fork, which gets the
  * view in its argument message and dies with its parent) and read back by
  * the parent, under each sharing strategy. Exits 0 when the parent sees
- * every change.
+ * every change, and mp_tensor_stats_get counts one copy into shared memory
+ * per strategy and no segment left mapped at the end.
  *
  *   build/tensor_share
  */
@@ -107,14 +108,20 @@ out:
 int main(int argc, char **argv)
 {
     const char *const *names;
+    mp_tensor_stats st = {.size = sizeof st};
+    int n = 0;
     if (mp_setup(&argc, &argv) != 0)
         return 1;
     names = mp_get_all_sharing_strategies();
     printf("mproc %s: sharing a tensor with a forked child\n", mp_version());
-    for (int i = 0; names[i]; i++)
-        if (run(names[i]) < 0)
+    for (; names[n]; n++)
+        if (run(names[n]) < 0)
             return 1;
-    printf("copies into shared memory: %llu (one per tensor shared)\n",
-           (unsigned long long)mp_tensor_shared_copy_count());
-    return 0;
+    if (mp_tensor_stats_get(&st) != 0)
+        return 1;
+    printf("copies into shared memory: %llu of %llu bytes (one per tensor shared); "
+           "segments mapped now: %llu\n",
+           (unsigned long long)st.shared_copies, (unsigned long long)st.shared_copy_bytes,
+           (unsigned long long)st.segments_live);
+    return st.shared_copies == (uint64_t)n && st.segments_live == 0 ? 0 : 1;
 }

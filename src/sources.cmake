@@ -3,12 +3,13 @@
 # CMakeLists.txt, which builds MPROC_SOURCES into libmproc; src/cuda/ is
 # added by cmake/cuda.cmake.
 set(MPROC_OS_SOURCES atfork.c coderef.c error.c extstruct.c hazard.c ids.c parse.c pidfd.c record.c sys.c util.c)
-set(MPROC_SHM_SOURCES cache.c handle.c manager_client.c manager_inspect.c manager_util.c
-    segment.c strategy.c)
-set(MPROC_TENSOR_SOURCES dlpack.c dtype.c storage.c strategy.c tensor.c view.c)
+set(MPROC_SHM_SOURCES cache.c foreign.c handle.c manager_client.c manager_inspect.c manager_util.c
+    recycle.c segment.c strategy.c)
+set(MPROC_TENSOR_SOURCES adopt.c dlpack.c dtype.c recycle.c stats.c storage.c strategy.c tensor.c view.c)
 set(MPROC_WIRE_SOURCES frame_decode.c frame_encode.c kinds.c msg.c rx.c wire.c)
-set(MPROC_SYNC_SOURCES attach.c barrier.c event.c lock.c object.c robust.c semaphore.c)
-set(MPROC_IPC_SOURCES conn.c qcore.c queue.c)
+set(MPROC_SYNC_SOURCES attach.c barrier.c event.c fastlock.c lock.c object.c robust.c
+    semaphore.c)
+set(MPROC_IPC_SOURCES conn.c kinds.c qcore.c queue.c ring.c)
 set(MPROC_PROCESS_SOURCES backtrace.c child.c forkserver.c launch.c process.c registry.c spawn.c wait.c)
 set(MPROC_POOL_SOURCES frame.c inflight.c pool.c result.c submit.c worker.c workers.c)
 

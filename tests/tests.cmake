@@ -26,7 +26,7 @@ endfunction()
 
 mproc_tests(api contract_test timeout_test)
 mproc_tests(os error_test os_test parse_test)
-mproc_tests(shm shm_test)
+mproc_tests(shm recycle_test shm_test)
 if(TARGET mproc-shm-manager_tool)               # they run the daemon and the CLI
   mproc_tests(shm_manager chaos_test cli_test manager_test)
   add_test(NAME cli_doctor_width COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/shm_manager/doctor_width.sh
@@ -37,10 +37,11 @@ if(TARGET mproc-shm-manager_tool)               # they run the daemon and the CL
     mproc_tests(shm_manager killloop_test)
   endif()
 endif()
-mproc_tests(tensor empty_tensor_test share_test tensor_test)
-mproc_tests(wire malformed_test wire_test)
-mproc_tests(sync barrier_test sync_behaviour_test sync_test)
-mproc_tests(ipc emfile_test mpmc_test pipe_test queue_test rx_test start_methods_test
+mproc_tests(tensor adopt_test empty_tensor_test share_test stats_test tensor_test)
+mproc_tests(wire kinds_test malformed_test wire_test)
+mproc_tests(sync barrier_test fastlock_test sync_behaviour_test sync_test)
+mproc_tests(ipc emfile_test mpmc_test pipe_test queue_test ring_test ring_threads_test rx_test
+            start_methods_test
             toomanyrefs_test wait_test)
 mproc_tests(process backtrace_test process_behaviour_test process_test registry_test)
 mproc_tests(pool array_task_test pool_behaviour_test pool_test workers_test)
@@ -64,6 +65,7 @@ include(${CMAKE_CURRENT_LIST_DIR}/fuzz/fuzz.cmake)
 include(${CMAKE_CURRENT_LIST_DIR}/ipc/examples.cmake)
 include(${CMAKE_CURRENT_LIST_DIR}/mpi/mpi.cmake)
 include(${CMAKE_CURRENT_LIST_DIR}/pool/tsan.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/ipc/tsan.cmake)
 include(${CMAKE_CURRENT_LIST_DIR}/process/examples.cmake)
 if(TARGET mproc-shm-manager_tool)
   include(${CMAKE_CURRENT_LIST_DIR}/shm_manager/daemon_table.cmake)

@@ -116,12 +116,14 @@ size_t bench_json_string(char *buf, size_t cap, const char *s)
 void bench_emit(const char *op, double mproc_us, const char *primitive_name,
                 double primitive_us)
 {
-    char o[512], p[512];
+    char o[512], p[512], where[300], wj[640];
     bench_json_string(o, sizeof o, op);
     bench_json_string(p, sizeof p, primitive_name);
+    bench_placement_text(where, sizeof where);
+    bench_json_string(wj, sizeof wj, where);
     printf("{\"op\":%s,\"unit\":\"us\",\"mproc\":%.6g,\"primitive_name\":%s,"
-           "\"primitive\":%.6g,\"ratio\":%.6g}\n",
-           o, mproc_us, p, primitive_us, primitive_us > 0 ? mproc_us / primitive_us : 0.0);
+           "\"primitive\":%.6g,\"ratio\":%.6g,\"placement\":%s}\n",
+           o, mproc_us, p, primitive_us, primitive_us > 0 ? mproc_us / primitive_us : 0.0, wj);
     fflush(stdout);
 }
 
@@ -132,7 +134,14 @@ int bench_pin_cpu(int slot)
 {
     cpu_set_t allowed, one;
     int seen = 0;
-    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0 || CPU_COUNT(&allowed) < 2)
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
+        return -1;
+    /* Slots count among the CPUs allowed before the first pin: a helper
+     * forked by a pinned parent inherits the parent's single CPU, and
+     * counting among those would leave it there, beside the parent. */
+    if (pinned)
+        allowed = unpinned;
+    if (CPU_COUNT(&allowed) < 2)
         return -1;
     if (!pinned) {
         unpinned = allowed;
@@ -145,6 +154,20 @@ int bench_pin_cpu(int slot)
         CPU_SET(cpu, &one);
         return sched_setaffinity(0, sizeof one, &one) == 0 ? 0 : -1;
     }
+    return -1;
+}
+
+int bench_cpu_of_slot(int slot)
+{
+    cpu_set_t set;
+    int seen = 0;
+    if (pinned)
+        set = unpinned; /* slots count among the CPUs allowed before pinning */
+    else if (sched_getaffinity(0, sizeof set, &set) != 0)
+        return -1;
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
+        if (CPU_ISSET(cpu, &set) && seen++ == slot)
+            return cpu;
     return -1;
 }
 

@@ -9,6 +9,13 @@
  *   double m = bench_measure_us(my_op, &ctx, bench_iters(&o, 10000), &o);
  *   double p = bench_measure_us(raw_op, &ctx, bench_iters(&o, 10000), &o);
  *   bench_emit("queue handoff 4 KiB", m, "socketpair SCM_RIGHTS", p);
+ *
+ * Better, with both sides taken alternately and their spread:
+ *
+ *   bench_stats m, p;
+ *   bench_set_placement("parent cpu %d, echo child cpu %d", bench_cpu_of_slot(0), ...);
+ *   if (bench_latency_pair(my_op, &ctx, raw_op, &ctx, bench_iters(&o, 2000), &o, &m, &p) == 0)
+ *       bench_emit_stats("queue handoff 4 KiB", "latency", &m, "socketpair SCM_RIGHTS", &p);
  */
 #ifndef MPROC_BENCH_H
 #define MPROC_BENCH_H
@@ -47,13 +54,16 @@ typedef int (*bench_fn)(void *ctx, size_t iters);
 double bench_measure_us(bench_fn fn, void *ctx, size_t iters, const bench_opts *o);
 
 /* Prints the JSON line of the brief on stdout and flushes:
- * {"op":...,"unit":"us","mproc":...,"primitive_name":...,"primitive":...,"ratio":...}
+ * {"op":...,"unit":"us","mproc":...,"primitive_name":...,"primitive":...,"ratio":...,
+ *  "placement":...}
  * Strings are JSON-escaped; a primitive of 0 gives ratio 0. */
 void bench_emit(const char *op, double mproc_us, const char *primitive_name,
                 double primitive_us);
 
 /* Pins the calling process to the slot-th CPU it may run on (slot 0 or 1),
- * when it may run on at least two. Ping-pong benchmarks pin the parent to
+ * when it may run on at least two; in a process forked after a pin, the
+ * slots are those of the pinning process before it pinned (so a helper
+ * pinned to slot 1 really runs beside a parent pinned to slot 0). Ping-pong benchmarks pin the parent to
  * slot 0 and every echo child to slot 1, so mproc and the primitive are both
  * measured across cores: left to the scheduler, one pair can land on one
  * core and the other on two, and a cross-core wake-up costs ~25 us more on
@@ -63,6 +73,48 @@ int bench_pin_cpu(int slot);
 /* Gives the calling process back the CPUs it had before bench_pin_cpu, so
  * that processes it starts later are free to move. */
 void bench_unpin(void);
+
+/* ---- figures with their spread ------------------------------------------ */
+
+/* One side of a figure, in microseconds per operation. Latency: p50 and p99
+ * of n single-operation samples. Throughput: p50 is the median of n timed
+ * repetitions, p99 the slowest repetition. */
+typedef struct bench_stats {
+    double p50, p99;
+    int n;
+} bench_stats;
+
+/* Latency of a beside b: n samples of one operation each (fn(ctx, 1)),
+ * a and b taken alternately and in alternating order (a b, b a, a b ...)
+ * after n/20 + 1 untimed warm-ups of each, so that both see the same load
+ * at the same moment. Returns 0, or -1 when a function failed. */
+int bench_latency_pair(bench_fn a, void *actx, bench_fn b, void *bctx, size_t n,
+                       const bench_opts *o, bench_stats *sa, bench_stats *sb);
+
+/* Throughput of a beside b: o->reps repetitions of iters operations each,
+ * alternately and in alternating order, after o->warmup of each. */
+int bench_throughput_pair(bench_fn a, void *actx, bench_fn b, void *bctx, size_t iters,
+                          const bench_opts *o, bench_stats *sa, bench_stats *sb);
+
+/* p50 and p99 (nearest rank) of n values; sorts v. */
+bench_stats bench_stats_of(double *v, size_t n);
+
+/* Which CPUs the measured processes ran on, printed in every JSON line
+ * emitted from now on as "placement" (printf-style; at most 200 bytes).
+ * Until it is called the line describes this process's own affinity at
+ * the time of the emit ("unpinned (cpus 0-1)" or "main process on cpu 0;
+ * helpers: not stated"). */
+void bench_set_placement(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The CPU bench_pin_cpu(slot) pins to (-1: fewer CPUs than that). */
+int bench_cpu_of_slot(int slot);
+/* The placement text of the next line into buf (bench_emit uses it). */
+size_t bench_placement_text(char *buf, size_t cap);
+
+/* bench_emit's line plus "kind" ("latency" or "throughput"), "mproc_p99",
+ * "primitive_p99", "samples" (per side) and "placement"; "mproc" and
+ * "primitive" are the p50s, and "ratio" their ratio. */
+void bench_emit_stats(const char *op, const char *kind, const bench_stats *m,
+                      const char *primitive_name, const bench_stats *p);
 
 /* Writes s as a JSON string literal (quotes included) into buf; returns the
  * length, truncating (but still quoting) when buf is too small. */

@@ -75,6 +75,38 @@ static int failf(char *err, size_t cap, const char *what)
     return -1;
 }
 
+/* The optional fields: 0 (taken or not one of them) or -1 (mistyped). */
+static int take_optional(bench_record *r, const char *key, bool is_str, const char *sval,
+                         double num, char *err, size_t cap)
+{
+    static const char *const strs[] = {"kind", "placement"};
+    static const char *const nums[] = {"mproc_p99", "primitive_p99", "samples"};
+    for (int i = 0; i < 2; i++)
+        if (!strcmp(key, strs[i])) {
+            if (!is_str)
+                goto mistyped;
+            if (i == 0)
+                copy_str(r->kind, sizeof r->kind, sval);
+            else
+                copy_str(r->placement, sizeof r->placement, sval);
+        }
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(key, nums[i])) {
+            if (is_str)
+                goto mistyped;
+            if (i == 0)
+                r->mproc_p99 = num;
+            else if (i == 1)
+                r->primitive_p99 = num;
+            else
+                r->samples = (int)num;
+        }
+    return 0;
+mistyped:
+    snprintf(err, cap, "field \"%s\" has the wrong type", key);
+    return -1;
+}
+
 int bench_record_parse(const char *line, bench_record *r, char *err, size_t cap)
 {
     static const char *const names[] = {"op", "unit", "mproc", "primitive_name", "primitive",
@@ -106,6 +138,8 @@ int bench_record_parse(const char *line, bench_record *r, char *err, size_t cap)
                 return failf(err, cap, "a value is neither a string nor a number");
             p = end;
         }
+        if (take_optional(r, key, is_str, sval, num, err, cap) < 0)
+            return -1;
         for (int i = 0; i < 6; i++) {
             if (strcmp(key, names[i]) != 0)
                 continue;

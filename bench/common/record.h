@@ -12,10 +12,18 @@ typedef struct bench_record {
     char primitive_name[256];
     double primitive;
     double ratio;
+    /* Optional (bench_emit_stats; bench_emit gives only placement): 0 / ""
+     * when the line has none. */
+    char kind[16];          /* "latency" or "throughput" */
+    double mproc_p99;
+    double primitive_p99;
+    int samples;
+    char placement[256];
 } bench_record;
 
 /* Parses one flat JSON object with the six fields of the brief, in any
- * order; other string or number fields are skipped. Returns 0, or -1 with
+ * order, and the optional kind, mproc_p99, primitive_p99, samples and
+ * placement; other string or number fields are skipped. Returns 0, or -1 with
  * the fault in err: not an object, a missing or mistyped field, a bad
  * escape, trailing text. */
 int bench_record_parse(const char *line, bench_record *r, char *err, size_t cap);

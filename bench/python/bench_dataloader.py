@@ -11,6 +11,10 @@ the baseline partly mproc's):
 
   small   samples of 64 tensors of 1 KiB, batch_size=None (samples/s)
   images  batches of 32 x 3x224x224 float32, 18.4 MiB each (batches/s)
+  images_torch_shm  the same batches collated into torch's own shared memory
+          (a collate_fn on torch's UntypedStorage._new_shared, which mproc does
+          not replace): mproc adopts their fd; the third column is mproc with
+          adoption off (mproc._sharing.ADOPT_MAX = 0: one copy per batch)
 """
 import argparse
 import json
@@ -28,7 +32,8 @@ import torch  # noqa: E402
 from torch.utils.data import DataLoader, Dataset  # noqa: E402
 
 CASES = {"small": ("small 64x1KiB samples (samples/s)", None),
-         "images": ("images 32x3x224x224 batches (batches/s)", 32)}
+         "images": ("images 32x3x224x224 batches (batches/s)", 32),
+         "images_torch_shm": ("images collated in torch shm (batches/s)", 32)}
 
 
 class Small(Dataset):
@@ -47,9 +52,24 @@ class Images(Dataset):
         return torch.empty(3, 224, 224).fill_(float(i % 7))
 
 
-def rate(dataset, ctx, batch_size):
+def torch_shm_collate(samples):
+    """default_collate's stacking, into torch's own shared memory."""
+    elem = samples[0]
+    us = torch.UntypedStorage._new_shared(len(samples) * elem.numel() * elem.element_size())
+    out = elem.new(torch.TypedStorage(wrap_storage=us, dtype=elem.dtype))
+    return torch.stack(samples, 0, out=out.resize_(len(samples), *elem.shape))
+
+
+def no_adoption(_worker_id):
+    """worker_init_fn: the worker (the sender) copies torch-shared batches."""
+    import mproc._sharing
+    mproc._sharing.ADOPT_MAX = 0
+
+
+def rate(dataset, ctx, batch_size, collate_fn=None, worker_init_fn=None):
     dl = DataLoader(dataset, batch_size=batch_size, num_workers=2,
-                    multiprocessing_context=ctx)
+                    multiprocessing_context=ctx, collate_fn=collate_fn,
+                    worker_init_fn=worker_init_fn)
     it = iter(dl)
     next(it)  # workers started
     t0 = time.perf_counter()
@@ -60,12 +80,14 @@ def rate(dataset, ctx, batch_size):
 def one(case, module):
     """Prints one rate, measured in this (fresh) interpreter."""
     ds = Small() if case == "small" else Images()
-    if module == "mproc":
+    collate = torch_shm_collate if case == "images_torch_shm" else None
+    init = no_adoption if module == "mproc_copy" else None
+    if module.startswith("mproc"):
         import mproc.torch as mp
         ctx = mp.get_context("spawn")
     else:
         ctx = "spawn"
-    print(rate(ds, ctx, CASES[case][1]))
+    print(rate(ds, ctx, CASES[case][1], collate, init))
 
 
 def fresh(case, module):
@@ -77,24 +99,35 @@ def fresh(case, module):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3, help="runs per case (median reported)")
+    ap.add_argument("--cases", default=",".join(CASES),
+                    help="comma-separated subset of %s" % ", ".join(CASES))
     ap.add_argument("--one", nargs=2, metavar=("CASE", "MODULE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
         return one(*args.one)
     rows = []
     for case, (name, _) in CASES.items():
-        tr, mr = [], []
+        if case not in args.cases.split(","):
+            continue
+        tr, mr, cr = [], [], []
+        copy = case == "images_torch_shm"
         for _ in range(max(1, args.repeat)):
             tr.append(fresh(case, "torch"))
             mr.append(fresh(case, "mproc"))
+            if copy:
+                cr.append(fresh(case, "mproc_copy"))
         torch_rate, mproc_rate = statistics.median(tr), statistics.median(mr)
         ratios = [m / t for m, t in zip(mr, tr)]
-        rows.append({"case": name, "torch": torch_rate, "mproc.torch": mproc_rate,
-                     "ratio": mproc_rate / torch_rate, "runs": len(tr),
-                     "per_run_ratios": ratios})
-        print("%-42s torch %9.1f  mproc %9.1f  %6.1fx  (median of %d; per run %s)"
+        row = {"case": name, "torch": torch_rate, "mproc.torch": mproc_rate,
+               "ratio": mproc_rate / torch_rate, "runs": len(tr), "per_run_ratios": ratios}
+        extra = ""
+        if copy:
+            row["mproc.torch without adoption"] = statistics.median(cr)
+            extra = "  (without adoption %.1f)" % row["mproc.torch without adoption"]
+        rows.append(row)
+        print("%-42s torch %9.1f  mproc %9.1f  %6.1fx  (median of %d; per run %s)%s"
               % (name, torch_rate, mproc_rate, mproc_rate / torch_rate, len(tr),
-                 " ".join("%.1f" % r for r in ratios)))
+                 " ".join("%.1f" % r for r in ratios), extra))
     out = os.path.join(ROOT, "bench", "results", "python_dataloader.jsonl")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:

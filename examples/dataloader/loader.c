@@ -140,7 +140,7 @@ static void produce(loader *l, int32_t seq)
 MP_ENTRY(dataloader_worker)
 {
     loader l;
-    uint64_t copies0 = mp_tensor_shared_copy_count();
+    uint64_t copies0 = loader_shared_copies();
     memset(&l, 0, sizeof l);
     loader_open(&l, rank, args);
     double *row = (double *)mp_tensor_data(l.stats) + (size_t)rank * STATS_COLS;
@@ -152,7 +152,7 @@ MP_ENTRY(dataloader_worker)
         double done = (double)(s + 1);
         __atomic_store(&row[STATS_BATCHES], &done, __ATOMIC_RELAXED);
     }
-    double copies = (double)(mp_tensor_shared_copy_count() - copies0);
+    double copies = (double)(loader_shared_copies() - copies0);
     __atomic_store(&row[STATS_COPIES], &copies, __ATOMIC_RELAXED);
     loader_free(&l);
     return 0;

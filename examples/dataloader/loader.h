@@ -7,6 +7,8 @@
 
 #include <stdint.h>
 
+#include <mproc.h>
+
 #include "rng.h"
 
 #define LOADER_CFG_VERSION 1
@@ -38,6 +40,13 @@ typedef struct loader_batch {
 static inline int64_t loader_quota(const loader_cfg *c, int rank)
 {
     return c->batches / c->workers + (rank < c->batches % c->workers);
+}
+
+/* This process's copies into shared memory so far (mp_tensor_stats_get). */
+static inline uint64_t loader_shared_copies(void)
+{
+    mp_tensor_stats st = {.size = sizeof st};
+    return mp_tensor_stats_get(&st) == 0 ? st.shared_copies : 0;
 }
 
 /* Decodes image (uint8, 28x28) into out (28x28 floats, normalized) shifted

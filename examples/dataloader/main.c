@@ -325,7 +325,7 @@ static int report(const options *o, const trainer *t, const mp_tensor *stats, do
            "%.0f batches/s, %.0f samples/s\n",
            o->batches, o->batch, o->batches * o->batch, o->workers, o->workers == 1 ? "" : "s",
            seconds, (double)o->batches / seconds, (double)(o->batches * o->batch) / seconds);
-    printf("copies into shared memory (mp_tensor_shared_copy_count): %llu at warm-up "
+    printf("copies into shared memory (mp_tensor_stats_get): %llu at warm-up "
            "(x and y of %d ring buffers), then %llu in the trainer and %.0f in the loaders\n"
            "  %s\n",
            (unsigned long long)ring_copies, o->ring, (unsigned long long)trainer_copies,
@@ -375,10 +375,10 @@ int main(int argc, char **argv)
         fail(rc, "creating the queues and stats");
         goto out;
     }
-    uint64_t copies0 = mp_tensor_shared_copy_count();
+    uint64_t copies0 = loader_shared_copies();
     if ((rc = ring_fill(&o, free_q)) != 0)
         goto out;
-    uint64_t copies1 = mp_tensor_shared_copy_count();
+    uint64_t copies1 = loader_shared_copies();
     if ((rc = loader_args(&o, &d, stats, free_q, ready_q, &args)) != 0)
         goto out;
     printf("dataloader: %d loader%s, ring of %d buffers of %d samples, %ld batches, "
@@ -404,7 +404,7 @@ int main(int argc, char **argv)
         fail(rc, "waiting for the loaders to finish");
         goto out;
     }
-    rc = report(&o, &t, stats, seconds, copies1 - copies0, mp_tensor_shared_copy_count() - copies1);
+    rc = report(&o, &t, stats, seconds, copies1 - copies0, loader_shared_copies() - copies1);
 out:
     mp_spawn_context_destroy(ctx);
     mp_msg_destroy(args);

@@ -59,7 +59,7 @@ MP_ENTRY(hogwild_rank)
 int mpi_backend_run(int *argc, char ***argv, train_options *o, const dataset *d,
                     train_result *r, bool *is_root)
 {
-    mp_mpi_error e;
+    mp_mpi_error e = {.size = sizeof e};
     int rc = mp_mpi_init(argc, argv);
     *is_root = true;
     if (rc != 0) {

@@ -8,13 +8,15 @@
  * MP_ENOTSUP and a sentence saying how to enable it.
  *
  * Ranks on one host (found with MPI_Comm_split_type(MPI_COMM_TYPE_SHARED))
- * exchange messages through mproc's own local path: a real mproc pipe whose
+ * exchange tensors through mproc's own local path: a real mproc pipe whose
  * tensors travel as shared-memory handles. Ranks on different hosts (or
  * every pair when the environment has MPROC_MPI_LOCAL=0) exchange them over
  * MPI: payload and tensor metadata in one MPI message, then each tensor's
  * storage by a non-blocking send straight from its memory; the receiver
- * gets each tensor in mproc shared memory (mp_tensor_empty_shared) with the
- * bytes received into it directly, so it can be passed on locally.
+ * gets each tensor in mproc shared memory (as mp_tensor_empty_shared
+ * makes) with the bytes received into it directly, so it can be passed on
+ * locally. The memory of a received tensor that was dropped without ever
+ * leaving the process is reused for the next one of its size.
  *
  * Host-local things: queues, connections and sync objects attached to a
  * message cross only between ranks of one host; sending one to another host
@@ -35,6 +37,8 @@
 #define MPROC_MPI_H
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "mproc/error.h"
@@ -74,8 +78,11 @@ int mp_mpi_is_local(int rank);
 
 /* ---- launch and failures ---------------------------------------------------- */
 
-/* A failed rank: what mp_spawn's mp_child_error says of a child, plus host. */
+/* A failed rank: what mp_spawn's mp_child_error says of a child, plus host.
+ * Set size before the call (mp_mpi_error e = {.size = sizeof e};): the
+ * library writes no more than that, so the record can grow. */
 typedef struct mp_mpi_error {
+    size_t size;             /* sizeof(mp_mpi_error), set by the caller */
     int rank;
     pid_t pid;
     const char *host;
@@ -97,7 +104,8 @@ typedef struct mp_mpi_error {
  * non-zero, which makes mpirun end the whole job (mp_mpi_finalize then
  * returns MP_ECHILD). */
 int mp_mpi_spawn(const char *entry, mp_msg *args, mp_mpi_error *err);
-/* The first failure this rank learned of: 0 and *err, or MP_ESTATE. */
+/* The first failure this rank learned of: 0 and *err, or MP_ESTATE.
+ * Both calls: MP_EINVAL, before anything else, when err's size is not set. */
 int mp_mpi_failure(mp_mpi_error *err);
 
 /* ---- pipes between two ranks ------------------------------------------------ */
@@ -108,13 +116,16 @@ typedef struct mp_mpi_conn mp_mpi_conn;
  * naming the other, in the same order as their other mp_mpi_pipe calls
  * for that pair. Blocks until the peer has called it (same-host path). */
 int mp_mpi_pipe(int peer, mp_mpi_conn **out);
-/* Sends m (not consumed). Same host: as mp_conn_send. Across hosts: the
- * message is handed to MPI and the call returns; the conn keeps its tensors
- * until MPI is done with them. It blocks (up to timeout) only while the
- * previous message on this conn is still being transferred (one in flight),
- * then MP_ETIMEDOUT with nothing sent. MP_ECLOSED once either end closed,
- * MP_ENOTSUP for an attachment that cannot leave its host, MP_ECHILD when
- * a rank failed. */
+/* Sends m (not consumed). The message is handed to MPI and the call
+ * returns; the conn keeps its tensors until MPI is done with them. Same
+ * host: a message with attachments goes over an mproc pipe (tensors as
+ * shared-memory handles, as mp_conn_send) and MPI carries a marker after
+ * it; bytes alone go over MPI. It blocks (up to timeout) only while the
+ * previous message on this conn is still being transferred (one in
+ * flight) or the same-host pipe is full, then MP_ETIMEDOUT with nothing
+ * sent. MP_ECLOSED once this end closed, or once the peer's close notice
+ * arrived (asked every 8th send), MP_ENOTSUP for an attachment that cannot
+ * leave its host, MP_ECHILD when a rank failed. */
 int mp_mpi_conn_send(mp_mpi_conn *c, const mp_msg *m, double timeout);
 /* Receives the next message (FIFO, exactly once). Timeouts as mp_conn_recv.
  * MP_ECLOSED when the peer closed and everything it sent was received;
@@ -134,7 +145,9 @@ void mp_mpi_conn_destroy(mp_mpi_conn *c);
  * rank gets, each message goes to exactly one getter, FIFO per producer.
  * Ranks on the home's host use the real queue (shared memory, as mproc
  * processes do); ranks on other hosts go through a broker thread on the
- * home rank (the one thread this layer starts), with tensors over MPI. */
+ * home rank (the one thread this layer starts, only when some rank is on
+ * another host), with tensors over MPI. A JoinableQueue keeps its counts
+ * at the home too (task_done and join from any rank). */
 
 typedef struct mp_mpi_queue mp_mpi_queue;
 
@@ -142,9 +155,11 @@ typedef struct mp_mpi_queue mp_mpi_queue;
  * Blocks until every rank has its handle. */
 int mp_mpi_queue_create(int home, mp_mpi_queue **out);
 /* Puts m (not consumed). From another host it returns once the home has
- * queued it (the timeout is not needed: the queue is unbounded).
- * MP_ECLOSED after close, MP_ENOTSUP for host-local attachments sent to
- * another host, MP_ECHILD when a rank failed. */
+ * queued it. The queue is unbounded, but a put waits while the queue's
+ * socket buffer is full (as mp_queue_put does): MP_ETIMEDOUT when there is
+ * no room in time (timeout 0: within one round trip to the home), and then
+ * nothing was put. MP_ECLOSED after close, MP_ENOTSUP for host-local
+ * attachments sent to another host, MP_ECHILD when a rank failed. */
 int mp_mpi_queue_put(mp_mpi_queue *q, const mp_msg *m, double timeout);
 /* Takes the oldest message: MP_ETIMEDOUT (none in time; timeout 0: none
  * within one round trip to the home), MP_ECLOSED (closed and drained). A get
@@ -158,15 +173,42 @@ int mp_mpi_queue_is_local(const mp_mpi_queue *q);
 /* Collective: waits for every rank, stops the broker, frees. NULL: no-op. */
 void mp_mpi_queue_destroy(mp_mpi_queue *q);
 
+/* A JoinableQueue shared by every rank (mp_joinable_queue_create across
+ * ranks): as mp_mpi_queue_create, and the home's queue counts every
+ * message put and not yet task_done'd, from any rank. Collective. */
+int mp_mpi_joinable_queue_create(int home, mp_mpi_queue **out);
+/* 1 for a queue made by mp_mpi_joinable_queue_create, else 0. */
+int mp_mpi_queue_is_joinable(const mp_mpi_queue *q);
+/* Marks one message taken by a get (on any rank) as processed. MP_ESTATE
+ * on a plain queue, or when called more times than messages were put (in
+ * all, over every rank); MP_ECHILD when a rank failed. From another host
+ * it waits for the home's answer. */
+int mp_mpi_queue_task_done(mp_mpi_queue *q);
+/* Waits until every message put (by any rank) was task_done'd (by any
+ * rank): 0, MP_ETIMEDOUT (messages still outstanding in time; timeout 0:
+ * now, from another host: within one round trip to the home), MP_ESTATE on
+ * a plain queue, MP_ECHILD when a rank failed meanwhile (a rank that dies
+ * holding a message it never marks done ends the job, so no join hangs). */
+int mp_mpi_queue_join(mp_mpi_queue *q, double timeout);
+/* Approximate, as mp_queue_qsize: messages put and not yet taken, counted
+ * at the home (from another host: one round trip). A negative error
+ * (MP_EINVAL, MP_ECHILD) instead of a size. */
+int64_t mp_mpi_queue_qsize(mp_mpi_queue *q);
+/* 1 when qsize is 0, 0 when not, or qsize's negative error. */
+int mp_mpi_queue_empty(mp_mpi_queue *q);
+
 /* ---- a pool over ranks ------------------------------------------------------
  * The mpi4py.futures shape: rank 0 submits, every other rank serves.
  * Tasks are MP_TASK functions (mproc/pool.h), registered in every rank;
  * a task's message may carry bytes and tensors. Rank 0 hands a task to a
  * worker rank only when that rank is idle; work moves while rank 0 is in
- * a pool or result call (no thread). A task that returns non-zero or calls
- * mp_raise fails that task only (its result says why; the worker serves
- * on); a worker rank that dies fails the job (every call: MP_ECHILD).
- * Pool and results are used from one thread of rank 0. */
+ * a pool, result or iterator call (no thread). The calls mirror mp_pool's:
+ * apply, map, starmap, their _async forms, imap/imap_unordered and
+ * map_array. A task that returns non-zero or calls mp_raise fails that
+ * task only (its result, imap item or map_array chunk says why, with the
+ * rank; the worker serves on); a worker rank that dies fails the job
+ * (every call: MP_ECHILD). Pool, results and iterators are used from one
+ * thread of rank 0. */
 
 typedef struct mp_mpi_pool mp_mpi_pool;
 typedef struct mp_mpi_result mp_mpi_result;
@@ -198,8 +240,79 @@ int mp_mpi_result_get(mp_mpi_result *r, mp_mpi_pool *p, double timeout, mp_msg *
 const char *mp_mpi_result_error(const mp_mpi_result *r);
 void mp_mpi_result_release(mp_mpi_result *r);
 /* Lets queued and running tasks finish, stops the workers (their
- * mp_mpi_pool_create returns) and frees p. Results stay valid. NULL: no-op. */
+ * mp_mpi_pool_create returns) and frees p. Results and iterators stay
+ * valid. NULL: no-op. */
 void mp_mpi_pool_destroy(mp_mpi_pool *p);
+
+/* task over in[0..n-1] without waiting: *res is one result of n items (the
+ * caller's reference). Each item is one task, failing alone. Waiting,
+ * get (the first failed item's error as "item i: ...", else item 0's
+ * message) and release as for apply_async; mp_mpi_result_item takes each
+ * item. Errors as mp_mpi_pool_apply_async. */
+int mp_mpi_pool_map_async(mp_mpi_pool *p, const char *task, const mp_msg *const *in, size_t n,
+                          mp_mpi_result **res);
+/* As mp_pool_starmap: item i is the nargs messages args[i*nargs ..
+ * i*nargs+nargs-1], packed into one message the task unpacks with
+ * mp_task_nargs/mp_task_arg. out[i] new messages; on a failed item its
+ * error and no out set. MP_EINVAL for nargs 0 or above 1024. */
+int mp_mpi_pool_starmap(mp_mpi_pool *p, const char *task, const mp_msg *const *args, size_t n,
+                        size_t nargs, mp_msg **out);
+/* The async form of mp_mpi_pool_starmap: *res as mp_mpi_pool_map_async. */
+int mp_mpi_pool_starmap_async(mp_mpi_pool *p, const char *task, const mp_msg *const *args,
+                              size_t n, size_t nargs, mp_mpi_result **res);
+/* As mp_pool_map_array, over ranks: n items of in_size bytes at in, out
+ * + i * out_size gets item i's out_size bytes. The input is copied once
+ * into shared memory and cut into chunks of chunksize items (0: about four
+ * per worker rank); each chunk is one task whose slice travels as a
+ * shared-memory handle to a rank of this host and as its bytes alone by
+ * MPI to another host. With an array task (MP_ARRAY_TASK) the worker calls
+ * it once over its slice; with an ordinary task (MP_TASK) once per item,
+ * whose payload is the item and which must set exactly out_size bytes
+ * (else MP_EPROTO). A failure (non-zero, mp_raise) fails its chunk: the
+ * call returns the first failed chunk's error ("chunk c: task on rank N:
+ * ..."), the other chunks' items are written. MP_EINVAL, MP_ENOENT (no task
+ * or array task of that name), MP_ECHILD. */
+int mp_mpi_pool_map_array(mp_mpi_pool *p, const char *task, const void *in, size_t n,
+                          size_t in_size, void *out, size_t out_size, size_t chunksize);
+/* The async form: *res is one result whose items are the chunks. out is
+ * written while rank 0 is inside a pool call (wait, get): keep it alive
+ * and untouched until the result is ready. get gives no message. */
+int mp_mpi_pool_map_array_async(mp_mpi_pool *p, const char *task, const void *in, size_t n,
+                                size_t in_size, void *out, size_t out_size, size_t chunksize,
+                                mp_mpi_result **res);
+/* Items in r: n for map_async/starmap_async, 1 for apply_async, the chunks
+ * for map_array_async, 0 for NULL. */
+size_t mp_mpi_result_count(const mp_mpi_result *r);
+/* Whether r is done (every item, for a map), without moving work: use
+ * mp_mpi_result_wait to wait. false for NULL. */
+bool mp_mpi_result_ready(mp_mpi_result *r);
+/* Item i of a done result: 0 and *out its message, handed over once
+ * (MP_ESTATE the second time); the item's own error ("item i: " and the
+ * rank's text); MP_ESTATE when not done yet; MP_EINVAL for i out of range.
+ * For map_array_async, item i is chunk i, once the whole result is done:
+ * 0 (*out NULL: its bytes are in the caller's out) or its error. */
+int mp_mpi_result_item(mp_mpi_result *r, size_t i, mp_msg **out);
+
+typedef struct mp_mpi_imap mp_mpi_imap;
+
+/* Lazy results, as mp_pool_imap: every item is queued now, and
+ * mp_mpi_imap_next yields them in input order as each is done. Errors as
+ * mp_mpi_pool_apply_async. *it: destroy it with mp_mpi_imap_destroy. */
+int mp_mpi_pool_imap(mp_mpi_pool *p, const char *task, const mp_msg *const *in, size_t n,
+                     mp_mpi_imap **it);
+/* As mp_mpi_pool_imap, but next yields items in the order they finish. */
+int mp_mpi_pool_imap_unordered(mp_mpi_pool *p, const char *task, const mp_msg *const *in,
+                               size_t n, mp_mpi_imap **it);
+/* The next item, moving the pool's work while it waits: 0 with *out a new
+ * message (destroy it); the item's own error (a task that failed or called
+ * mp_raise: "item i: task on rank N: ..."; the iteration goes on after
+ * it); MP_ETIMEDOUT (not done in time; 0 polls); MP_ECLOSED once every
+ * item was returned; MP_ECHILD when a rank failed. *index (may be NULL)
+ * gets the item's input index, for an item's error too. */
+int mp_mpi_imap_next(mp_mpi_imap *it, double timeout, mp_msg **out, size_t *index);
+/* Frees the iterator; items not yet done still run, then are dropped.
+ * NULL is a no-op. Valid after the pool's destroy. */
+void mp_mpi_imap_destroy(mp_mpi_imap *it);
 
 /* ---- collectives ----------------------------------------------------------- */
 

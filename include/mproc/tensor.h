@@ -142,9 +142,67 @@ MP_API mp_tensor *mp_tensor_grad(const mp_tensor *t);
  * storage is exported through DLPack (a consumer holds its address). */
 MP_API int mp_tensor_share_memory_(mp_tensor *t);
 MP_API bool mp_tensor_is_shared(const mp_tensor *t);
-/* How many times this process copied a storage into shared memory (for
- * examples and tests that prove buffers are reused, not re-copied). */
-MP_API uint64_t mp_tensor_shared_copy_count(void);
+
+/* ---- statistics -----------------------------------------------------------
+ * What this process moved into and out of shared memory for tensor
+ * storages, to check that a program does no more than it means to: that a
+ * reused buffer is not copied again, that a receiver maps each segment once
+ * and unmaps what it released. Only storage segments count (not the control
+ * blocks of queues, pipes and sync objects, nor spilled payloads). Counted
+ * since the process started; a child started with fork begins with its
+ * parent's values (it inherits its memory and mappings), so measure
+ * differences. */
+typedef struct mp_tensor_stats {
+    size_t size;                /* sizeof(mp_tensor_stats), set by the caller */
+    /* Storages copied into shared memory by mp_tensor_share_memory_ (or by
+     * sending a private tensor, which shares it), and the bytes copied. */
+    uint64_t shared_copies;
+    uint64_t shared_copy_bytes;
+    /* Segments this process created for storages: those copies, and
+     * mp_tensor_empty_shared, which copies nothing. */
+    uint64_t segments_created;
+    /* Storage segments that arrived in messages (an fd under
+     * file_descriptor, a name under file_system), and of those the ones
+     * mapped anew; the others reused a mapping this process had already. */
+    uint64_t segments_received;
+    uint64_t segments_mapped;
+    /* Storage segments unmapped (the last tensor over one was released),
+     * and those mapped now: created + mapped - unmapped. */
+    uint64_t segments_unmapped;
+    uint64_t segments_live;
+} mp_tensor_stats;
+/* Fills *out with this process's counters (see above). Set size first:
+ * mp_tensor_stats st = {.size = sizeof st}; mp_tensor_stats_get(&st);
+ * a smaller (older) struct gets the fields it has, a larger one zeros in
+ * the fields this library does not know. Never blocks; thread-safe and
+ * safe after fork; each field is exact, but fields are read one by one
+ * while other threads may be sharing. MP_EINVAL when out is NULL or its
+ * size is not set. */
+MP_API int mp_tensor_stats_get(mp_tensor_stats *out);
+
+/* ---- adopting foreign shared memory ---------------------------------------
+ * A 1-d MP_UINT8 tensor of nbytes over bytes [offset, offset + nbytes) of a
+ * shared-memory file another library made (torch's file_descriptor
+ * storages, your own memfd), without copying: the tensor IS that memory,
+ * and it travels in messages as its fd, like mproc's own segments (under
+ * both strategies: it has no mproc name). fd is duplicated; the caller keeps
+ * and closes its own whenever it likes. The memory lives while the tensor,
+ * or any tensor a receiver made of it, lives, whatever the foreign owner
+ * does (exits, unlinks, closes). Adopting one file twice, or a file this
+ * process already received, gives views of one storage.
+ * Accepted: a regular file sealed against shrinking (a memfd with
+ * F_SEAL_SHRINK) or unlinked from /dev/shm (shm_open + shm_unlink: only fd
+ * holders reach it). Differs from mproc's own segments: an unsealed file can
+ * still be shrunk by a holder of its fd (a reader then gets SIGBUS), and its
+ * pages are reserved only as far as the owner did (no posix_fallocate), so
+ * adopt only memory whose owner never resizes it (torch never does).
+ * The shared_copies counter (mp_tensor_stats_get) does not change.
+ * Blocks: no. Thread-safe.
+ * Errors: MP_EINVAL (fd not open; a pipe, socket or disk file; a named
+ * /dev/shm segment; an unsealed memfd; a file of fewer than offset + nbytes
+ * bytes: the sentence says which and what to do), MP_EOVERFLOW, MP_EMFILE,
+ * MP_ENOMEM. */
+MP_API int mp_tensor_adopt_fd(int fd, uint64_t offset, size_t nbytes, mp_tensor **out);
 
 /* ---- sharing strategies --------------------------------------------------
  * "file_descriptor" (default): sealed memfd segments; the fd travels in the

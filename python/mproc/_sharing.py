@@ -17,6 +17,7 @@ A registry maps the address of every mproc storage this process uses to its
 copy); an entry lives as long as some torch storage or array uses the memory.
 """
 import io
+import mmap
 import os
 import pickle
 import sys
@@ -156,6 +157,81 @@ def _storage_tensor(s):
     """A 1-d tensor over a torch TypedStorage (for sharing storages)."""
     torch = _torch()
     return torch.empty(0, dtype=s.dtype).set_(s)
+
+
+# ---- torch's own shared memory, adopted ----------------------------------
+
+# Adopted storages per message: each is one fd of the message's record (the
+# kernel passes 253 at most); those beyond ride in the arena (one copy).
+ADOPT_MAX = 128
+_PAGE = mmap.PAGESIZE
+
+
+def adopt_storage(us):
+    """An mproc Storage over the memory of us (an UntypedStorage in torch's
+    file_descriptor shared memory) without a copy, or None when us is not
+    there. _get_shared_fd never copies (_share_fd_cpu_ would move a storage
+    shared any other way into a new segment). Storages of torch's
+    file_system strategy are named /dev/shm files that any process may open
+    and truncate: mproc's receivers refuse such fds, so those are copied."""
+    # torch maps a file_descriptor segment whole, from offset 0: its data
+    # starts a page
+    if not us.is_shared() or us.data_ptr() % _PAGE:
+        return None
+    try:
+        fd = us._get_shared_fd()
+    except RuntimeError:
+        return None  # file_system strategy, or shared by torch without an fd kept
+    try:
+        return Storage.adopt_fd(fd, us.nbytes())
+    except (ValueError, OSError):
+        return None  # out of fds, say: the arena copy needs none per tensor
+
+
+def _adopted_index(p, us, ptr):
+    """The attachment index of the adopted memory of us in p's message (one
+    per storage however many views travel), or None to copy it instead.
+    The bookkeeping rides in p.index, which dumps resets per message."""
+    key = ("adopted", ptr)
+    i = p.index.get(key)
+    if i is None:
+        n = p.index.get("adopted", 0)
+        st = adopt_storage(us) if n < ADOPT_MAX else None
+        if st is None:
+            return None
+        i = p.index[key] = p.attach(st)  # the message holds it until sent
+        p.index["adopted"] = n + 1
+    return i
+
+
+def _reduce_adopted(t, us, ptr, p):
+    """_reduce_tensor for a tensor in torch's shared memory: its storage's
+    fd travels with the message, the sender's tensor stays as it is."""
+    i = _adopted_index(p, us, ptr)
+    if i is None:
+        return None
+    torch = _torch()
+    dtype, size, stride, offset = t.dtype, tuple(t.size()), t.stride(), t.storage_offset()
+    if not t.requires_grad and t.grad is None and type(t) is torch.Tensor:
+        return _rebuild_plain, (i, dtype, size, stride, offset)
+    _check_leaf(t)
+    meta = (dtype, size, stride, offset, t.requires_grad, t.grad,
+            type(t) is torch.nn.Parameter)
+    return _rebuild_tensor, (i, meta)
+
+
+def _fp_reduce_adopted(t):
+    """fp_reduce_tensor for a tensor in torch's shared memory, or None."""
+    us = t._storage()
+    if lookup(us.data_ptr()) is not None:
+        return None
+    st = adopt_storage(us)
+    if st is None:
+        return None
+    _check_leaf(t)
+    meta = (t.dtype, tuple(t.size()), t.stride(), t.storage_offset(), t.requires_grad, t.grad,
+            type(t) is _torch().nn.Parameter)
+    return (_fp_rebuild_tensor, (*_encode(st), meta))
 
 
 # ---- NumPy ---------------------------------------------------------------
@@ -342,6 +418,10 @@ def _reduce_tensor(t, p):
     if st is not None:
         meta = _tensor_meta(t, p.moved)
         return _rebuild_tensor, (p.attach(st), meta)
+    if us.is_shared():
+        r = _reduce_adopted(t, us, ptr, p)
+        if r is not None:
+            return r
     grad = t.requires_grad
     if grad:
         _check_leaf(t)
@@ -359,6 +439,11 @@ def _reduce_storage(s, p):
         s = torch.TypedStorage(wrap_storage=s, dtype=torch.uint8)
     if s.device.type != "cpu" or s.nbytes() == 0:
         return NotImplemented
+    us = s._storage
+    if lookup(us.data_ptr()) is None and us.is_shared():
+        i = _adopted_index(p, us, us.data_ptr())
+        if i is not None:
+            return _rebuild_storage, (i, s.dtype)
     t = share_tensor_(_storage_tensor(s), p.moved)
     return _rebuild_storage, (p.attach(tensor_storage(t)), s.dtype)
 
@@ -486,6 +571,9 @@ def _fp_rebuild_handle(frame, dups, cls):
 def fp_reduce_tensor(t):
     if not _shareable(t) or t._storage().nbytes() == 0:
         return t.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+    r = _fp_reduce_adopted(t)
+    if r is not None:
+        return r
     meta = _tensor_meta(t)
     return (_fp_rebuild_tensor, (*_encode(tensor_storage(t)), meta))
 

@@ -10,10 +10,13 @@ Tensor.share_memory_() (so Module.share_memory()) put storages in mproc
 shared memory, Tensor.is_shared() see them, and every tensor that crosses a
 Python channel (spawn's arguments, Pool's pipes) go by mproc handle.
 """
+import errno as _errno
+
 import torch as _torch
 import torch.multiprocessing as _tmp
+from torch.utils.data import dataloader as _dataloader
 
-from . import _sharing
+from . import _channels, _sharing
 from .multiprocessing import *  # noqa: F401,F403
 from .multiprocessing import __all__ as _mp_all
 from .multiprocessing import (Connection, Pool, Process, get_all_sharing_strategies,  # noqa: F401
@@ -66,11 +69,50 @@ def _new_shared(self, size, *, device=None):
     return _sharing._torch_base(st, self.dtype).storage()
 
 
+def _drain(q):
+    """Takes and drops every message left in q (an _mproc.Queue), so the
+    segments they name are released now: under file_system a message never
+    received holds its segment's name in /dev/shm until mproc-shm-manager
+    reclaims it after the program's end. Bounded, in case a worker that
+    outlived its termination keeps putting."""
+    for _ in range(1 << 16):
+        try:
+            q.get(0)
+        except (TimeoutError, BlockingIOError):
+            return
+        except OSError as e:
+            if e.errno != _errno.EPROTO:  # a malformed message is dropped: go on
+                return
+
+
+_torch_shutdown_workers = _dataloader._MultiProcessingDataLoaderIter._shutdown_workers
+
+
+def _shutdown_workers(self):
+    """DataLoader's shutdown (an iterator dropped mid-epoch, a finished
+    epoch, a worker's death), then, on mproc's queues, the batches still
+    queued are dropped once the workers are gone, so nothing stays behind."""
+    q = getattr(self, "_worker_result_queue", None)
+    raw = None
+    # _channels is None when __del__ runs late in the interpreter's exit
+    if _channels is not None and isinstance(q, _channels._Base) and \
+            not getattr(self, "_shutdown", True):
+        raw = q._q
+    try:
+        _torch_shutdown_workers(self)
+    finally:
+        if raw is not None:
+            for w in getattr(self, "_workers", ()):
+                w.join(timeout=5)  # terminated stragglers: none puts after the drain
+            _drain(raw)
+
+
 def init_reductions():
     """Installs mproc's sharing into torch (done on import; idempotent)."""
     _torch.Tensor.share_memory_ = _share_memory_
     _torch.Tensor.is_shared = _is_shared
     _torch.TypedStorage._new_shared = _new_shared
+    _dataloader._MultiProcessingDataLoaderIter._shutdown_workers = _shutdown_workers
     _sharing.install_torch()
     _sharing.install_numpy()
 

@@ -8,6 +8,7 @@
 #include "mpy.h"
 
 #include "ipc/ipc.h"
+#include "ipc/kinds.h"
 #include "wire/wire.h"
 
 int mpy_wire_encode(const mp_msg *m, void **buf, size_t *len, int *fds, int *nfds, int maxfds)
@@ -27,6 +28,12 @@ int mpy_wire_encode(const mp_msg *m, void **buf, size_t *len, int *fds, int *nfd
 
 int mpy_wire_decode(const void *buf, size_t len, int *fds, int nfds, mp_msg **out)
 {
+    int rc = mp__objkinds_ensure("decode");
+    if (rc < 0) {
+        for (int i = 0; i < nfds; i++)
+            mp__close(fds[i]);
+        return rc;
+    }
     return mp__wire_decode(buf, len, fds, nfds, out);
 }
 

@@ -328,10 +328,19 @@ static PyObject *py_get_all_sharing_strategies(PyObject *self, PyObject *unused)
     return s;
 }
 
-static PyObject *py_shared_copy_count(PyObject *self, PyObject *unused)
+/* mp_tensor_stats_get as a dict of its counters, named as in the C struct. */
+static PyObject *py_tensor_stats(PyObject *self, PyObject *unused)
 {
+    mp_tensor_stats st = {.size = sizeof st};
+    int rc = mp_tensor_stats_get(&st);
     (void)self, (void)unused;
-    return PyLong_FromUnsignedLongLong(mp_tensor_shared_copy_count());
+    if (rc != 0)
+        return mpy_raise(rc);
+#define F(name) #name, (unsigned long long)st.name
+    return Py_BuildValue("{sKsKsKsKsKsKsK}", F(shared_copies), F(shared_copy_bytes),
+                         F(segments_created), F(segments_received), F(segments_mapped),
+                         F(segments_unmapped), F(segments_live));
+#undef F
 }
 
 static PyMethodDef methods[] = {
@@ -343,8 +352,10 @@ static PyMethodDef methods[] = {
     {"get_sharing_strategy", py_get_sharing_strategy, METH_NOARGS, NULL},
     {"set_sharing_strategy", py_set_sharing_strategy, METH_O, NULL},
     {"get_all_sharing_strategies", py_get_all_sharing_strategies, METH_NOARGS, NULL},
-    {"shared_copy_count", py_shared_copy_count, METH_NOARGS,
-     "How many storages libmproc copied into shared memory in this process."},
+    {"tensor_stats", py_tensor_stats, METH_NOARGS,
+     "tensor_stats() -> dict: libmproc's shared-memory counters for tensor storages in this "
+     "process (mp_tensor_stats_get): shared_copies, shared_copy_bytes, segments_created, "
+     "segments_received, segments_mapped, segments_unmapped, segments_live."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_mproc",

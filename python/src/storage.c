@@ -177,6 +177,25 @@ static PyObject *st_empty(PyObject *cls, PyObject *arg)
     return rc < 0 ? mpy_raise(rc) : mpy_storage_wrap(t);
 }
 
+/* Storage.adopt_fd(fd, nbytes, offset=0): a foreign shared-memory file
+ * (torch's file_descriptor storages) seen by mproc without a copy; fd stays
+ * the caller's (libmproc keeps a dup). */
+static PyObject *st_adopt_fd(PyObject *cls, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"fd", "nbytes", "offset", NULL};
+    int fd;
+    Py_ssize_t nbytes;
+    unsigned long long offset = 0;
+    (void)cls;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "in|K:adopt_fd", kwlist, &fd, &nbytes, &offset))
+        return NULL;
+    if (nbytes < 0)
+        return PyErr_Format(PyExc_ValueError, "adopt_fd: nbytes %zd is negative", nbytes);
+    mp_tensor *t;
+    int rc = mp_tensor_adopt_fd(fd, offset, (size_t)nbytes, &t);
+    return rc < 0 ? mpy_raise(rc) : mpy_storage_wrap(t);
+}
+
 static PyObject *st_share_memory_(mpy_storage *self, PyObject *unused)
 {
     (void)unused;
@@ -263,6 +282,10 @@ static PyMethodDef st_methods[] = {
      "Storage over another library's memory (object with __dlpack__, or a capsule); no copy."},
     {"empty", st_empty, METH_O | METH_CLASS,
      "Storage.empty(nbytes): zeroed bytes in mproc shared memory."},
+    {"adopt_fd", (PyCFunction)(void (*)(void))st_adopt_fd,
+     METH_VARARGS | METH_KEYWORDS | METH_CLASS,
+     "Storage.adopt_fd(fd, nbytes, offset=0): a sealed memfd or unlinked /dev/shm segment "
+     "seen without a copy (fd is duplicated)."},
     {"share_memory_", (PyCFunction)st_share_memory_, METH_NOARGS,
      "Moves the tensor into shared memory (one copy); no-op when shared."},
     {NULL, NULL, 0, NULL}};

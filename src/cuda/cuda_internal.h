@@ -29,6 +29,15 @@ void mp__cuda_on_exit(void);
 /* Set by the CUDA code when it has exit work. */
 void mp__cuda_set_exit_hook(void (*fn)(void));
 
+/* The CUDA tensor's attachment descriptor: gpu_ipc.c's, or in a build
+ * without CUDA cuda_stub.c's, which refuses such an attachment cleanly
+ * (MP_ENOTSUP) instead of leaving it an unknown kind. */
+struct mp__objkind;
+extern const struct mp__objkind mp__cuda_tensor_kind;
+/* Registers it with the wire layer (mp__objkind_register); idempotent.
+ * src/ipc/kinds.c calls it before any message is decoded. */
+int mp__cuda_kinds_register(void);
+
 /* Test hook: pretend CUDA was (true) or was not (false) initialised in this
  * process. Clearing it does not undo a real initialisation. */
 void mp__cuda_simulate_initialized(bool on);

@@ -5,6 +5,7 @@
  * checked against the real ones (cudart.c); a build without them gets this.
  * The CPU-side parts (reference segment, pending list, frame, fork guard)
  * are built anyway; only what needs the CUDA runtime is replaced here. */
+#include "cuda/cuda_internal.h"
 #include "mproc/cuda.h"
 #include "os/os.h"
 #include "wire/wire.h"
@@ -112,3 +113,8 @@ const mp__objkind mp__cuda_tensor_kind = {
     .encode = stub_encode,
     .decode = stub_decode,
 };
+
+int mp__cuda_kinds_register(void)
+{
+    return mp__objkind_register(&mp__cuda_tensor_kind);
+}

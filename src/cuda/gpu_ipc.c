@@ -302,6 +302,11 @@ const mp__objkind mp__cuda_tensor_kind = {
     .decode = decode,
 };
 
+int mp__cuda_kinds_register(void)
+{
+    return mp__objkind_register(&mp__cuda_tensor_kind);
+}
+
 int mp__cuda_import_count(void)
 {
     int n = 0;

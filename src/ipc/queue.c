@@ -292,27 +292,34 @@ const mp__objkind mp__simple_queue_kind = {MP_ATTACH_SIMPLE_QUEUE, "simple queue
 const mp__objkind mp__joinable_queue_kind = {MP_ATTACH_JOINABLE_QUEUE, "joinable queue",
                                              q_retain, q_release, q_encode, joinable_decode};
 
+static const mp__objkind *q_ops(int kind)
+{
+    return kind == MP_ATTACH_JOINABLE_QUEUE ? &mp__joinable_queue_kind
+           : kind == MP_ATTACH_SIMPLE_QUEUE ? &mp__simple_queue_kind
+                                            : &mp__queue_kind;
+}
+
 int mp_msg_add_queue(mp_msg *m, const char *name, mp_queue *q)
 {
     if (!q)
         return mp__error(MP_EINVAL, "mp_msg_add_queue: queue is NULL");
-    return mp__msg_add_object(m, name, Q(q)->kind, q);
+    return mp__msg_add_object(m, name, q_ops(Q(q)->kind), q);
 }
 
 int mp_msg_get_queue(const mp_msg *m, size_t index, mp_queue **out)
 {
     int kind = mp_msg_kind(m, index);
-    if (kind != MP_ATTACH_JOINABLE_QUEUE)
-        kind = MP_ATTACH_QUEUE;
-    return mp__msg_get_object(m, index, kind, (void **)out);
+    return mp__msg_get_object(m, index, q_ops(kind == MP_ATTACH_JOINABLE_QUEUE ? kind
+                                                                              : MP_ATTACH_QUEUE),
+                              (void **)out);
 }
 
 int mp_msg_add_simple_queue(mp_msg *m, const char *name, mp_simple_queue *q)
 {
-    return mp__msg_add_object(m, name, MP_ATTACH_SIMPLE_QUEUE, q);
+    return mp__msg_add_object(m, name, &mp__simple_queue_kind, q);
 }
 
 int mp_msg_get_simple_queue(const mp_msg *m, size_t index, mp_simple_queue **out)
 {
-    return mp__msg_get_object(m, index, MP_ATTACH_SIMPLE_QUEUE, (void **)out);
+    return mp__msg_get_object(m, index, &mp__simple_queue_kind, (void **)out);
 }

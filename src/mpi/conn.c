@@ -1,7 +1,19 @@
-/* mp_mpi_conn: a pipe between two ranks. Same host: a real mproc pipe, one
- * end handed over the ranks' bootstrap socket. Across hosts: messages over
- * MPI on the conn's own tag, and a close notice on the next tag that says
- * how many messages were sent, so the peer drains them before MP_ECLOSED. */
+/* mp_mpi_conn: a pipe between two ranks. Every message is ordered by one
+ * MPI stream on the conn's own tag, with a close notice on the next tag
+ * that says how many messages were sent, so the peer drains them before
+ * MP_ECLOSED. Between ranks of one host a message with attachments
+ * (tensors by handle, queues, locks...) goes over a real mproc pipe whose
+ * end was handed over the ranks' bootstrap socket, and the MPI stream
+ * carries only a marker for it, sent after it: the receiver that meets the
+ * marker finds the message waiting on the pipe. A message of bytes alone
+ * stays on MPI, whose shared-memory transport answers in about a
+ * microsecond where the pipe's kernel wake-up takes tens.
+ *
+ * The stream is the conn's first tag, into a receive of MP__MPI_SMALL
+ * bytes the conn keeps posted, as a plain MPI_Recv waits: a small message
+ * arrives whole there, a larger one (or any with tensors) sends a notice
+ * there and itself on the third tag, where it is probed for. */
+#include "ipc/kinds.h"
 #include "mpi/mpi_internal.h"
 #include "mproc/queue.h"
 #include "wire/wire.h"
@@ -13,14 +25,17 @@
 
 struct mp_mpi_conn {
     int peer;
-    bool local;
+    bool local;           /* same host: attachments go over lc */
     bool closed;          /* this end */
     mp_conn *lc;          /* same host */
-    int tag;              /* across hosts: data; tag + 1: close notice */
+    int tag;              /* small stream; tag + 1: close notice; tag + 2: large */
+    char *small;          /* the posted receive's buffer (MP__MPI_SMALL) */
+    MPI_Request small_req;
     uint64_t received;
-    mp__mpi_inflight *inflight; /* the last message sent, until MPI is done */
-    MPI_Request close_in_req;   /* the peer's close notice */
-    uint64_t close_in;          /* ... its count of messages sent */
+    mp__mpi_inflight *out; /* the last message sent, until MPI is done */
+    mp__mpi_buf in;        /* headers received */
+    MPI_Request close_in_req; /* the peer's close notice */
+    uint64_t close_in;        /* ... its count of messages sent */
     bool peer_closed;
     uint64_t sent;
     MPI_Request close_out_req;
@@ -47,6 +62,8 @@ static int local_handshake(mp_mpi_conn *c)
         c->lc = a;
         return 0;
     }
+    if ((rc = mp__objkinds_ensure("mp_mpi_pipe")) < 0)
+        return rc;
     for (;;) {
         rc = mp__wire_recv(sock, &m, mp__deadline(mp__mpi_slice(-1)));
         if (rc != MP_ETIMEDOUT)
@@ -61,6 +78,14 @@ static int local_handshake(mp_mpi_conn *c)
         mp_msg_destroy(m);
     }
     return rc;
+}
+
+static void cancel(MPI_Request *r)
+{
+    if (*r != MPI_REQUEST_NULL) {
+        MPI_Cancel(r);
+        MPI_Wait(r, MPI_STATUS_IGNORE);
+    }
 }
 
 int mp_mpi_pipe(int peer, mp_mpi_conn **out)
@@ -78,19 +103,25 @@ int mp_mpi_pipe(int peer, mp_mpi_conn **out)
         return mp__error(MP_ENOMEM, "mp_mpi_pipe: out of memory");
     c->peer = peer;
     c->local = rc == 1;
-    c->close_in_req = c->close_out_req = MPI_REQUEST_NULL;
-    c->tag = MP__TAG_CONN + 2 * (int)mp__mpi.peers[peer].nconns++;
+    c->close_in_req = c->close_out_req = c->small_req = MPI_REQUEST_NULL;
+    c->tag = MP__TAG_CONN + 3 * (int)mp__mpi.peers[peer].nconns++;
     MPI_Comm_get_attr(mp__mpi.comm, MPI_TAG_UB, &ub, &flag);
-    if (flag && c->tag + 1 > *ub)
+    if (flag && c->tag + 2 > *ub)
         rc = mp__error(MP_EOVERFLOW, "mp_mpi_pipe: more pipes with rank %d than MPI has tags "
                                      "(%d)", peer, *ub);
-    else if (c->local)
+    else if ((rc = mp__mpi_inflight_new(&c->out)) == 0 && c->local)
         rc = local_handshake(c);
-    else
-        rc = MPI_Irecv(&c->close_in, 1, MPI_UINT64_T, peer, c->tag + 1, mp__mpi.comm,
-                       &c->close_in_req) == MPI_SUCCESS ? 0
-             : mp__error(MP_ESYS, "mp_mpi_pipe: MPI_Irecv failed");
+    if (rc == 0 && (MPI_Irecv(&c->close_in, 1, MPI_UINT64_T, peer, c->tag + 1, mp__mpi.comm,
+                              &c->close_in_req) != MPI_SUCCESS ||
+                    !(c->small = malloc(MP__MPI_SMALL)) ||
+                    MPI_Irecv(c->small, MP__MPI_SMALL, MPI_BYTE, peer, c->tag, mp__mpi.comm,
+                              &c->small_req) != MPI_SUCCESS))
+        rc = mp__error(MP_ESYS, "mp_mpi_pipe: posting the conn's receives failed");
     if (rc != 0) {
+        cancel(&c->close_in_req), cancel(&c->small_req);
+        free(c->small);
+        mp_conn_release(c->lc);
+        mp__mpi_inflight_free(c->out);
         free(c);
         return rc;
     }
@@ -146,6 +177,34 @@ static bool peer_closed(mp_mpi_conn *c)
     return c->peer_closed;
 }
 
+/* The peer closed and did not take what is still in flight: it never
+ * will (it received every message it took before closing). */
+static bool abandoned(mp_mpi_conn *c)
+{
+    return peer_closed(c) && !mp__mpi_inflight_test(c->out);
+}
+
+/* Waits (until deadline) for the previous message to leave: one in
+ * flight. In slices, so that a peer that closed without taking it ends
+ * the wait. */
+static int previous_sent(mp_mpi_conn *c, double deadline)
+{
+    static const char *fn = "mp_mpi_conn_send";
+    while (mp__mpi_inflight_busy(c->out)) {
+        double slice = mp__mpi_slice(deadline);
+        int rc = mp__mpi_inflight_wait(c->out, slice > 0 ? mp__deadline(slice) : 0, fn);
+        if (rc != 0)
+            return rc < 0 ? rc : 0;
+        if (abandoned(c))
+            return mp__error(MP_ECLOSED, "%s: rank %d closed its end before taking the "
+                                         "previous message", fn, c->peer);
+        if (mp__mpi_expired(deadline, fn, "") != 0)
+            return mp__error(MP_ETIMEDOUT, "%s: the previous message to rank %d is still "
+                                           "being transferred; nothing was sent", fn, c->peer);
+    }
+    return 0;
+}
+
 int mp_mpi_conn_send(mp_mpi_conn *c, const mp_msg *m, double timeout)
 {
     double deadline = timeout == 0 ? 0 : mp__deadline(timeout);
@@ -156,71 +215,105 @@ int mp_mpi_conn_send(mp_mpi_conn *c, const mp_msg *m, double timeout)
         return mp__error(MP_ECLOSED, "mp_mpi_conn_send: this end is closed");
     if (mp__mpi.failed)
         return mp__mpi_fail_error("mp_mpi_conn_send");
-    if (c->local)
-        return local_call(c, m, NULL, deadline);
-    if (peer_closed(c))
+    /* Every 8th send asks MPI whether the peer closed (each ask runs its
+     * progress engine once): a close is seen a few sends later at most,
+     * as if its notice had been that much slower. */
+    if ((c->sent % 8 == 0 || c->peer_closed) && peer_closed(c))
         return mp__error(MP_ECLOSED, "mp_mpi_conn_send: rank %d closed its end", c->peer);
-    if (c->inflight) {
-        rc = mp__mpi_inflight_wait(c->inflight, deadline, "mp_mpi_conn_send");
-        if (rc == 0)
-            return mp__error(MP_ETIMEDOUT,
-                             "mp_mpi_conn_send: the previous message to rank %d is still "
-                             "being transferred; nothing was sent", c->peer);
-        if (rc < 0)
-            return rc;
-        mp__mpi_inflight_free(c->inflight);
-        c->inflight = NULL;
-    }
-    mp__mpi_inflight *f = NULL;
-    rc = mp__mpi_xfer_send(m, c->peer, c->tag, &f);
-    if (f) {
-        c->inflight = f;
+    if ((rc = previous_sent(c, deadline)) != 0)
+        return rc;
+    bool pipe = c->local && mp_msg_count(m) > 0;
+    /* The message first, then its marker: a receiver that meets the
+     * marker finds the message. A pipe send that timed out sent nothing. */
+    if (pipe && (rc = local_call(c, m, NULL, deadline)) != 0)
+        return rc;
+    rc = mp__mpi_xfer_post(c->out, pipe ? NULL : m, c->peer, c->tag + 2, c->tag);
+    if (mp__mpi_inflight_busy(c->out)) {
         c->sent++;
-        if (mp__mpi_inflight_wait(f, 0, "mp_mpi_conn_send") == 1) {
-            mp__mpi_inflight_free(f);
-            c->inflight = NULL;
-        }
+        mp__mpi_inflight_test(c->out); /* a small message leaves at once */
     }
     return rc;
 }
 
-int mp_mpi_conn_recv(mp_mpi_conn *c, mp_msg **out, double timeout)
+/* The large message a notice announced: sent right after it. */
+static int take_large(mp_mpi_conn *c, mp_msg **out)
 {
-    double deadline = timeout == 0 ? 0 : mp__deadline(timeout);
     unsigned spins = 0;
-    if (!c || !out)
-        return mp__error(MP_EINVAL, "mp_mpi_conn_recv: %s is NULL", !c ? "c" : "out");
-    if (c->closed)
-        return mp__error(MP_ECLOSED, "mp_mpi_conn_recv: this end is closed");
-    if (mp__mpi.failed)
-        return mp__mpi_fail_error("mp_mpi_conn_recv");
-    if (c->local)
-        return local_call(c, NULL, out, deadline);
     for (;;) {
         MPI_Message msg;
         MPI_Status st;
-        int found = 0, rc;
-        if (c->inflight && mp__mpi_inflight_wait(c->inflight, 0, "mp_mpi_conn_recv") == 1) {
-            mp__mpi_inflight_free(c->inflight);
-            c->inflight = NULL;
-        }
-        rc = MPI_Improbe(c->peer, c->tag, mp__mpi.comm, &found, &msg, &st);
+        int found = 0, rc = MPI_Improbe(c->peer, c->tag + 2, mp__mpi.comm, &found, &msg, &st);
         if (rc != MPI_SUCCESS)
             return mp__mpi_error(rc, "mp_mpi_conn_recv", "MPI_Improbe");
         if (found) {
-            rc = mp__mpi_xfer_recv(&msg, &st, c->tag, out);
-            c->received++; /* taken, even when it could not be rebuilt */
-            return rc;
+            rc = mp__mpi_xfer_recv(&msg, &st, c->tag + 2, &c->in, out);
+            return rc > 0 ? mp__error(MP_EPROTO, "mp_mpi_conn_recv: rank %d sent a notice "
+                                                 "where a message belongs", c->peer)
+                          : rc;
         }
-        if (peer_closed(c) && c->received >= c->close_in)
-            return mp__error(MP_ECLOSED, "mp_mpi_conn_recv: rank %d closed its end and "
-                                         "everything it sent was received", c->peer);
         if ((rc = mp__mpi_check("mp_mpi_conn_recv")) != 0)
             return rc;
-        if ((rc = mp__mpi_expired(deadline, "mp_mpi_conn_recv", "nothing to receive")) != 0)
-            return rc;
-        if (c->inflight && spins >= 500)
-            sched_yield(); /* our own send still moves only while MPI is called */
+        if (++spins > MP__MPI_SPINS)
+            sched_yield(); /* it is on its way: never nap */
+    }
+}
+
+/* A message (or marker, or notice) arrived in the posted receive. */
+static int take_small(mp_mpi_conn *c, MPI_Status *st, mp_msg **out)
+{
+    int count = 0, rc;
+    MPI_Get_count(st, MPI_BYTE, &count);
+    c->received++; /* taken, even when it could not be rebuilt */
+    rc = mp__mpi_xfer_parse(c->small, count, c->peer, c->tag, out);
+    /* Posted again before anything that waits: the next one may come. */
+    if (MPI_Irecv(c->small, MP__MPI_SMALL, MPI_BYTE, c->peer, c->tag, mp__mpi.comm,
+                  &c->small_req) != MPI_SUCCESS) {
+        c->small_req = MPI_REQUEST_NULL;
+        if (rc == 0)
+            mp_msg_destroy(*out), *out = NULL;
+        return mp__error(MP_ESYS, "mp_mpi_conn_recv: posting the next receive failed");
+    }
+    if (rc == MP__MPI_FOLLOWS)
+        return take_large(c, out);
+    /* Sent before its marker: it is on the pipe already. */
+    return rc == MP__MPI_ON_PIPE ? local_call(c, NULL, out, -1) : rc;
+}
+
+int mp_mpi_conn_recv(mp_mpi_conn *c, mp_msg **out, double timeout)
+{
+    static const char *fn = "mp_mpi_conn_recv";
+    double deadline = timeout == 0 ? 0 : mp__deadline(timeout);
+    unsigned spins = 0;
+    if (!c || !out)
+        return mp__error(MP_EINVAL, "%s: %s is NULL", fn, !c ? "c" : "out");
+    if (c->closed)
+        return mp__error(MP_ECLOSED, "%s: this end is closed", fn);
+    if (mp__mpi.failed)
+        return mp__mpi_fail_error(fn);
+    if (c->small_req == MPI_REQUEST_NULL)
+        return mp__error(MP_ESYS, "%s: the conn lost its posted receive to an MPI error", fn);
+    for (;;) {
+        MPI_Status st;
+        int done = 0, rc;
+        bool sending = mp__mpi_inflight_busy(c->out);
+        if (sending)
+            mp__mpi_inflight_test(c->out);
+        if ((rc = MPI_Test(&c->small_req, &done, &st)) != MPI_SUCCESS)
+            return mp__mpi_error(rc, fn, "MPI_Test");
+        if (done)
+            return take_small(c, &st, out);
+        /* The rest every 16 rounds (and at once for a poll): a receiver
+         * that only tests answers sooner. */
+        if (spins % 16 == 15 || deadline == 0) {
+            if (peer_closed(c) && c->received >= c->close_in)
+                return mp__error(MP_ECLOSED, "%s: rank %d closed its end and everything it "
+                                             "sent was received", fn, c->peer);
+            if ((rc = mp__mpi_check(fn)) != 0 ||
+                (rc = mp__mpi_expired(deadline, fn, "nothing to receive")) != 0)
+                return rc;
+        }
+        if (sending && spins >= MP__MPI_SPINS)
+            sched_yield(), spins++; /* our own send moves only while MPI is called */
         else
             mp__mpi_backoff(&spins);
     }
@@ -234,7 +327,7 @@ int mp_mpi_conn_close(mp_mpi_conn *c)
         return 0;
     c->closed = true;
     if (c->local)
-        return mp_conn_close(c->lc);
+        mp_conn_close(c->lc);
     c->close_out = c->sent;
     if (MPI_Isend(&c->close_out, 1, MPI_UINT64_T, c->peer, c->tag + 1, mp__mpi.comm,
                   &c->close_out_req) != MPI_SUCCESS)
@@ -249,22 +342,21 @@ void mp_mpi_conn_destroy(mp_mpi_conn *c)
     mp__error_saved saved;
     mp__error_save(&saved);
     mp_mpi_conn_close(c);
-    if (c->inflight) {
-        int rc = 0;
-        while (!mp__mpi.failed && rc == 0)
-            rc = mp__mpi_inflight_wait(c->inflight, -1, "mp_mpi_conn_destroy");
-        /* In a failed job MPI may still read the tensors: they stay (the
-         * job is ending: mp_mpi_finalize aborts it). */
-        if (rc == 1)
-            mp__mpi_inflight_free(c->inflight);
-    }
+    int rc = 0;
+    while (!mp__mpi.failed && rc == 0 && !abandoned(c))
+        rc = mp__mpi_inflight_wait(c->out, mp__deadline(0.05), "mp_mpi_conn_destroy");
+    /* In a failed job, or when the peer closed without taking the last
+     * message, MPI may still hold its tensors: they stay (an abandoned
+     * send never completes; a failed job is ending). */
+    if (!mp__mpi_inflight_busy(c->out))
+        mp__mpi_inflight_free(c->out);
     if (c->close_out_req != MPI_REQUEST_NULL && !mp__mpi.failed)
         mp__mpi_wait(&c->close_out_req, -1, NULL, "mp_mpi_conn_destroy");
-    if (c->close_in_req != MPI_REQUEST_NULL) {
-        MPI_Cancel(&c->close_in_req);
-        MPI_Wait(&c->close_in_req, MPI_STATUS_IGNORE);
-    }
+    cancel(&c->close_in_req);
+    cancel(&c->small_req);
     mp_conn_release(c->lc);
+    free(c->in.p);
+    free(c->small);
     mp__error_restore(&saved);
     free(c);
 }

@@ -1,6 +1,7 @@
 /* The job: mp_mpi_init/finalize, who is who, and the waits every blocking
  * call of the layer goes through (they watch for failed ranks). */
 #include "mpi/mpi_internal.h"
+#include "shm/recycle.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -138,17 +139,21 @@ int mp__mpi_check(const char *fn)
 
 /* Spins on MPI first (latency), then yields, then naps: ranks may share
  * cores (oversubscribed runs, worker processes beside them) and a long
- * wait must not take a core from them. */
+ * wait must not take a core from them. The spin lasts a few hundred
+ * microseconds, as MPI's own blocking calls (which never stop spinning)
+ * would: a rank that yields at once loses its core to any runnable
+ * process on a loaded host, and its peer's next message waits for a
+ * whole time slice. */
 void mp__mpi_backoff(unsigned *spins)
 {
     (*spins)++;
-    if (*spins < 500)
+    if (*spins < MP__MPI_SPINS)
         return;
-    if (*spins < 1000) {
+    if (*spins < 2 * MP__MPI_SPINS) {
         sched_yield();
         return;
     }
-    struct timespec ts = {0, *spins < 2000 ? 20000 : 200000};
+    struct timespec ts = {0, *spins < 2 * MP__MPI_SPINS + 1000 ? 20000 : 200000};
     nanosleep(&ts, NULL);
 }
 
@@ -186,7 +191,7 @@ static int wait_req(MPI_Request *req, double deadline, MPI_Status *st, const cha
             return rc;
         if ((rc = mp__mpi_expired(deadline, fn, "would block")) != 0)
             return rc;
-        if (data && spins >= 500)
+        if (data && spins >= MP__MPI_SPINS)
             sched_yield(); /* bytes flow only while MPI is called: never nap */
         else
             mp__mpi_backoff(&spins);
@@ -342,6 +347,8 @@ int mp_mpi_finalize(void)
     mp__mpi_local_close();
     free(mp__mpi.peers);
     mp__mpi.peers = NULL;
+    /* Received tensors' memory kept for reuse goes back to the system. */
+    mp__segment_recycle_drain();
     MPI_Comm_free(&mp__mpi.node);
     MPI_Comm_free(&mp__mpi.comm);
     mp__mpi.up = false;

@@ -14,8 +14,9 @@
 #define MP__MPI_HOST_MAX 64
 #define MP__MPI_TEXT_MAX 1024
 
-/* Tags on the layer's communicator. Conn k of a pair uses the two tags
- * from MP__TAG_CONN + 2k: data, then its close notice. */
+/* Tags on the layer's communicator. Conn k of a pair uses the three tags
+ * from MP__TAG_CONN + 3k: small messages and notices, its close notice,
+ * large messages. */
 enum {
     MP__TAG_FAIL = 1,     /* a failure record, to every rank */
     MP__TAG_RELEASE = 2,  /* rank 0 to a failed rank: reported, you may go */
@@ -77,7 +78,9 @@ int mp__mpi_wait(MPI_Request *req, double deadline, MPI_Status *st, const char *
 /* As mp__mpi_wait for a transfer of data: yields instead of napping, since
  * MPI moves the bytes (TCP fragments, rendezvous) only while it is called. */
 int mp__mpi_wait_data(MPI_Request *req, double deadline, MPI_Status *st, const char *fn);
-/* One step of a polling loop: spin, then yield, then nap. */
+/* One step of a polling loop: spin (MP__MPI_SPINS rounds), then yield
+ * (as many), then nap. */
+#define MP__MPI_SPINS 4096u
 void mp__mpi_backoff(unsigned *spins);
 /* How long one slice of a blocking local call may wait (the failure check
  * runs between slices): 0 for a poll, else at most 50 ms and never past
@@ -93,21 +96,49 @@ int mp__mpi_error(int mpirc, const char *fn, const char *what);
 int mp__mpi_local_connect(const char *token);
 void mp__mpi_local_close(void);
 
-/* Message over MPI (xfer.c): the cross-host encoding. */
+/* Message over MPI (xfer.c): the cross-host encoding. An inflight keeps
+ * a message's requests and tensors until MPI is done with them; its
+ * buffers stay for the next message (a conn has one). */
 typedef struct mp__mpi_inflight mp__mpi_inflight;
-/* Starts sending m to rank dest with tag: header, then each tensor's
- * bytes. *out keeps the requests and tensors until mp__mpi_inflight_done. */
+int mp__mpi_inflight_new(mp__mpi_inflight **out);
+/* Starts sending m to rank dest with tag on an idle f: header, then each
+ * tensor's bytes. m NULL: a marker saying the message went over the
+ * same-host pipe. small_tag >= 0 (conns): a message without tensors whose
+ * header fits MP__MPI_SMALL goes whole on small_tag; any other sends a
+ * notice on small_tag, then itself on tag. */
+#define MP__MPI_SMALL 1024
+int mp__mpi_xfer_post(mp__mpi_inflight *f, const mp_msg *m, int dest, int tag, int small_tag);
+/* As post, on a new inflight (*out, NULL when nothing was posted). */
 int mp__mpi_xfer_send(const mp_msg *m, int dest, int tag, mp__mpi_inflight **out);
 /* 0 when every attachment of m can cross hosts, else MP_ENOTSUP naming it. */
 int mp__mpi_xfer_check(const mp_msg *m);
-/* 1 when every request completed (and frees f), 0 while pending; waits
- * until deadline as mp__mpi_wait does. */
+/* 1 when every request completed (f is idle again), 0 while pending;
+ * waits until deadline as mp__mpi_wait does. */
 int mp__mpi_inflight_wait(mp__mpi_inflight *f, double deadline, const char *fn);
+/* Whether f has requests posted (not yet seen complete). */
+bool mp__mpi_inflight_busy(const mp__mpi_inflight *f);
 void mp__mpi_inflight_free(mp__mpi_inflight *f);
-/* 1 when every request completed, else 0: one MPI_Testall, no failure
- * check (safe from the queue broker's thread). */
+/* 1 when every request completed (f is idle again), else 0: one
+ * MPI_Testall, no failure check (safe from the queue broker's thread). */
 int mp__mpi_inflight_test(mp__mpi_inflight *f);
-/* Receives one message whose header is matched on (src, tag). */
-int mp__mpi_xfer_recv(MPI_Message *msg, MPI_Status *st, int tag, mp_msg **out);
+/* A receive buffer kept between messages. */
+typedef struct mp__mpi_buf {
+    char *p;
+    size_t cap;
+} mp__mpi_buf;
+/* What the receiving calls return for a pipe marker, and for a notice
+ * that the message follows on the conn's tag of large messages. */
+#define MP__MPI_ON_PIPE 1
+#define MP__MPI_FOLLOWS 2
+/* Builds the message of a received header of count bytes (its tensors'
+ * bodies are then received from src on tag): 0 and *out, a marker or
+ * notice (above), or an error. */
+int mp__mpi_xfer_parse(const char *buf, int count, int src, int tag, mp_msg **out);
+/* Receives one message whose header is matched on (src, tag), through
+ * scratch (NULL: a buffer of its own): as mp__mpi_xfer_parse. */
+int mp__mpi_xfer_recv(MPI_Message *msg, MPI_Status *st, int tag, mp__mpi_buf *scratch,
+                      mp_msg **out);
+/* As mp__mpi_xfer_recv where no marker may come (queues): 0 or an error. */
+int mp__mpi_xfer_recv_msg(MPI_Message *msg, MPI_Status *st, int tag, mp_msg **out);
 
 #endif

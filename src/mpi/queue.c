@@ -5,59 +5,69 @@
  * broker thread on the home rank, the one thread this layer starts:
  *
  *   put:  [header {req}] + message on tag+0; the broker puts it into the
- *         queue and answers {req, rc} on tag+2.
+ *         queue and answers {req, rc} on tag+2. While the queue has no
+ *         room (its socket buffer is full) the broker keeps the message
+ *         parked, in order, and answers once it went in: it never blocks,
+ *         so it goes on serving the gets that make room.
  *   get:  {req, GET} on tag+1; the broker parks it until the queue yields
  *         a message, then answers {req, 0} + the message on tag+2 (or
  *         {req, rc} when the queue is closed and drained).
  *   a get that times out sends {req, CANCEL}: the broker drops a request
  *   still parked and answers {req, MP_ETIMEDOUT}; one already answered is
  *   received after all (no message is lost or delivered twice).
+ *   a put that times out sends {req, CANCEL_PUT}: the broker drops the
+ *   message if it is still parked, or remembers to drop it if it has not
+ *   arrived yet (another tag: the cancel may overtake it), and answers
+ *   MP_ETIMEDOUT; a put already queued keeps its answer, 0.
  *   close: {req, CLOSE} closes the queue for everyone.
  */
-#include "mpi/mpi_internal.h"
-#include "mproc/queue.h"
+#include "ipc/kinds.h"
+#include "mpi/queue_mpi.h"
 #include "wire/wire.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#define MP__TAG_QUEUE (1 << 20) /* queue k: tags MP__TAG_QUEUE + 4k .. + 3 */
-enum { OP_GET = 1, OP_CANCEL = 2, OP_CLOSE = 3 };
-
-typedef struct qreq {
-    uint64_t req;
-    int32_t op; /* OP_* in requests; the result code in answers */
-    int32_t pad;
-} qreq;
-
-typedef struct parked {
-    int src;
-    uint64_t req;
-} parked;
-
-struct mp_mpi_queue {
-    int home, tag;
-    mp_queue *q;            /* home and same-host ranks, else NULL */
-    uint64_t next_req;
-    /* the broker (home rank only) */
-    pthread_t thread;
-    bool running;
-    _Atomic bool stop;
-    parked *park;
-    int nparked, capparked;
-    mp__mpi_inflight *sends[64]; /* answers MPI still carries */
-};
-
 static uint32_t nqueues; /* mp_mpi_queue_create calls: every rank counts alike */
+
+int mp__mpi_qpush(plist *l, parked p)
+{
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 16;
+        parked *v = realloc(l->v, (size_t)cap * sizeof *v);
+        if (!v)
+            return MP_ENOMEM;
+        l->v = v, l->cap = cap;
+    }
+    l->v[l->n++] = p;
+    return 0;
+}
+
+/* Removes entry i, keeping the order. */
+parked mp__mpi_qtake(plist *l, int i)
+{
+    parked p = l->v[i];
+    memmove(l->v + i, l->v + i + 1, (size_t)(--l->n - i) * sizeof *l->v);
+    return p;
+}
+
+int mp__mpi_qfind(const plist *l, int src, uint64_t req)
+{
+    for (int i = 0; i < l->n; i++)
+        if (l->v[i].src == src && l->v[i].req == req)
+            return i;
+    return -1;
+}
 
 /* ---- the broker ------------------------------------------------------------- */
 
-static void answer(mp_mpi_queue *b, int dest, uint64_t req, int rc, mp_msg *m)
+void mp__mpi_qanswer(mp_mpi_queue *b, int dest, uint64_t req, int rc, int64_t val, mp_msg *m)
 {
-    qreq a = {req, rc, 0};
+    qreq a = {req, rc, 0, val};
     MPI_Send(&a, sizeof a, MPI_BYTE, dest, b->tag + 2, mp__mpi.comm);
     if (!m)
         return;
@@ -99,17 +109,53 @@ static bool broker_puts(mp_mpi_queue *b)
     do
         MPI_Improbe(src, b->tag, mp__mpi.comm, &found, &msg, &st);
     while (!found);
-    int rc = mp__mpi_xfer_recv(&msg, &st, b->tag, &m);
+    int rc = mp__mpi_xfer_recv_msg(&msg, &st, b->tag, &m), i;
+    b->last_put[src] = h.req;
+    if ((i = mp__mpi_qfind(&b->dropped, src, h.req)) >= 0) {
+        mp__mpi_qtake(&b->dropped, i); /* cancelled before it came: answered then */
+        mp_msg_destroy(m);
+        return true;
+    }
+    /* Behind parked puts it waits its turn: order per producer. */
     if (rc == 0)
-        rc = mp_queue_put(b->q, m, -1);
+        rc = b->puts.n ? MP_ETIMEDOUT : mp_queue_put(b->q, m, 0);
+    if (rc == MP_ETIMEDOUT && (rc = mp__mpi_qpush(&b->puts, (parked){src, h.req, m})) == 0)
+        return true;
     mp_msg_destroy(m);
-    answer(b, src, h.req, rc, NULL);
+    mp__mpi_qanswer(b, src, h.req, rc, 0, NULL);
     return true;
 }
 
-static void unpark(mp_mpi_queue *b, int i)
+/* Parked puts, oldest first, go in while the queue has room. */
+static bool broker_retry_puts(mp_mpi_queue *b)
 {
-    b->park[i] = b->park[--b->nparked];
+    bool moved = false;
+    while (b->puts.n > 0) {
+        int rc = mp_queue_put(b->q, b->puts.v[0].m, 0);
+        if (rc == MP_ETIMEDOUT)
+            break;
+        parked p = mp__mpi_qtake(&b->puts, 0);
+        mp_msg_destroy(p.m);
+        mp__mpi_qanswer(b, p.src, p.req, rc, 0, NULL);
+        moved = true;
+    }
+    return moved;
+}
+
+static void cancel_put(mp_mpi_queue *b, int src, uint64_t req)
+{
+    int i = mp__mpi_qfind(&b->puts, src, req);
+    if (i >= 0) {
+        mp_msg_destroy(mp__mpi_qtake(&b->puts, i).m);
+    } else if (req > b->last_put[src]) {
+        if (mp__mpi_qpush(&b->dropped, (parked){src, req, NULL}) != 0) {
+            mp__mpi_qanswer(b, src, req, MP_ENOMEM, 0, NULL);
+            return;
+        }
+    } else {
+        return; /* queued already: its answer (0) is on its way */
+    }
+    mp__mpi_qanswer(b, src, req, MP_ETIMEDOUT, 0, NULL);
 }
 
 static bool broker_requests(mp_mpi_queue *b)
@@ -121,26 +167,22 @@ static bool broker_requests(mp_mpi_queue *b)
     if (!found)
         return false;
     MPI_Recv(&r, sizeof r, MPI_BYTE, st.MPI_SOURCE, b->tag + 1, mp__mpi.comm, &st);
+    int i;
     if (r.op == OP_GET) {
-        if (b->nparked == b->capparked) {
-            int cap = b->capparked ? 2 * b->capparked : 16;
-            parked *p = realloc(b->park, (size_t)cap * sizeof *p);
-            if (!p) {
-                answer(b, st.MPI_SOURCE, r.req, MP_ENOMEM, NULL);
-                return true;
-            }
-            b->park = p, b->capparked = cap;
+        if (mp__mpi_qpush(&b->gets, (parked){st.MPI_SOURCE, r.req, NULL}) != 0)
+            mp__mpi_qanswer(b, st.MPI_SOURCE, r.req, MP_ENOMEM, 0, NULL);
+    } else if (r.op == OP_CANCEL) { /* a get or a join that timed out */
+        plist *l = mp__mpi_qfind(&b->gets, st.MPI_SOURCE, r.req) >= 0 ? &b->gets : &b->joins;
+        if ((i = mp__mpi_qfind(l, st.MPI_SOURCE, r.req)) >= 0) {
+            mp__mpi_qtake(l, i);
+            mp__mpi_qanswer(b, st.MPI_SOURCE, r.req, MP_ETIMEDOUT, 0, NULL);
         }
-        b->park[b->nparked++] = (parked){st.MPI_SOURCE, r.req};
-    } else if (r.op == OP_CANCEL) {
-        for (int i = 0; i < b->nparked; i++)
-            if (b->park[i].src == st.MPI_SOURCE && b->park[i].req == r.req) {
-                unpark(b, i);
-                answer(b, st.MPI_SOURCE, r.req, MP_ETIMEDOUT, NULL);
-                break;
-            }
+    } else if (mp__mpi_qbroker_join_op(b, st.MPI_SOURCE, &r)) {
+        /* task_done, join, qsize: queue_join.c */
+    } else if (r.op == OP_CANCEL_PUT) {
+        cancel_put(b, st.MPI_SOURCE, r.req);
     } else {
-        answer(b, st.MPI_SOURCE, r.req, mp_queue_close(b->q), NULL);
+        mp__mpi_qanswer(b, st.MPI_SOURCE, r.req, mp_queue_close(b->q), 0, NULL);
     }
     return true;
 }
@@ -149,14 +191,13 @@ static bool broker_requests(mp_mpi_queue *b)
 static bool broker_serve(mp_mpi_queue *b)
 {
     bool moved = false;
-    while (b->nparked > 0) {
+    while (b->gets.n > 0) {
         mp_msg *m = NULL;
         int rc = mp_queue_get(b->q, &m, 0);
         if (rc == MP_ETIMEDOUT)
             break;
-        parked p = b->park[0];
-        memmove(b->park, b->park + 1, (size_t)--b->nparked * sizeof *b->park);
-        answer(b, p.src, p.req, rc, m);
+        parked p = mp__mpi_qtake(&b->gets, 0);
+        mp__mpi_qanswer(b, p.src, p.req, rc, 0, m);
         mp_msg_destroy(m);
         moved = true;
     }
@@ -172,12 +213,20 @@ static void *broker(void *arg)
         bool busy = broker_puts(b);
         busy = broker_requests(b) || busy;
         busy = broker_serve(b) || busy;
+        busy = broker_retry_puts(b) || busy;
+        busy = mp__mpi_qbroker_joins(b) || busy;
         if (busy) {
             idle = 0;
             continue;
         }
-        /* Nothing to do: nap, longer the longer it stays quiet. */
-        struct timespec ts = {0, ++idle < 100 ? 20000 : 500000};
+        /* Nothing to do: yield a while (a request right behind the last
+         * one is answered at once), then nap, longer the longer it stays
+         * quiet (20 us naps for the first ~40 ms, then 200 us). */
+        if (++idle < 200) {
+            sched_yield();
+            continue;
+        }
+        struct timespec ts = {0, idle < 2200 ? 20000 : 200000};
         nanosleep(&ts, NULL);
     }
     return NULL;
@@ -196,9 +245,17 @@ static void queue_free(mp_mpi_queue *mq)
         if (mq->sends[i] && mp__mpi_inflight_test(mq->sends[i]))
             mp__mpi_inflight_free(mq->sends[i]);
     }
-    for (int i = 0; i < mq->nparked && !mp__mpi.failed; i++)
-        answer(mq, mq->park[i].src, mq->park[i].req, MP_ECLOSED, NULL);
-    free(mq->park);
+    for (int i = 0; i < mq->gets.n && !mp__mpi.failed; i++)
+        mp__mpi_qanswer(mq, mq->gets.v[i].src, mq->gets.v[i].req, MP_ECLOSED, 0, NULL);
+    for (int i = 0; i < mq->joins.n && !mp__mpi.failed; i++)
+        mp__mpi_qanswer(mq, mq->joins.v[i].src, mq->joins.v[i].req, MP_ECLOSED, 0, NULL);
+    for (int i = 0; i < mq->puts.n; i++)
+        mp_msg_destroy(mq->puts.v[i].m); /* every rank left: nobody waits */
+    for (int i = 0; i < MAX_PENDING; i++)
+        if (mq->pending[i] && !mp__mpi_inflight_busy(mq->pending[i]))
+            mp__mpi_inflight_free(mq->pending[i]);
+    free(mq->gets.v), free(mq->puts.v), free(mq->dropped.v), free(mq->joins.v);
+    free(mq->last_put);
     mp_queue_release(mq->q);
     free(mq);
 }
@@ -220,6 +277,8 @@ static int share_local(mp_mpi_queue *mq)
         return rc;
     }
     mp_msg *m = NULL;
+    if ((rc = mp__objkinds_ensure("mp_mpi_queue_create")) < 0)
+        return rc;
     for (;;) {
         rc = mp__wire_recv(mp__mpi.peers[mq->home].sock, &m, mp__deadline(0.05));
         if (rc != MP_ETIMEDOUT)
@@ -234,34 +293,48 @@ static int share_local(mp_mpi_queue *mq)
     return rc;
 }
 
-int mp_mpi_queue_create(int home, mp_mpi_queue **out)
+/* Whether any rank reaches the home's queue over MPI: with none, no
+ * broker thread runs (it would only take CPU from the ranks). */
+static bool remote_ranks(void)
+{
+    for (int r = 0; r < mp__mpi.size; r++)
+        if (mp_mpi_is_local(r) != 1)
+            return true;
+    return false;
+}
+
+static int create(int home, bool joinable, mp_mpi_queue **out, const char *fn)
 {
     int rc = mp_mpi_is_local(home), *ub = NULL, flag = 0;
     if (rc < 0)
         return rc;
     if (!out)
-        return mp__error(MP_EINVAL, "mp_mpi_queue_create: out is NULL");
+        return mp__error(MP_EINVAL, "%s: out is NULL", fn);
     mp_mpi_queue *mq = calloc(1, sizeof *mq);
     if (!mq)
-        return mp__error(MP_ENOMEM, "mp_mpi_queue_create: out of memory");
+        return mp__error(MP_ENOMEM, "%s: out of memory", fn);
     mq->home = home;
+    mq->joinable = joinable;
     mq->tag = MP__TAG_QUEUE + 4 * (int)nqueues++;
     MPI_Comm_get_attr(mp__mpi.comm, MPI_TAG_UB, &ub, &flag);
     if (flag && mq->tag + 3 > *ub)
-        rc = mp__error(MP_EOVERFLOW, "mp_mpi_queue_create: MPI's largest tag (%d) is too small "
-                                     "for another queue", *ub);
+        rc = mp__error(MP_EOVERFLOW, "%s: MPI's largest tag (%d) is too small for "
+                                     "another queue", fn, *ub);
     else if (mp__mpi.thread_level < MPI_THREAD_MULTIPLE)
-        rc = mp__error(MP_ENOTSUP, "mp_mpi_queue_create: the queue's broker thread needs "
-                                   "MPI_THREAD_MULTIPLE, which this MPI did not provide");
+        rc = mp__error(MP_ENOTSUP, "%s: the queue's broker thread needs "
+                                   "MPI_THREAD_MULTIPLE, which this MPI did not provide", fn);
+    else if (mp__mpi.rank == home && !(mq->last_put = calloc((size_t)mp__mpi.size,
+                                                              sizeof *mq->last_put)))
+        rc = mp__error(MP_ENOMEM, "%s: out of memory", fn);
     else if (mp__mpi.rank == home)
-        rc = mp_queue_create(0, &mq->q);
+        rc = joinable ? mp_joinable_queue_create(0, &mq->q) : mp_queue_create(0, &mq->q);
     else
         rc = 0;
     if (rc == 0 && (mp__mpi.rank == home || mp_mpi_is_local(home) == 1))
         rc = share_local(mq);
-    if (rc == 0 && mp__mpi.rank == home) {
+    if (rc == 0 && mp__mpi.rank == home && remote_ranks()) {
         if (pthread_create(&mq->thread, NULL, broker, mq) != 0)
-            rc = mp__error(MP_ESYS, "mp_mpi_queue_create: could not start the broker thread");
+            rc = mp__error(MP_ESYS, "%s: could not start the broker thread", fn);
         else
             mq->running = true;
     }
@@ -273,6 +346,16 @@ int mp_mpi_queue_create(int home, mp_mpi_queue **out)
     }
     *out = mq;
     return 0;
+}
+
+int mp_mpi_queue_create(int home, mp_mpi_queue **out)
+{
+    return create(home, false, out, "mp_mpi_queue_create");
+}
+
+int mp_mpi_joinable_queue_create(int home, mp_mpi_queue **out)
+{
+    return create(home, true, out, "mp_mpi_joinable_queue_create");
 }
 
 int mp_mpi_queue_is_local(const mp_mpi_queue *q)
@@ -298,15 +381,17 @@ static int local_call(mp_mpi_queue *mq, const mp_msg *in, mp_msg **out, double d
     }
 }
 
-/* The broker's answer to request req (waits, watching the job). */
-static int await_answer(mp_mpi_queue *mq, uint64_t req, double deadline, qreq *a,
+/* The broker's answer to request req (waits, watching the job). A request
+ * not answered by the deadline is cancelled with op; the broker then
+ * answers it (MP_ETIMEDOUT) unless its answer was already on the way. */
+int mp__mpi_qawait(mp_mpi_queue *mq, uint64_t req, double deadline, int op, qreq *a,
                         const char *fn)
 {
     MPI_Request r;
     MPI_Irecv(a, sizeof *a, MPI_BYTE, mq->home, mq->tag + 2, mp__mpi.comm, &r);
     int rc = mp__mpi_wait(&r, deadline, NULL, fn);
     if (rc == MP_ETIMEDOUT) {
-        qreq c = {req, OP_CANCEL, 0};
+        qreq c = {req, op, 0, 0};
         MPI_Send(&c, sizeof c, MPI_BYTE, mq->home, mq->tag + 1, mp__mpi.comm);
         rc = mp__mpi_wait(&r, -1, NULL, fn);
     }
@@ -323,32 +408,70 @@ static int check_args(mp_mpi_queue *mq, const void *m, const char *fn)
     return mp__mpi.failed ? mp__mpi_fail_error(fn) : 0;
 }
 
+/* A deadline for a call to the broker: a poll still gets one round trip. */
+static double remote_deadline(double timeout)
+{
+    return mp__deadline(timeout >= 0 && timeout < 0.005 ? 0.005 : timeout);
+}
+
+/* Frees the timed-out puts MPI is done with; a free slot's index, or -1. */
+static int settle_pending(mp_mpi_queue *mq)
+{
+    int free_slot = -1;
+    for (int i = 0; i < MAX_PENDING; i++) {
+        if (mq->pending[i] && mp__mpi_inflight_test(mq->pending[i])) {
+            mp__mpi_inflight_free(mq->pending[i]);
+            mq->pending[i] = NULL;
+        }
+        if (!mq->pending[i] && free_slot < 0)
+            free_slot = i;
+    }
+    return free_slot;
+}
+
+/* A put from another host: header and message to the broker, then its
+ * answer, all by the deadline; a put whose bytes are still moving when
+ * it times out leaves them to MPI (pending) and sends no more. */
+static int remote_put(mp_mpi_queue *mq, const mp_msg *m, double timeout, const char *fn)
+{
+    double deadline = remote_deadline(timeout);
+    int slot = settle_pending(mq), rc;
+    qreq h = {++mq->next_req, 0, 0, 0}, a;
+    mp__mpi_inflight *f = NULL;
+    if (slot < 0)
+        return mp__error(MP_ETIMEDOUT, "%s: %d earlier puts that timed out are still being "
+                                       "transferred to rank %d; nothing was sent", fn,
+                         MAX_PENDING, mq->home);
+    /* Checked first: once the header is out, the message must follow. */
+    if ((rc = mp__mpi_xfer_check(m)) != 0)
+        return rc;
+    MPI_Send(&h, sizeof h, MPI_BYTE, mq->home, mq->tag, mp__mpi.comm);
+    rc = mp__mpi_xfer_send(m, mq->home, mq->tag, &f);
+    if (rc == 0 && f) {
+        int w = mp__mpi_inflight_wait(f, deadline, fn);
+        rc = w < 0 ? w : 0; /* not sent by the deadline: the answer decides */
+    }
+    if (f && mp__mpi_inflight_busy(f))
+        mq->pending[slot] = f, f = NULL; /* the broker takes it, or drops it */
+    mp__mpi_inflight_free(f);
+    if (rc == 0)
+        rc = mp__mpi_qawait(mq, h.req, deadline, OP_CANCEL_PUT, &a, fn);
+    if (rc == 0 && a.op == MP_ETIMEDOUT)
+        return mp__error(MP_ETIMEDOUT, "%s: %s", fn, timeout == 0 ? "the queue is full"
+                                                                  : "timed out");
+    if (rc == 0 && a.op != 0)
+        rc = mp__error(a.op, "%s: the queue on rank %d refused the message (%s)", fn, mq->home,
+                       mp_err_name(a.op));
+    return rc;
+}
+
 int mp_mpi_queue_put(mp_mpi_queue *mq, const mp_msg *m, double timeout)
 {
     static const char *fn = "mp_mpi_queue_put";
     int rc = check_args(mq, m, fn);
     if (rc || mq->q)
         return rc ? rc : local_call(mq, m, NULL, timeout == 0 ? 0 : mp__deadline(timeout), fn);
-    qreq h = {++mq->next_req, 0, 0}, a;
-    mp__mpi_inflight *f = NULL;
-    /* Checked first: once the header is out, the message must follow. */
-    if ((rc = mp__mpi_xfer_check(m)) != 0)
-        return rc;
-    MPI_Send(&h, sizeof h, MPI_BYTE, mq->home, mq->tag, mp__mpi.comm);
-    rc = mp__mpi_xfer_send(m, mq->home, mq->tag, &f);
-    while (f && rc == 0 && (rc = mp__mpi_inflight_wait(f, -1, fn)) == 0)
-        ;
-    if (rc == 1)
-        rc = 0;
-    if (f && (rc == 0 || mp__mpi_inflight_test(f)))
-        mp__mpi_inflight_free(f);
-    /* The broker answers at once (the queue is unbounded): no timeout. */
-    if (rc == 0)
-        rc = await_answer(mq, h.req, -1, &a, fn);
-    if (rc == 0 && a.op != 0)
-        rc = mp__error(a.op, "%s: the queue on rank %d refused the message (%s)", fn, mq->home,
-                       mp_err_name(a.op));
-    return rc;
+    return remote_put(mq, m, timeout, fn);
 }
 
 int mp_mpi_queue_get(mp_mpi_queue *mq, mp_msg **out, double timeout)
@@ -357,11 +480,11 @@ int mp_mpi_queue_get(mp_mpi_queue *mq, mp_msg **out, double timeout)
     int rc = check_args(mq, out, fn);
     if (rc || mq->q)
         return rc ? rc : local_call(mq, NULL, out, timeout == 0 ? 0 : mp__deadline(timeout), fn);
-    qreq r = {++mq->next_req, OP_GET, 0}, a;
+    qreq r = {++mq->next_req, OP_GET, 0, 0}, a;
     MPI_Send(&r, sizeof r, MPI_BYTE, mq->home, mq->tag + 1, mp__mpi.comm);
     /* A poll gets one round trip to the home's broker. */
-    rc = await_answer(mq, r.req, mp__deadline(timeout >= 0 && timeout < 0.005 ? 0.005 : timeout),
-                      &a, fn);
+    settle_pending(mq);
+    rc = mp__mpi_qawait(mq, r.req, remote_deadline(timeout), OP_CANCEL, &a, fn);
     if (rc)
         return rc;
     if (a.op == MP_ETIMEDOUT && timeout == 0)
@@ -380,7 +503,7 @@ int mp_mpi_queue_get(mp_mpi_queue *mq, mp_msg **out, double timeout)
         if (!found)
             mp__mpi_backoff(&spins);
     }
-    return rc ? rc : mp__mpi_xfer_recv(&msg, &st, mq->tag + 2, out);
+    return rc ? rc : mp__mpi_xfer_recv_msg(&msg, &st, mq->tag + 2, out);
 }
 
 int mp_mpi_queue_close(mp_mpi_queue *mq)
@@ -389,9 +512,9 @@ int mp_mpi_queue_close(mp_mpi_queue *mq)
     int rc = check_args(mq, mq, fn);
     if (rc || mq->q)
         return rc ? rc : mp_queue_close(mq->q);
-    qreq r = {++mq->next_req, OP_CLOSE, 0}, a;
+    qreq r = {++mq->next_req, OP_CLOSE, 0, 0}, a;
     MPI_Send(&r, sizeof r, MPI_BYTE, mq->home, mq->tag + 1, mp__mpi.comm);
-    rc = await_answer(mq, r.req, -1, &a, fn);
+    rc = mp__mpi_qawait(mq, r.req, -1, OP_CANCEL, &a, fn);
     return rc ? rc : a.op;
 }
 
@@ -401,7 +524,12 @@ void mp_mpi_queue_destroy(mp_mpi_queue *mq)
         return;
     mp__error_saved saved;
     mp__error_save(&saved);
-    /* Every rank is done with it before the broker stops. */
+    /* Timed-out puts still moving reach the broker (which drops them)
+     * before it stops; every rank is done with it after the barrier. */
+    for (int i = 0; i < MAX_PENDING && !mp__mpi.failed; i++)
+        while (mq->pending[i] && mp__mpi_inflight_wait(mq->pending[i], -1, "mp_mpi_queue_"
+                                                       "destroy") == 0)
+            ;
     if (!mp__mpi.failed)
         mp_mpi_barrier();
     queue_free(mq);

@@ -36,13 +36,19 @@ static int call_entry(mp_entry_fn fn, mp_msg *args, bool *raised)
     return rc;
 }
 
-static void fill_error(mp_mpi_error *err)
+/* Writes the failure record into the caller's err (NULL: nowhere) the
+ * extensible-struct way; with none yet, a zeroed one (a size check). */
+static int fill_error(mp_mpi_error *err, const char *call)
 {
     const mp__mpi_fail *f = &mp__mpi.failure;
+    mp_mpi_error e = {.size = sizeof e};
     if (!err)
-        return;
-    *err = (mp_mpi_error){.rank = f->rank, .pid = f->pid, .host = f->host,
-                          .exitcode = f->exitcode, .signal = f->signal, .message = f->message};
+        return 0;
+    if (mp__mpi.failed)
+        e = (mp_mpi_error){.size = sizeof e, .rank = f->rank, .pid = f->pid, .host = f->host,
+                           .exitcode = f->exitcode, .signal = f->signal,
+                           .message = f->message};
+    return mp__struct_out(err, &e, sizeof e, call, "mp_mpi_error");
 }
 
 int mp_mpi_failure(mp_mpi_error *err)
@@ -50,10 +56,11 @@ int mp_mpi_failure(mp_mpi_error *err)
     int rc = mp__mpi_need("mp_mpi_failure");
     if (rc)
         return rc;
+    if ((rc = fill_error(err, "mp_mpi_failure")) < 0)
+        return rc;
     if (!mp__mpi.failed && mp__mpi_check("mp_mpi_failure") == 0)
         return mp__error(MP_ESTATE, "mp_mpi_failure: no rank has failed");
-    fill_error(err);
-    return 0;
+    return fill_error(err, "mp_mpi_failure");
 }
 
 /* This rank's entry failed: the record goes to every rank. */
@@ -84,6 +91,10 @@ int mp_mpi_spawn(const char *entry, mp_msg *args, mp_mpi_error *err)
         return rc;
     if (!entry)
         return mp__error(MP_EINVAL, "mp_mpi_spawn: entry is NULL");
+    /* Before the entry runs: every rank runs this same check, so a bad size
+     * fails them all here, never leaving one rank out of the collective. */
+    if ((rc = fill_error(err, "mp_mpi_spawn")) < 0)
+        return rc;
     mp_entry_fn fn = mp__entry_lookup(entry);
     if (!fn)
         return mp__error(MP_ENOENT, "mp_mpi_spawn: no entry '%s' is registered (MP_ENTRY)",
@@ -103,7 +114,7 @@ int mp_mpi_spawn(const char *entry, mp_msg *args, mp_mpi_error *err)
         if (rc == 0)
             return 0;
     }
-    fill_error(err);
+    fill_error(err, "mp_mpi_spawn"); /* its size was checked on the way in */
     rc = mp__mpi_fail_error("mp_mpi_spawn");
     /* Rank 0 reports; the others must not end the job before it has. */
     if (mp__mpi.rank != 0) {

@@ -11,6 +11,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <poll.h>
 #include <stdint.h>
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -97,6 +98,7 @@ typedef enum mp__fork_level {
     MP__FORK_PROCESS_LIST, /* process.c list_lock: the live children */
     MP__FORK_STORAGE_USER, /* tensor/storage.c user_lock: segment -> storage */
     MP__FORK_SHM_CACHE,    /* shm/cache.c lock: the mapping cache */
+    MP__FORK_SHM_RECYCLE,  /* shm/recycle.c lock: the pool of reusable segments */
     MP__FORK_SHM_MANAGER,  /* shm/manager_client.c lock: daemon reports */
     MP__FORK_IDS,          /* os/ids.c: no lock; the child forgets cached ids */
     MP__FORK_LEVELS
@@ -144,6 +146,13 @@ typedef struct mp__sys_table {
     int (*close)(int fd);
     int (*dup)(int fd);
     ssize_t (*read)(int fd, void *buf, size_t n);
+    /* The shm-manager client's connection to its daemon. */
+    int (*socket)(int domain, int type, int protocol);
+    int (*connect)(int fd, const struct sockaddr *addr, socklen_t len);
+    ssize_t (*send)(int fd, const void *buf, size_t n, int flags);
+    ssize_t (*recv)(int fd, void *buf, size_t n, int flags);
+    int (*poll)(struct pollfd *fds, nfds_t n, int timeout);
+    int (*mkdir)(const char *path, mode_t mode);
 } mp__sys_table;
 
 /* The live table. Library code calls mp__sys.mmap(...), never mmap(...). */

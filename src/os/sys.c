@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -30,6 +31,8 @@ static int real_posix_fallocate(int fd, off_t off, off_t len)
         .ftruncate = ftruncate, .posix_fallocate = real_posix_fallocate, .mmap = mmap,             \
         .munmap = munmap, .sendmsg = sendmsg, .recvmsg = recvmsg, .socketpair = socketpair,        \
         .fcntl = real_fcntl, .fstat = real_fstat, .close = close, .dup = dup, .read = read,         \
+        .socket = socket, .connect = connect, .send = send, .recv = recv, .poll = poll,            \
+        .mkdir = mkdir,                                                                            \
     }
 
 const mp__sys_table mp__sys_real = REAL_CALLS;
@@ -53,6 +56,12 @@ enum {
     F_CLOSE,
     F_DUP,
     F_READ,
+    F_SOCKET,
+    F_CONNECT,
+    F_SEND,
+    F_RECV,
+    F_POLL,
+    F_MKDIR,
     F_COUNT
 };
 
@@ -72,6 +81,12 @@ static const char *const names[F_COUNT] = {
     [F_CLOSE] = "close",
     [F_DUP] = "dup",
     [F_READ] = "read",
+    [F_SOCKET] = "socket",
+    [F_CONNECT] = "connect",
+    [F_SEND] = "send",
+    [F_RECV] = "recv",
+    [F_POLL] = "poll",
+    [F_MKDIR] = "mkdir",
 };
 
 static struct fault {
@@ -170,6 +185,31 @@ static ssize_t f_read(int fd, void *buf, size_t n)
     return hit(F_READ) ? -1 : mp__sys_real.read(fd, buf, n);
 }
 
+static int f_socket(int domain, int type, int protocol)
+{
+    return hit(F_SOCKET) ? -1 : mp__sys_real.socket(domain, type, protocol);
+}
+static int f_connect(int fd, const struct sockaddr *addr, socklen_t len)
+{
+    return hit(F_CONNECT) ? -1 : mp__sys_real.connect(fd, addr, len);
+}
+static ssize_t f_send(int fd, const void *buf, size_t n, int flags)
+{
+    return hit(F_SEND) ? -1 : mp__sys_real.send(fd, buf, n, flags);
+}
+static ssize_t f_recv(int fd, void *buf, size_t n, int flags)
+{
+    return hit(F_RECV) ? -1 : mp__sys_real.recv(fd, buf, n, flags);
+}
+static int f_poll(struct pollfd *fds, nfds_t n, int timeout)
+{
+    return hit(F_POLL) ? -1 : mp__sys_real.poll(fds, n, timeout);
+}
+static int f_mkdir(const char *path, mode_t mode)
+{
+    return hit(F_MKDIR) ? -1 : mp__sys_real.mkdir(path, mode);
+}
+
 static void install(int i)
 {
     switch (i) {
@@ -217,6 +257,24 @@ static void install(int i)
         break;
     case F_READ:
         mp__sys.read = f_read;
+        break;
+    case F_SOCKET:
+        mp__sys.socket = f_socket;
+        break;
+    case F_CONNECT:
+        mp__sys.connect = f_connect;
+        break;
+    case F_SEND:
+        mp__sys.send = f_send;
+        break;
+    case F_RECV:
+        mp__sys.recv = f_recv;
+        break;
+    case F_POLL:
+        mp__sys.poll = f_poll;
+        break;
+    case F_MKDIR:
+        mp__sys.mkdir = f_mkdir;
         break;
     }
 }

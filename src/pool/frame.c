@@ -25,16 +25,7 @@ int mp__msg_copy_attachments(const mp_msg *src, size_t from, size_t n, mp_msg *d
                 rc = mp_msg_add_tensor(dst, name, t);
             mp_tensor_release(t);
         } else {
-            const mp__objkind *k = mp__objkind_lookup(kind);
-            void *obj;
-            if (!k)
-                return mp__error(MP_EPROTO, "pool: attachment %zu has unknown kind %d", i,
-                                 kind);
-            rc = mp__msg_get_object(src, i, kind, &obj);
-            if (rc)
-                return rc;
-            rc = mp__msg_add_object(dst, name, kind, obj);
-            k->release(obj);
+            rc = mp__msg_copy_object(dst, src, i);
         }
         if (rc)
             return rc;

@@ -1,5 +1,6 @@
 /* The child runtime (mp_setup, mp_raise, the fatal-signal handler) and both
  * ends of the per-child status channel. */
+#include "ipc/kinds.h"
 #include "process/process_internal.h"
 #include "wire/wire.h"
 
@@ -124,6 +125,25 @@ void mp__backtrace_prime(void)
         backtrace(&frame, 1);
 }
 
+void mp__child_prime(void)
+{
+    stack_t ss;
+    struct sigaction sa;
+    int sig;
+    mp__backtrace_prime();
+    /* Lazy binding resolves a libc function at its first call through the
+     * PLT and writes the result into the GOT: a forked child making that
+     * first call pays a symbol lookup and a copied page on every start.
+     * Calling the child path's functions once here, as harmless queries,
+     * resolves them in the parent for all its children. */
+    prctl(PR_GET_PDEATHSIG, &sig);
+    (void)getppid();
+    sigaltstack(NULL, &ss);
+    sigaction(SIGSEGV, NULL, &sa);
+    sigemptyset(&sa.sa_mask);
+    sigaddset(&sa.sa_mask, SIGPIPE);
+}
+
 static void install_fatal_handlers(void)
 {
     static char altstack[64 * 1024];
@@ -151,6 +171,11 @@ static int exit_status(int rc)
         return 0;
     return (rc & 0xff) ? (rc & 0xff) : 1;
 }
+
+/* _exit, called through a pointer the loader filled in at start: a call
+ * through the PLT would be resolved lazily in every child, since no parent
+ * ever calls _exit before it forks. */
+static void (*volatile const child_exit)(int) = _exit;
 
 _Noreturn void mp__child_run(int chan)
 {
@@ -180,14 +205,16 @@ _Noreturn void mp__child_run(int chan)
                  "register it with MP_ENTRY at file scope so that every start method "
                  "finds it",
                  boot.entry);
-    rc = mp__wire_recv(chan, &args, mp__deadline(30));
+    if ((rc = mp__objkinds_ensure("mproc child")) == 0)
+        rc = boot.has_args ? mp__wire_recv(chan, &args, mp__deadline(30)) : mp_msg_create(&args);
     if (rc < 0)
         mp_raise("mproc child: receiving the argument message failed: %s", mp_last_error());
     rc = fn(boot.rank, args);
     mp_msg_destroy(args);
     mp__child_exit_run(); /* _exit skips atexit: e.g. the CUDA producer's warning */
     fflush(NULL);
-    _exit(exit_status(rc));
+    child_exit(exit_status(rc));
+    __builtin_unreachable();
 }
 
 /* ---- mp_setup ------------------------------------------------------------- */
@@ -250,7 +277,8 @@ int mp_setup(int *argc, char ***argv)
     pid_t ppid;
     if (!argc || !argv || !*argv || *argc < 1)
         return mp__error(MP_EINVAL, "mp_setup: pass &argc and &argv from main");
-    if ((rc = mp__registry_check("mp_setup")) < 0)
+    if ((rc = mp__registry_check("mp_setup")) < 0 ||
+        (rc = mp__objkinds_ensure("mp_setup")) < 0)
         return rc;
     rc = save_argv(*argc, *argv);
     if (rc < 0)

@@ -26,6 +26,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -247,17 +248,17 @@ int mp__forkserver_launch(int chan, pid_t *pid, int *pidfd)
 
 /* ---- the server ---------------------------------------------------------- */
 
-/* The child, forked by the intermediate: waits until the server closes
- * `go` (it does once it reaped the intermediate, so the child has been
- * re-parented by then), then dies with its parent. Exits when anyone else
- * adopted it: the parent died meanwhile. */
-static _Noreturn void child_main(int chan, int go, pid_t parent)
+/* The child, forked by the intermediate: waits until the intermediate has
+ * exited (it does at once, so this is a few yields, not a sleep until the
+ * server wakes it), by which time the child has been re-parented; then dies
+ * with its parent. Exits when anyone else adopted it: the parent died
+ * meanwhile. */
+static _Noreturn void child_main(int chan, pid_t middle, pid_t parent)
 {
-    char c;
-    while (read(go, &c, 1) < 0 && errno == EINTR)
-        ;
-    close(go);
-    if (getppid() != parent)
+    pid_t pp;
+    while ((pp = getppid()) == middle)
+        sched_yield();
+    if (pp != parent)
         _exit(1);
     mp__child_die_with_parent(parent);
     mp__child_run(chan);
@@ -280,31 +281,26 @@ typedef struct fork_result {
 static int server_fork(int ctl, int chan, pid_t parent, pid_t *child)
 {
     volatile fork_result res = {-1, 0};
-    int go[2], status;
-    pid_t middle;
-    if (pipe2(go, O_CLOEXEC) < 0)
-        return errno;
-    middle = vfork();
+    int status;
+    pid_t middle = vfork();
     if (middle == 0) {
+        pid_t self = getpid();
         pid_t c = fork();
         if (c == 0) {
             close(ctl);
-            close(go[1]);
             signal(SIGINT, SIG_DFL);
-            child_main(chan, go[0], parent);
+            child_main(chan, self, parent);
         }
         res.child = c;
         res.err = c < 0 ? errno : 0;
         _exit(0);
     }
-    close(go[0]);
     if (middle < 0) {
         res.err = errno;
     } else {
         while (waitpid(middle, &status, 0) < 0 && errno == EINTR)
             ;
     }
-    close(go[1]); /* re-parented now: the child may go on */
     *child = res.child;
     return res.err;
 }

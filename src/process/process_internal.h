@@ -70,6 +70,12 @@ int mp__fork_check(const char *call);
 #define MP__FRAME_PATH_MAX 1024
 #define MP__BOOT_MAGIC 0x6d70626fu /* "mpbo" */
 #define MP__MESSAGE_MAX 2048
+/* The most send-buffer space what a child writes on its channel can take:
+ * one raise record, or a signal record, MP__FRAMES_MAX frames and an end
+ * record, each under 4 KiB with the kernel's per-record overhead. A child
+ * end whose SO_SNDBUF holds this never blocks, so its parent need not read
+ * the channel while it waits for the exit. */
+#define MP__STATUS_BYTES_MAX ((MP__FRAMES_MAX + 2) * 4096)
 
 /* Set by a thread that catches mp_raise (a pool worker, to fail one task
  * and carry on): mp_raise first calls it with the formatted text; the hook
@@ -80,7 +86,8 @@ extern _Thread_local void (*mp__raise_hook)(const char *text);
 typedef struct mp__boot {
     uint32_t magic;
     int32_t rank;
-    int32_t method; /* the mp__method that started the child */
+    int32_t method;   /* the mp__method that started the child */
+    int32_t has_args; /* 0: no argument message follows (the entry gets an empty one) */
     char entry[MP_ENTRY_NAME_MAX + 1];
 } mp__boot;
 
@@ -134,6 +141,9 @@ void mp__child_die_with_parent(pid_t expected_parent);
 /* Makes the first backtrace() call of this process (it loads libgcc_s), so
  * that children forked afterwards do not each load it again. Idempotent. */
 void mp__backtrace_prime(void);
+/* mp__backtrace_prime, and the first calls of the functions a forked child
+ * makes before its entry (see child.c). In the parent, before any fork. */
+void mp__child_prime(void);
 /* argv saved by mp_setup; NULL before. */
 char *const *mp__saved_argv(void);
 

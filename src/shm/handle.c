@@ -1,6 +1,7 @@
 /* What crosses the wire for a segment: export on the sending side, open
  * (through the mapping cache) on the receiving side, drop when undelivered. */
 #include "shm/manager.h"
+#include "shm/recycle.h"
 #include "shm/shm_internal.h"
 
 #include <errno.h>
@@ -16,6 +17,7 @@ int mp__segment_export(mp__segment *s, mp__segment_handle *h)
     if (!s || !h)
         return mp__error(MP_EINVAL, "mp__segment_export: NULL segment or handle");
     memset(h, 0, sizeof *h);
+    mp__segment_mark_exported(s);
     h->strategy = s->strategy;
     h->size = s->size;
     h->fd = -1;
@@ -42,20 +44,6 @@ static void fs_adopt(mp__segment *s)
                                         __ATOMIC_ACQUIRE))
             return;
     mp__fs_unref(s->map, s->name);
-}
-
-/* The no-memfd fallback cannot be sealed: accept an unsealed fd only when
- * it is an unlinked mproc POSIX segment (checked on a cache miss only). */
-static bool unlinked_fallback(int fd, const struct stat *st)
-{
-    static const char want[] = "/dev/shm/" MP__SHM_PREFIX;
-    char link[64], path[256];
-    ssize_t n;
-    if (st->st_nlink != 0)
-        return false;
-    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-    n = readlink(link, path, sizeof path - 1);
-    return n > 0 && strncmp(path, want, sizeof want - 1) == 0;
 }
 
 static int open_fd(mp__segment_handle *h, mp__segment **out)
@@ -92,8 +80,11 @@ static int open_fd(mp__segment_handle *h, mp__segment **out)
         goto out_close;
     }
     seals = mp__sys.fcntl(fd, F_GET_SEALS, 0);
-    if ((seals < 0 || !(seals & F_SEAL_SHRINK)) && !unlinked_fallback(fd, &st)) {
-        mp__error(rc, "mp__segment_open: fd is not a memfd sealed against shrinking");
+    /* mproc's no-memfd fallback and adopted foreign segments (foreign.c)
+     * cannot be sealed; they come unlinked from /dev/shm instead */
+    if ((seals < 0 || !(seals & F_SEAL_SHRINK)) && !mp__shm_unlinked_posix(fd, &st)) {
+        mp__error(rc, "mp__segment_open: fd is neither a memfd sealed against shrinking nor "
+                  "an unlinked /dev/shm segment");
         goto out_close;
     }
     s = mp__segment_alloc(MP__STRATEGY_FD);

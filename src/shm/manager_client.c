@@ -74,7 +74,7 @@ static _Thread_local char batch_buf[4 * MP__MGR_LINE_MAX];
 static int send_dgram(const char *buf, size_t len)
 {
     for (;;) {
-        if (send(conn_fd, buf, len, MSG_NOSIGNAL) == (ssize_t)len)
+        if (mp__sys.send(conn_fd, buf, len, MSG_NOSIGNAL) == (ssize_t)len)
             return 0;
         if (errno != EINTR)
             return -errno;
@@ -219,8 +219,7 @@ static int send_register(void)
             rc = -errno;
             break;
         }
-    if (rfd >= 0)
-        close(rfd); /* the daemon has its own reference now */
+    mp__close(rfd); /* the daemon has its own reference now */
     if (rc < 0) {
         ring_drop();
         return rc;
@@ -265,16 +264,14 @@ static int reconnect(const struct sockaddr_un *sa)
 {
     struct timeval tv = {SEND_TIMEOUT_S, 0};
     int fd, err;
-    if (conn_fd >= 0)
-        close(conn_fd);
-    conn_fd = -1;
+    conn_fd = mp__close(conn_fd);
     reg_pid = 0;
-    if ((fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0)) < 0)
+    if ((fd = mp__sys.socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0)) < 0)
         return -errno;
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    if (connect(fd, (const struct sockaddr *)sa, sizeof *sa) != 0) {
+    if (mp__sys.connect(fd, (const struct sockaddr *)sa, sizeof *sa) != 0) {
         err = errno;
-        close(fd);
+        mp__close(fd);
         return -err;
     }
     conn_fd = fd;
@@ -436,9 +433,7 @@ const mp__shm_hooks *mp__mgr_client_hooks(void) { return &client_hooks; }
 void mp__mgr_client_reset(void)
 {
     pthread_mutex_lock(&lock);
-    if (conn_fd >= 0)
-        close(conn_fd);
-    conn_fd = -1;
+    conn_fd = mp__close(conn_fd);
     reg_pid = 0;
     retry_after = 0;
     ring_drop();

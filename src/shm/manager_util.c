@@ -112,7 +112,7 @@ int mp__mgr_runtime_dir_diagnose(char *buf, size_t cap, bool create, bool *exist
         snprintf(fix, fcap, "set MPROC_RUNTIME_DIR to a shorter private directory");
         return rc;
     }
-    if (create && mkdir(buf, 0700) != 0 && errno != EEXIST) {
+    if (create && mp__sys.mkdir(buf, 0700) != 0 && errno != EEXIST) {
         rc = mp__errno_error(errno, "shm manager: mkdir(%s)", buf);
         snprintf(problem, pcap, "%s", mp_last_error());
         snprintf(fix, fcap, env ? "set MPROC_RUNTIME_DIR to a directory that can be created, "
@@ -180,14 +180,14 @@ int mp__mgr_connect_at(const char *path, int *out)
         return mp__error(MP_EOVERFLOW, "shm manager: socket path too long: %s", path);
     /* Non-blocking: a blocking connect to a hung daemon whose backlog is
      * full would wait forever (a daemon asking its peers must not). */
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    fd = mp__sys.socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0)
         return mp__errno_error(errno, "shm manager: socket");
-    while (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+    while (mp__sys.connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
         int err = errno;
         if (err == EINTR)
             continue;
-        close(fd);
+        mp__close(fd);
         if (err == ECONNREFUSED || err == ENOENT)
             return mp__error(MP_ENOENT, "shm manager: no daemon listens on %s", sa.sun_path);
         if (err == EAGAIN)
@@ -209,7 +209,7 @@ int mp__mgr_connect_at(const char *path, int *out)
 static int write_all(int fd, const char *p, size_t n)
 {
     while (n > 0) {
-        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        ssize_t w = mp__sys.send(fd, p, n, MSG_NOSIGNAL);
         if (w < 0 && errno == EINTR)
             continue;
         if (w < 0)
@@ -252,7 +252,7 @@ int mp__mgr_control_at(const char *path, const char *cmd, char **reply, double t
             rc = mp__error(MP_ETIMEDOUT, "shm manager: no answer to %s in %.1f s", cmd, timeout);
             goto out_free;
         }
-        if (poll(&p, 1, ms) < 0 && errno != EINTR) {
+        if (mp__sys.poll(&p, 1, ms) < 0 && errno != EINTR) {
             rc = mp__errno_error(errno, "shm manager: poll");
             goto out_free;
         }
@@ -264,7 +264,7 @@ int mp__mgr_control_at(const char *path, const char *cmd, char **reply, double t
             }
             buf = nb;
         }
-        r = recv(fd, buf + len, cap - len - 1, MSG_DONTWAIT);
+        r = mp__sys.recv(fd, buf + len, cap - len - 1, MSG_DONTWAIT);
         if (r < 0 && (errno == EAGAIN || errno == EINTR))
             continue;
         if (r <= 0)
@@ -288,7 +288,7 @@ int mp__mgr_control_at(const char *path, const char *cmd, char **reply, double t
 out_free:
     free(buf);
 out_close:
-    close(fd);
+    mp__close(fd);
     return rc;
 }
 

@@ -1,4 +1,5 @@
 /* Creating, mapping and releasing shared segments under both strategies. */
+#include "shm/recycle.h"
 #include "shm/shm_internal.h"
 
 #include <errno.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 static atomic_int live; /* segments mapped by this process */
+static atomic_ullong user_unmapped; /* of those unmapped, the ones that had a user */
 
 static size_t page_size(void)
 {
@@ -264,6 +266,8 @@ void mp__segment_destroy(mp__segment *s)
     if (fs && h->batch)
         h->batch(false);
     atomic_fetch_sub(&live, 1);
+    if (s->had_user)
+        atomic_fetch_add_explicit(&user_unmapped, 1, memory_order_relaxed);
     free(s);
 }
 
@@ -272,7 +276,8 @@ void mp__segment_release(mp__segment *s)
     if (!s || atomic_fetch_sub(&s->refs, 1) != 1)
         return;
     mp__cache_remove(s);
-    mp__segment_destroy(s);
+    if (!mp__segment_recycle(s))
+        mp__segment_destroy(s);
 }
 
 void *mp__segment_data(const mp__segment *s)
@@ -302,6 +307,15 @@ void *mp__segment_user(const mp__segment *s)
 void mp__segment_set_user(mp__segment *s, void *user)
 {
     s->user = user;
+    s->had_user |= user != NULL;
+}
+bool mp__segment_had_user(const mp__segment *s)
+{
+    return s->had_user;
+}
+uint64_t mp__segment_user_unmapped(void)
+{
+    return atomic_load_explicit(&user_unmapped, memory_order_relaxed);
 }
 int mp__segment_count(void)
 {

@@ -60,6 +60,13 @@ const char *mp__segment_name(const mp__segment *s);
  * single storage that wraps a segment in this process. Not refcounted. */
 void *mp__segment_user(const mp__segment *s);
 void mp__segment_set_user(mp__segment *s, void *user);
+/* Whether s ever had a user in this process: false for a segment just
+ * mapped, true for a mapping a storage used before (the tensor layer's
+ * counters tell new mappings from reused ones by it). */
+bool mp__segment_had_user(const mp__segment *s);
+/* How many segments that had a user this process has unmapped (for
+ * mp_tensor_stats_get: storage segments unmapped). */
+uint64_t mp__segment_user_unmapped(void);
 
 /* What crosses the wire for a segment. */
 typedef struct mp__segment_handle {
@@ -76,12 +83,19 @@ typedef struct mp__segment_handle {
 int mp__segment_export(mp__segment *s, mp__segment_handle *h);
 /* Maps a received handle (cache hit: same segment, retained). FD: takes
  * ownership of h->fd (closed on hit or error); checks it is a memfd/shm file
- * sealed against shrinking, and that fstat's size covers h->size, else
+ * sealed against shrinking (or unlinked from /dev/shm: mproc's no-memfd
+ * fallback, adopted segments), and that fstat's size covers h->size, else
  * MP_EPROTO. FS: opens by name, checks magic/version/size, adopts the
  * in-flight reference. On success and on failure the handle holds nothing
  * afterwards (h->fd = -1, name cleared; a failed open gives the in-flight
  * reference back), so mp__segment_handle_drop on it is a no-op. */
 int mp__segment_open(mp__segment_handle *h, mp__segment **out);
+/* Maps a foreign shared-memory file from fd without copying (foreign.c): fd is
+ * dup'ed (the caller keeps its own), checked (a regular file of at least end
+ * bytes, sealed against shrinking or unlinked from /dev/shm: else MP_EINVAL
+ * saying why) and opened as a received file_descriptor handle of the whole
+ * file, so the mapping cache gives one segment per file. */
+int mp__segment_adopt_fd(int fd, uint64_t end, mp__segment **out);
 /* Gives back what an undelivered handle holds (FD: closes a received fd;
  * FS: drops the in-flight reference). */
 void mp__segment_handle_drop(mp__segment_handle *h, bool received);

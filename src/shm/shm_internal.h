@@ -20,6 +20,9 @@ struct mp__segment {
     pid_t ref_pid; /* FS: the process owning one header reference */
     bool reported; /* FS: its creation or opening was reported, so its closing is */
     void *user;
+    bool had_user; /* a user was ever set: it backed a storage (the stats) */
+    unsigned recycle_gen; /* recycle.c: 0, or the fork generation it was made in */
+    bool exported;        /* recycle.c: it left this process (atomic access) */
     struct mp__segment *next;      /* hash chain */
     struct mp__segment *name_next; /* FS: chain of the name index */
     char name[MP__SHM_NAME_MAX];
@@ -57,5 +60,10 @@ int mp__shm_random_name(char *name, size_t cap);
 /* Drops one header reference of a named segment; the last unlinks it (and
  * tells the `unlinked` hook). */
 void mp__fs_unref(mp__fs_header *hd, const char *name);
+
+/* foreign.c: fd (st its fstat) is a regular file unlinked from /dev/shm, so
+ * only holders of an fd to it can shrink it: the one kind of unsealed fd a
+ * receiver maps (mproc's no-memfd fallback, adopted foreign segments). */
+bool mp__shm_unlinked_posix(int fd, const struct stat *st);
 
 #endif

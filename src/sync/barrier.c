@@ -4,6 +4,7 @@
 #include "sync/sync_internal.h"
 
 #include <limits.h>
+#include <stddef.h>
 #include <math.h>
 #include <string.h>
 #include <unistd.h>
@@ -34,6 +35,9 @@ static void unmap_hook(mp__sync *s)
 {
     barrier_shared *sh = s->base;
     mp__guard_lock(&sh->guard);
+    /* A thread of ours that waited and has ended since left its token: it
+     * is no member keeping the mapping in use. */
+    mp__tokens_reap(sh->members, MP_SYNC_HOLDERS_MAX, NULL);
     int others = mp__tokens_leave(sh->members, MP_SYNC_HOLDERS_MAX);
     mp__guard_unlock(&sh->guard);
     if (others) {
@@ -54,26 +58,33 @@ void mp_barrier_options_init(mp_barrier_options *o)
     o->timeout = -1;
 }
 
-static int check_options(unsigned parties, const mp_barrier_options *o, mp__coderef *action)
+/* Reads the caller's options into *o the extensible-struct way (NULL: the
+ * defaults), and checks them. */
+static int check_options(unsigned parties, const mp_barrier_options *user, mp_barrier_options *o,
+                         mp__coderef *action)
 {
     const char *call = "mp_barrier_create";
+    int rc;
     memset(action, 0, sizeof *action);
+    mp_barrier_options_init(o);
     if (parties == 0 || parties > MP_SYNC_HOLDERS_MAX)
         return mp__error(MP_EINVAL, "%s: parties = %u, want 1 .. %d", call, parties,
                          MP_SYNC_HOLDERS_MAX);
-    if (!o)
+    if (!user)
         return 0;
-    if (o->size != sizeof *o)
-        return mp__error(MP_EINVAL, "%s: options not initialized (call "
-                         "mp_barrier_options_init first)", call);
+    if ((rc = mp__struct_in(o, sizeof *o, user, call, "mp_barrier_options")) < 0)
+        return rc;
+    if (user->size < offsetof(mp_barrier_options, timeout) + sizeof o->timeout)
+        o->timeout = -1; /* a struct without the field: its default */
     if (isnan(o->timeout))
         return mp__error(MP_EINVAL, "%s: the default timeout is NaN (negative waits "
                          "forever)", call);
     return o->action ? mp__coderef_make((void (*)(void))o->action, action, call) : 0;
 }
 
-int mp_barrier_create_ex(unsigned parties, const mp_barrier_options *o, mp_barrier **out)
+int mp_barrier_create_ex(unsigned parties, const mp_barrier_options *opts, mp_barrier **out)
 {
+    mp_barrier_options o[1];
     mp__coderef action;
     mp__sync *s;
     barrier_shared *sh;
@@ -81,7 +92,7 @@ int mp_barrier_create_ex(unsigned parties, const mp_barrier_options *o, mp_barri
     if (!out)
         return mp__error(MP_EINVAL, "mp_barrier_create: out is NULL");
     *out = NULL;
-    if ((rc = check_options(parties, o, &action)) < 0)
+    if ((rc = check_options(parties, opts, o, &action)) < 0)
         return rc;
     rc = mp__sync_new(MP_ATTACH_BARRIER, sizeof(barrier_shared), "mp_barrier_create", &s);
     if (rc)
@@ -95,7 +106,7 @@ int mp_barrier_create_ex(unsigned parties, const mp_barrier_options *o, mp_barri
         return rc;
     }
     sh->parties = parties;
-    sh->timeout = o ? o->timeout : -1;
+    sh->timeout = o->timeout;
     sh->action = action;
     *out = (mp_barrier *)s;
     return 0;

@@ -2,7 +2,7 @@
  * plus the owner and depth written beside it, so that misuse (release of an
  * unheld lock, release by another thread) gets a precise sentence and an
  * RLock counts its depth without a second mutex. */
-#include "sync/sync_internal.h"
+#include "sync/fastlock.h"
 
 #include <errno.h>
 #include <math.h>
@@ -15,10 +15,15 @@ struct mp_rlock {
     mp__sync s;
 };
 
+/* The lock starts a cache line of its own: the mutex word, the robust-list
+ * links and the owner fields (56 bytes) are all written by every acquire
+ * and release, and split over two lines they cost a second line move
+ * between CPUs per acquisition when two processes take turns. */
 typedef struct lock_shared {
     mp__sync_hdr hdr;
-    mp__olock lock;
+    _Alignas(64) mp__olock lock;
 } lock_shared;
+_Static_assert(sizeof(mp__olock) <= 64, "an olock fits one cache line");
 
 int mp__check_timeout(double timeout, const char *call)
 {
@@ -36,6 +41,10 @@ int mp__olock_init(mp__olock *l, const char *call)
 
 bool mp__olock_mine(const mp__olock *l)
 {
+    const mp__fast_thread *t = mp__fast_self();
+    if (t)
+        return atomic_load_explicit(&l->owner_tid, memory_order_relaxed) == t->tid &&
+               atomic_load_explicit(&l->owner_pid, memory_order_relaxed) == t->pid;
     return atomic_load_explicit(&l->owner_tid, memory_order_relaxed) == mp__tid() &&
            atomic_load_explicit(&l->owner_pid, memory_order_relaxed) == mp__pid();
 }
@@ -46,9 +55,39 @@ static void set_owner(mp__olock *l, pid_t pid, pid_t tid)
     atomic_store_explicit(&l->owner_tid, tid, memory_order_relaxed);
 }
 
+/* The uncontended acquire, inline in the public calls: a free lock needs
+ * no owner check (the swap fails when the caller holds it already). */
+static inline bool fast_acquire(mp__olock *l)
+{
+    const mp__fast_thread *t = mp__fast_self();
+    if (!mp__fast_lock(&l->mutex, t))
+        return false;
+    set_owner(l, t->pid, t->tid);
+    l->depth = 1;
+    return true;
+}
+
+/* The release of a lock the calling thread holds once, inline. */
+static inline bool fast_release(mp__olock *l)
+{
+    const mp__fast_thread *t = mp__fast_self();
+    if (!t || atomic_load_explicit(&l->owner_tid, memory_order_relaxed) != t->tid ||
+        atomic_load_explicit(&l->owner_pid, memory_order_relaxed) != t->pid || l->depth != 1)
+        return false;
+    l->depth = 0;
+    set_owner(l, 0, 0);
+    if (mp__fast_unlock(&l->mutex, t))
+        return true;
+    set_owner(l, t->pid, t->tid); /* the general path releases it */
+    l->depth = 1;
+    return false;
+}
+
 int mp__olock_acquire(mp__olock *l, bool recursive, double timeout, const char *call)
 {
     int err, dead_pid;
+    if (fast_acquire(l))
+        return 0;
     if (mp__olock_mine(l)) {
         if (!recursive)
             return mp__error(MP_ESTATE, "%s: the calling thread holds this lock already; "
@@ -176,6 +215,8 @@ void mp_lock_destroy(mp_lock *l) { mp__sync_release(l ? &l->s : NULL, unmap_hook
 int mp_lock_acquire(mp_lock *l, double timeout)
 {
     MP__CHECK_HANDLE(l, "mp_lock_acquire");
+    if (!isnan(timeout) && fast_acquire(olock_of(&l->s)))
+        return 0;
     int rc = mp__check_timeout(timeout, "mp_lock_acquire");
     return rc ? rc : mp__olock_acquire(olock_of(&l->s), false, timeout, "mp_lock_acquire");
 }
@@ -183,6 +224,8 @@ int mp_lock_acquire(mp_lock *l, double timeout)
 int mp_lock_release(mp_lock *l)
 {
     MP__CHECK_HANDLE(l, "mp_lock_release");
+    if (fast_release(olock_of(&l->s)))
+        return 0;
     return mp__olock_release(olock_of(&l->s), "mp_lock_release");
 }
 
@@ -220,6 +263,8 @@ void mp_rlock_destroy(mp_rlock *l) { mp__sync_release(l ? &l->s : NULL, unmap_ho
 int mp_rlock_acquire(mp_rlock *l, double timeout)
 {
     MP__CHECK_HANDLE(l, "mp_rlock_acquire");
+    if (!isnan(timeout) && fast_acquire(olock_of(&l->s)))
+        return 0;
     int rc = mp__check_timeout(timeout, "mp_rlock_acquire");
     return rc ? rc : mp__olock_acquire(olock_of(&l->s), true, timeout, "mp_rlock_acquire");
 }
@@ -227,6 +272,8 @@ int mp_rlock_acquire(mp_rlock *l, double timeout)
 int mp_rlock_release(mp_rlock *l)
 {
     MP__CHECK_HANDLE(l, "mp_rlock_release");
+    if (fast_release(olock_of(&l->s)))
+        return 0;
     return mp__olock_release(olock_of(&l->s), "mp_rlock_release");
 }
 

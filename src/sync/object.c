@@ -200,3 +200,11 @@ SYNC_KIND(semaphore, MP_ATTACH_SEMAPHORE, "semaphore")
 SYNC_KIND(event, MP_ATTACH_EVENT, "event")
 SYNC_KIND(condition, MP_ATTACH_CONDITION, "condition")
 SYNC_KIND(barrier, MP_ATTACH_BARRIER, "barrier")
+
+int mp__sync_kinds_register(void)
+{
+    static const mp__objkind *const kinds[] = {&mp__lock_kind,  &mp__rlock_kind,
+                                               &mp__semaphore_kind, &mp__event_kind,
+                                               &mp__condition_kind, &mp__barrier_kind};
+    return mp__objkind_register_all(kinds, sizeof kinds / sizeof kinds[0]);
+}

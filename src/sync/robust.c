@@ -10,7 +10,7 @@
  * and all token words at once with futex_waitv (Linux >= 5.16). Without
  * futex_waitv it sleeps on the object's word alone and a death is noticed at
  * the next wake-up or at the deadline. */
-#include "sync/sync_internal.h"
+#include "sync/fastlock.h"
 
 #include <errno.h>
 #include <linux/futex.h>
@@ -75,11 +75,17 @@ int mp__robust_lock(pthread_mutex_t *m, double deadline)
 
 void mp__guard_lock(pthread_mutex_t *m)
 {
+    if (mp__fast_lock(m, mp__fast_self()))
+        return;
     if (pthread_mutex_lock(m) == EOWNERDEAD)
         pthread_mutex_consistent(m);
 }
 
-void mp__guard_unlock(pthread_mutex_t *m) { pthread_mutex_unlock(m); }
+void mp__guard_unlock(pthread_mutex_t *m)
+{
+    if (!mp__fast_unlock(m, mp__fast_self()))
+        pthread_mutex_unlock(m);
+}
 
 bool mp__mutex_held(const pthread_mutex_t *m)
 {

@@ -39,9 +39,12 @@ void mp__sync_retain(mp__sync *s);
  * the mapping still valid, then unmaps and closes. */
 void mp__sync_release(mp__sync *s, void (*unmap_hook)(mp__sync *s));
 
-/* The object-attachment descriptors (src/wire/kinds.c lists them). */
+/* The object-attachment descriptors (src/sync/object.c), and their
+ * registration with the wire layer (idempotent; src/ipc/kinds.c calls it
+ * before any message is decoded). */
 extern const struct mp__objkind mp__lock_kind, mp__rlock_kind, mp__semaphore_kind,
     mp__event_kind, mp__condition_kind, mp__barrier_kind;
+int mp__sync_kinds_register(void);
 
 /* ---- robust mutexes ------------------------------------------------------ */
 
@@ -56,6 +59,10 @@ int mp__robust_lock(pthread_mutex_t *m, double deadline);
  * update is written so that a half-done one is harmless. */
 void mp__guard_lock(pthread_mutex_t *m);
 void mp__guard_unlock(pthread_mutex_t *m);
+
+/* Whether the calling thread takes free robust mutexes inline instead of
+ * through glibc (fastlock.h); tests check which path they exercised. */
+bool mp__robust_fast_available(void);
 
 /* Whether some live thread holds m (a racy snapshot). */
 bool mp__mutex_held(const pthread_mutex_t *m);

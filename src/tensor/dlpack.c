@@ -1,5 +1,6 @@
 /* The DLPack bridge: export a view as a DLManagedTensor, import one without
  * copying. */
+#include "shm/recycle.h"
 #include "tensor/tensor_priv.h"
 
 #include <stdlib.h>
@@ -24,6 +25,8 @@ int mp_tensor_to_dlpack(mp_tensor *t, DLManagedTensor **out)
         return mp__error(MP_ENOMEM, "mp_tensor_to_dlpack: out of memory");
     /* counted first: share_memory_ refuses to move a storage while exported */
     atomic_fetch_add(&t->storage->exports, 1);
+    /* The consumer may hand the pointer on: the segment is never reused. */
+    mp__segment_mark_exported(t->storage->seg);
     m->dl_tensor.data = t->storage->data;
     m->dl_tensor.byte_offset = t->offset;
     m->dl_tensor.device = t->storage->dev;

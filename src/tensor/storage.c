@@ -10,7 +10,6 @@
 /* Guards segment->user, the link from a segment to its one storage. */
 static pthread_mutex_t user_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
-static atomic_ullong copies;
 
 static void before_fork(void)
 {
@@ -136,11 +135,6 @@ void mp__storage_set_user(mp__storage *s, void *user)
     s->user = user;
 }
 
-uint64_t mp_tensor_shared_copy_count(void)
-{
-    return atomic_load(&copies);
-}
-
 int mp__storage_share(mp__storage *s)
 {
     mp__segment *seg;
@@ -170,17 +164,20 @@ int mp__storage_share(mp__storage *s)
     s->seg = seg;
     mp__segment_set_user(seg, s);
     pthread_mutex_unlock(&user_lock);
-    atomic_fetch_add(&copies, 1);
+    mp__tensor_stats_copied(s->nbytes);
+    mp__tensor_stats_linked(false, true);
     return 0;
 }
 
-int mp__storage_from_segment(mp__segment *seg, mp__storage **out)
+/* The one storage over seg (see mp__storage_from_segment); from_message:
+ * whether seg came in a message, for the counters. */
+static int from_segment(mp__segment *seg, bool from_message, mp__storage **out)
 {
     mp__storage *s;
-    if (!seg || !out)
-        return mp__error(MP_EINVAL, "mp__storage_from_segment: NULL segment or out");
+    bool new_mapping;
     pthread_once(&once, init);
     pthread_mutex_lock(&user_lock);
+    new_mapping = !mp__segment_had_user(seg);
     s = mp__segment_user(seg);
     if (s) {
         /* retain unless its last reference is already on its way out */
@@ -189,6 +186,7 @@ int mp__storage_from_segment(mp__segment *seg, mp__storage **out)
             ;
         if (r > 0) {
             pthread_mutex_unlock(&user_lock);
+            mp__tensor_stats_linked(from_message, false);
             *out = s;
             return 0;
         }
@@ -201,6 +199,25 @@ int mp__storage_from_segment(mp__segment *seg, mp__storage **out)
     s->seg = mp__segment_retain(seg);
     mp__segment_set_user(seg, s);
     pthread_mutex_unlock(&user_lock);
+    mp__tensor_stats_linked(from_message, new_mapping);
     *out = s;
     return 0;
+}
+
+int mp__storage_from_segment(mp__segment *seg, mp__storage **out)
+{
+    if (!seg || !out)
+        return mp__error(MP_EINVAL, "mp__storage_from_segment: NULL segment or out");
+    return from_segment(seg, true, out);
+}
+
+int mp__storage_shared_new(size_t nbytes, mp__storage **out)
+{
+    mp__segment *seg;
+    int rc = mp__segment_create(nbytes, mp__shm_strategy(), &seg);
+    if (rc < 0)
+        return rc;
+    rc = from_segment(seg, false, out);
+    mp__segment_release(seg); /* the storage holds its own */
+    return rc;
 }

@@ -157,7 +157,6 @@ int mp_tensor_empty(mp_dtype dtype, int ndim, const int64_t *shape, mp_tensor **
 
 int mp_tensor_empty_shared(mp_dtype dtype, int ndim, const int64_t *shape, mp_tensor **out)
 {
-    mp__segment *seg;
     mp__storage *s;
     size_t nbytes;
     int rc;
@@ -167,11 +166,7 @@ int mp_tensor_empty_shared(mp_dtype dtype, int ndim, const int64_t *shape, mp_te
     rc = mp__shape_nbytes("mp_tensor_empty_shared", dtype, ndim, shape, &nbytes);
     if (rc < 0)
         return rc;
-    rc = mp__segment_create(nbytes, mp__shm_strategy(), &seg);
-    if (rc < 0)
-        return rc;
-    rc = mp__storage_from_segment(seg, &s);
-    mp__segment_release(seg); /* the storage holds its own */
+    rc = mp__storage_shared_new(nbytes, &s);
     return rc < 0 ? rc : make_contiguous(s, dtype, ndim, shape, out);
 }
 

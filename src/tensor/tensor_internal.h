@@ -21,9 +21,9 @@ mp__segment *mp__storage_segment(const mp__storage *s);
 /* Moves a CPU storage into shared memory (no-op if shared). */
 int mp__storage_share(mp__storage *s);
 
-/* The one storage wrapping seg in this process (created on first use,
- * retained on later calls), so tensors received over one segment are views
- * of one storage. */
+/* The one storage wrapping seg, a segment received in a message, in this
+ * process (created on first use, retained on later calls), so tensors
+ * received over one segment are views of one storage. */
 int mp__storage_from_segment(mp__segment *seg, mp__storage **out);
 
 /* Wraps foreign memory on any device; release(data, ctx) runs when the last

@@ -47,4 +47,14 @@ int mp__shape_nbytes(const char *call, mp_dtype dtype, int ndim, const int64_t *
 /* Strided copy of equal shapes and dtypes (no overlap checks). */
 void mp__copy_strided(const mp_tensor *dst, const mp_tensor *src);
 
+/* A zeroed storage of nbytes in a new shared segment (current strategy). */
+int mp__storage_shared_new(size_t nbytes, mp__storage **out);
+
+/* The counters of mp_tensor_stats_get (stats.c): a storage of nbytes was
+ * copied into shared memory; a storage was linked to a segment, one this
+ * process created or one that came in a message (from_message), over a
+ * mapping no storage used before (new_mapping). */
+void mp__tensor_stats_copied(size_t nbytes);
+void mp__tensor_stats_linked(bool from_message, bool new_mapping);
+
 #endif

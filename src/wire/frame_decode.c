@@ -224,6 +224,21 @@ static int parse_object(dec *d, reader *r, uint32_t index, const mp__objkind *k,
     return rc;
 }
 
+/* A kind id this process has no descriptor for: a sender of a newer or
+ * another build, most likely (a process registers every kind it was built
+ * with before its first receive, src/ipc/kinds.c). */
+static int unknown_kind(uint32_t index, unsigned kind)
+{
+    char known[256];
+    mp__objkind_list(known, sizeof known);
+    return mp__error(MP_EPROTO, "receiving a message: attachment %u has object kind %u, which "
+                                "this build of mproc (%s) does not know (it knows %s): the "
+                                "sender may be a newer or another build of mproc; link both "
+                                "ends with the same mproc",
+                     index, kind, MP_VERSION_STRING,
+                     known[0] ? known : "none: no kind is registered");
+}
+
 static int parse_attachments(dec *d, reader *r, uint32_t nattach)
 {
     for (uint32_t i = 0; i < nattach; i++) {
@@ -249,7 +264,7 @@ static int parse_attachments(dec *d, reader *r, uint32_t nattach)
             return BAD("attachment %u: body of %u bytes is truncated", i, fa.body_len);
         br = (reader){body, fa.body_len, 0};
         if (fa.kind != MP_ATTACH_TENSOR && !(k = mp__objkind_lookup(fa.kind)))
-            return BAD("attachment %u: unknown kind %u", i, fa.kind);
+            return unknown_kind(i, fa.kind);
         if (k)
             rc = parse_object(d, &br, i, k, &ref);
         else
@@ -259,7 +274,7 @@ static int parse_attachments(dec *d, reader *r, uint32_t nattach)
                      (unsigned long long)(br.len - br.off));
         if (rc == 0 && !d->m)
             continue;   /* checking pass */
-        if (rc == 0 && (rc = mp__msg_push(d->m, fa.kind, (const char *)name, name_len,
+        if (rc == 0 && (rc = mp__msg_push(d->m, k, (const char *)name, name_len,
                                           ref)) == 0)
             continue;   /* the message holds the reference now */
         if (ref && k)
@@ -278,8 +293,8 @@ static int check_header(const mp__frame_header *h, size_t len, int nfds)
     if (h->version != MP__FRAME_VERSION)
         return BAD("version %u, this library speaks version %u", h->version,
                    MP__FRAME_VERSION);
-    if (h->flags & ~(unsigned)MP__FRAME_KNOWN_FLAGS || h->reserved)
-        return BAD("unknown flags 0x%x or reserved field %u", h->flags, h->reserved);
+    if (h->flags & ~(unsigned)MP__FRAME_KNOWN_FLAGS)
+        return BAD("unknown flags 0x%x", h->flags);
     if (h->nfds != (uint32_t)nfds)
         return BAD("the header announces %u fds but %d arrived with it", h->nfds, nfds);
     if (h->flags & MP__FRAME_CLOSED)

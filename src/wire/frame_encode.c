@@ -113,14 +113,11 @@ static int export_storages(enc *e)
 static int encode_object(enc *e, size_t i)
 {
     const mp__attach *a = &e->m->att[i];
-    const mp__objkind *k = mp__objkind_lookup(a->kind);
+    const mp__objkind *k = a->ops;
     mp__frame_out *o = e->o;
     unsigned char scratch[OBJ_SCRATCH];
     size_t len = 0;
     int nfds = 0, rc;
-    if (!k)
-        return mp__error(MP_EINVAL, "sending a message: attachment %zu has unknown kind %d", i,
-                         a->kind);
     rc = k->encode(a->u.obj, scratch, sizeof scratch, &len, o->fds + o->nfds,
                    MP__WIRE_MAX_FDS - 1 - o->nfds, &nfds);
     if (rc < 0)

@@ -21,13 +21,10 @@ int mp_msg_create(mp_msg **out)
 
 static void attach_drop(mp__attach *a)
 {
-    if (a->kind == MP_ATTACH_TENSOR) {
+    if (!a->ops)
         mp_tensor_release(a->u.tensor);
-    } else {
-        const mp__objkind *k = mp__objkind_lookup(a->kind);
-        if (k && a->u.obj)
-            k->release(a->u.obj);
-    }
+    else if (a->u.obj)
+        a->ops->release(a->u.obj);
     free(a->name);
 }
 
@@ -111,7 +108,7 @@ static int check_name(const char *fn, const char *name, size_t *len)
     return 0;
 }
 
-int mp__msg_push(mp_msg *m, int kind, const char *name, size_t name_len, void *ref)
+int mp__msg_push(mp_msg *m, const mp__objkind *k, const char *name, size_t name_len, void *ref)
 {
     mp__attach *a;
     if (m->count == m->cap) {
@@ -123,7 +120,8 @@ int mp__msg_push(mp_msg *m, int kind, const char *name, size_t name_len, void *r
         m->cap = cap;
     }
     a = &m->att[m->count];
-    a->kind = kind;
+    a->kind = k ? k->kind : MP_ATTACH_TENSOR;
+    a->ops = k;
     a->name = NULL;
     a->u.obj = ref;
     if (name) {
@@ -148,7 +146,7 @@ int mp_msg_add_tensor(mp_msg *m, const char *name, mp_tensor *t)
     if (mp__storage_device(mp__tensor_storage(t)).device_type != kDLCPU)
         return mp__error(MP_EINVAL, "mp_msg_add_tensor: tensor is not on the CPU; attach CUDA "
                                     "tensors with mp_msg_add_cuda_tensor");
-    rc = mp__msg_push(m, MP_ATTACH_TENSOR, name, len, mp_tensor_retain(t));
+    rc = mp__msg_push(m, NULL, name, len, mp_tensor_retain(t));
     if (rc < 0)
         mp_tensor_release(t);
     return rc;
@@ -215,36 +213,56 @@ int mp_msg_from_state_dict(size_t n, const char *const *names, mp_tensor *const 
     return 0;
 }
 
-int mp__msg_add_object(mp_msg *m, const char *name, int kind, void *obj)
+int mp__msg_add_object(mp_msg *m, const char *name, const mp__objkind *k, void *obj)
 {
-    const mp__objkind *k = mp__objkind_lookup(kind);
     size_t len;
     int rc;
     if (!m || !obj)
         return mp__error(MP_EINVAL, "mp_msg_add: %s is NULL", m ? "object" : "message");
-    if (!k)
-        return mp__error(MP_EINVAL, "mp_msg_add: attachment kind %d is not an object kind "
-                                    "this build knows", kind);
     if ((rc = check_name("mp_msg_add", name, &len)) < 0)
         return rc;
-    rc = mp__msg_push(m, kind, name, len, k->retain(obj));
+    rc = mp__msg_push(m, k, name, len, k->retain(obj));
     if (rc < 0)
         k->release(obj);
     return rc;
 }
 
-int mp__msg_get_object(const mp_msg *m, size_t index, int kind, void **obj)
+/* The object attachment at index of kind k (NULL: of any object kind). */
+static int object_at(const mp_msg *m, size_t index, const mp__objkind *k, const char *fn,
+                     const mp__attach **out)
 {
-    const mp__objkind *k = mp__objkind_lookup(kind);
+    const mp__attach *a = NULL;
+    if (!m || index >= m->count)
+        return mp__error(MP_EINVAL, "%s: index %zu out of range (%zu attachments)", fn, index,
+                         m ? m->count : 0);
+    a = &m->att[index];
+    if (!a->ops || (k && a->ops != k))
+        return mp__error(MP_EINVAL, "%s: attachment %zu is of kind '%s', not '%s'", fn, index,
+                         a->ops ? a->ops->name : "tensor", k ? k->name : "an mproc object");
+    *out = a;
+    return 0;
+}
+
+int mp__msg_get_object(const mp_msg *m, size_t index, const mp__objkind *k, void **obj)
+{
+    const mp__attach *a = NULL;
+    int rc;
     if (!obj)
         return mp__error(MP_EINVAL, "mp_msg_get: out is NULL");
     *obj = NULL;
-    if (!m || index >= m->count)
-        return mp__error(MP_EINVAL, "mp_msg_get: index %zu out of range (%zu attachments)",
-                         index, m ? m->count : 0);
-    if (!k || m->att[index].kind != kind)
-        return mp__error(MP_EINVAL, "mp_msg_get: attachment %zu is of kind %d, not %s", index,
-                         m->att[index].kind, k ? k->name : "a known object kind");
-    *obj = k->retain(m->att[index].u.obj);
+    if ((rc = object_at(m, index, k, "mp_msg_get", &a)) < 0)
+        return rc;
+    *obj = k->retain(a->u.obj);
     return 0;
+}
+
+int mp__msg_copy_object(mp_msg *dst, const mp_msg *src, size_t index)
+{
+    const mp__attach *a = NULL;
+    int rc;
+    if (!dst)
+        return mp__error(MP_EINVAL, "mp__msg_copy_object: the destination message is NULL");
+    if ((rc = object_at(src, index, NULL, "mp__msg_copy_object", &a)) < 0)
+        return rc;
+    return mp__msg_add_object(dst, a->name, a->ops, a->u.obj);
 }

@@ -6,10 +6,11 @@
 
 typedef struct mp__attach {
     int kind;          /* mp_attach_kind */
+    const mp__objkind *ops; /* an object's descriptor; NULL for a tensor */
     char *name;        /* NULL when unnamed */
     union {
         mp_tensor *tensor;   /* MP_ATTACH_TENSOR */
-        void *obj;           /* any kind listed in kinds.c */
+        void *obj;           /* any other kind: see ops */
     } u;
 } mp__attach;
 
@@ -22,7 +23,8 @@ struct mp_msg {
 };
 
 /* Appends an attachment that already holds its reference (decoder's path:
- * the reference is handed over, not retained again). name is copied. */
-int mp__msg_push(mp_msg *m, int kind, const char *name, size_t name_len, void *ref);
+ * the reference is handed over, not retained again): an object of kind k,
+ * or a tensor when k is NULL. name is copied. */
+int mp__msg_push(mp_msg *m, const mp__objkind *k, const char *name, size_t name_len, void *ref);
 
 #endif

@@ -12,7 +12,7 @@
 
 /* How an mproc object (queue, connection, lock, ...) crosses the wire: a few
  * bytes of its own plus some fds. Each layer above wire defines one
- * descriptor per kind and lists it in src/wire/kinds.c. */
+ * descriptor per kind and registers it (mp__objkind_register). */
 typedef struct mp__objkind {
     int kind;          /* mp_attach_kind */
     const char *name;  /* "queue", ... for error sentences */
@@ -27,14 +27,41 @@ typedef struct mp__objkind {
     int (*decode)(const void *buf, size_t len, int *fds, int nfds, void **obj);
 } mp__objkind;
 
-/* NULL for an unknown kind. */
+/* ---- the kind registry (src/wire/kinds.c) ----------------------------------
+ * The decoder meets a kind as an id on the wire and finds its descriptor
+ * here; nothing else needs the registry (a message built in this process
+ * carries its attachments' descriptors). Every layer registers its own
+ * kinds; src/ipc/kinds.c (mp__objkinds_ensure) registers all of them and is
+ * called before any message is decoded, so a static link that never names a
+ * kind still knows it when one arrives. */
+
+/* Kind ids are 2 .. MP__OBJKIND_MAX - 1 (1 is the tensor, which is no
+ * object); the table is indexed by id. */
+#define MP__OBJKIND_MAX 64
+/* Registers k under k->kind. Idempotent (the same descriptor again is 0);
+ * thread-safe and lock-free. MP_EINVAL for an incomplete descriptor, an id
+ * out of range, or an id another descriptor holds; the first such failure
+ * is also kept for mp__objkind_check. */
+int mp__objkind_register(const mp__objkind *k);
+/* mp__objkind_register for each of n descriptors; stops at the first error. */
+int mp__objkind_register_all(const mp__objkind *const *kinds, size_t n);
+/* The descriptor registered under kind, or NULL. */
 const mp__objkind *mp__objkind_lookup(int kind);
+/* 0, or the first registration failure (its code, with call and its
+ * sentence). */
+int mp__objkind_check(const char *call);
+/* Writes "2 (queue), 3 (connection), ..." for the kinds registered now into
+ * buf (truncated to cap - 1 bytes; "" when none); returns its length. */
+size_t mp__objkind_list(char *buf, size_t cap);
 
 /* Generic attach/get for layers above (typed wrappers live in their headers,
  * e.g. mp_msg_add_queue in mproc/queue.h). add retains obj; get returns a new
- * reference, MP_EINVAL when the attachment is not of that kind. */
-int mp__msg_add_object(mp_msg *m, const char *name, int kind, void *obj);
-int mp__msg_get_object(const mp_msg *m, size_t index, int kind, void **obj);
+ * reference, MP_EINVAL when the attachment is not of kind k. */
+int mp__msg_add_object(mp_msg *m, const char *name, const mp__objkind *k, void *obj);
+int mp__msg_get_object(const mp_msg *m, size_t index, const mp__objkind *k, void **obj);
+/* Appends src's object attachment at index to dst under the same name,
+ * retained. MP_EINVAL when that attachment is a tensor or out of range. */
+int mp__msg_copy_object(mp_msg *dst, const mp_msg *src, size_t index);
 
 /* Does what sending m would do first to its tensors (share each storage;
  * refuse a device tensor) without sending: 0 when m can be sent, else the

@@ -4,8 +4,11 @@
 #include "mp_test.h"
 #include "os/os.h"
 
+#include <pthread.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 MP_ENTRY(contract_exit3)
 {
@@ -160,6 +163,47 @@ static void test_spawn_and_pool_options_sizes(void **state)
     mp_pool_destroy(pool);
 }
 
+static void *barrier_default_wait(void *b)
+{
+    return (void *)(intptr_t)mp_barrier_wait(b, MP_BARRIER_DEFAULT_TIMEOUT, NULL);
+}
+
+/* mp_barrier_options reads the same way: a newer caller's unknown field is
+ * refused, an older one's missing timeout is its default (wait forever,
+ * not the 0 of a zero fill: that would poll). */
+static void test_barrier_options_sizes(void **state)
+{
+    struct {
+        mp_barrier_options o;
+        uint64_t newer;
+    } big;
+    mp_barrier *b = NULL;
+    memset(&big, 0, sizeof big);
+    mp_barrier_options_init(&big.o);
+    big.o.size = sizeof big;
+    assert_mp_ok(mp_barrier_create_ex(1, &big.o, &b));
+    mp_barrier_destroy(b);
+    big.newer = 1;
+    assert_mp_err(mp_barrier_create_ex(1, &big.o, &b), MP_ENOTSUP);
+    assert_null(b);
+    big.o.size = offsetof(mp_barrier_options, timeout);
+    big.o.timeout = 0; /* past the caller's size: ignored */
+    assert_mp_ok(mp_barrier_create_ex(2, &big.o, &b));
+    /* The first party waits with the default: -1 waits for the second,
+     * which comes 0.1 s later; a 0 would have failed it at once. */
+    pthread_t t;
+    void *first;
+    assert_int_equal(pthread_create(&t, NULL, barrier_default_wait, b), 0);
+    usleep(100000);
+    assert_mp_ok(mp_barrier_wait(b, 30, NULL));
+    pthread_join(t, &first);
+    assert_int_equal((int)(intptr_t)first, 0);
+    mp_barrier_destroy(b);
+    big.o.size = 0;
+    assert_mp_err(mp_barrier_create_ex(1, &big.o, &b), MP_EINVAL);
+    assert_non_null(strstr(mp_last_error(), "mp_barrier_options.size is 0"));
+}
+
 static int cb_calls;
 static void on_done(mp_async_result *r, void *user)
 {
@@ -244,6 +288,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_spawn_and_pool_options_sizes, mp_test_setup,
                                         mp_test_teardown),
         cmocka_unit_test_setup_teardown(test_callbacks_sizes, mp_test_setup, mp_test_teardown),
+        cmocka_unit_test_setup_teardown(test_barrier_options_sizes, mp_test_setup,
+                                        mp_test_teardown),
         cmocka_unit_test_setup_teardown(test_child_error_sizes, mp_test_setup,
                                         mp_test_teardown),
     };

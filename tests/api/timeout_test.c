@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <semaphore.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -150,6 +151,53 @@ static int c_recv(fx *f, double t)
     mp_msg_destroy(m);
     return rc;
 }
+static int c_recv_bytes(fx *f, double t)
+{
+    void *buf = NULL;
+    size_t len = 0;
+    int rc = mp_conn_recv_bytes(f->b, &buf, &len, t);
+    free(buf);
+    return rc;
+}
+static int c_wait(fx *f, double t)
+{
+    mp_wait_item it = {.kind = MP_WAIT_CONN, .u.conn = f->b};
+    int rc = mp_wait(&it, 1, t);
+    return rc == 1 && it.ready ? 0 : rc;
+}
+static int c_get_tensor(fx *f, double t)
+{
+    mp_tensor *x = NULL;
+    int rc = mp_queue_get_tensor(f->q, &x, t);
+    mp_tensor_release(x);
+    return rc;
+}
+/* A pipe whose socket buffer is full: one more send must wait. */
+static mp_msg *four_k(void)
+{
+    static char page[4096];
+    mp_msg *m = NULL;
+    assert_mp_ok(mp_msg_create(&m));
+    assert_mp_ok(mp_msg_set_payload(m, page, sizeof page));
+    return m;
+}
+static void s_pipe_full(fx *f)
+{
+    mp_msg *m = four_k();
+    int rc, n = 0;
+    assert_mp_ok(mp_pipe(true, &f->a, &f->b));
+    while ((rc = mp_conn_send(f->a, m, 0)) == 0 && n < 100000)
+        n++;
+    assert_int_equal(rc, MP_ETIMEDOUT);
+    mp_msg_destroy(m);
+}
+static int c_send(fx *f, double t)
+{
+    mp_msg *m = four_k();
+    int rc = mp_conn_send(f->a, m, t);
+    mp_msg_destroy(m);
+    return rc;
+}
 static int c_poll(fx *f, double t)
 {
     /* the query answers 1 (ready) or 0 (not ready), as documented: map
@@ -173,19 +221,37 @@ static void r_send(fx *f)
     assert_mp_ok(mp_conn_send(f->a, m, -1));
     mp_msg_destroy(m);
 }
+static void r_drain(fx *f)
+{
+    mp_msg *m = NULL;
+    while (mp_conn_recv(f->b, &m, 0) == 0)
+        mp_msg_destroy(m);
+}
+static void r_put_tensor(fx *f)
+{
+    int64_t n = 4;
+    mp_tensor *x = NULL;
+    assert_mp_ok(mp_tensor_empty(MP_FLOAT32, 1, &n, &x));
+    assert_mp_ok(mp_queue_put_tensor(f->q, x, -1));
+    mp_tensor_release(x);
+}
 
 /* ---- sync objects -------------------------------------------------------- */
 
-/* Lock and RLock are owned by a thread: a holder thread takes them and
- * gives them back when told. */
+/* Lock, RLock and a Condition's lock are owned by a thread: a holder
+ * thread takes one and gives it back when told. */
 static void *holder_main(void *arg)
 {
     fx *f = arg;
-    int rc = f->lock ? mp_lock_acquire(f->lock, -1) : mp_rlock_acquire(f->rlock, -1);
+    int rc = f->lock    ? mp_lock_acquire(f->lock, -1)
+             : f->rlock ? mp_rlock_acquire(f->rlock, -1)
+                        : mp_condition_acquire(f->cond, -1);
     sem_post(&f->held);
     sem_wait(&f->go);
     if (!rc)
-        rc = f->lock ? mp_lock_release(f->lock) : mp_rlock_release(f->rlock);
+        rc = f->lock    ? mp_lock_release(f->lock)
+             : f->rlock ? mp_rlock_release(f->rlock)
+                        : mp_condition_release(f->cond);
     return (void *)(intptr_t)rc;
 }
 static void start_holder(fx *f)
@@ -207,6 +273,11 @@ static void s_rlock(fx *f)
 static void s_sem(fx *f) { assert_mp_ok(mp_semaphore_create(0, &f->sem)); }
 static void s_event(fx *f) { assert_mp_ok(mp_event_create(&f->ev)); }
 static void s_cond(fx *f) { assert_mp_ok(mp_condition_create(&f->cond)); }
+static void s_cond_held(fx *f)
+{
+    s_cond(f);
+    start_holder(f);
+}
 static void s_barrier(fx *f) { assert_mp_ok(mp_barrier_create(2, &f->bar)); }
 
 static int c_lock(fx *f, double t)
@@ -240,6 +311,13 @@ static int c_cond(fx *f, double t)
     return rc;
 }
 static int c_barrier(fx *f, double t) { return mp_barrier_wait(f->bar, t, NULL); }
+static int c_cond_acquire(fx *f, double t)
+{
+    int rc = mp_condition_acquire(f->cond, t);
+    if (rc == 0)
+        assert_mp_ok(mp_condition_release(f->cond));
+    return rc;
+}
 
 static void r_holder(fx *f) { sem_post(&f->go); }
 static void r_sem(fx *f) { assert_mp_ok(mp_semaphore_release(f->sem)); }
@@ -314,10 +392,15 @@ static const row rows[] = {
     {"simple queue get", s_simple, c_simple_get, r_simple_put, MP_ETIMEDOUT, false},
     {"conn recv", s_pipe, c_recv, r_send, MP_ETIMEDOUT, true},
     {"conn poll", s_pipe, c_poll, r_send, POLL_NOT_READY, true},
+    {"conn recv_bytes", s_pipe, c_recv_bytes, r_send, MP_ETIMEDOUT, true},
+    {"conn send (full)", s_pipe_full, c_send, r_drain, MP_ETIMEDOUT, true},
+    {"wait (a conn)", s_pipe, c_wait, r_send, MP_ETIMEDOUT, true},
+    {"queue get_tensor", s_queue, c_get_tensor, r_put_tensor, MP_ETIMEDOUT, true},
     {"lock acquire", s_lock, c_lock, r_holder, MP_ETIMEDOUT, true},
     {"rlock acquire", s_rlock, c_rlock, r_holder, MP_ETIMEDOUT, true},
     {"semaphore acquire", s_sem, c_sem, r_sem, MP_ETIMEDOUT, true},
     {"event wait", s_event, c_event, r_event, MP_ETIMEDOUT, true},
+    {"condition acquire", s_cond_held, c_cond_acquire, r_holder, MP_ETIMEDOUT, true},
     {"condition wait", s_cond, c_cond, r_cond, MP_ETIMEDOUT, true},
     {"barrier wait", s_barrier, c_barrier, r_barrier, MP_ETIMEDOUT, true},
     {"process join", s_process, c_process, r_event, MP_ETIMEDOUT, true},

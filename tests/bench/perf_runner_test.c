@@ -119,6 +119,14 @@ static int check_results(const char *json, int *nbench)
         assert_true(isfinite(r.mproc) && r.mproc > 0);
         assert_true(isfinite(r.primitive) && r.primitive > 0);
         assert_true(fabs(r.ratio - r.mproc / r.primitive) <= 1e-3 * r.ratio + 1e-6);
+        /* Where the processes ran is stated on every line; a figure with
+         * its spread has both p99s, each at least its p50. */
+        assert_true(r.placement[0] != '\0');
+        if (r.kind[0]) {
+            assert_true(!strcmp(r.kind, "latency") || !strcmp(r.kind, "throughput"));
+            assert_true(r.mproc_p99 >= r.mproc && r.primitive_p99 >= r.primitive);
+            assert_true(r.samples >= 1);
+        }
         assert_int_equal(sscanf(line, "{\"bench\":\"%63[^\"]\"", bench), 1);
         int k = 0;
         while (k < *nbench && strcmp(seen[k], bench))
@@ -144,8 +152,24 @@ static void test_record_parse(void **state)
     assert_string_equal(r.op, "a \"b\"");
     assert_string_equal(r.primitive_name, "rawA");
     assert_true(r.mproc == 15 && r.primitive == 7.5 && r.ratio == 2);
+    assert_true(r.kind[0] == '\0' && r.placement[0] == '\0' && r.samples == 0);
+
+    /* bench_emit_stats's optional fields */
+    assert_int_equal(bench_record_parse("{\"op\":\"a\",\"unit\":\"us\",\"mproc\":2,"
+                                        "\"primitive_name\":\"p\",\"primitive\":1,\"ratio\":2,"
+                                        "\"kind\":\"latency\",\"mproc_p99\":9,"
+                                        "\"primitive_p99\":3,\"samples\":41,"
+                                        "\"placement\":\"parent on cpu 0\"}",
+                                        &r, err, sizeof err), 0);
+    assert_string_equal(r.kind, "latency");
+    assert_string_equal(r.placement, "parent on cpu 0");
+    assert_true(r.mproc_p99 == 9 && r.primitive_p99 == 3 && r.samples == 41);
 
     static const char *const bad[] = {
+        "{\"op\":\"a\",\"unit\":\"us\",\"mproc\":1,\"primitive_name\":\"p\",\"primitive\":1,"
+        "\"ratio\":1,\"mproc_p99\":\"9\"}",
+        "{\"op\":\"a\",\"unit\":\"us\",\"mproc\":1,\"primitive_name\":\"p\",\"primitive\":1,"
+        "\"ratio\":1,\"placement\":0}",
         "[1]",
         "{\"op\":\"a\",\"unit\":\"us\",\"mproc\":1,\"primitive_name\":\"p\",\"primitive\":1}",
         "{\"op\":1,\"unit\":\"us\",\"mproc\":1,\"primitive_name\":\"p\",\"primitive\":1,"

@@ -2,13 +2,15 @@
 #   build_header       include/mproc.h compiles alone as strict C11 and as C++17
 #   build_install      an installed copy works through pkg-config and find_package;
 #                      SONAME, mp_version() and the package version agree
-#   build_static_link  the static link line of docs/build.md, exactly
+#   build_static_link  the static link line of docs/build.md, exactly; a program
+#                      so linked decodes every object kind it receives
 #   build_relocate     install (DESTDIR), delete the build tree, move the prefix:
 #                      the installed daemon reclaims a killed producer's segments
 #   build_subproject   add_subdirectory(mproc) from another project
 #   build_apidoc       the Doxygen reference builds; no public function undocumented
 #   build_apidoc_check the doc check itself fails on an undocumented function
 #   build_man          the man pages render without warnings and name every command
+#   build_layers       a layer calls only layers below it (docs/architecture.md)
 # Those that link fresh programs against an installed or separately built
 # library cannot run in the ASan build (no sanitizer runtime there): noasan.
 find_program(MPROC_SH sh REQUIRED)
@@ -28,11 +30,17 @@ set(mproc_cuda_linked 0)
 if("CUDA::cudart" IN_LIST MPROC_LIBS)
   set(mproc_cuda_linked 1)
 endif()
+# kinds_sender: sends every object kind to the statically linked
+# kinds_receiver that build_static_link builds (MPROC_KINDS_SENDER).
+add_executable(kinds_sender ${mproc_build_dir}/kinds_sender.c)
+target_link_libraries(kinds_sender PRIVATE mproc_internal)
+mproc_use_flags(kinds_sender)
 add_test(NAME build_static_link
   COMMAND ${MPROC_SH} ${mproc_build_dir}/static_link_test.sh ${PROJECT_SOURCE_DIR}
           ${CMAKE_C_COMPILER} --build ${PROJECT_BINARY_DIR} ${CMAKE_COMMAND} ${mproc_cuda_linked})
 set_tests_properties(build_static_link PROPERTIES TIMEOUT 180 LABELS "build;noasan"
-                     SKIP_RETURN_CODE 77 RESOURCE_LOCK mproc_dev_shm)
+                     SKIP_RETURN_CODE 77 RESOURCE_LOCK mproc_dev_shm
+                     ENVIRONMENT MPROC_KINDS_SENDER=$<TARGET_FILE:kinds_sender>)
 
 foreach(t relocate subproject)
   add_test(NAME build_${t}
@@ -76,3 +84,11 @@ foreach(mode names exports)
             ${PROJECT_SOURCE_DIR} ${CMAKE_C_COMPILER} $<TARGET_FILE:mproc>)
   set_tests_properties(build_${mode} PROPERTIES TIMEOUT 120 LABELS build)
 endforeach()
+
+# build_layers: every call between src/ folders goes down the layer table of
+#   docs/architecture.md (nm over the library's object files).
+add_test(NAME build_layers
+  COMMAND ${MPROC_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/layers_test.py
+          ${PROJECT_SOURCE_DIR}/docs/architecture.md ${CMAKE_NM}
+          "$<TARGET_OBJECTS:mproc_objects>" "$<TARGET_OBJECTS:mproc_mpi>")
+set_tests_properties(build_layers PROPERTIES TIMEOUT 120 LABELS build)

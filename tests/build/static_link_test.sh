@@ -6,6 +6,9 @@
 # strategies, which starts the shm-manager daemon) and examples/spawn_errors.c
 # (spawn re-executes the program), then runs each. libmproc.a must need no
 # other library and no linker flag (no --undefined anchor).
+# With MPROC_KINDS_SENDER set (the kinds_sender test helper), also
+# tests/build/kinds_receiver.c, which names no queue, lock or CUDA call yet
+# must decode a message carrying every object kind that program sends it.
 # usage: static_link_test.sh SOURCE_DIR CC PKG_CONFIG_DIR
 #        static_link_test.sh SOURCE_DIR CC --build BUILD_DIR CMAKE [CUDA_LINKED]
 # The second form installs BUILD_DIR into a temporary prefix first; with
@@ -30,8 +33,9 @@ else
 fi
 export PKG_CONFIG_PATH=$pcdir
 awk '/^```c$/ { p = 1; next } /^```/ { p = 0 } p' "$src/README.md" >"$tmp/readme.c"
-cp "$src/examples/producer_consumer.c" "$src/examples/spawn_errors.c" "$tmp/"
-for app in readme producer_consumer spawn_errors; do
+cp "$src/examples/producer_consumer.c" "$src/examples/spawn_errors.c" \
+   "$src/tests/build/kinds_receiver.c" "$tmp/"
+for app in readme producer_consumer spawn_errors kinds_receiver; do
   (cd "$tmp" && "$cc" $app.c $(pkg-config --cflags mproc) \
      $(pkg-config --variable=libdir mproc)/libmproc.a -pthread -lrt -ldl -lm -ldw -o $app) \
     >"$tmp/$app.log" 2>&1 || { cat "$tmp/$app.log"; fail "$app does not link with the static line"; }
@@ -51,4 +55,18 @@ for s in file_descriptor file_system; do
 done
 "$tmp/spawn_errors" --mode ok --start-method spawn >"$tmp/se.log" 2>&1 ||
   { cat "$tmp/se.log"; fail "spawn_errors (spawn)"; }
-echo "ok: the static line links the README example, producer_consumer and spawn_errors; they run"
+if [ -n "${MPROC_KINDS_SENDER:-}" ]; then
+  # Only receiving pulls the kinds' code into this program: no queue, lock
+  # or CUDA symbol of its own (the object files of those layers come in
+  # through the receive path, which registers every kind before decoding).
+  if grep -Eq 'mp_(r?lock|semaphore|event|condition|barrier|(simple_|joinable_)?queue|msg_get|[a-z_]*cuda)[a-z_]*\(' \
+       "$tmp/kinds_receiver.c"; then
+    fail "kinds_receiver names a kind's call itself"
+  fi
+  "$tmp/kinds_receiver" "$MPROC_KINDS_SENDER" >"$tmp/kr.log" 2>&1 ||
+    { cat "$tmp/kr.log"; fail "kinds_receiver"; }
+  cat "$tmp/kr.log"
+else
+  echo "note: MPROC_KINDS_SENDER is not set: the every-kind receive was not run"
+fi
+echo "ok: the static line links the README example, producer_consumer, spawn_errors and kinds_receiver; they run"

@@ -3,6 +3,7 @@
  * and a clean "no device" from a CUDA build. */
 #include "mp_test.h"
 #include "cuda/cuda_internal.h"
+#include "ipc/kinds.h"
 #include "wire/wire.h"
 
 #include <fcntl.h>
@@ -48,8 +49,10 @@ static void test_cpu_tensor_is_not_cuda(void **state)
 
 static void test_kind_registered(void **state)
 {
-    const mp__objkind *k = mp__objkind_lookup(MP_ATTACH_CUDA_TENSOR);
-    assert_non_null(k);
+    const mp__objkind *k;
+    assert_mp_ok(mp__objkinds_ensure("test"));
+    k = mp__objkind_lookup(MP_ATTACH_CUDA_TENSOR);
+    assert_ptr_equal(k, &mp__cuda_tensor_kind);
     assert_int_equal(k->kind, MP_ATTACH_CUDA_TENSOR);
     /* Garbage with an fd: refused, and the fd is closed. */
     int fds[1] = {open("/dev/null", O_RDONLY | O_CLOEXEC)};

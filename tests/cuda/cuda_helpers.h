@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "mproc.h"
+#include "cuda/cuda_internal.h"
 #include "os/os.h"
 #include "wire/wire.h"
 
@@ -24,7 +25,7 @@
 
 static inline int send_tensor(int sock, mp_tensor *t)
 {
-    const mp__objkind *k = mp__objkind_lookup(MP_ATTACH_CUDA_TENSOR);
+    const mp__objkind *k = &mp__cuda_tensor_kind;
     uint8_t buf[1024];
     size_t len;
     int fds[4], nfds = 0, rc;
@@ -35,7 +36,7 @@ static inline int send_tensor(int sock, mp_tensor *t)
 
 static inline int recv_tensor(int sock, mp_tensor **out)
 {
-    const mp__objkind *k = mp__objkind_lookup(MP_ATTACH_CUDA_TENSOR);
+    const mp__objkind *k = &mp__cuda_tensor_kind;
     uint8_t buf[1024];
     size_t len;
     int fds[4], nfds = 0, rc;

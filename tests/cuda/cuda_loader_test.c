@@ -55,7 +55,7 @@ static void all_enotsup(const char *lib, const char *also)
     check_enotsup(mp_cuda_ipc_pending(&z), "mp_cuda_ipc_pending", lib, also);
     check_enotsup(mp_tensor_cuda_share_count(h, &n), "mp_tensor_cuda_share_count", lib, also);
     /* A CUDA attachment arriving here: refused, its fd closed. */
-    const mp__objkind *k = mp__objkind_lookup(MP_ATTACH_CUDA_TENSOR);
+    const mp__objkind *k = &mp__cuda_tensor_kind;
     int fds[1] = {open("/dev/null", O_RDONLY | O_CLOEXEC)};
     void *obj = NULL;
     check_enotsup(k->decode("junk", 4, fds, 1, &obj), "receiving a CUDA tensor", lib, also);

@@ -12,6 +12,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "ipc/kinds.h"
 #include "wire/wire.h"
 
 static int lowest_free_fd(void)
@@ -39,6 +40,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     mp_msg *m = NULL;
     if (size < 1)
         return 0;
+    /* As every receive path does, so that object kinds are decoded too. */
+    if (mp__objkinds_ensure("frame_fuzz") != 0)
+        abort();
     before = lowest_free_fd();
     nfds = data[0] & 3;
     for (int i = 0; i < nfds; i++)

@@ -6,9 +6,12 @@ if(MPROC_MPI_FOUND AND MPROC_MPIEXEC)
   add_executable(mpi_suite ${CMAKE_CURRENT_LIST_DIR}/mpi_suite.c)
   target_link_libraries(mpi_suite PRIVATE mproc_mpi)
   mproc_use_flags(mpi_suite)
+  add_executable(mpi_iter_suite ${CMAKE_CURRENT_LIST_DIR}/mpi_iter_suite.c)
+  target_link_libraries(mpi_iter_suite PRIVATE mproc_mpi)
+  mproc_use_flags(mpi_iter_suite)
   set(run ${CMAKE_CURRENT_LIST_DIR}/run.sh)
   foreach(v shm tcp)
-    foreach(c roundtrip alltoall allreduce queue pool)
+    foreach(c roundtrip alltoall allreduce queue queue_full pool)
       add_test(NAME mpi_${c}_${v} COMMAND ${run} 4 ${v} ok "ok on 4 ranks" $<TARGET_FILE:mpi_suite> ${c})
     endforeach()
     add_test(NAME mpi_raise_${v} COMMAND ${run} 4 ${v} fail
@@ -18,6 +21,14 @@ if(MPROC_MPI_FOUND AND MPROC_MPIEXEC)
     # (pidfd watch), but mpirun may end the job before rank 0 prints.
     set(pat "rank 0: job failed.*rank 2 [(]pid|rank 2 with PID .* signal 9")
     add_test(NAME mpi_kill_${v} COMMAND ${run} 4 ${v} fail "${pat}" $<TARGET_FILE:mpi_suite> kill)
+    # The pool's iterators and async calls, JoinableQueue counts across
+    # ranks, and a rank killed while the others join.
+    foreach(c imap joinable)
+      add_test(NAME mpi_${c}_${v} COMMAND ${run} 4 ${v} ok "ok on 4 ranks"
+               $<TARGET_FILE:mpi_iter_suite> ${c})
+    endforeach()
+    add_test(NAME mpi_join_kill_${v} COMMAND ${run} 4 ${v} fail "${pat}"
+             $<TARGET_FILE:mpi_iter_suite> join_kill)
   endforeach()
   # The demo: 2 ranks x 2 workers, 3 epochs, at least 0.84 (the single-host
   # demo has 0.85 to 0.86 at 2 epochs; 2 epochs here gave 0.8375 once while

@@ -5,7 +5,8 @@
  *
  *   roundtrip  tensors of 0 B .. 64 MiB (plus 0-d, strided, named, several
  *              per message) to a partner rank and back, bytes checked;
- *              timeouts; close; host-local objects
+ *              timeouts; close; host-local objects; a peer that closes
+ *              without taking a large message
  *   alltoall   every rank sends to every other at once (MPMC over pipes):
  *              each message arrives once, in order per sender
  *   allreduce  sum and mean of float32/float64/int32 tensors
@@ -13,12 +14,14 @@
  *   kill       rank 2 SIGKILLs itself mid-run: every rank errors out
  *   queue      one queue, every rank a producer and a consumer (MPMC):
  *              each message taken exactly once, FIFO per producer
+ *   queue_full puts to a full queue: poll, timeout, wait forever
  *   pool       a pool over ranks: map, apply with a tensor, per-task failure
  */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <mpi.h>
@@ -180,6 +183,33 @@ static void edges(mp_mpi_conn *c, bool sender, bool local)
     mp_msg_destroy(m);
 }
 
+/* The peer closes without taking a large message: later sends fail with
+ * MP_ECLOSED (not a hang on the transfer that will never finish), and
+ * destroying the conn returns. */
+static void abandoned(int partner, bool sender)
+{
+    mp_mpi_conn *c = NULL;
+    OK(mp_mpi_pipe(partner, &c));
+    if (!sender)
+        OK(mp_mpi_conn_close(c));
+    OK(mp_mpi_barrier());
+    if (sender) {
+        mp_tensor *t = pattern_tensor(1 << 20, 5);
+        mp_msg *m = NULL;
+        OK(mp_msg_create(&m));
+        OK(mp_msg_add_tensor(m, NULL, t));
+        int rc = mp_mpi_conn_send(c, m, 10);
+        CHECK(rc == 0 || rc == MP_ECLOSED, "first send to a closed peer: %s", mp_err_name(rc));
+        double t0 = MPI_Wtime();
+        rc = mp_mpi_conn_send(c, m, 10);
+        CHECK(rc == MP_ECLOSED, "second send to a closed peer: %s after %.2f s",
+              mp_err_name(rc), MPI_Wtime() - t0);
+        mp_msg_destroy(m);
+        mp_tensor_release(t);
+    }
+    mp_mpi_conn_destroy(c);
+}
+
 MP_ENTRY(case_roundtrip)
 {
     int partner = rank ^ 1;
@@ -187,13 +217,14 @@ MP_ENTRY(case_roundtrip)
     const char *env = getenv("MPROC_MPI_LOCAL");
     bool want_local = !(env && !strcmp(env, "0"));
     if (partner >= size)
-        return 0;
+        return mp_mpi_barrier(); /* abandoned()'s, alone */
     OK(mp_mpi_pipe(partner, &c));
     CHECK(mp_mpi_conn_is_local(c) == want_local, "local path %d", mp_mpi_conn_is_local(c));
     echo_sizes(c, rank % 2 == 0);
     shapes(c, rank % 2 == 0);
     edges(c, rank % 2 == 0, want_local);
     mp_mpi_conn_destroy(c);
+    abandoned(partner, rank % 2 == 0);
     return 0;
 }
 
@@ -383,6 +414,61 @@ MP_ENTRY(case_queue)
     return 0;
 }
 
+/* A full queue (its socket buffer holds no more): puts honour their
+ * timeouts from every rank (0 polls, a timeout gives up and puts nothing),
+ * a put that waits forever goes in once the home drains, and every message
+ * that was put is taken exactly once. */
+MP_ENTRY(case_queue_full)
+{
+    mp_mpi_queue *q = NULL;
+    mp_msg *m = NULL;
+    mp_tensor *counts = NULL;
+    int64_t two = 2, *n;
+    char pad[512];
+    memset(pad, 'p', sizeof pad);
+    OK(mp_mpi_queue_create(0, &q));
+    OK(mp_msg_create(&m));
+    OK(mp_msg_set_payload(m, pad, sizeof pad));
+    OK(mp_tensor_empty(MP_INT64, 1, &two, &counts));
+    n = mp_tensor_data(counts); /* [0]: puts that went in, [1]: messages taken */
+    if (rank == 1) {
+        int rc = 0;
+        for (int i = 0; i < 200000 && rc == 0; i++)
+            if ((rc = mp_mpi_queue_put(q, m, 0.2)) == 0)
+                n[0]++;
+        CHECK(rc == MP_ETIMEDOUT, "filling: %s after %lld puts", mp_err_name(rc),
+              (long long)n[0]);
+        CHECK(mp_mpi_queue_put(q, m, 0) == MP_ETIMEDOUT, "poll of a full queue");
+        double t0 = MPI_Wtime();
+        rc = mp_mpi_queue_put(q, m, 0.1);
+        CHECK(rc == MP_ETIMEDOUT && MPI_Wtime() - t0 >= 0.09, "timed put to a full queue: %s "
+              "after %.3f s", mp_err_name(rc), MPI_Wtime() - t0);
+    }
+    OK(mp_mpi_barrier()); /* the queue is full */
+    if (rank == 1) {
+        double t0 = MPI_Wtime();
+        OK(mp_mpi_queue_put(q, m, -1)); /* waits until rank 0 drains */
+        n[0]++;
+        CHECK(MPI_Wtime() - t0 >= 0.2, "the put waited for room: %.3f s", MPI_Wtime() - t0);
+    }
+    if (rank == 0) {
+        struct timespec ts = {0, 300 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        mp_msg *got = NULL;
+        while (mp_mpi_queue_get(q, &got, 1) == 0) {
+            n[1]++;
+            mp_msg_destroy(got), got = NULL;
+        }
+    }
+    OK(mp_mpi_allreduce_tensor(counts, MP_MPI_SUM));
+    CHECK(n[0] > 0 && n[0] == n[1], "%lld puts went in, %lld messages were taken",
+          (long long)n[0], (long long)n[1]);
+    mp_tensor_release(counts);
+    mp_msg_destroy(m);
+    mp_mpi_queue_destroy(q);
+    return 0;
+}
+
 MP_TASK(square)
 {
     int64_t x;
@@ -480,7 +566,7 @@ MP_ENTRY(case_pool)
 int main(int argc, char **argv)
 {
     char entry[64];
-    mp_mpi_error e;
+    mp_mpi_error e = {.size = sizeof e};
     if (mp_setup(&argc, &argv) != 0 || argc < 2) {
         fprintf(stderr, "usage: mpi_suite CASE (under mpirun)\n");
         return 2;
@@ -491,6 +577,11 @@ int main(int argc, char **argv)
     }
     rank = mp_mpi_rank(), size = mp_mpi_size();
     snprintf(entry, sizeof entry, "case_%s", argv[1]);
+    /* A record whose size was not set is refused before the entry runs, on
+     * every rank alike (so no rank is left alone in a collective). */
+    mp_mpi_error unset = {0};
+    CHECK(mp_mpi_spawn(entry, NULL, &unset) == MP_EINVAL, "an unset mp_mpi_error.size");
+    CHECK(mp_mpi_failure(&unset) == MP_EINVAL, "an unset mp_mpi_error.size");
     double t0 = MPI_Wtime();
     int rc = mp_mpi_spawn(entry, NULL, &e);
     if (rc != 0) {

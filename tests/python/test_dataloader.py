@@ -202,22 +202,36 @@ def _reaped(pid, timeout=30):
     return False
 
 
+@pytest.mark.parametrize("method", ["fork", "spawn"])
 @pytest.mark.parametrize("strategy", STRATEGIES, indirect=True)
-def test_worker_death_leaves_no_segments(strategy):
+def test_worker_death_leaves_no_segments(strategy, method):
+    # a worker SIGKILLed mid-epoch: DataLoader's own error within its
+    # timeout, then nothing left (segments, fds, children). A first loader
+    # opens what stays open for the process's life (spawn's resource
+    # tracker, the shm manager's connection) before fds are counted.
+    list(DataLoader(Tiny(), batch_size=2, num_workers=1,
+                    multiprocessing_context=mp.get_context(method)))
+    gc.collect()
+    fds = own_fds()
     dl = DataLoader(Dies(), batch_size=None, num_workers=2, timeout=20,
-                    multiprocessing_context=mp.get_context("fork"))
+                    multiprocessing_context=mp.get_context(method))
     it = iter(dl)
     pids = [w.pid for w in it._workers]
+    start = time.monotonic()
     with pytest.raises(RuntimeError, match="DataLoader worker"):
         list(it)
+    assert time.monotonic() - start < 20
     del it, dl
     gc.collect()
+    assert all(_reaped(p) for p in pids)
     # the killed worker's segments are reclaimed (file_system: by the
     # manager daemon once no process uses them); give it time under load
     end = time.monotonic() + 30
-    while own_segments(pids) and time.monotonic() < end:
+    while (own_segments(pids) or own_fds() > fds) and time.monotonic() < end:
+        gc.collect()
         time.sleep(0.1)
     assert own_segments(pids) == []
+    assert own_fds() <= fds
 
 
 def test_spawned_worker_collates_into_mproc_memory():
@@ -234,14 +248,56 @@ def test_spawned_worker_collates_into_mproc_memory():
 
 
 def test_tensor_in_torchs_shared_memory_travels():
-    # put into torch's own shared memory before mproc was in charge: it
-    # rides in the message's arena (one copy) and the sender's tensor is
-    # rebound to it, so both sides then see one memory
+    # put into torch's own shared memory before mproc was in charge: its fd
+    # is adopted (no copy) and both sides see one memory, the sender's
+    # tensor left as it was (test_adopt.py has the rest)
     t = torch.zeros(8)
     mp._torch_share_memory_(t)
     q = mp.Queue()
     q.put([t, t[2:4]])
     a, b = q.get()
-    assert mp._sharing.is_shared(t)
+    assert not mp._sharing.is_shared(t) and t.is_shared()
     a[3] = 5
     assert t[3] == 5 and b[1] == 5
+
+
+class Mixed(Dataset):
+    """Samples with a large tensor (batches of them get their own segment)
+    and small ones (they ride in the message's arena)."""
+
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        return torch.full((1 << 17,), float(i)), [torch.tensor([i]) for _ in range(8)]
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+@pytest.mark.parametrize("strategy", STRATEGIES, indirect=True)
+def test_break_mid_epoch_leaves_nothing(strategy, persistent):
+    # dropping the iterator with batches still queued (prefetched, in
+    # flight): no segment stays in /dev/shm and no fd leaks
+    list(DataLoader(Tiny(), batch_size=2, num_workers=1,
+                    multiprocessing_context=mp.get_context("fork")))
+    gc.collect()
+    fds = own_fds()
+    dl = DataLoader(Mixed(), batch_size=4, num_workers=2, prefetch_factor=4,
+                    persistent_workers=persistent,
+                    multiprocessing_context=mp.get_context("fork"))
+    pids = []
+    for _ in range(2):  # twice: a persistent loader's iterator is reused
+        it = iter(dl)
+        pids += [w.pid for w in it._workers]
+        batch = next(it)
+        assert batch[0].shape == (4, 1 << 17)
+        time.sleep(0.5)  # let the workers fill the queue
+        del it, batch
+    del dl
+    gc.collect()
+    assert all(_reaped(p) for p in set(pids))
+    end = time.monotonic() + 30
+    while (own_segments(pids) or own_fds() > fds) and time.monotonic() < end:
+        gc.collect()
+        time.sleep(0.1)
+    assert own_segments(pids) == []
+    assert own_fds() <= fds

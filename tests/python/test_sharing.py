@@ -223,3 +223,41 @@ def test_pool_survives_killed_workers():
                     break
                 time.sleep(0.05)
         assert pool.map(workers.double, range(6)) == [0, 2, 4, 6, 8, 10]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES, indirect=True)
+def test_tensor_stats(strategy):
+    """libmproc's counters (mp_tensor_stats_get) through the extension: a
+    shared storage is a segment created here, a tensor that comes back is a
+    segment received over the mapping this process has, and releasing
+    everything unmaps both."""
+    import mproc
+    from mproc import _mproc
+
+    def delta(before):
+        now = mproc.tensor_stats()
+        return {k: now[k] - before[k] for k in now}
+
+    s0 = mproc.tensor_stats()
+    assert set(s0) == {"shared_copies", "shared_copy_bytes", "segments_created",
+                       "segments_received", "segments_mapped", "segments_unmapped",
+                       "segments_live"}
+    a = _mproc.Storage.empty(4096)
+    a.share_memory_()  # shared already: no copy
+    d = delta(s0)
+    assert d["segments_created"] == 1 and d["shared_copies"] == 0 and d["segments_live"] == 1
+    q = mp.Queue()
+    t = torch.zeros(256)
+    q.put(t)
+    u = q.get(timeout=30)
+    d = delta(s0)
+    assert d["segments_created"] == 2 and d["segments_received"] == 1
+    assert d["segments_mapped"] == 0  # our own segment: the mapping is reused
+    q.put(t)  # shared already: nothing new is created
+    u = q.get(timeout=30)
+    d = delta(s0)
+    assert d["segments_created"] == 2 and d["segments_received"] == 2
+    del a, u, t, q
+    gc.collect()
+    d = delta(s0)
+    assert d["segments_unmapped"] == 2 and d["segments_live"] == 0

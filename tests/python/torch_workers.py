@@ -24,3 +24,46 @@ def collate_where(samples):
     sharing = sys.modules.get("mproc._sharing")
     in_mproc = sharing is not None and sharing.tensor_storage(batch) is not None
     return batch, "mproc.torch" in sys.modules, in_mproc
+
+
+def torch_shared(n, value):
+    """A tensor in torch's own file_descriptor shared memory (torch's
+    share_memory_, whether or not mproc.torch replaced the method)."""
+    import torch.multiprocessing  # noqa: F401
+    t = torch.full((n,), float(value))
+    sharing = sys.modules.get("mproc.torch")
+    (sharing._torch_share_memory_ if sharing else torch.Tensor.share_memory_)(t)
+    return t
+
+
+def inode_of(t):
+    """(st_dev, st_ino) of the file whose mapping holds t's first byte."""
+    ptr = t.data_ptr()
+    with open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.split()
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            if lo <= ptr < hi:
+                major, minor = (int(x, 16) for x in parts[3].split(":"))
+                return (major, minor), int(parts[4])
+    return None
+
+
+def put_torch_shared_and_exit(q, n, value):
+    """Producer that exits right after its put: the consumer gets it later."""
+    q.put(torch_shared(n, value))
+
+
+def write_into(t, value):
+    t.fill_(float(value))
+
+
+def collate_torch_shared(samples):
+    """(batch in torch's shared memory, inode of its file): a collate_fn that
+    puts its batch where torch's own does, whatever mproc installed."""
+    import os
+    batch = default_collate(samples)
+    sharing = sys.modules.get("mproc.torch")
+    (sharing._torch_share_memory_ if sharing else torch.Tensor.share_memory_)(batch)
+    st = os.fstat(batch._storage()._get_shared_fd())
+    return batch, ((os.major(st.st_dev), os.minor(st.st_dev)), st.st_ino)

@@ -432,12 +432,12 @@ static void test_share_fault_keeps_tensor(void **state)
     mp_tensor *t;
     assert_mp_ok(mp_tensor_empty(MP_INT32, 1, &n, &t));
     ((int32_t *)mp_tensor_data(t))[999] = 7;
-    uint64_t copies = mp_tensor_shared_copy_count();
+    uint64_t copies = mp_test_tensor_stats().shared_copies;
     assert_mp_ok(mp__sys_fault("posix_fallocate", ENOSPC, 0, 1));
     assert_mp_err(mp_tensor_share_memory_(t), MP_ENOSPC);
     assert_false(mp_tensor_is_shared(t));
     assert_int_equal(((int32_t *)mp_tensor_data(t))[999], 7);
-    assert_int_equal(mp_tensor_shared_copy_count(), copies);
+    assert_int_equal(mp_test_tensor_stats().shared_copies, copies);
     assert_mp_ok(mp_tensor_share_memory_(t));
     assert_true(mp_tensor_is_shared(t));
     assert_int_equal(((int32_t *)mp_tensor_data(t))[999], 7);

@@ -584,6 +584,38 @@ static void test_ring_fault_injected(void **state)
     assert_true(mgr_wait_clean(&c.pid, 1, MGR_GRACE + 1));
 }
 
+/* Child: its connection to the daemon goes through mp__sys too. The first
+ * connect is refused as if no daemon listened (it died): the client starts
+ * one (the running daemon stays the one), connects again and registers, so
+ * the segment is still reclaimed after a SIGKILL. */
+static int connect_fault_creator(int in, int out, void *arg)
+{
+    mp__segment *s;
+    (void)arg;
+    mp__mgr_client_reset(); /* no connection inherited: the report must connect */
+    if (mp__sys_fault("connect", ECONNREFUSED, 0, 1) != 0)
+        return 20;
+    if (mp__segment_create(4096, MP__STRATEGY_FS, &s) != 0)
+        return 21;
+    /* the refusal was used up by the client (a probe gets the real EBADF) */
+    struct sockaddr sa = {.sa_family = AF_UNIX};
+    if (mp__sys.connect(-1, &sa, sizeof sa) == 0 || errno != EBADF)
+        return 22;
+    mp__sys_fault_reset();
+    mgr_put(out, 'r');
+    mgr_get(in, 30); /* until killed */
+    return 0;
+}
+
+static void test_connect_fault_recovers(void **state)
+{
+    child c = child_start(connect_fault_creator, NULL);
+    assert_int_equal(mgr_get(c.from, 10), 'r');
+    assert_true(mgr_shm_of(c.pid));
+    child_end(&c, true);
+    assert_true(mgr_wait_clean(&c.pid, 1, MGR_GRACE + 1));
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, mp_test_setup, mp_test_teardown)
 
 int main(void)
@@ -603,6 +635,7 @@ int main(void)
         T(test_full_ring_waits),
         T(test_ring_refused_falls_back),
         T(test_ring_fault_injected),
+        T(test_connect_fault_recovers),
     };
     int rc;
     mgr_test_env();

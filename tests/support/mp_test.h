@@ -50,6 +50,8 @@ const char *mp_test_method(void **state);
 /* Creates and starts a process running entry(args) with method (default
  * options otherwise); fails the current test on any error. */
 mp_process *mp_test_start(const char *entry, mp_msg *args, const char *method);
+/* This process's mp_tensor_stats_get counters now; fails the test on error. */
+mp_tensor_stats mp_test_tensor_stats(void);
 
 /* SIGKILLs and reaps every child of this process. */
 void mp_test_kill_children(void);

@@ -264,3 +264,12 @@ mp_process *mp_test_start(const char *entry, mp_msg *args, const char *method)
     }
     return p;
 }
+
+mp_tensor_stats mp_test_tensor_stats(void)
+{
+    mp_tensor_stats st = {.size = sizeof st};
+    int rc = mp_tensor_stats_get(&st);
+    if (rc != 0)
+        fail_msg("mp_tensor_stats_get: %s: %s", mp_err_name(rc), mp_last_error());
+    return st;
+}

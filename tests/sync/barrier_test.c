@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "ipc/kinds.h"
 #include "wire/wire.h"
 
 /* ---- Barrier --------------------------------------------------------------- */
@@ -129,7 +130,8 @@ static int attach_child(void *p)
     mp_event *e = NULL;
     mp_barrier *b = NULL;
     mp_semaphore *s = NULL;
-    if (mp__wire_recv(sock, &m, mp__deadline(10)) != 0) {
+    if (mp__objkinds_ensure("attach_child") != 0 ||
+        mp__wire_recv(sock, &m, mp__deadline(10)) != 0) {
         fprintf(stderr, "attach_child: recv: %s\n", mp_last_error());
         return 1;
     }

@@ -62,18 +62,18 @@ static void test_empty_shared(void **state)
 {
     int64_t n = 1000;
     int base = mp_test_count_shm();
-    uint64_t copies = mp_tensor_shared_copy_count();
+    uint64_t copies = mp_test_tensor_stats().shared_copies;
     mp_tensor *t;
     assert_mp_ok(mp_tensor_empty_shared(MP_INT32, 1, &n, &t));
     assert_true(mp_tensor_is_shared(t));
     assert_string_equal(mp_tensor_sharing_strategy(t), strategy);
-    assert_int_equal(mp_tensor_shared_copy_count(), copies); /* created there: no copy */
+    assert_int_equal(mp_test_tensor_stats().shared_copies, copies); /* created there: no copy */
     for (int i = 0; i < n; i++)
         assert_int_equal(((int32_t *)mp_tensor_data(t))[i], 0);
     assert_int_equal(mp__segment_count(), 1);
     assert_int_equal(mp_test_count_shm(), base + (fs() ? 1 : 0));
     assert_mp_ok(mp_tensor_share_memory_(t)); /* no-op */
-    assert_int_equal(mp_tensor_shared_copy_count(), copies);
+    assert_int_equal(mp_test_tensor_stats().shared_copies, copies);
     mp_tensor_release(t);
     assert_int_equal(mp__segment_count(), 0);
     assert_int_equal(mp_test_count_shm(), base);
@@ -83,7 +83,7 @@ static void test_share_moves_views_and_grad(void **state)
 {
     int64_t shape[2] = {4, 5};
     mp_tensor *t, *v, *tr, *g;
-    uint64_t copies = mp_tensor_shared_copy_count();
+    uint64_t copies = mp_test_tensor_stats().shared_copies;
     assert_mp_ok(mp_tensor_empty(MP_INT32, 2, shape, &t));
     fill(t, 100);
     assert_mp_ok(mp_tensor_narrow(t, 0, 1, 2, &v));
@@ -93,7 +93,7 @@ static void test_share_moves_views_and_grad(void **state)
     assert_mp_ok(mp_tensor_set_grad(t, g));
     void *before = mp_tensor_data(v);
     assert_mp_ok(mp_tensor_share_memory_(t));
-    assert_int_equal(mp_tensor_shared_copy_count(), copies + 2); /* t and its grad, once */
+    assert_int_equal(mp_test_tensor_stats().shared_copies, copies + 2); /* t and its grad, once */
     assert_true(mp_tensor_is_shared(v) && mp_tensor_is_shared(tr) && mp_tensor_is_shared(g));
     assert_ptr_not_equal(mp_tensor_data(v), before);
     assert_ptr_equal(mp_tensor_data(v), (char *)mp_tensor_data(t) + 20);
@@ -103,7 +103,7 @@ static void test_share_moves_views_and_grad(void **state)
     assert_int_equal(((int32_t *)mp_tensor_data(tr))[mp_tensor_strides(tr)[1]], 105);
     assert_mp_ok(mp_tensor_share_memory_(v)); /* already shared through t */
     assert_mp_ok(mp_tensor_share_memory_(t));
-    assert_int_equal(mp_tensor_shared_copy_count(), copies + 2);
+    assert_int_equal(mp_test_tensor_stats().shared_copies, copies + 2);
     assert_int_equal(mp__segment_count(), 2);
     mp_tensor_release(g);
     mp_tensor_release(t);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "mp_test.h"
+#include "ipc/kinds.h"
 #include "tensor/tensor_internal.h"
 #include "wire/frame.h"
 #include "wire/wire.h"
@@ -69,7 +70,10 @@ static void test_msg_basics(void **state)
     assert_mp_ok(mp_msg_find_tensor(m, "a", &got));
     assert_ptr_equal(got, a);
     mp_tensor_release(got);
-    assert_mp_err(mp__msg_add_object(m, "q", 99, a), MP_EINVAL);
+    void *obj = &obj;
+    assert_mp_err(mp__msg_get_object(m, 0, &mp__queue_kind, &obj), MP_EINVAL);
+    assert_null(obj);
+    assert_non_null(strstr(mp_last_error(), "kind 'tensor', not 'queue'"));
     mp_msg_destroy(m);
     mp_msg_destroy(NULL);
 
@@ -145,16 +149,16 @@ static void roundtrip(const char *strategy)
         _exit(child_views(sv[1]));
     }
     close(sv[1]);
-    copies = mp_tensor_shared_copy_count();
+    copies = mp_test_tensor_stats().shared_copies;
     assert_mp_ok(mp__wire_send(sv[0], m, mp__deadline(10)));
     /* storage + grad: two copies, views of w cost nothing */
-    assert_int_equal(mp_tensor_shared_copy_count() - copies, 2);
+    assert_int_equal(mp_test_tensor_stats().shared_copies - copies, 2);
     assert_true(mp_tensor_is_shared(w));
     assert_mp_ok(mp__wire_recv(sv[0], &r, mp__deadline(10)));
     assert_mp_ok(mp_msg_find_tensor(r, "w", &back));
     /* the child's "w" came back as our storage: same memory, no new copy */
     assert_true(mp_tensor_same_storage(back, w));
-    assert_int_equal(mp_tensor_shared_copy_count() - copies, 2);
+    assert_int_equal(mp_test_tensor_stats().shared_copies - copies, 2);
     assert_true(((float *)mp_tensor_data(w))[11] == 22.0f);
     assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_true(WIFEXITED(status));
