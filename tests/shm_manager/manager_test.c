@@ -300,6 +300,31 @@ static void test_daemon_killed_readopts(void **state)
     assert_true(mgr_wait_clean(&c.pid, 1, MGR_GRACE + 1));
 }
 
+/* A daemon killed before it read a client's HELLO never held the client's
+ * ring's robust mutex, so the kernel marks nothing there: the client must
+ * still notice at its next report and start a new daemon, not write into a
+ * ring nobody will read. (Stopping the daemon makes the slow start that
+ * once left this to chance certain.) */
+static void test_daemon_killed_before_hello(void **state)
+{
+    child c;
+    pid_t first;
+    mgr_kill_daemon();
+    assert_mp_ok(mp__mgr_spawn(NULL, 10));
+    first = mgr_daemon_pid();
+    assert_true(first > 0);
+    assert_int_equal(kill(first, SIGSTOP), 0); /* it reads nothing from now on */
+    c = child_start(creator, (void *)(intptr_t)1);
+    assert_int_equal(mgr_get(c.from, 10), 'r');
+    mgr_kill_daemon();
+    mgr_put(c.to, 'y');
+    assert_int_equal(mgr_get(c.from, 10), 'r');
+    assert_true(mgr_daemon_pid() > 0 && mgr_daemon_pid() != first);
+    assert_true(mgr_wait_tracked(c.pid, 2, 5));
+    child_end(&c, true);
+    assert_true(mgr_wait_clean(&c.pid, 1, MGR_GRACE + 1));
+}
+
 /* Writes a file_system segment by hand, as a process `creator` would. */
 static void make_segment(const char *name, pid_t creator, uint32_t refs)
 {
@@ -628,6 +653,7 @@ int main(void)
         T(test_in_flight_kept_until_received),
         T(test_other_daemon_leaves_tracked),
         T(test_daemon_killed_readopts),
+        T(test_daemon_killed_before_hello),
         T(test_dead_owner_reclaimed_at_start),
         T(test_fork_child_registers_inherited),
         T(test_grace_exit),
