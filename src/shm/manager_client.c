@@ -276,8 +276,9 @@ static int reconnect(const struct sockaddr_un *sa)
     reg_pid = 0;
     if ((fd = mp__sys.socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0)) < 0)
         return -errno;
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    if (mp__sys.connect(fd, (const struct sockaddr *)sa, sizeof *sa) != 0) {
+    /* Without the timeout a hung daemon with a full queue would hang us. */
+    if (mp__sys.setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) != 0 ||
+        mp__sys.connect(fd, (const struct sockaddr *)sa, sizeof *sa) != 0) {
         err = errno;
         mp__close(fd);
         return -err;

@@ -11,44 +11,6 @@
 
 #include "mgr_test.h"
 
-typedef struct child {
-    pid_t pid;
-    int to, from; /* pipe ends: parent -> child, child -> parent */
-} child;
-
-/* Forks a child running fn(to_read, from_write); it _exits with fn's value. */
-static child child_start(int (*fn)(int in, int out, void *arg), void *arg)
-{
-    int a[2], b[2];
-    child c = {-1, -1, -1};
-    assert_int_equal(pipe2(a, O_CLOEXEC), 0);
-    assert_int_equal(pipe2(b, O_CLOEXEC), 0);
-    c.pid = fork();
-    assert_true(c.pid >= 0);
-    if (c.pid == 0) {
-        close(a[1]);
-        close(b[0]);
-        _exit(fn(a[0], b[1], arg));
-    }
-    close(a[0]);
-    close(b[1]);
-    c.to = a[1];
-    c.from = b[0];
-    return c;
-}
-
-static void child_end(child *c, bool kill_it)
-{
-    int status = 0;
-    if (kill_it)
-        kill(c->pid, SIGKILL);
-    waitpid(c->pid, &status, 0);
-    close(c->to);
-    close(c->from);
-    if (!kill_it && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
-        fail_msg("child %d ended with status 0x%x", (int)c->pid, (unsigned)status);
-}
-
 /* Child: creates `n` segments, says 'r' and waits; 'y' creates one more. */
 static int creator(int in, int out, void *arg)
 {
@@ -578,69 +540,6 @@ static void test_ring_refused_falls_back(void **state)
     assert_true(atomic_load(&d.created) > 0);
 }
 
-/* Child: its first report registers with the daemon and makes the report
- * ring, whose system calls go through mp__sys like every other: a failed
- * memfd_create there is injected, the client reports without a ring, and
- * the segment is still reclaimed after a SIGKILL. */
-static int ring_fault_creator(int in, int out, void *arg)
-{
-    mp__segment *s;
-    int fd;
-    (void)arg;
-    if (mp__sys_fault("memfd_create", ENOMEM, 0, 1) != 0)
-        return 20;
-    if (mp__segment_create(4096, MP__STRATEGY_FS, &s) != 0)
-        return 21;
-    /* the injected failure was used up by the ring, not left pending */
-    if ((fd = mp__sys.memfd_create("probe", MFD_CLOEXEC)) < 0)
-        return 22;
-    close(fd);
-    mgr_put(out, 'r');
-    mgr_get(in, 30); /* until killed */
-    return 0;
-}
-
-static void test_ring_fault_injected(void **state)
-{
-    child c = child_start(ring_fault_creator, NULL);
-    assert_int_equal(mgr_get(c.from, 10), 'r');
-    assert_true(mgr_shm_of(c.pid));
-    child_end(&c, true);
-    assert_true(mgr_wait_clean(&c.pid, 1, MGR_GRACE + 1));
-}
-
-/* Child: its connection to the daemon goes through mp__sys too. The first
- * connect is refused as if no daemon listened (it died): the client starts
- * one (the running daemon stays the one), connects again and registers, so
- * the segment is still reclaimed after a SIGKILL. */
-static int connect_fault_creator(int in, int out, void *arg)
-{
-    mp__segment *s;
-    (void)arg;
-    mp__mgr_client_reset(); /* no connection inherited: the report must connect */
-    if (mp__sys_fault("connect", ECONNREFUSED, 0, 1) != 0)
-        return 20;
-    if (mp__segment_create(4096, MP__STRATEGY_FS, &s) != 0)
-        return 21;
-    /* the refusal was used up by the client (a probe gets the real EBADF) */
-    struct sockaddr sa = {.sa_family = AF_UNIX};
-    if (mp__sys.connect(-1, &sa, sizeof sa) == 0 || errno != EBADF)
-        return 22;
-    mp__sys_fault_reset();
-    mgr_put(out, 'r');
-    mgr_get(in, 30); /* until killed */
-    return 0;
-}
-
-static void test_connect_fault_recovers(void **state)
-{
-    child c = child_start(connect_fault_creator, NULL);
-    assert_int_equal(mgr_get(c.from, 10), 'r');
-    assert_true(mgr_shm_of(c.pid));
-    child_end(&c, true);
-    assert_true(mgr_wait_clean(&c.pid, 1, MGR_GRACE + 1));
-}
-
 #define T(f) cmocka_unit_test_setup_teardown(f, mp_test_setup, mp_test_teardown)
 
 int main(void)
@@ -660,8 +559,6 @@ int main(void)
         T(test_other_uid_refused),
         T(test_full_ring_waits),
         T(test_ring_refused_falls_back),
-        T(test_ring_fault_injected),
-        T(test_connect_fault_recovers),
     };
     int rc;
     mgr_test_env();
