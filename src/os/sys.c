@@ -41,7 +41,7 @@ static int real_lstat(const char *path, struct stat *st)
         .memfd_create = memfd_create, .shm_open = shm_open, .shm_unlink = shm_unlink,              \
         .ftruncate = ftruncate, .posix_fallocate = real_posix_fallocate, .mmap = mmap,             \
         .munmap = munmap, .sendmsg = sendmsg, .recvmsg = recvmsg, .socketpair = socketpair,        \
-        .fcntl = real_fcntl, .fstat = real_fstat, .close = close, .dup = dup, .read = read,         \
+        .fcntl = real_fcntl, .fstat = real_fstat, .close = close, .dup = dup, .read = read,        \
         .socket = socket, .connect = connect, .send = send, .recv = recv, .poll = poll,            \
         .mkdir = mkdir, .open = real_open, .lstat = real_lstat, .setsockopt = setsockopt,          \
         .posix_spawn = posix_spawn, .waitpid = waitpid, .kill = kill,                              \
