@@ -487,7 +487,34 @@ typedef struct old_daemon {
     int sock;
     _Atomic int created;
     _Atomic bool stop;
+    bool running;
+    pthread_t th;
+    char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 } old_daemon;
+
+/* Not on the test's stack: a failed assertion leaves the test function,
+ * and the thread must not read a dead frame until the teardown stops it. */
+static old_daemon old_d = {.sock = -1};
+
+static void old_daemon_stop(old_daemon *d)
+{
+    if (d->running) {
+        atomic_store(&d->stop, true);
+        pthread_join(d->th, NULL);
+        d->running = false;
+    }
+    if (d->sock >= 0) {
+        close(d->sock);
+        unlink(d->path);
+    }
+    d->sock = -1;
+}
+
+static int old_daemon_teardown(void **state)
+{
+    old_daemon_stop(&old_d);
+    return mp_test_teardown(state);
+}
 
 static void *old_daemon_run(void *p)
 {
@@ -511,8 +538,7 @@ static void *old_daemon_run(void *p)
 static void test_ring_refused_falls_back(void **state)
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    old_daemon d = {.sock = -1};
-    pthread_t th;
+    old_daemon *d = &old_d;
     child c;
     char *reply = NULL;
     mp__mgr_control("STOP", &reply, 5);
@@ -522,22 +548,22 @@ static void test_ring_refused_falls_back(void **state)
     assert_int_equal(mgr_daemon_pid(), 0);
     assert_mp_ok(mp__mgr_path(sa.sun_path, sizeof sa.sun_path, MP__MGR_DGRAM, true));
     unlink(sa.sun_path);
-    d.sock = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    assert_true(d.sock >= 0);
-    assert_int_equal(bind(d.sock, (struct sockaddr *)&sa, sizeof sa), 0);
-    assert_int_equal(pthread_create(&th, NULL, old_daemon_run, &d), 0);
+    memset(d, 0, sizeof *d);
+    d->sock = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    assert_true(d->sock >= 0);
+    snprintf(d->path, sizeof d->path, "%s", sa.sun_path);
+    assert_int_equal(bind(d->sock, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(pthread_create(&d->th, NULL, old_daemon_run, d), 0);
+    d->running = true;
     c = child_start(ring_filler, NULL);
     assert_int_equal(mgr_get(c.from, 10), 'r');
     mgr_put(c.to, 'g');
     assert_int_equal(mgr_get(c.from, 30), 'r');
     mgr_put(c.to, 'q');
     child_end(&c, false);
-    atomic_store(&d.stop, true);
-    pthread_join(th, NULL);
-    close(d.sock);
-    unlink(sa.sun_path);
+    old_daemon_stop(d);
     /* the reports after the fall-back came as datagrams */
-    assert_true(atomic_load(&d.created) > 0);
+    assert_true(atomic_load(&d->created) > 0);
 }
 
 #define T(f) cmocka_unit_test_setup_teardown(f, mp_test_setup, mp_test_teardown)
@@ -558,7 +584,8 @@ int main(void)
         T(test_grace_exit),
         T(test_other_uid_refused),
         T(test_full_ring_waits),
-        T(test_ring_refused_falls_back),
+        cmocka_unit_test_setup_teardown(test_ring_refused_falls_back, mp_test_setup,
+                                        old_daemon_teardown),
     };
     int rc;
     mgr_test_env();
