@@ -28,7 +28,7 @@ mproc_tests(api contract_test timeout_test)
 mproc_tests(os error_test os_test parse_test)
 mproc_tests(shm recycle_test shm_test)
 if(TARGET mproc-shm-manager_tool)               # they run the daemon and the CLI
-  mproc_tests(shm_manager chaos_test cli_test manager_test)
+  mproc_tests(shm_manager chaos_test cli_test fault_test manager_test)
   add_test(NAME cli_doctor_width COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/shm_manager/doctor_width.sh
                                          $<TARGET_FILE:mproc_tool>)
   set_tests_properties(cli_doctor_width PROPERTIES TIMEOUT 60 LABELS shm_manager

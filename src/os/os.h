@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <poll.h>
+#include <spawn.h>
 #include <stdint.h>
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -129,7 +130,8 @@ void mp__child_exit_run(void);
 /* ---- swappable system calls (src/os/sys.c) ----------------------------- */
 
 /* Each member has the libc signature and errno convention, except
- * posix_fallocate, which returns the error number (it does not set errno). */
+ * posix_fallocate and posix_spawn, which return the error number (they do
+ * not set errno). */
 typedef struct mp__sys_table {
     int (*memfd_create)(const char *name, unsigned int flags);
     int (*shm_open)(const char *name, int oflag, mode_t mode);
@@ -153,6 +155,14 @@ typedef struct mp__sys_table {
     ssize_t (*recv)(int fd, void *buf, size_t n, int flags);
     int (*poll)(struct pollfd *fds, nfds_t n, int timeout);
     int (*mkdir)(const char *path, mode_t mode);
+    int (*open)(const char *path, int flags, mode_t mode);
+    int (*lstat)(const char *path, struct stat *st);
+    int (*setsockopt)(int fd, int level, int name, const void *val, socklen_t len);
+    /* Starting the daemon; posix_spawn returns the error number. */
+    int (*posix_spawn)(pid_t *pid, const char *path, const posix_spawn_file_actions_t *acts,
+                       const posix_spawnattr_t *attr, char *const argv[], char *const envp[]);
+    pid_t (*waitpid)(pid_t pid, int *status, int options);
+    int (*kill)(pid_t pid, int sig);
 } mp__sys_table;
 
 /* The live table. Library code calls mp__sys.mmap(...), never mmap(...). */

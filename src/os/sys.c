@@ -4,10 +4,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
+#include <spawn.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* fcntl is variadic and fstat/posix_fallocate may be inline or redirected
@@ -24,15 +27,24 @@ static int real_posix_fallocate(int fd, off_t off, off_t len)
 {
     return posix_fallocate(fd, off, len);
 }
+static int real_open(const char *path, int flags, mode_t mode)
+{
+    return open(path, flags, mode);
+}
+static int real_lstat(const char *path, struct stat *st)
+{
+    return lstat(path, st);
+}
 
 #define REAL_CALLS                                                                                 \
     {                                                                                              \
         .memfd_create = memfd_create, .shm_open = shm_open, .shm_unlink = shm_unlink,              \
         .ftruncate = ftruncate, .posix_fallocate = real_posix_fallocate, .mmap = mmap,             \
         .munmap = munmap, .sendmsg = sendmsg, .recvmsg = recvmsg, .socketpair = socketpair,        \
-        .fcntl = real_fcntl, .fstat = real_fstat, .close = close, .dup = dup, .read = read,         \
+        .fcntl = real_fcntl, .fstat = real_fstat, .close = close, .dup = dup, .read = read,        \
         .socket = socket, .connect = connect, .send = send, .recv = recv, .poll = poll,            \
-        .mkdir = mkdir,                                                                            \
+        .mkdir = mkdir, .open = real_open, .lstat = real_lstat, .setsockopt = setsockopt,          \
+        .posix_spawn = posix_spawn, .waitpid = waitpid, .kill = kill,                              \
     }
 
 const mp__sys_table mp__sys_real = REAL_CALLS;
@@ -62,6 +74,12 @@ enum {
     F_RECV,
     F_POLL,
     F_MKDIR,
+    F_OPEN,
+    F_LSTAT,
+    F_SETSOCKOPT,
+    F_POSIX_SPAWN,
+    F_WAITPID,
+    F_KILL,
     F_COUNT
 };
 
@@ -87,6 +105,12 @@ static const char *const names[F_COUNT] = {
     [F_RECV] = "recv",
     [F_POLL] = "poll",
     [F_MKDIR] = "mkdir",
+    [F_OPEN] = "open",
+    [F_LSTAT] = "lstat",
+    [F_SETSOCKOPT] = "setsockopt",
+    [F_POSIX_SPAWN] = "posix_spawn",
+    [F_WAITPID] = "waitpid",
+    [F_KILL] = "kill",
 };
 
 static struct fault {
@@ -210,6 +234,38 @@ static int f_mkdir(const char *path, mode_t mode)
     return hit(F_MKDIR) ? -1 : mp__sys_real.mkdir(path, mode);
 }
 
+static int f_open(const char *path, int flags, mode_t mode)
+{
+    return hit(F_OPEN) ? -1 : mp__sys_real.open(path, flags, mode);
+}
+static int f_lstat(const char *path, struct stat *st)
+{
+    return hit(F_LSTAT) ? -1 : mp__sys_real.lstat(path, st);
+}
+static int f_setsockopt(int fd, int level, int name, const void *val, socklen_t len)
+{
+    return hit(F_SETSOCKOPT) ? -1 : mp__sys_real.setsockopt(fd, level, name, val, len);
+}
+static int f_posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *acts,
+                         const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
+{
+    /* returns the error number and leaves errno alone, like the real call */
+    int err = errno;
+    if (hit(F_POSIX_SPAWN)) {
+        errno = err;
+        return faults[F_POSIX_SPAWN].err;
+    }
+    return mp__sys_real.posix_spawn(pid, path, acts, attr, argv, envp);
+}
+static pid_t f_waitpid(pid_t pid, int *status, int options)
+{
+    return hit(F_WAITPID) ? -1 : mp__sys_real.waitpid(pid, status, options);
+}
+static int f_kill(pid_t pid, int sig)
+{
+    return hit(F_KILL) ? -1 : mp__sys_real.kill(pid, sig);
+}
+
 static void install(int i)
 {
     switch (i) {
@@ -275,6 +331,24 @@ static void install(int i)
         break;
     case F_MKDIR:
         mp__sys.mkdir = f_mkdir;
+        break;
+    case F_OPEN:
+        mp__sys.open = f_open;
+        break;
+    case F_LSTAT:
+        mp__sys.lstat = f_lstat;
+        break;
+    case F_SETSOCKOPT:
+        mp__sys.setsockopt = f_setsockopt;
+        break;
+    case F_POSIX_SPAWN:
+        mp__sys.posix_spawn = f_posix_spawn;
+        break;
+    case F_WAITPID:
+        mp__sys.waitpid = f_waitpid;
+        break;
+    case F_KILL:
+        mp__sys.kill = f_kill;
         break;
     }
 }

@@ -15,11 +15,13 @@
  * SIGKILLed next. A full ring sends WAKE and waits. A daemon that died is
  * noticed at the next report, as when every report was a send: the kernel
  * marks the robust mutex the daemon holds in each ring. Then the client
- * reconnects (ECONNREFUSED) and starts a new daemon. (A PING at most every
- * MP__MGR_PING_EVERY seconds backs that up: the kernel marks at most 2048
- * robust mutexes of a dying process.) Without a ring (memfd or mmap
- * failed) reports go as datagrams. Reports the shm layer brackets as one batch (opened +
- * received, closed + unlinked) are written as one.
+ * reconnects (ECONNREFUSED) and starts a new daemon; until the daemon took
+ * the ring (it may die before it read our HELLO) each report PINGs first.
+ * (A PING at most every MP__MGR_PING_EVERY seconds backs that up: the
+ * kernel marks at most 2048 robust mutexes of a dying process.) Without a
+ * ring (memfd or mmap failed) reports go as datagrams. Reports the shm
+ * layer brackets as one batch (opened + received, closed + unlinked) are
+ * written as one.
  *
  * A forked child inherits the socket but makes its own ring and registers
  * (it inherited the mappings); so does every client after a daemon restart,
@@ -249,6 +251,12 @@ static int deliver(const char *line)
      * so the caller reconnects and the line goes into the new one. */
     if (ring && ring_daemon_died())
         return -ECONNREFUSED;
+    /* The kernel marks only a mutex the daemon held: one killed before it
+     * read our HELLO never took the ring and leaves no mark. Until it has,
+     * each report first PINGs, which fails (ECONNREFUSED) once the daemon's
+     * socket is gone; only the reports right after a HELLO pay for it. */
+    if (ring && !ring_taken() && (rc = send_dgram("PING\n", 5)) < 0)
+        return rc;
     if ((rc = put_lines(line, strlen(line))) < 0 || !ring)
         return rc;
     if (mp__now() >= next_ping) {
@@ -268,8 +276,9 @@ static int reconnect(const struct sockaddr_un *sa)
     reg_pid = 0;
     if ((fd = mp__sys.socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0)) < 0)
         return -errno;
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    if (mp__sys.connect(fd, (const struct sockaddr *)sa, sizeof *sa) != 0) {
+    /* Without the timeout a hung daemon with a full queue would hang us. */
+    if (mp__sys.setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) != 0 ||
+        mp__sys.connect(fd, (const struct sockaddr *)sa, sizeof *sa) != 0) {
         err = errno;
         mp__close(fd);
         return -err;

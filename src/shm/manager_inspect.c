@@ -144,12 +144,12 @@ int mp__seg_inspect(const char *name, const mp__seg_users *u, mp__seg_info *info
         return mp__error(MP_EINVAL, "shm inspect: %s is not an mproc segment name", name);
     snprintf(info->name, sizeof info->name, "/%s", name);
     snprintf(path, sizeof path, SHM_DIR "%s", name);
-    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    fd = mp__sys.open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0);
     if (fd < 0)
         return mp__errno_error(errno, "shm inspect: open(%s)", path);
-    if (fstat(fd, &st) != 0) {
+    if (mp__sys.fstat(fd, &st) != 0) {
         int err = errno;
-        close(fd);
+        mp__sys.close(fd);
         return mp__errno_error(err, "shm inspect: fstat(%s)", path);
     }
     info->file_size = (uint64_t)st.st_size;
@@ -163,7 +163,7 @@ int mp__seg_inspect(const char *name, const mp__seg_users *u, mp__seg_info *info
         info->creator = (pid_t)h.creator_pid;
         info->refcount = __atomic_load_n(&h.refcount, __ATOMIC_RELAXED);
     }
-    close(fd);
+    mp__sys.close(fd);
     if (info->creator <= 0) /* no header yet: the name says "mproc-<pid>-..." */
         info->creator = (pid_t)atoi(name + strlen(MP__SHM_PREFIX));
     info->creator_alive = mp__pid_alive(info->creator);

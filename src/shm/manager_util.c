@@ -120,7 +120,7 @@ int mp__mgr_runtime_dir_diagnose(char *buf, size_t cap, bool create, bool *exist
                                   "and is writable, or set MPROC_RUNTIME_DIR");
         return rc;
     }
-    if (lstat(buf, &st) != 0) {
+    if (mp__sys.lstat(buf, &st) != 0) {
         if (errno == ENOENT && !create)
             return 0;
         rc = mp__errno_error(errno, "shm manager: runtime directory %s", buf);
@@ -373,6 +373,14 @@ int mp__mgr_binary(char *buf, size_t cap)
                      DAEMON_NAME);
 }
 
+/* The launcher we give up on: killed and reaped, never left a zombie. */
+static void reap_killed(pid_t pid)
+{
+    mp__sys.kill(pid, SIGKILL);
+    while (mp__sys.waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+        ;
+}
+
 int mp__mgr_spawn(const char *arg, double timeout)
 {
     char bin[4096];
@@ -404,7 +412,7 @@ int mp__mgr_spawn(const char *arg, double timeout)
     posix_spawnattr_init(&attr);
     posix_spawnattr_setsigmask(&attr, &none);
     posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
-    int err = posix_spawn(&pid, bin, NULL, &attr, argv, environ);
+    int err = mp__sys.posix_spawn(&pid, bin, NULL, &attr, argv, environ);
     posix_spawnattr_destroy(&attr);
     if (err == ENOENT || err == EACCES)
         return mp__error(MP_ENOENT,
@@ -414,14 +422,16 @@ int mp__mgr_spawn(const char *arg, double timeout)
         return mp__errno_error(err, "shm manager: posix_spawn(%s)", bin);
     /* a real deadline: counting 5 ms naps would stretch the wait on a busy machine */
     for (double deadline = mp__deadline(timeout);;) {
-        w = waitpid(pid, &status, WNOHANG);
+        w = mp__sys.waitpid(pid, &status, WNOHANG);
         if (w == pid || (w < 0 && errno == ECHILD))
             break;
-        if (w < 0 && errno != EINTR)
-            return mp__errno_error(errno, "shm manager: waitpid");
+        if (w < 0 && errno != EINTR) {
+            int err = errno;
+            reap_killed(pid);
+            return mp__errno_error(err, "shm manager: waitpid");
+        }
         if (mp__poll_ms(deadline) == 0) {
-            kill(pid, SIGKILL);
-            waitpid(pid, NULL, 0);
+            reap_killed(pid);
             return mp__error(MP_ETIMEDOUT, "shm manager: %s did not start in %.1f s", bin,
                              timeout);
         }

@@ -304,4 +304,42 @@ static char mgr_get(int fd, double timeout)
     return c;
 }
 
+typedef struct child {
+    pid_t pid;
+    int to, from; /* pipe ends: parent -> child, child -> parent */
+} child;
+
+/* Forks a child running fn(to_read, from_write); it _exits with fn's value. */
+static child child_start(int (*fn)(int in, int out, void *arg), void *arg)
+{
+    int a[2], b[2];
+    child c = {-1, -1, -1};
+    assert_int_equal(pipe2(a, O_CLOEXEC), 0);
+    assert_int_equal(pipe2(b, O_CLOEXEC), 0);
+    c.pid = fork();
+    assert_true(c.pid >= 0);
+    if (c.pid == 0) {
+        close(a[1]);
+        close(b[0]);
+        _exit(fn(a[0], b[1], arg));
+    }
+    close(a[0]);
+    close(b[1]);
+    c.to = a[1];
+    c.from = b[0];
+    return c;
+}
+
+static void child_end(child *c, bool kill_it)
+{
+    int status = 0;
+    if (kill_it)
+        kill(c->pid, SIGKILL);
+    waitpid(c->pid, &status, 0);
+    close(c->to);
+    close(c->from);
+    if (!kill_it && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+        fail_msg("child %d ended with status 0x%x", (int)c->pid, (unsigned)status);
+}
+
 #endif

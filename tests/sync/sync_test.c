@@ -372,7 +372,7 @@ static void test_event(void **state)
 
 struct cond_arg {
     mp_condition *c;
-    _Atomic int *woken;
+    _Atomic int *woken; /* woken[0]: returned from the wait; woken[1]: about to wait */
 };
 
 static int cond_waiter(void *p)
@@ -381,6 +381,8 @@ static int cond_waiter(void *p)
     int rc;
     if (mp_condition_acquire(a->c, 5) != 0)
         return 1;
+    /* Counted under the lock, which only the wait below gives back. */
+    atomic_fetch_add(&a->woken[1], 1);
     rc = mp_condition_wait(a->c, 20);
     if (rc == 0)
         atomic_fetch_add(a->woken, 1);
@@ -406,15 +408,19 @@ static void test_condition(void **state)
 
     for (int i = 0; i < N; i++)
         pids[i] = fork_child(cond_waiter, &a);
-    /* Wait until all three sleep in the wait (waiters counted in the word):
-     * retry notify(1) until exactly one has woken. */
-    for (int tries = 0; atomic_load(a.woken) == 0 && tries < 2000; tries++) {
+    /* All three counted themselves holding the lock, and a waiter gives the
+     * lock back only inside the wait, registered: once we hold the lock,
+     * all three wait. One notify(1) then, never a retry: a waiter woken but
+     * not yet running (a loaded machine) would make a second notify wake a
+     * second waiter. */
+    for (int i = 0; i < 2000 && atomic_load(&a.woken[1]) < N; i++)
         nap(0.005);
-        assert_mp_ok(mp_condition_acquire(a.c, 5));
-        assert_mp_ok(mp_condition_notify(a.c, 1));
-        assert_mp_ok(mp_condition_release(a.c));
-        nap(0.05);
-    }
+    assert_int_equal(atomic_load(&a.woken[1]), N);
+    assert_mp_ok(mp_condition_acquire(a.c, 5));
+    assert_mp_ok(mp_condition_notify(a.c, 1));
+    assert_mp_ok(mp_condition_release(a.c));
+    for (int i = 0; i < 2000 && atomic_load(a.woken) == 0; i++)
+        nap(0.005);
     assert_int_equal(atomic_load(a.woken), 1);
     nap(0.1);
     assert_int_equal(atomic_load(a.woken), 1); /* notify(1) woke one only */
