@@ -7,6 +7,19 @@
 set(MPROC_MPI AUTO CACHE STRING "Build the MPI layer: AUTO, ON or OFF")
 set_property(CACHE MPROC_MPI PROPERTY STRINGS AUTO ON OFF)
 set(MPROC_MPI_FOUND OFF)
+# Debian installs Open MPI and MPICH side by side, and its `mpi`
+# alternatives decide which one plain mpicc and mpirun are. The default here
+# is Open MPI whatever they say, so installing MPICH never changes a build:
+# FindMPI's own hint MPI_EXECUTABLE_SUFFIX makes it look for mpicc.openmpi.
+# Pick MPICH with -DMPI_EXECUTABLE_SUFFIX=.mpich (or -DMPI_C_COMPILER=...).
+if(NOT DEFINED MPI_EXECUTABLE_SUFFIX AND NOT MPI_C_COMPILER AND NOT MPI_HOME
+   AND NOT DEFINED ENV{MPI_HOME})
+  find_program(MPROC_OPENMPI_CC NAMES mpicc.openmpi)
+  mark_as_advanced(MPROC_OPENMPI_CC)
+  if(MPROC_OPENMPI_CC)
+    set(MPI_EXECUTABLE_SUFFIX .openmpi)
+  endif()
+endif()
 if(NOT MPROC_MPI STREQUAL "OFF")
   if(MPROC_MPI STREQUAL "ON")
     find_package(MPI REQUIRED COMPONENTS C)
@@ -23,8 +36,19 @@ if(MPROC_MPI_FOUND)
   list(TRANSFORM MPROC_MPI_SOURCES PREPEND ${PROJECT_SOURCE_DIR}/src/mpi/)
   add_library(mproc_mpi STATIC ${MPROC_MPI_SOURCES})
   target_link_libraries(mproc_mpi PUBLIC mproc_static MPI::MPI_C)
-  find_program(MPROC_MPIEXEC NAMES mpirun mpiexec HINTS ${MPI_C_COMPILER_DIR})
-  message(STATUS "mproc: MPI layer on (${MPI_C_LIBRARIES})")
+  # The launcher of the same MPI: mpicc.X (alternatives resolved) goes with
+  # mpirun.X; another MPI's mpirun cannot start this one's programs.
+  set(mproc_mpi_sfx "")
+  if(MPI_C_COMPILER)
+    get_filename_component(mproc_mpi_cc "${MPI_C_COMPILER}" REALPATH)
+    get_filename_component(mproc_mpi_cc "${mproc_mpi_cc}" NAME)
+    if(mproc_mpi_cc MATCHES "^mpicc(\\.[A-Za-z0-9_]+)$")
+      set(mproc_mpi_sfx ${CMAKE_MATCH_1})
+    endif()
+  endif()
+  find_program(MPROC_MPIEXEC NAMES mpirun${mproc_mpi_sfx} mpiexec${mproc_mpi_sfx} mpirun mpiexec
+               HINTS ${MPI_C_COMPILER_DIR})
+  message(STATUS "mproc: MPI layer on (${MPI_C_LIBRARIES}; launcher ${MPROC_MPIEXEC})")
 else()
   add_library(mproc_mpi STATIC ${PROJECT_SOURCE_DIR}/src/mpi/stub.c)
   target_link_libraries(mproc_mpi PUBLIC mproc_static)
@@ -34,6 +58,47 @@ mproc_use_flags(mproc_mpi)
 target_include_directories(mproc_mpi PRIVATE ${PROJECT_SOURCE_DIR}/src)
 target_compile_definitions(mproc_mpi PRIVATE _GNU_SOURCE)
 install(TARGETS mproc_mpi ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+
+# The same layer built a second time against MPICH, when the layer above uses
+# another MPI and Debian's MPICH (libmpich-dev, mpich) is installed beside it:
+# target mproc_mpi_mpich, tested by tests/mpi (the mpich_* tests), so both
+# implementations stay working through the standard API. Not installed; a
+# program that wants MPICH builds the whole project with
+# -DMPI_EXECUTABLE_SUFFIX=.mpich. -DMPROC_MPI_MPICH=OFF skips it, ON requires it.
+set(MPROC_MPI_MPICH AUTO CACHE STRING "Also build the MPI layer against MPICH: AUTO, ON or OFF")
+set_property(CACHE MPROC_MPI_MPICH PROPERTY STRINGS AUTO ON OFF)
+set(MPROC_MPICH_FOUND OFF)
+if(MPROC_MPI_FOUND AND NOT MPROC_MPI_MPICH STREQUAL "OFF"
+   AND NOT mproc_mpi_sfx STREQUAL ".mpich" AND NOT MPI_C_HEADER_DIR MATCHES "mpich")
+  find_path(MPROC_MPICH_INCLUDE_DIR mpi.h
+            PATH_SUFFIXES ${CMAKE_LIBRARY_ARCHITECTURE}/mpich mpich NO_CMAKE_PATH
+            NO_CMAKE_ENVIRONMENT_PATH)
+  find_library(MPROC_MPICH_LIBRARY NAMES mpich)
+  find_program(MPROC_MPIEXEC_MPICH NAMES mpiexec.mpich)
+  mark_as_advanced(MPROC_MPICH_INCLUDE_DIR MPROC_MPICH_LIBRARY MPROC_MPIEXEC_MPICH)
+  set(mproc_mpich_hdr "")
+  if(MPROC_MPICH_INCLUDE_DIR)
+    file(STRINGS ${MPROC_MPICH_INCLUDE_DIR}/mpi.h mproc_mpich_hdr REGEX "define MPICH_VERSION")
+  endif()
+  if(mproc_mpich_hdr AND MPROC_MPICH_LIBRARY AND MPROC_MPIEXEC_MPICH)
+    set(MPROC_MPICH_FOUND ON)
+    add_library(mproc_mpi_mpich STATIC ${MPROC_MPI_SOURCES})
+    target_include_directories(mproc_mpi_mpich SYSTEM PUBLIC ${MPROC_MPICH_INCLUDE_DIR})
+    target_include_directories(mproc_mpi_mpich PRIVATE ${PROJECT_SOURCE_DIR}/src)
+    target_link_libraries(mproc_mpi_mpich PUBLIC mproc_static ${MPROC_MPICH_LIBRARY})
+    target_compile_definitions(mproc_mpi_mpich PRIVATE _GNU_SOURCE)
+    mproc_use_flags(mproc_mpi_mpich)
+    # gcc 12 reads MPICH's MPI_STATUSES_IGNORE, (MPI_Status *)1, passed for
+    # a `MPI_Status array_of_statuses[]` parameter as a buffer of size 0.
+    if(CMAKE_C_COMPILER_ID STREQUAL "GNU")
+      target_compile_options(mproc_mpi_mpich PRIVATE -Wno-stringop-overflow)
+    endif()
+    message(STATUS "mproc: MPI layer also built against MPICH (${MPROC_MPICH_LIBRARY})")
+  elseif(MPROC_MPI_MPICH STREQUAL "ON")
+    message(FATAL_ERROR "MPROC_MPI_MPICH=ON but MPICH was not found; install it "
+                        "(apt-get install libmpich-dev mpich) or set it to AUTO")
+  endif()
+endif()
 
 # Programs that use the layer: the hogwild demo (--backend mpi) and
 # bench_mpi. Deferred to the end of the top-level file, where they exist.
