@@ -7,6 +7,7 @@
 set(MPROC_MPI AUTO CACHE STRING "Build the MPI layer: AUTO, ON or OFF")
 set_property(CACHE MPROC_MPI PROPERTY STRINGS AUTO ON OFF)
 set(MPROC_MPI_FOUND OFF)
+set(mproc_mpi_is_mpich OFF)
 # Debian installs Open MPI and MPICH side by side, and its `mpi`
 # alternatives decide which one plain mpicc and mpirun are. The default here
 # is Open MPI whatever they say, so installing MPICH never changes a build:
@@ -60,14 +61,26 @@ if(MPROC_MPI_FOUND)
   find_program(MPROC_MPIEXEC NAMES mpirun${mproc_mpi_sfx} mpiexec${mproc_mpi_sfx} mpirun mpiexec
                HINTS ${MPI_C_COMPILER_DIR})
   message(STATUS "mproc: MPI layer on (${MPI_C_LIBRARIES}; launcher ${MPROC_MPIEXEC})")
+  if(mproc_mpi_sfx STREQUAL ".mpich" OR MPI_C_HEADER_DIR MATCHES "mpich")
+    set(mproc_mpi_is_mpich ON)
+  endif()
 else()
   add_library(mproc_mpi STATIC ${PROJECT_SOURCE_DIR}/src/mpi/stub.c)
   target_link_libraries(mproc_mpi PUBLIC mproc_static)
   message(STATUS "mproc: MPI layer off (stub: mp_mpi_* return MP_ENOTSUP)")
 endif()
-mproc_use_flags(mproc_mpi)
-target_include_directories(mproc_mpi PRIVATE ${PROJECT_SOURCE_DIR}/src)
-target_compile_definitions(mproc_mpi PRIVATE _GNU_SOURCE)
+# Flags of a build of the layer; MPICH true when it is built against MPICH.
+function(mproc_mpi_layer_flags target mpich)
+  mproc_use_flags(${target})
+  target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR}/src)
+  target_compile_definitions(${target} PRIVATE _GNU_SOURCE)
+  # gcc 12 reads MPICH's MPI_STATUSES_IGNORE, (MPI_Status *)1, passed for
+  # a `MPI_Status array_of_statuses[]` parameter as a buffer of size 0.
+  if(mpich AND CMAKE_C_COMPILER_ID STREQUAL "GNU")
+    target_compile_options(${target} PRIVATE -Wno-stringop-overflow)
+  endif()
+endfunction()
+mproc_mpi_layer_flags(mproc_mpi ${mproc_mpi_is_mpich})
 install(TARGETS mproc_mpi ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 
 # The same layer built a second time against MPICH, when the layer above uses
@@ -80,7 +93,7 @@ set(MPROC_MPI_MPICH AUTO CACHE STRING "Also build the MPI layer against MPICH: A
 set_property(CACHE MPROC_MPI_MPICH PROPERTY STRINGS AUTO ON OFF)
 set(MPROC_MPICH_FOUND OFF)
 if(MPROC_MPI_FOUND AND NOT MPROC_MPI_MPICH STREQUAL "OFF"
-   AND NOT mproc_mpi_sfx STREQUAL ".mpich" AND NOT MPI_C_HEADER_DIR MATCHES "mpich")
+   AND NOT mproc_mpi_is_mpich)
   find_path(MPROC_MPICH_INCLUDE_DIR mpi.h
             PATH_SUFFIXES ${CMAKE_LIBRARY_ARCHITECTURE}/mpich mpich NO_CMAKE_PATH
             NO_CMAKE_ENVIRONMENT_PATH)
@@ -95,15 +108,8 @@ if(MPROC_MPI_FOUND AND NOT MPROC_MPI_MPICH STREQUAL "OFF"
     set(MPROC_MPICH_FOUND ON)
     add_library(mproc_mpi_mpich STATIC ${MPROC_MPI_SOURCES})
     target_include_directories(mproc_mpi_mpich SYSTEM PUBLIC ${MPROC_MPICH_INCLUDE_DIR})
-    target_include_directories(mproc_mpi_mpich PRIVATE ${PROJECT_SOURCE_DIR}/src)
     target_link_libraries(mproc_mpi_mpich PUBLIC mproc_static ${MPROC_MPICH_LIBRARY})
-    target_compile_definitions(mproc_mpi_mpich PRIVATE _GNU_SOURCE)
-    mproc_use_flags(mproc_mpi_mpich)
-    # gcc 12 reads MPICH's MPI_STATUSES_IGNORE, (MPI_Status *)1, passed for
-    # a `MPI_Status array_of_statuses[]` parameter as a buffer of size 0.
-    if(CMAKE_C_COMPILER_ID STREQUAL "GNU")
-      target_compile_options(mproc_mpi_mpich PRIVATE -Wno-stringop-overflow)
-    endif()
+    mproc_mpi_layer_flags(mproc_mpi_mpich ON)
     message(STATUS "mproc: MPI layer also built against MPICH (${MPROC_MPICH_LIBRARY})")
   elseif(MPROC_MPI_MPICH STREQUAL "ON")
     message(FATAL_ERROR "MPROC_MPI_MPICH=ON but MPICH was not found; install it "
@@ -121,6 +127,13 @@ function(mproc_mpi_link_programs)
   endforeach()
   if(TARGET bench_mpi AND MPROC_MPI_FOUND)
     target_compile_definitions(bench_mpi PRIVATE MPROC_HAVE_MPI)
+  endif()
+  # The demo against MPICH too (only the public headers: the same sources).
+  if(TARGET hogwild AND MPROC_MPICH_FOUND)
+    get_target_property(srcs hogwild SOURCES)
+    add_executable(hogwild_mpich ${srcs})
+    target_link_libraries(hogwild_mpich PRIVATE mproc_example_common mproc_mpi_mpich)
+    mproc_use_flags(hogwild_mpich)
   endif()
 endfunction()
 cmake_language(DEFER DIRECTORY ${PROJECT_SOURCE_DIR} CALL mproc_mpi_link_programs)
