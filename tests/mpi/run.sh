@@ -35,7 +35,7 @@ else
     [ "$(id -u)" -eq 0 ] && args+=(--allow-run-as-root)
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     export OMPI_MCA_rmaps_base_oversubscribe=1
-    [ "$variant" = tcp ] && args+=(--mca btl self,tcp)
+    [ "$variant" = tcp ] && args+=(--mca btl "self,tcp")
 fi
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
