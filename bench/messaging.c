@@ -11,14 +11,23 @@
  *  - 16-byte message rate over a Pipe and over a Queue, beside raw
  *    SOCK_SEQPACKET send/recv of 16 bytes; a producer streams, a consumer
  *    process receives, one acknowledgement at the end of each repetition.
+ *  - 16-byte message latency: ping-pong over a Pipe, beside a futex
+ *    ping-pong between two processes on a shared word (one way each).
+ *  - 4x4 MPMC: 4 producer and 4 consumer processes on one Queue (16-byte
+ *    messages, total rate), beside the 1->1 Queue rate of the same run;
+ *    the helpers are not pinned (they are started afresh each repetition,
+ *    which the figure includes).
  *
  * Helper processes are plain fork() children. */
+#include <linux/futex.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -106,7 +115,10 @@ static pid_t start(int (*fn)(void *), void *arg, mp_conn *mine, int my_fd)
 {
     pid_t pid = fork();
     if (pid == 0) {
-        bench_pin_cpu(1);
+        /* The parent is pinned already: take its CPUs back, then the second. */
+        bench_unpin();
+        if (bench_pin_cpu(1) != 0)
+            fprintf(stderr, "bench_messaging: a helper could not be pinned\n");
         mp_conn_close(mine);
         if (my_fd >= 0)
             close(my_fd);
@@ -365,7 +377,7 @@ static int run_queue_sink(void *p)
     return sink_child(a->ack, a->q);
 }
 
-static void bench_small(const bench_opts *o)
+static double bench_small(const bench_opts *o)
 {
     small s = {0};
     qsink_arg qa = {0};
@@ -406,6 +418,144 @@ static void bench_small(const bench_opts *o)
     mp_conn_release(s.ack);
     mp_msg_destroy(s.m);
     mp_msg_destroy(s.end);
+    return mq;
+}
+
+/* ---- 16-byte latency ----------------------------------------------------------- */
+
+static void futex_op(_Atomic uint32_t *w, int op, uint32_t val)
+{
+    syscall(SYS_futex, (uint32_t *)w, op, val, NULL, NULL, 0);
+}
+
+/* The bare primitive: the parent stores 1 and wakes, the helper stores 2
+ * and wakes; each sleeps in FUTEX_WAIT until its turn (3: stop). */
+static int futex_echo_child(void *arg)
+{
+    _Atomic uint32_t *w = arg;
+    for (;;) {
+        uint32_t v = atomic_load(w);
+        if (v == 3)
+            return 0;
+        if (v != 1) {
+            futex_op(w, FUTEX_WAIT, v);
+            continue;
+        }
+        atomic_store(w, 2);
+        futex_op(w, FUTEX_WAKE, 1);
+    }
+}
+
+static int futex_pingpong(void *ctx, size_t iters)
+{
+    _Atomic uint32_t *w = ctx;
+    for (size_t i = 0; i < iters; i++) {
+        atomic_store(w, 1);
+        futex_op(w, FUTEX_WAKE, 1);
+        while (atomic_load(w) != 2)
+            futex_op(w, FUTEX_WAIT, 1);
+    }
+    return 0;
+}
+
+static void bench_latency(const bench_opts *o)
+{
+    _Atomic uint32_t *w = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                               -1, 0);
+    mp_conn *a = NULL, *b = NULL;
+    pingpong p = {0};
+    pid_t pid, fpid;
+    double m, r;
+    int rc;
+    if (w == MAP_FAILED)
+        die("mmap", MP_ESYS);
+    atomic_store(w, 0);
+    if ((rc = mp_pipe(true, &a, &b)) || (rc = mp_msg_create(&p.m)) ||
+        (rc = mp_msg_set_payload(p.m, "0123456789abcdef", 16)))
+        die("latency setup", rc);
+    p.c = a;
+    pid = start(run_echo, b, a, -1);
+    fpid = start(futex_echo_child, (void *)w, a, -1);
+    mp_conn_release(b);
+    measure_pair(mproc_pingpong, &p, futex_pingpong, (void *)w, bench_iters(o, 20000), o, &m,
+                 &r);
+    atomic_store(w, 3);
+    futex_op(w, FUTEX_WAKE, 1);
+    mp_conn_close(a);
+    reap(pid);
+    reap(fpid);
+    mp_conn_release(a);
+    mp_msg_destroy(p.m);
+    munmap((void *)w, 4096);
+    bench_emit("16-byte message latency (pipe, one way)", m / 2,
+               "futex ping-pong between 2 processes (one way)", r / 2);
+}
+
+/* ---- 4x4 MPMC ------------------------------------------------------------------ */
+
+#define MPMC_SIDE 4
+
+typedef struct mpmc {
+    mp_queue *q;
+    mp_msg *m, *stop;
+} mpmc;
+
+static pid_t mpmc_child(mpmc *x, size_t puts)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        bench_unpin();
+        for (size_t i = 0; i < puts; i++)
+            if (mp_queue_put(x->q, x->m, -1))
+                _exit(1);
+        for (;;) {
+            mp_msg *r = NULL;
+            size_t len = 0;
+            if (puts || mp_queue_get(x->q, &r, -1))
+                _exit(puts ? 0 : 1);
+            mp_msg_payload(r, &len);
+            mp_msg_destroy(r);
+            if (len == 1)
+                _exit(0);
+        }
+    }
+    return pid;
+}
+
+static int mproc_mpmc(void *ctx, size_t iters)
+{
+    mpmc *x = ctx;
+    pid_t pids[2 * MPMC_SIDE];
+    int rc;
+    for (int i = 0; i < MPMC_SIDE; i++)
+        pids[i] = mpmc_child(x, 0);
+    for (int i = 0; i < MPMC_SIDE; i++)
+        pids[MPMC_SIDE + i] = mpmc_child(x, iters / MPMC_SIDE);
+    for (int i = 0; i < MPMC_SIDE; i++)
+        reap(pids[MPMC_SIDE + i]);
+    for (int i = 0; i < MPMC_SIDE; i++)
+        if ((rc = mp_queue_put(x->q, x->stop, -1)))
+            die("mpmc stop", rc);
+    for (int i = 0; i < MPMC_SIDE; i++)
+        reap(pids[i]);
+    return 0;
+}
+
+static void bench_mpmc(const bench_opts *o, double one_to_one)
+{
+    mpmc x = {0};
+    double m;
+    int rc;
+    if ((rc = mp_queue_create(0, &x.q)) || (rc = mp_msg_create(&x.m)) ||
+        (rc = mp_msg_set_payload(x.m, "0123456789abcdef", 16)) ||
+        (rc = mp_msg_create(&x.stop)) || (rc = mp_msg_set_payload(x.stop, "e", 1)))
+        die("mpmc setup", rc);
+    m = bench_measure_us(mproc_mpmc, &x, bench_iters(o, 400000), o);
+    bench_emit("16-byte messages 4x4 MPMC (queue, total)", m,
+               "16-byte message 1->1 (queue, same run)", one_to_one);
+    mp_msg_destroy(x.m);
+    mp_msg_destroy(x.stop);
+    mp_queue_release(x.q);
 }
 
 int main(int argc, char **argv)
@@ -426,6 +576,8 @@ int main(int argc, char **argv)
     bench_handoff(&o, 64 * MIB, "64 MiB");
     bench_fresh(&o, 1 * MIB, "1 MiB", 200);
     bench_fresh(&o, 64 * MIB, "64 MiB", 8);
-    bench_small(&o);
+    double queue_one = bench_small(&o);
+    bench_latency(&o);
+    bench_mpmc(&o, queue_one);
     return 0;
 }

@@ -40,7 +40,8 @@ endif()
 mproc_tests(tensor adopt_test empty_tensor_test share_test stats_test tensor_test)
 mproc_tests(wire kinds_test malformed_test wire_test)
 mproc_tests(sync barrier_test fastlock_test sync_behaviour_test sync_test)
-mproc_tests(ipc emfile_test mpmc_test pipe_test queue_test rx_test start_methods_test
+mproc_tests(ipc emfile_test mpmc_test pipe_test queue_test ring_test ring_threads_test rx_test
+            start_methods_test
             toomanyrefs_test wait_test)
 mproc_tests(process backtrace_test process_behaviour_test process_test registry_test)
 mproc_tests(pool array_task_test pool_behaviour_test pool_test workers_test)
@@ -64,6 +65,7 @@ include(${CMAKE_CURRENT_LIST_DIR}/fuzz/fuzz.cmake)
 include(${CMAKE_CURRENT_LIST_DIR}/ipc/examples.cmake)
 include(${CMAKE_CURRENT_LIST_DIR}/mpi/mpi.cmake)
 include(${CMAKE_CURRENT_LIST_DIR}/pool/tsan.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/ipc/tsan.cmake)
 include(${CMAKE_CURRENT_LIST_DIR}/process/examples.cmake)
 if(TARGET mproc-shm-manager_tool)
   include(${CMAKE_CURRENT_LIST_DIR}/shm_manager/daemon_table.cmake)

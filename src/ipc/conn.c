@@ -1,4 +1,6 @@
-/* Pipe / Connection: one end of a SOCK_SEQPACKET socket pair. */
+/* Pipe / Connection: one end of a SOCK_SEQPACKET socket pair, and a ring
+ * per direction in the pipe's control segment (src/ipc/ring.c): small
+ * messages without fds take the ring, the rest the socket. */
 #include <errno.h>
 #include <poll.h>
 #include <stdatomic.h>
@@ -7,22 +9,25 @@
 #include <sys/socket.h>
 
 #include "ipc/ipc.h"
+#include "ipc/ring.h"
 #include "mproc/wait.h"
 
 enum { CONN_READ = 1, CONN_WRITE = 2 };
 
 #define CONN_CTL_MAGIC 0x6c74636e6e6f636dull /* "mconnctl" */
 
-#define CONN_CTL_VERSION 2u
+#define CONN_CTL_VERSION 3u
 
 /* Shared by the two ends of a pipe (a sealed memfd): the receive side of
  * each end, so several threads or processes receiving on one end take turns
- * instead of interleaving the peek and consume steps of a receive. */
+ * instead of interleaving their receives, and the ring of messages arriving
+ * at each end. */
 typedef struct conn_ctl {
     uint64_t magic;
     uint32_t version;
     uint32_t reserved;
     mp__rx rx[2];
+    mp__ring ring[2];
 } conn_ctl;
 
 struct mp_conn {
@@ -54,6 +59,17 @@ static mp__rx *conn_rx(const mp_conn *c, bool peer)
     return &((conn_ctl *)mp__segment_data(c->seg))->rx[peer ? 1 - c->end : c->end];
 }
 
+static mp__ring *conn_ring(const mp_conn *c, bool peer)
+{
+    return &((conn_ctl *)mp__segment_data(c->seg))->ring[peer ? 1 - c->end : c->end];
+}
+
+static int conn_send(mp_conn *c, const mp_msg *m, double timeout, const char *fn)
+{
+    return mp__ring_send(conn_ring(c, true), c->sock, conn_rx(c, true), m,
+                         mp__ipc_deadline(timeout), true, fn);
+}
+
 static int ctl_create(mp__segment **out)
 {
     conn_ctl *ctl;
@@ -64,7 +80,9 @@ static int ctl_create(mp__segment **out)
     ctl->magic = CONN_CTL_MAGIC;
     ctl->version = CONN_CTL_VERSION;
     if ((rc = mp__rx_init(&ctl->rx[0], "mp_pipe")) < 0 ||
-        (rc = mp__rx_init(&ctl->rx[1], "mp_pipe")) < 0) {
+        (rc = mp__rx_init(&ctl->rx[1], "mp_pipe")) < 0 ||
+        (rc = mp__ring_init(&ctl->ring[0], "mp_pipe")) < 0 ||
+        (rc = mp__ring_init(&ctl->ring[1], "mp_pipe")) < 0) {
         mp__segment_release(*out);
         *out = NULL;
     }
@@ -118,7 +136,8 @@ void mp_conn_release(mp_conn *c)
 {
     if (!c || atomic_fetch_sub(&c->refs, 1) != 1)
         return;
-    mp__close(c->sock);
+    if (c->sock >= 0)
+        mp_conn_close(c);
     mp__segment_release(c->seg);
     free(c);
 }
@@ -142,7 +161,7 @@ int mp_conn_send(mp_conn *c, const mp_msg *m, double timeout)
         return rc;
     if (!m)
         return mp__error(MP_EINVAL, "mp_conn_send: message is NULL");
-    return mp__wire_send_rx(c->sock, conn_rx(c, true), m, mp__ipc_deadline(timeout));
+    return conn_send(c, m, timeout, "mp_conn_send");
 }
 
 int mp_conn_recv(mp_conn *c, mp_msg **out, double timeout)
@@ -161,7 +180,7 @@ int mp_conn_recv(mp_conn *c, mp_msg **out, double timeout)
     deadline = mp__ipc_deadline(timeout);
     if ((rc = mp__rx_lock(conn_rx(c, false), deadline, "mp_conn_recv")) < 0)
         return rc;
-    rc = mp__wire_recv_rx(c->sock, conn_rx(c, false), out, deadline, &taken);
+    rc = mp__ring_recv(conn_ring(c, false), c->sock, conn_rx(c, false), out, deadline, &taken);
     mp__rx_unlock(conn_rx(c, false));
     return rc;
 }
@@ -177,7 +196,7 @@ int mp_conn_send_bytes(mp_conn *c, const void *buf, size_t len, double timeout)
     if ((rc = mp_msg_create(&m)) < 0)
         return rc;
     if ((rc = mp_msg_set_payload(m, buf, len)) == 0)
-        rc = mp__wire_send_rx(c->sock, conn_rx(c, true), m, mp__ipc_deadline(timeout));
+        rc = conn_send(c, m, timeout, "mp_conn_send_bytes");
     mp_msg_destroy(m);
     return rc;
 }
@@ -212,21 +231,11 @@ int mp_conn_recv_bytes(mp_conn *c, void **out, size_t *len, double timeout)
 
 int mp_conn_poll(mp_conn *c, double timeout)
 {
-    double deadline = mp__ipc_deadline(timeout);
-    struct pollfd p;
     int rc = usable(c, CONN_READ, "mp_conn_poll");
     if (rc < 0)
         return rc;
-    p = (struct pollfd){.fd = c->sock, .events = POLLIN};
-    for (;;) {
-        int n = poll(&p, 1, deadline == 0 ? 0 : mp__poll_ms(deadline));
-        if (n > 0 && mp__wire_drop_nudge(c->sock, conn_rx(c, false)))
-            continue; /* a wake-up record, not a message: look again */
-        if (n >= 0)
-            return n > 0;
-        if (errno != EINTR)
-            return mp__errno_error(errno, "mp_conn_poll: poll");
-    }
+    return mp__ring_poll(conn_ring(c, false), c->sock, conn_rx(c, false),
+                         mp__ipc_deadline(timeout), "mp_conn_poll");
 }
 
 int mp__conn_fd(const mp_conn *c) { return c->sock; }
@@ -237,7 +246,14 @@ int mp_conn_close(mp_conn *c)
 {
     if (!c)
         return mp__error(MP_EINVAL, "mp_conn_close: connection is NULL");
-    c->sock = mp__close(c->sock);
+    if (c->sock >= 0 && (c->mode & CONN_WRITE)) {
+        c->sock = mp__close(c->sock);
+        /* A reader asleep on the ring looks at the socket now: EOF if this
+         * was the last writer. */
+        mp__ring_wake(conn_ring(c, true));
+    } else {
+        c->sock = mp__close(c->sock);
+    }
     return 0;
 }
 

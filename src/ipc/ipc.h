@@ -8,12 +8,13 @@
 #include <stdatomic.h>
 
 #include "ipc/kinds.h"
+#include "ipc/ring.h"
 #include "mproc/queue.h"
 #include "shm/shm.h"
 #include "wire/wire.h"
 
 #define MP__QCTL_MAGIC 0x6c7463716f72706dull /* "mproqctl" */
-#define MP__QCTL_VERSION 2u
+#define MP__QCTL_VERSION 3u
 
 /* Lives in a sealed memfd segment that every process holding the queue maps.
  * What producers write and what consumers write sit on separate cache lines,
@@ -32,6 +33,7 @@ typedef struct mp__qctl {
     _Atomic int64_t unfinished;     /* JoinableQueue: put and not yet task_done */
     _Alignas(64) _Atomic int64_t gets;   /* consumers: messages taken */
     mp__rx rx;                      /* the reader lock and the one-call receive */
+    mp__ring ring;                  /* small messages without fds (src/ipc/ring.c) */
 } mp__qctl;
 
 /* One process's handle of a queue of any of the three kinds. */

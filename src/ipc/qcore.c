@@ -5,7 +5,8 @@
  * mp__wire_recv_rx, whose peek-then-consume must not interleave with another
  * reader's; a reader killed while holding it leaves the lock EOWNERDEAD, and
  * the next reader makes it consistent and goes on (a peeked record is still
- * queued). Writers need no lock: the kernel keeps records whole. */
+ * queued). Small messages without fds go through the ring in the control
+ * segment instead of the socket (src/ipc/ring.c), in one order with it. */
 #include <errno.h>
 #include <poll.h>
 #include <stdlib.h>
@@ -17,11 +18,14 @@
 
 static int init_ctl(mp__qctl *c, int kind, int64_t maxsize)
 {
+    int rc;
     c->magic = MP__QCTL_MAGIC;
     c->version = MP__QCTL_VERSION;
     c->kind = (uint32_t)kind;
     c->maxsize = maxsize > 0 ? maxsize : 0;
-    return mp__rx_init(&c->rx, "mp_queue_create");
+    if ((rc = mp__rx_init(&c->rx, "mp_queue_create")) < 0)
+        return rc;
+    return mp__ring_init(&c->ring, "mp_queue_create");
 }
 
 int mp__queue_create(int kind, int64_t maxsize, mp__queue **out)
@@ -136,7 +140,7 @@ int mp__queue_put(mp__queue *q, const mp_msg *m, double deadline, const char *fn
     /* Counted before it is sent, so join() never sees zero while it flies. */
     if (q->kind == MP_ATTACH_JOINABLE_QUEUE)
         atomic_fetch_add(&c->unfinished, 1);
-    rc = mp__wire_send_rx(q->wsock, &c->rx, m, deadline);
+    rc = mp__ring_send(&c->ring, q->wsock, &c->rx, m, deadline, false, fn);
     if (rc < 0) {
         if (q->kind == MP_ATTACH_JOINABLE_QUEUE && atomic_fetch_sub(&c->unfinished, 1) == 1)
             mp__qctl_wake_join(c);
@@ -161,7 +165,8 @@ int mp__queue_get(mp__queue *q, mp_msg **out, double deadline, const char *fn)
     if ((rc = mp__rx_lock(&c->rx, deadline, fn)) < 0)
         return rc;
     /* Once closed, nothing more can arrive: never wait for it. */
-    rc = mp__wire_recv_rx(q->rsock, &c->rx, out, atomic_load(&c->closed) ? 0 : deadline, &taken);
+    rc = mp__ring_recv(&c->ring, q->rsock, &c->rx, out, atomic_load(&c->closed) ? 0 : deadline,
+                       &taken);
     mp__rx_unlock(&c->rx);
     /* A message taken off the socket frees its slot even when it could not
      * be decoded (MP_EPROTO, or mapping it failed): it is gone either way. */
@@ -191,6 +196,7 @@ int mp__queue_close(mp__queue *q)
     /* Wakes a consumer blocked in get. When the socket is full this may not
      * fit; then consumers are not blocked, and they see the flag instead. */
     mp__wire_send_closed(q->wsock, 0);
+    mp__ring_wake(&c->ring);
     return 0;
 }
 
@@ -198,18 +204,9 @@ bool mp__queue_empty(mp__queue *q) { return !q || mp__queue_size(q) == 0; }
 
 int mp__queue_poll(mp__queue *q)
 {
-    struct pollfd p = {.fd = q->rsock, .events = POLLIN};
     /* Closed: a get answers at once (a message, or MP_ECLOSED), even after
      * a reader took the end-of-stream record off the socket. */
     if (atomic_load(&q->ctl->closed))
         return 1;
-    for (;;) {
-        int n = poll(&p, 1, 0);
-        if (n > 0 && mp__wire_drop_nudge(q->rsock, &q->ctl->rx))
-            continue; /* a wake-up record, not a message: look again */
-        if (n >= 0)
-            return n > 0;
-        if (errno != EINTR)
-            return mp__errno_error(errno, "mp_wait: poll");
-    }
+    return mp__ring_poll(&q->ctl->ring, q->rsock, &q->ctl->rx, 0, "mp_wait");
 }

@@ -3,7 +3,7 @@
  * 0 holds an mp_mpi_conn to each worker rank and hands a task to a worker
  * only when it is idle, so it always knows which task a worker runs. No
  * thread: work moves whenever rank 0 is inside a pool call. */
-#include "mpi/mpi_internal.h"
+#include "mpi/pool_mpi.h"
 #include "pool/pool_internal.h"
 #include "process/process_internal.h"
 
@@ -13,25 +13,6 @@
 #include <string.h>
 
 #define TASK_NAME_MAX 63
-
-struct mp_mpi_result {
-    int refs;           /* the caller's, and the pool's while pending */
-    bool ready;
-    int rc;
-    mp_msg *in;         /* the task message, until sent */
-    mp_msg *out;
-    char error[MP__MPI_TEXT_MAX + 64]; /* "task on rank N: " + the text */
-    uint64_t id;
-    mp_mpi_result *next; /* pool's pending list */
-};
-
-struct mp_mpi_pool {
-    int nworkers;
-    mp_mpi_conn **conn;     /* [rank - 1] */
-    mp_mpi_result **busy;   /* [rank - 1]: the task that worker runs, or NULL */
-    mp_mpi_result *queue, *tail;
-    uint64_t next_id;
-};
 
 /* Task messages: payload = id, name length, name, then the caller's
  * payload; replies: id, rc, error length, error, then the task's payload.
@@ -108,7 +89,7 @@ static void catch_raise(const char *text)
     siglongjmp(*raise_jmp, 1);
 }
 
-static int run_task(mp_task_fn fn, const mp_msg *in, mp_msg *out, char *err, size_t cap)
+int mp__mpi_run_caught(int (*call)(void *), void *ctx, char *err, size_t cap)
 {
     sigjmp_buf jb;
     int rc;
@@ -118,14 +99,41 @@ static int run_task(mp_task_fn fn, const mp_msg *in, mp_msg *out, char *err, siz
     }
     raise_jmp = &jb;
     mp__raise_hook = catch_raise;
-    rc = fn(in, out);
+    rc = call(ctx);
     mp__raise_hook = NULL;
     if (rc > 0 || rc < -17)
         rc = MP_ECHILD;
-    if (rc)
+    if (rc && !err[0])
         snprintf(err, cap, "task returned %d (%s)%s%s", rc, mp_err_name(rc),
                  mp_last_error()[0] ? ": " : "", mp_last_error());
     return rc;
+}
+
+struct task_call {
+    mp_task_fn fn;
+    const mp_msg *in;
+    mp_msg *out;
+};
+
+static int call_task(void *ctx)
+{
+    struct task_call *t = ctx;
+    mp__error_clear();
+    return t->fn(t->in, t->out);
+}
+
+/* Runs the task called name (a map_array chunk when it starts with
+ * MP__MPI_ARRAY_KIND or MP__MPI_ITEMS_KIND). */
+static int run_named(const char *name, const mp_msg *in, mp_msg *out, char *err, size_t cap)
+{
+    if (name[0] == MP__MPI_ARRAY_KIND || name[0] == MP__MPI_ITEMS_KIND)
+        return mp__mpi_array_run(name, in, out, err, cap);
+    struct task_call t = {mp__task_lookup(name), in, out};
+    if (!t.fn) {
+        snprintf(err, cap, "no task '%s' is registered (MP_TASK)", name);
+        return MP_ENOENT;
+    }
+    return mp__mpi_run_caught(call_task, &t, err, cap);
 }
 
 /* One task: 0 after replying, 1 on the shutdown message, or an error. */
@@ -149,14 +157,10 @@ static int serve_one(mp_mpi_conn *c)
         mp_msg_destroy(w);
         return 1;
     }
-    mp_task_fn fn = mp__task_lookup(name);
     rc = unwrap(w, 9 + (unsigned char)p[8], &in);
     if (rc == 0)
         rc = mp_msg_create(&out);
-    if (rc == 0 && !fn)
-        trc = MP_ENOENT, snprintf(err, sizeof err, "no task '%s' is registered (MP_TASK)", name);
-    else
-        trc = rc ? rc : run_task(fn, in, out, err, sizeof err);
+    trc = rc ? rc : run_named(name, in, out, err, sizeof err);
     uint16_t elen = (uint16_t)strlen(err);
     int32_t trc32 = trc;
     memcpy(rhead, head, 8);
@@ -225,6 +229,7 @@ int mp_mpi_pool_size(const mp_mpi_pool *p)
 static void result_release(mp_mpi_result *r)
 {
     if (r && --r->refs == 0) {
+        mp__mpi_group_free(r);
         mp_msg_destroy(r->in);
         mp_msg_destroy(r->out);
         free(r);
@@ -238,6 +243,8 @@ static void finish(mp_mpi_result *r, int rc, const char *err)
     snprintf(r->error, sizeof r->error, "%s", err ? err : "");
     mp_msg_destroy(r->in);
     r->in = NULL;
+    if (r->it)
+        mp__mpi_imap_done(r->it, r->index);
     result_release(r); /* the pool's reference */
 }
 
@@ -290,26 +297,23 @@ static int progress(mp_mpi_pool *p)
     return rc;
 }
 
-int mp_mpi_pool_apply_async(mp_mpi_pool *p, const char *task, const mp_msg *in,
-                            mp_mpi_result **res)
+int mp__mpi_pool_submit(mp_mpi_pool *p, const char *name, const mp_msg *in,
+                        mp_mpi_result **res, const char *fn)
 {
     char head[8 + 1 + TASK_NAME_MAX];
-    size_t nlen = task ? strlen(task) : 0;
+    size_t nlen = strlen(name);
     mp_mpi_result *r;
     int rc;
-    if (!p || !task || !res || nlen == 0 || nlen > TASK_NAME_MAX)
-        return mp__error(MP_EINVAL, "mp_mpi_pool_apply_async: p, task (1..%d bytes) and res "
-                                    "are required", TASK_NAME_MAX);
-    if (!mp__task_lookup(task))
-        return mp__error(MP_ENOENT, "mp_mpi_pool_apply_async: no task '%s' is registered "
-                                    "(MP_TASK)", task);
+    if (nlen == 0 || nlen > TASK_NAME_MAX)
+        return mp__error(MP_EINVAL, "%s: a task name of 1..%d bytes is required", fn,
+                         TASK_NAME_MAX);
     if (!(r = calloc(1, sizeof *r)))
-        return mp__error(MP_ENOMEM, "mp_mpi_pool_apply_async: out of memory");
+        return mp__error(MP_ENOMEM, "%s: out of memory", fn);
     r->id = p->next_id++;
     memcpy(head, &r->id, 8);
     head[8] = (char)nlen;
-    memcpy(head + 9, task, nlen);
-    if ((rc = wrap(in, head, 9 + nlen, &r->in, "mp_mpi_pool_apply_async")) != 0) {
+    memcpy(head + 9, name, nlen);
+    if ((rc = wrap(in, head, 9 + nlen, &r->in, fn)) != 0) {
         free(r);
         return rc;
     }
@@ -323,25 +327,50 @@ int mp_mpi_pool_apply_async(mp_mpi_pool *p, const char *task, const mp_msg *in,
     return progress(p) == MP_ECHILD ? MP_ECHILD : 0;
 }
 
-int mp_mpi_result_wait(mp_mpi_result *r, mp_mpi_pool *p, double timeout)
+int mp_mpi_pool_apply_async(mp_mpi_pool *p, const char *task, const mp_msg *in,
+                            mp_mpi_result **res)
+{
+    static const char *fn = "mp_mpi_pool_apply_async";
+    if (!p || !task || !res)
+        return mp__error(MP_EINVAL, "%s: p, task and res are required", fn);
+    if (!mp__task_lookup(task))
+        return mp__error(MP_ENOENT, "%s: no task '%s' is registered (MP_TASK)%s", fn, task,
+                         mp__array_task_lookup(task) ? "; it is an array task: use "
+                                                       "mp_mpi_pool_map_array" : "");
+    return mp__mpi_pool_submit(p, task, in, res, fn);
+}
+
+int mp__mpi_pool_wait(mp_mpi_pool *p, bool (*ready)(void *), void *arg, double timeout,
+                      const char *fn, const char *what)
 {
     double deadline = timeout < 0 ? -1 : mp__now() + timeout;
     unsigned spins = 0;
-    if (!r || !p)
-        return mp__error(MP_EINVAL, "mp_mpi_result_wait: r and p are required");
-    while (!r->ready) {
+    while (!ready(arg)) {
         int rc = progress(p);
         if (rc)
             return rc;
-        if (r->ready)
+        if (ready(arg))
             break;
         if (timeout == 0)
-            return mp__error(MP_ETIMEDOUT, "mp_mpi_result_wait: not ready");
+            return mp__error(MP_ETIMEDOUT, "%s: %s", fn, what);
         if (deadline >= 0 && mp__now() >= deadline)
-            return mp__error(MP_ETIMEDOUT, "mp_mpi_result_wait: timed out");
+            return mp__error(MP_ETIMEDOUT, "%s: timed out", fn);
         mp__mpi_backoff(&spins);
     }
     return 0;
+}
+
+static bool result_is_ready(void *r)
+{
+    return mp__mpi_result_ready(r);
+}
+
+int mp_mpi_result_wait(mp_mpi_result *r, mp_mpi_pool *p, double timeout)
+{
+    if (!r || !p)
+        return mp__error(MP_EINVAL, "mp_mpi_result_wait: r and p are required");
+    return mp__mpi_pool_wait(p, result_is_ready, r, timeout, "mp_mpi_result_wait",
+                             "not ready");
 }
 
 int mp_mpi_result_get(mp_mpi_result *r, mp_mpi_pool *p, double timeout, mp_msg **out)
@@ -349,6 +378,8 @@ int mp_mpi_result_get(mp_mpi_result *r, mp_mpi_pool *p, double timeout, mp_msg *
     int rc = mp_mpi_result_wait(r, p, timeout);
     if (rc)
         return rc;
+    if (r->group)
+        return mp__mpi_group_get(r, out);
     if (r->rc)
         return mp__error(r->rc, "%s", r->error);
     if (out) {
@@ -362,7 +393,10 @@ int mp_mpi_result_get(mp_mpi_result *r, mp_mpi_pool *p, double timeout, mp_msg *
 
 const char *mp_mpi_result_error(const mp_mpi_result *r)
 {
-    return r && r->ready ? r->error : "";
+    for (size_t i = 0; r && r->group && i < r->n; i++)
+        if (r->items[i]->ready && r->items[i]->rc)
+            return r->items[i]->error;
+    return r && r->ready && !r->group ? r->error : "";
 }
 
 void mp_mpi_result_release(mp_mpi_result *r)
@@ -433,5 +467,6 @@ void mp_mpi_pool_destroy(mp_mpi_pool *p)
         p->queue = r->next;
         finish(r, MP_ECLOSED, "the pool was destroyed");
     }
+    mp_tensor_release(p->cache_in), mp_tensor_release(p->cache_out);
     free(p->conn), free(p->busy), free(p);
 }

@@ -22,8 +22,7 @@
  *   close: {req, CLOSE} closes the queue for everyone.
  */
 #include "ipc/kinds.h"
-#include "mpi/mpi_internal.h"
-#include "mproc/queue.h"
+#include "mpi/queue_mpi.h"
 #include "wire/wire.h"
 
 #include <pthread.h>
@@ -33,48 +32,9 @@
 #include <string.h>
 #include <time.h>
 
-#define MP__TAG_QUEUE (1 << 20) /* queue k: tags MP__TAG_QUEUE + 4k .. + 3 */
-enum { OP_GET = 1, OP_CANCEL = 2, OP_CLOSE = 3, OP_CANCEL_PUT = 4 };
-#define MAX_PENDING 64
-
-typedef struct qreq {
-    uint64_t req;
-    int32_t op; /* OP_* in requests; the result code in answers */
-    int32_t pad;
-} qreq;
-
-typedef struct parked {
-    int src;
-    uint64_t req;
-    mp_msg *m; /* a put waiting for room; NULL otherwise */
-} parked;
-
-typedef struct plist {
-    parked *v;
-    int n, cap;
-} plist;
-
-struct mp_mpi_queue {
-    int home, tag;
-    mp_queue *q;            /* home and same-host ranks, else NULL */
-    uint64_t next_req;
-    /* the broker (home rank only) */
-    pthread_t thread;
-    bool running;
-    _Atomic bool stop;
-    plist gets;      /* parked gets, oldest first */
-    plist puts;      /* puts waiting for room, oldest first */
-    plist dropped;   /* puts cancelled before they arrived */
-    uint64_t *last_put; /* per rank: the newest put request received */
-    mp__mpi_inflight *sends[64]; /* answers MPI still carries */
-    /* a rank on another host: puts that timed out while MPI still
-     * carries their bytes (progressed by every later call) */
-    mp__mpi_inflight *pending[MAX_PENDING];
-};
-
 static uint32_t nqueues; /* mp_mpi_queue_create calls: every rank counts alike */
 
-static int push(plist *l, parked p)
+int mp__mpi_qpush(plist *l, parked p)
 {
     if (l->n == l->cap) {
         int cap = l->cap ? 2 * l->cap : 16;
@@ -88,14 +48,14 @@ static int push(plist *l, parked p)
 }
 
 /* Removes entry i, keeping the order. */
-static parked take(plist *l, int i)
+parked mp__mpi_qtake(plist *l, int i)
 {
     parked p = l->v[i];
     memmove(l->v + i, l->v + i + 1, (size_t)(--l->n - i) * sizeof *l->v);
     return p;
 }
 
-static int find(const plist *l, int src, uint64_t req)
+int mp__mpi_qfind(const plist *l, int src, uint64_t req)
 {
     for (int i = 0; i < l->n; i++)
         if (l->v[i].src == src && l->v[i].req == req)
@@ -105,9 +65,9 @@ static int find(const plist *l, int src, uint64_t req)
 
 /* ---- the broker ------------------------------------------------------------- */
 
-static void answer(mp_mpi_queue *b, int dest, uint64_t req, int rc, mp_msg *m)
+void mp__mpi_qanswer(mp_mpi_queue *b, int dest, uint64_t req, int rc, int64_t val, mp_msg *m)
 {
-    qreq a = {req, rc, 0};
+    qreq a = {req, rc, 0, val};
     MPI_Send(&a, sizeof a, MPI_BYTE, dest, b->tag + 2, mp__mpi.comm);
     if (!m)
         return;
@@ -151,18 +111,18 @@ static bool broker_puts(mp_mpi_queue *b)
     while (!found);
     int rc = mp__mpi_xfer_recv_msg(&msg, &st, b->tag, &m), i;
     b->last_put[src] = h.req;
-    if ((i = find(&b->dropped, src, h.req)) >= 0) {
-        take(&b->dropped, i); /* cancelled before it came: answered then */
+    if ((i = mp__mpi_qfind(&b->dropped, src, h.req)) >= 0) {
+        mp__mpi_qtake(&b->dropped, i); /* cancelled before it came: answered then */
         mp_msg_destroy(m);
         return true;
     }
     /* Behind parked puts it waits its turn: order per producer. */
     if (rc == 0)
         rc = b->puts.n ? MP_ETIMEDOUT : mp_queue_put(b->q, m, 0);
-    if (rc == MP_ETIMEDOUT && (rc = push(&b->puts, (parked){src, h.req, m})) == 0)
+    if (rc == MP_ETIMEDOUT && (rc = mp__mpi_qpush(&b->puts, (parked){src, h.req, m})) == 0)
         return true;
     mp_msg_destroy(m);
-    answer(b, src, h.req, rc, NULL);
+    mp__mpi_qanswer(b, src, h.req, rc, 0, NULL);
     return true;
 }
 
@@ -174,9 +134,9 @@ static bool broker_retry_puts(mp_mpi_queue *b)
         int rc = mp_queue_put(b->q, b->puts.v[0].m, 0);
         if (rc == MP_ETIMEDOUT)
             break;
-        parked p = take(&b->puts, 0);
+        parked p = mp__mpi_qtake(&b->puts, 0);
         mp_msg_destroy(p.m);
-        answer(b, p.src, p.req, rc, NULL);
+        mp__mpi_qanswer(b, p.src, p.req, rc, 0, NULL);
         moved = true;
     }
     return moved;
@@ -184,18 +144,18 @@ static bool broker_retry_puts(mp_mpi_queue *b)
 
 static void cancel_put(mp_mpi_queue *b, int src, uint64_t req)
 {
-    int i = find(&b->puts, src, req);
+    int i = mp__mpi_qfind(&b->puts, src, req);
     if (i >= 0) {
-        mp_msg_destroy(take(&b->puts, i).m);
+        mp_msg_destroy(mp__mpi_qtake(&b->puts, i).m);
     } else if (req > b->last_put[src]) {
-        if (push(&b->dropped, (parked){src, req, NULL}) != 0) {
-            answer(b, src, req, MP_ENOMEM, NULL);
+        if (mp__mpi_qpush(&b->dropped, (parked){src, req, NULL}) != 0) {
+            mp__mpi_qanswer(b, src, req, MP_ENOMEM, 0, NULL);
             return;
         }
     } else {
         return; /* queued already: its answer (0) is on its way */
     }
-    answer(b, src, req, MP_ETIMEDOUT, NULL);
+    mp__mpi_qanswer(b, src, req, MP_ETIMEDOUT, 0, NULL);
 }
 
 static bool broker_requests(mp_mpi_queue *b)
@@ -209,17 +169,20 @@ static bool broker_requests(mp_mpi_queue *b)
     MPI_Recv(&r, sizeof r, MPI_BYTE, st.MPI_SOURCE, b->tag + 1, mp__mpi.comm, &st);
     int i;
     if (r.op == OP_GET) {
-        if (push(&b->gets, (parked){st.MPI_SOURCE, r.req, NULL}) != 0)
-            answer(b, st.MPI_SOURCE, r.req, MP_ENOMEM, NULL);
-    } else if (r.op == OP_CANCEL) {
-        if ((i = find(&b->gets, st.MPI_SOURCE, r.req)) >= 0) {
-            take(&b->gets, i);
-            answer(b, st.MPI_SOURCE, r.req, MP_ETIMEDOUT, NULL);
+        if (mp__mpi_qpush(&b->gets, (parked){st.MPI_SOURCE, r.req, NULL}) != 0)
+            mp__mpi_qanswer(b, st.MPI_SOURCE, r.req, MP_ENOMEM, 0, NULL);
+    } else if (r.op == OP_CANCEL) { /* a get or a join that timed out */
+        plist *l = mp__mpi_qfind(&b->gets, st.MPI_SOURCE, r.req) >= 0 ? &b->gets : &b->joins;
+        if ((i = mp__mpi_qfind(l, st.MPI_SOURCE, r.req)) >= 0) {
+            mp__mpi_qtake(l, i);
+            mp__mpi_qanswer(b, st.MPI_SOURCE, r.req, MP_ETIMEDOUT, 0, NULL);
         }
+    } else if (mp__mpi_qbroker_join_op(b, st.MPI_SOURCE, &r)) {
+        /* task_done, join, qsize: queue_join.c */
     } else if (r.op == OP_CANCEL_PUT) {
         cancel_put(b, st.MPI_SOURCE, r.req);
     } else {
-        answer(b, st.MPI_SOURCE, r.req, mp_queue_close(b->q), NULL);
+        mp__mpi_qanswer(b, st.MPI_SOURCE, r.req, mp_queue_close(b->q), 0, NULL);
     }
     return true;
 }
@@ -233,8 +196,8 @@ static bool broker_serve(mp_mpi_queue *b)
         int rc = mp_queue_get(b->q, &m, 0);
         if (rc == MP_ETIMEDOUT)
             break;
-        parked p = take(&b->gets, 0);
-        answer(b, p.src, p.req, rc, m);
+        parked p = mp__mpi_qtake(&b->gets, 0);
+        mp__mpi_qanswer(b, p.src, p.req, rc, 0, m);
         mp_msg_destroy(m);
         moved = true;
     }
@@ -251,6 +214,7 @@ static void *broker(void *arg)
         busy = broker_requests(b) || busy;
         busy = broker_serve(b) || busy;
         busy = broker_retry_puts(b) || busy;
+        busy = mp__mpi_qbroker_joins(b) || busy;
         if (busy) {
             idle = 0;
             continue;
@@ -282,13 +246,16 @@ static void queue_free(mp_mpi_queue *mq)
             mp__mpi_inflight_free(mq->sends[i]);
     }
     for (int i = 0; i < mq->gets.n && !mp__mpi.failed; i++)
-        answer(mq, mq->gets.v[i].src, mq->gets.v[i].req, MP_ECLOSED, NULL);
+        mp__mpi_qanswer(mq, mq->gets.v[i].src, mq->gets.v[i].req, MP_ECLOSED, 0, NULL);
+    for (int i = 0; i < mq->joins.n && !mp__mpi.failed; i++)
+        mp__mpi_qanswer(mq, mq->joins.v[i].src, mq->joins.v[i].req, MP_ECLOSED, 0, NULL);
     for (int i = 0; i < mq->puts.n; i++)
         mp_msg_destroy(mq->puts.v[i].m); /* every rank left: nobody waits */
     for (int i = 0; i < MAX_PENDING; i++)
         if (mq->pending[i] && !mp__mpi_inflight_busy(mq->pending[i]))
             mp__mpi_inflight_free(mq->pending[i]);
-    free(mq->gets.v), free(mq->puts.v), free(mq->dropped.v), free(mq->last_put);
+    free(mq->gets.v), free(mq->puts.v), free(mq->dropped.v), free(mq->joins.v);
+    free(mq->last_put);
     mp_queue_release(mq->q);
     free(mq);
 }
@@ -336,37 +303,38 @@ static bool remote_ranks(void)
     return false;
 }
 
-int mp_mpi_queue_create(int home, mp_mpi_queue **out)
+static int create(int home, bool joinable, mp_mpi_queue **out, const char *fn)
 {
     int rc = mp_mpi_is_local(home), *ub = NULL, flag = 0;
     if (rc < 0)
         return rc;
     if (!out)
-        return mp__error(MP_EINVAL, "mp_mpi_queue_create: out is NULL");
+        return mp__error(MP_EINVAL, "%s: out is NULL", fn);
     mp_mpi_queue *mq = calloc(1, sizeof *mq);
     if (!mq)
-        return mp__error(MP_ENOMEM, "mp_mpi_queue_create: out of memory");
+        return mp__error(MP_ENOMEM, "%s: out of memory", fn);
     mq->home = home;
+    mq->joinable = joinable;
     mq->tag = MP__TAG_QUEUE + 4 * (int)nqueues++;
     MPI_Comm_get_attr(mp__mpi.comm, MPI_TAG_UB, &ub, &flag);
     if (flag && mq->tag + 3 > *ub)
-        rc = mp__error(MP_EOVERFLOW, "mp_mpi_queue_create: MPI's largest tag (%d) is too small "
-                                     "for another queue", *ub);
+        rc = mp__error(MP_EOVERFLOW, "%s: MPI's largest tag (%d) is too small for "
+                                     "another queue", fn, *ub);
     else if (mp__mpi.thread_level < MPI_THREAD_MULTIPLE)
-        rc = mp__error(MP_ENOTSUP, "mp_mpi_queue_create: the queue's broker thread needs "
-                                   "MPI_THREAD_MULTIPLE, which this MPI did not provide");
+        rc = mp__error(MP_ENOTSUP, "%s: the queue's broker thread needs "
+                                   "MPI_THREAD_MULTIPLE, which this MPI did not provide", fn);
     else if (mp__mpi.rank == home && !(mq->last_put = calloc((size_t)mp__mpi.size,
                                                               sizeof *mq->last_put)))
-        rc = mp__error(MP_ENOMEM, "mp_mpi_queue_create: out of memory");
+        rc = mp__error(MP_ENOMEM, "%s: out of memory", fn);
     else if (mp__mpi.rank == home)
-        rc = mp_queue_create(0, &mq->q);
+        rc = joinable ? mp_joinable_queue_create(0, &mq->q) : mp_queue_create(0, &mq->q);
     else
         rc = 0;
     if (rc == 0 && (mp__mpi.rank == home || mp_mpi_is_local(home) == 1))
         rc = share_local(mq);
     if (rc == 0 && mp__mpi.rank == home && remote_ranks()) {
         if (pthread_create(&mq->thread, NULL, broker, mq) != 0)
-            rc = mp__error(MP_ESYS, "mp_mpi_queue_create: could not start the broker thread");
+            rc = mp__error(MP_ESYS, "%s: could not start the broker thread", fn);
         else
             mq->running = true;
     }
@@ -378,6 +346,16 @@ int mp_mpi_queue_create(int home, mp_mpi_queue **out)
     }
     *out = mq;
     return 0;
+}
+
+int mp_mpi_queue_create(int home, mp_mpi_queue **out)
+{
+    return create(home, false, out, "mp_mpi_queue_create");
+}
+
+int mp_mpi_joinable_queue_create(int home, mp_mpi_queue **out)
+{
+    return create(home, true, out, "mp_mpi_joinable_queue_create");
 }
 
 int mp_mpi_queue_is_local(const mp_mpi_queue *q)
@@ -406,14 +384,14 @@ static int local_call(mp_mpi_queue *mq, const mp_msg *in, mp_msg **out, double d
 /* The broker's answer to request req (waits, watching the job). A request
  * not answered by the deadline is cancelled with op; the broker then
  * answers it (MP_ETIMEDOUT) unless its answer was already on the way. */
-static int await_answer(mp_mpi_queue *mq, uint64_t req, double deadline, int op, qreq *a,
+int mp__mpi_qawait(mp_mpi_queue *mq, uint64_t req, double deadline, int op, qreq *a,
                         const char *fn)
 {
     MPI_Request r;
     MPI_Irecv(a, sizeof *a, MPI_BYTE, mq->home, mq->tag + 2, mp__mpi.comm, &r);
     int rc = mp__mpi_wait(&r, deadline, NULL, fn);
     if (rc == MP_ETIMEDOUT) {
-        qreq c = {req, op, 0};
+        qreq c = {req, op, 0, 0};
         MPI_Send(&c, sizeof c, MPI_BYTE, mq->home, mq->tag + 1, mp__mpi.comm);
         rc = mp__mpi_wait(&r, -1, NULL, fn);
     }
@@ -458,7 +436,7 @@ static int remote_put(mp_mpi_queue *mq, const mp_msg *m, double timeout, const c
 {
     double deadline = remote_deadline(timeout);
     int slot = settle_pending(mq), rc;
-    qreq h = {++mq->next_req, 0, 0}, a;
+    qreq h = {++mq->next_req, 0, 0, 0}, a;
     mp__mpi_inflight *f = NULL;
     if (slot < 0)
         return mp__error(MP_ETIMEDOUT, "%s: %d earlier puts that timed out are still being "
@@ -477,7 +455,7 @@ static int remote_put(mp_mpi_queue *mq, const mp_msg *m, double timeout, const c
         mq->pending[slot] = f, f = NULL; /* the broker takes it, or drops it */
     mp__mpi_inflight_free(f);
     if (rc == 0)
-        rc = await_answer(mq, h.req, deadline, OP_CANCEL_PUT, &a, fn);
+        rc = mp__mpi_qawait(mq, h.req, deadline, OP_CANCEL_PUT, &a, fn);
     if (rc == 0 && a.op == MP_ETIMEDOUT)
         return mp__error(MP_ETIMEDOUT, "%s: %s", fn, timeout == 0 ? "the queue is full"
                                                                   : "timed out");
@@ -502,11 +480,11 @@ int mp_mpi_queue_get(mp_mpi_queue *mq, mp_msg **out, double timeout)
     int rc = check_args(mq, out, fn);
     if (rc || mq->q)
         return rc ? rc : local_call(mq, NULL, out, timeout == 0 ? 0 : mp__deadline(timeout), fn);
-    qreq r = {++mq->next_req, OP_GET, 0}, a;
+    qreq r = {++mq->next_req, OP_GET, 0, 0}, a;
     MPI_Send(&r, sizeof r, MPI_BYTE, mq->home, mq->tag + 1, mp__mpi.comm);
     /* A poll gets one round trip to the home's broker. */
     settle_pending(mq);
-    rc = await_answer(mq, r.req, remote_deadline(timeout), OP_CANCEL, &a, fn);
+    rc = mp__mpi_qawait(mq, r.req, remote_deadline(timeout), OP_CANCEL, &a, fn);
     if (rc)
         return rc;
     if (a.op == MP_ETIMEDOUT && timeout == 0)
@@ -534,9 +512,9 @@ int mp_mpi_queue_close(mp_mpi_queue *mq)
     int rc = check_args(mq, mq, fn);
     if (rc || mq->q)
         return rc ? rc : mp_queue_close(mq->q);
-    qreq r = {++mq->next_req, OP_CLOSE, 0}, a;
+    qreq r = {++mq->next_req, OP_CLOSE, 0, 0}, a;
     MPI_Send(&r, sizeof r, MPI_BYTE, mq->home, mq->tag + 1, mp__mpi.comm);
-    rc = await_answer(mq, r.req, -1, OP_CANCEL, &a, fn);
+    rc = mp__mpi_qawait(mq, r.req, -1, OP_CANCEL, &a, fn);
     return rc ? rc : a.op;
 }
 

@@ -79,3 +79,59 @@ int mp_mpi_queue_get(mp_mpi_queue *q, mp_msg **out, double timeout)
 int mp_mpi_queue_close(mp_mpi_queue *q) { return off("mp_mpi_queue_close"); }
 int mp_mpi_queue_is_local(const mp_mpi_queue *q) { return 0; }
 void mp_mpi_queue_destroy(mp_mpi_queue *q) {}
+int mp_mpi_joinable_queue_create(int home, mp_mpi_queue **out)
+{
+    return off("mp_mpi_joinable_queue_create");
+}
+int mp_mpi_queue_is_joinable(const mp_mpi_queue *q) { return 0; }
+int mp_mpi_queue_task_done(mp_mpi_queue *q) { return off("mp_mpi_queue_task_done"); }
+int mp_mpi_queue_join(mp_mpi_queue *q, double timeout) { return off("mp_mpi_queue_join"); }
+int64_t mp_mpi_queue_qsize(mp_mpi_queue *q) { return off("mp_mpi_queue_qsize"); }
+int mp_mpi_queue_empty(mp_mpi_queue *q) { return off("mp_mpi_queue_empty"); }
+int mp_mpi_pool_map_async(mp_mpi_pool *p, const char *task, const mp_msg *const *in, size_t n,
+                          mp_mpi_result **res)
+{
+    return off("mp_mpi_pool_map_async");
+}
+int mp_mpi_pool_starmap(mp_mpi_pool *p, const char *task, const mp_msg *const *args, size_t n,
+                        size_t nargs, mp_msg **out)
+{
+    return off("mp_mpi_pool_starmap");
+}
+int mp_mpi_pool_starmap_async(mp_mpi_pool *p, const char *task, const mp_msg *const *args,
+                              size_t n, size_t nargs, mp_mpi_result **res)
+{
+    return off("mp_mpi_pool_starmap_async");
+}
+size_t mp_mpi_result_count(const mp_mpi_result *r) { return 0; }
+bool mp_mpi_result_ready(mp_mpi_result *r) { return false; }
+int mp_mpi_result_item(mp_mpi_result *r, size_t i, mp_msg **out)
+{
+    return off("mp_mpi_result_item");
+}
+int mp_mpi_pool_imap(mp_mpi_pool *p, const char *task, const mp_msg *const *in, size_t n,
+                     mp_mpi_imap **it)
+{
+    return off("mp_mpi_pool_imap");
+}
+int mp_mpi_pool_imap_unordered(mp_mpi_pool *p, const char *task, const mp_msg *const *in,
+                               size_t n, mp_mpi_imap **it)
+{
+    return off("mp_mpi_pool_imap_unordered");
+}
+int mp_mpi_imap_next(mp_mpi_imap *it, double timeout, mp_msg **out, size_t *index)
+{
+    return off("mp_mpi_imap_next");
+}
+void mp_mpi_imap_destroy(mp_mpi_imap *it) {}
+int mp_mpi_pool_map_array(mp_mpi_pool *p, const char *task, const void *in, size_t n,
+                          size_t in_size, void *out, size_t out_size, size_t chunksize)
+{
+    return off("mp_mpi_pool_map_array");
+}
+int mp_mpi_pool_map_array_async(mp_mpi_pool *p, const char *task, const void *in, size_t n,
+                                size_t in_size, void *out, size_t out_size, size_t chunksize,
+                                mp_mpi_result **res)
+{
+    return off("mp_mpi_pool_map_array_async");
+}

@@ -30,7 +30,8 @@ typedef struct mp__frame_header {
     uint32_t nfds;        /* fds that must arrive with the record */
     uint32_t nstorages;
     uint32_t nattach;
-    uint32_t reserved;    /* 0 */
+    uint32_t tag;         /* order tag of a pipe's or queue's ring (src/ipc/ring.c);
+                           * 0 elsewhere; the decoder ignores it */
     uint64_t body_len;    /* bytes after the header (inline) or in the spill fd */
     uint64_t payload_len;
 } mp__frame_header;

@@ -293,8 +293,8 @@ static int check_header(const mp__frame_header *h, size_t len, int nfds)
     if (h->version != MP__FRAME_VERSION)
         return BAD("version %u, this library speaks version %u", h->version,
                    MP__FRAME_VERSION);
-    if (h->flags & ~(unsigned)MP__FRAME_KNOWN_FLAGS || h->reserved)
-        return BAD("unknown flags 0x%x or reserved field %u", h->flags, h->reserved);
+    if (h->flags & ~(unsigned)MP__FRAME_KNOWN_FLAGS)
+        return BAD("unknown flags 0x%x", h->flags);
     if (h->nfds != (uint32_t)nfds)
         return BAD("the header announces %u fds but %d arrived with it", h->nfds, nfds);
     if (h->flags & MP__FRAME_CLOSED)

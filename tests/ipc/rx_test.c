@@ -1,7 +1,12 @@
-/* The one-call receive (src/wire/rx.c): a record without fds costs the
- * receiver one recvmsg, a record that may carry fds a peek and a consume;
- * a reader asleep in a one-call receive is woken before the first record
- * with fds is sent, and one killed there does not block senders. */
+/* What a receive costs in recvmsg calls: a small message without fds none
+ * of its own (it comes through the ring, src/ipc/ring.c), a big one without
+ * fds a look at the socket's head and one recvmsg (the one-call receive,
+ * src/wire/rx.c), one that may carry fds a look, a peek and a consume. Here
+ * every message reaches a consumer that is not waiting inside a receive, so
+ * a doorbell made the fd readable for pollers, and the receive that empties
+ * the ring drops it (a look and a take). A reader asleep on an empty ring is
+ * woken by a message of either kind, and one killed there does not block
+ * senders. */
 #include <signal.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -62,6 +67,15 @@ static mp_msg *tensor_msg(int32_t v)
     return m;
 }
 
+static mp_msg *big_msg(void)
+{
+    static char bytes[4096];
+    mp_msg *m = NULL;
+    assert_mp_ok(mp_msg_create(&m));
+    assert_mp_ok(mp_msg_set_payload(m, bytes, sizeof bytes));
+    return m;
+}
+
 static int queue_get(void *q, mp_msg **out) { return mp_queue_get(q, out, 5); }
 static int conn_recv(void *c, mp_msg **out) { return mp_conn_recv(c, out, 5); }
 
@@ -93,15 +107,17 @@ static int conn_recv_calls(mp_conn *from, mp_conn *to, mp_msg *m)
 static void test_queue_calls(void **state)
 {
     mp_queue *q = NULL;
-    mp_msg *s = small_msg(), *t = tensor_msg(1);
+    mp_msg *s = small_msg(), *t = tensor_msg(1), *b = big_msg();
     (void)state;
     assert_mp_ok(mp_queue_create(0, &q));
-    assert_int_equal(queue_get_calls(q, s), 1);
-    assert_int_equal(queue_get_calls(q, s), 1);
+    assert_int_equal(queue_get_calls(q, s), 2);
+    assert_int_equal(queue_get_calls(q, b), 4);
     /* fds may travel from now on: peek and consume, for good */
-    assert_int_equal(queue_get_calls(q, t), 2);
+    assert_int_equal(queue_get_calls(q, t), 5);
+    assert_int_equal(queue_get_calls(q, b), 5);
     assert_int_equal(queue_get_calls(q, s), 2);
     mp_msg_destroy(s);
+    mp_msg_destroy(b);
     mp_msg_destroy(t);
     mp_queue_release(q);
 }
@@ -110,36 +126,37 @@ static void test_queue_calls(void **state)
 static void test_pipe_calls(void **state)
 {
     mp_conn *a = NULL, *b = NULL;
-    mp_msg *s = small_msg(), *t = tensor_msg(1);
+    mp_msg *s = small_msg(), *t = tensor_msg(1), *g = big_msg();
     (void)state;
     assert_mp_ok(mp_pipe(true, &a, &b));
-    assert_int_equal(conn_recv_calls(a, b, s), 1);
-    assert_int_equal(conn_recv_calls(b, a, s), 1);
-    assert_int_equal(conn_recv_calls(a, b, t), 2);
     assert_int_equal(conn_recv_calls(a, b, s), 2);
-    assert_int_equal(conn_recv_calls(b, a, s), 1);
+    assert_int_equal(conn_recv_calls(b, a, g), 4);
+    assert_int_equal(conn_recv_calls(a, b, t), 5);
+    assert_int_equal(conn_recv_calls(a, b, g), 5);
+    assert_int_equal(conn_recv_calls(b, a, g), 4);
+    mp_msg_destroy(g);
     mp_msg_destroy(s);
     mp_msg_destroy(t);
     mp_conn_release(a);
     mp_conn_release(b);
 }
 
-/* Waits until a reader is inside a one-call receive on q, then a little
- * more so that it sleeps in recvmsg. */
-static void wait_fast_reader(mp_queue *q)
+/* Waits until a reader sleeps on q's empty ring, then a little more so that
+ * it is inside poll. */
+static void wait_sleeping_reader(mp_queue *q)
 {
-    mp__rx *rx = &((mp__queue *)q)->ctl->rx;
+    mp__ring *r = &((mp__queue *)q)->ctl->ring;
     double deadline = mp__deadline(10);
-    while (!atomic_load(&rx->fast_inside)) {
+    while (!atomic_load(&r->sleeping)) {
         if (mp__now() > deadline)
-            fail_msg("the child never entered a one-call receive");
+            fail_msg("the child never went to sleep on the empty ring");
         usleep(1000);
     }
     usleep(20000);
 }
 
-/* The child sleeps in a one-call receive; the first tensor must wake it
- * (the nudge) and arrive through the peeking receive, intact. */
+/* The child sleeps on the empty ring; the first tensor must wake it (the
+ * doorbell) and arrive through the peeking receive, intact. */
 static void test_sleeping_reader_gets_tensor(void **state)
 {
     mp_queue *q = NULL;
@@ -155,7 +172,7 @@ static void test_sleeping_reader_gets_tensor(void **state)
             _exit(1);
         _exit(((int32_t *)mp_tensor_data(r))[0] == 42 ? 0 : 2);
     }
-    wait_fast_reader(q);
+    wait_sleeping_reader(q);
     assert_mp_ok(mp_queue_put(q, t, 5));
     assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_true(WIFEXITED(status));
@@ -164,9 +181,9 @@ static void test_sleeping_reader_gets_tensor(void **state)
     mp_queue_release(q);
 }
 
-/* A reader killed inside a one-call receive leaves fast_inside set and the
- * reader lock EOWNERDEAD; the next sender of fds recovers both at once. */
-static void test_reader_killed_in_fast_receive(void **state)
+/* A reader killed asleep leaves the reader lock EOWNERDEAD and `sleeping`
+ * set; a sender of fds is not held up, and the next reader recovers. */
+static void test_reader_killed_asleep(void **state)
 {
     mp_queue *q = NULL;
     mp_msg *t = tensor_msg(7), *r = NULL;
@@ -182,7 +199,7 @@ static void test_reader_killed_in_fast_receive(void **state)
         mp_queue_get(q, &m, -1);
         _exit(3);
     }
-    wait_fast_reader(q);
+    wait_sleeping_reader(q);
     kill(pid, SIGKILL);
     assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_true(WIFSIGNALED(status));
@@ -205,7 +222,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_queue_calls, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pipe_calls, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sleeping_reader_gets_tensor, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_reader_killed_in_fast_receive, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reader_killed_asleep, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,4 +1,4 @@
-# MPI tests: tests/mpi/mpi_suite.c run under mpirun (tests/mpi/run.sh), 4
+# MPI tests: tests/mpi/mpi_suite.c and mpi_iter_suite.c run under mpirun (tests/mpi/run.sh), 4
 # ranks on this machine, once with the same-host shared-memory path and once
 # with it forced off and MPI on TCP (the cross-host path). Registered only
 # when the MPI layer is built and its launcher is found; the mpich_* tests
@@ -8,11 +8,13 @@ set(run ${CMAKE_CURRENT_LIST_DIR}/run.sh)
 
 # The suite's cases for one build of the layer: tests PREFIX_<case>_<shm|tcp>.
 function(mproc_mpi_suite_tests prefix layer)
-  set(exe ${prefix}_suite)
-  add_executable(${exe} ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/mpi_suite.c)
-  target_link_libraries(${exe} PRIVATE ${layer})
-  mproc_use_flags(${exe})
-  set(suite $<TARGET_FILE:${exe}>)
+  foreach(s suite iter_suite)
+    add_executable(${prefix}_${s} ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/mpi_${s}.c)
+    target_link_libraries(${prefix}_${s} PRIVATE ${layer})
+    mproc_use_flags(${prefix}_${s})
+  endforeach()
+  set(suite $<TARGET_FILE:${prefix}_suite>)
+  set(iter $<TARGET_FILE:${prefix}_iter_suite>)
   foreach(v shm tcp)
     foreach(c roundtrip alltoall allreduce queue queue_full pool)
       add_test(NAME ${prefix}_${c}_${v} COMMAND ${run} 4 ${v} ok "ok on 4 ranks" ${suite} ${c})
@@ -27,6 +29,12 @@ function(mproc_mpi_suite_tests prefix layer)
     set(pat "rank 0: job failed.*rank 2 [(]pid|rank 2 with PID .* signal 9")
     set(pat "${pat}|^=   EXIT CODE: 9$|EXIT STRING: Killed [(]signal 9[)]")
     add_test(NAME ${prefix}_kill_${v} COMMAND ${run} 4 ${v} fail "${pat}" ${suite} kill)
+    # The pool's iterators and async calls, JoinableQueue counts across
+    # ranks, and a rank killed while the others join.
+    foreach(c imap joinable)
+      add_test(NAME ${prefix}_${c}_${v} COMMAND ${run} 4 ${v} ok "ok on 4 ranks" ${iter} ${c})
+    endforeach()
+    add_test(NAME ${prefix}_join_kill_${v} COMMAND ${run} 4 ${v} fail "${pat}" ${iter} join_kill)
   endforeach()
 endfunction()
 

@@ -1,0 +1,591 @@
+/* The shared-memory ring beside a pipe's or a queue's socket.
+ *
+ * Order. The ring is the one order authority. A message without fds that
+ * fits in a slot is copied into the next slot; any other message (fds, a
+ * big body) is sent on the socket as a record whose frame header carries a
+ * tag, and a MARK slot with that tag follows it in the ring. Producers take
+ * turns under plock (a robust process-shared mutex) from taking a slot to
+ * publishing it; consumers take turns under the socket's reader lock
+ * (mp__rx), so a consumer meets marks in the order their records were sent.
+ *
+ * Commits. Publishing (the store to tail) is a producer's last store, and
+ * moving head is a consumer's: whoever dies before it did nothing, whoever
+ * dies after it is done, so a lock found EOWNERDEAD is made consistent with
+ * nothing to repair. The socket path has two steps that cannot be one, and
+ * the tag settles them:
+ *   - a producer that died between sending a record and writing its mark
+ *     left an orphan: a tagged record with no mark. A consumer at a mark
+ *     whose head record has an older tag delivers that orphan first; a
+ *     consumer that finds the ring empty and a record at the socket's head
+ *     while no producer holds plock delivers it too.
+ *   - a consumer that died between taking a mark's record and moving head
+ *     left a mark without a record: its head record is missing or newer, and
+ *     the mark is skipped.
+ * A record left queued by MP_EMFILE keeps its mark in place, so it is
+ * delivered in order once fds fit.
+ *
+ * Wake-ups. A consumer that finds the ring empty sets `spinning` and
+ * watches tail briefly, then sets `sleeping` and sleeps on tail (a futex)
+ * for a slice at a time, looking at the socket between slices (EOF, a
+ * queue's end marker, an orphan); closing a pipe end or a queue wakes it at
+ * once. After publishing, a producer that sees `sleeping` clears it and
+ * wakes the futex; one that sees `spinning` clears it. Dekker's two flags:
+ * the consumer stores its flag before it looks at tail, the producer stores
+ * tail before it looks at the flags; a consumer looks at tail once more
+ * after it clears `spinning`.
+ *
+ * Readiness. The socket's fd is what users poll (mp_wait, a select loop on
+ * mp_conn_fileno), so a message that no consumer inside a receive is sure
+ * to see must make it readable: a producer that saw neither flag sends a
+ * NUDGE record (a doorbell; every reader drops it) when its message is
+ * still the only one in the ring. A producer killed between publishing and
+ * waking delays an mproc sleeper by one slice at most (a user's own poll
+ * waits for the next message).
+ * `bells` counts doorbells sent and not yet dropped: a consumer that takes
+ * the last message of the ring while some are queued drops them, so a
+ * user's poll does not report a message that was already taken.
+ *
+ * A full ring makes producers wait on head (a futex, in slices); the
+ * consumer that moves head wakes them when `space_wait` is set. Every flag a
+ * side clears is cleared by an exchange: a load and a store would erase a
+ * flag set again in between, and lose that wait's wake-up. */
+#include <errno.h>
+#include <limits.h>
+#include <sched.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "ipc/ring.h"
+#include "wire/frame.h"
+
+enum { RING_PAYLOAD = 1, RING_FRAME = 2, RING_MARK = 3 };
+enum { HEAD_EMPTY, HEAD_EOF, HEAD_BELL, HEAD_CLOSED, HEAD_DATA };
+
+#define MASK (MP__RING_SLOTS - 1u)
+#define SLICE_MS 50           /* longest sleep between two looks at the socket */
+#define SPIN_S 20e-6          /* how long an empty ring is watched before sleeping */
+#define PEER_CHECK_EVERY 64u  /* a pipe's producer checks for a gone reader this often */
+
+void (*mp__ring_fault)(int step);
+#define STEP(s)                                                                            \
+    do {                                                                                   \
+        if (mp__ring_fault)                                                                \
+            mp__ring_fault(MP__RING_STEP_##s);                                             \
+    } while (0)
+
+int mp__ring_init(mp__ring *r, const char *fn)
+{
+    pthread_mutexattr_t a;
+    int err;
+    atomic_init(&r->tag, 0);
+    atomic_init(&r->tail, 0);
+    atomic_init(&r->head_seen, 0);
+    atomic_init(&r->head, 0);
+    atomic_init(&r->space_wait, 0);
+    atomic_init(&r->sleeping, 0);
+    atomic_init(&r->spinning, 0);
+    atomic_init(&r->bells, 0);
+    atomic_init(&r->pcpu, UINT32_MAX);
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+    err = pthread_mutex_init(&r->plock, &a);
+    pthread_mutexattr_destroy(&a);
+    return err ? mp__errno_error(err, "%s: pthread_mutex_init", fn) : 0;
+}
+
+uint32_t mp__ring_count(const mp__ring *r)
+{
+    uint32_t h = atomic_load(&r->head);
+    return atomic_load(&r->tail) - h;
+}
+
+/* ---- producers -------------------------------------------------------------- */
+
+/* A deadline of 0 still waits a moment: the holder is usually a few
+ * stores from unlocking, and "try once" must not fail for that. Timed waits
+ * try first and wait on the clock only when contended (ThreadSanitizer
+ * does not intercept pthread_mutex_clocklock). */
+static int plock(mp__ring *r, double deadline, const char *fn)
+{
+    double until = deadline == 0 ? mp__now() + 0.002 : deadline;
+    struct timespec ts;
+    int err;
+    if (deadline < 0)
+        err = pthread_mutex_lock(&r->plock);
+    else
+        err = pthread_mutex_trylock(&r->plock);
+    while (err == EBUSY && deadline == 0 && mp__now() < until) {
+        sched_yield();
+        err = pthread_mutex_trylock(&r->plock);
+    }
+    if (err == EBUSY && deadline > 0) {
+        ts = mp__deadline_timespec(until);
+        err = pthread_mutex_clocklock(&r->plock, CLOCK_MONOTONIC, &ts);
+    }
+    if (err == EOWNERDEAD) { /* publishing is the last store: nothing to repair */
+        pthread_mutex_consistent(&r->plock);
+        err = 0;
+    }
+    if (err == ETIMEDOUT || err == EBUSY)
+        return mp__error(MP_ETIMEDOUT, "%s: timed out waiting for another sender", fn);
+    return err ? mp__errno_error(err, "%s: locking the sender lock", fn) : 0;
+}
+
+/* Every reader of the pipe is gone: nothing sent now would be received. */
+static int peer_gone(int sock, const char *fn)
+{
+    struct pollfd p = {.fd = sock, .events = POLLOUT};
+    if (poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR)))
+        return mp__error(MP_ECLOSED, "%s: the receiving end was closed", fn);
+    return 0;
+}
+
+/* Waits (holding plock) until the ring has a free slot. */
+static int room(mp__ring *r, int sock, double deadline, bool pipe, const char *fn)
+{
+    uint32_t t = atomic_load_explicit(&r->tail, memory_order_relaxed);
+    /* head as last seen: it only grows, so room by it is room (and the
+     * consumers' cache line stays theirs) */
+    if (t - atomic_load_explicit(&r->head_seen, memory_order_relaxed) < MP__RING_SLOTS)
+        return pipe && (t % PEER_CHECK_EVERY) == 0 ? peer_gone(sock, fn) : 0;
+    for (;;) {
+        uint32_t h = atomic_load(&r->head);
+        double until = deadline;
+        int rc;
+        atomic_store_explicit(&r->head_seen, h, memory_order_relaxed);
+        if (t - h < MP__RING_SLOTS)
+            return pipe && (t % PEER_CHECK_EVERY) == 0 ? peer_gone(sock, fn) : 0;
+        if (pipe && (rc = peer_gone(sock, fn)) < 0)
+            return rc;
+        if (deadline == 0)
+            return mp__error(MP_ETIMEDOUT, "%s: no room: the receiver is not taking messages "
+                                           "(%u waiting)", fn, MP__RING_SLOTS);
+        atomic_store(&r->space_wait, 1);
+        if (atomic_load(&r->head) != h)
+            continue;
+        /* In slices: a pipe's reader may go away while we wait. */
+        if (deadline < 0 || deadline > mp__now() + SLICE_MS / 1000.0)
+            until = mp__now() + SLICE_MS / 1000.0;
+        if (mp__futex_wait((uint32_t *)&r->head, h, until, true) == MP_ETIMEDOUT &&
+            until == deadline)
+            return mp__error(MP_ETIMEDOUT, "%s: timed out: the receiver is not taking "
+                                           "messages (%u waiting)", fn, MP__RING_SLOTS);
+    }
+}
+
+static void ring_bell(mp__ring *r, int sock)
+{
+    mp__frame_header h = {.magic = MP__FRAME_MAGIC, .version = MP__FRAME_VERSION,
+                          .flags = MP__FRAME_NUDGE};
+    struct iovec iov = {.iov_base = &h, .iov_len = sizeof h};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+    /* Counted first: a count too high costs a consumer one look, too low a
+     * spurious wake-up. Failing is harmless: a full socket wakes a poll. */
+    atomic_fetch_add(&r->bells, 1);
+    (void)mp__sys.sendmsg(sock, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+/* Slot t was just published: wake whoever needs to know. */
+static void wake_consumers(mp__ring *r, int sock, uint32_t t)
+{
+    /* Exchanges, as in advance(). */
+    if (atomic_load(&r->sleeping) && atomic_exchange(&r->sleeping, 0)) {
+        mp__futex_wake((uint32_t *)&r->tail, INT_MAX, true);
+    } else if (atomic_load(&r->spinning) && atomic_exchange(&r->spinning, 0)) {
+        /* it sees the message: no fd needs to */
+    } else {
+        uint32_t h = atomic_load(&r->head);
+        atomic_store_explicit(&r->head_seen, h, memory_order_relaxed);
+        if (h == t)
+            ring_bell(r, sock); /* this message made the ring non-empty */
+    }
+}
+
+/* Publishes the slot filled at t and lets go of plock. */
+static void publish(mp__ring *r, int sock, uint32_t t)
+{
+    uint32_t cpu = (uint32_t)sched_getcpu();
+    if (atomic_load_explicit(&r->pcpu, memory_order_relaxed) != cpu)
+        atomic_store_explicit(&r->pcpu, cpu, memory_order_relaxed);
+    STEP(FILLED);
+    atomic_store(&r->tail, t + 1);
+    STEP(PUBLISHED);
+    pthread_mutex_unlock(&r->plock);
+    STEP(UNLOCKED);
+    wake_consumers(r, sock, t);
+}
+
+static int send_inline(mp__ring *r, int sock, uint32_t type, const void *data, size_t len,
+                       double deadline, bool pipe, const char *fn)
+{
+    mp__ring_slot *s;
+    uint32_t t;
+    int rc;
+    if ((rc = plock(r, deadline, fn)) < 0)
+        return rc;
+    STEP(LOCKED);
+    if ((rc = room(r, sock, deadline, pipe, fn)) < 0) {
+        pthread_mutex_unlock(&r->plock);
+        return rc;
+    }
+    t = atomic_load_explicit(&r->tail, memory_order_relaxed);
+    s = &r->slot[t & MASK];
+    s->type = type;
+    s->len = (uint32_t)len;
+    if (len) /* an empty payload may be NULL */
+        memcpy(s->data, data, len);
+    publish(r, sock, t);
+    return 0;
+}
+
+/* The record goes on the socket with the next tag, then its mark. */
+static int send_marked(mp__ring *r, int sock, mp__rx *rx, mp__frame_out *o, double deadline,
+                       bool pipe, const char *fn)
+{
+    mp__frame_header *h = o->buf;
+    mp__ring_slot *s;
+    uint32_t t, tag;
+    int rc;
+    if ((rc = plock(r, deadline, fn)) < 0)
+        return rc;
+    STEP(LOCKED);
+    if ((rc = room(r, sock, deadline, pipe, fn)) < 0)
+        goto out;
+    tag = atomic_load_explicit(&r->tag, memory_order_relaxed) + 1;
+    atomic_store(&r->tag, tag);
+    h->tag = tag;
+    STEP(TAGGED);
+    if (o->nfds > 0)
+        mp__rx_announce_fds(rx, sock);
+    if ((rc = mp__send_record(sock, o->buf, o->len, o->fds, o->nfds, deadline)) < 0)
+        goto out;
+    STEP(SENT);
+    t = atomic_load_explicit(&r->tail, memory_order_relaxed);
+    s = &r->slot[t & MASK];
+    s->type = RING_MARK;
+    s->len = tag;
+    publish(r, sock, t);
+    return 0;
+out:
+    pthread_mutex_unlock(&r->plock);
+    return rc;
+}
+
+int mp__ring_send(mp__ring *r, int sock, mp__rx *rx, const mp_msg *m, double deadline,
+                  bool pipe, const char *fn)
+{
+    mp__frame_out o;
+    int rc;
+    /* Payload only: the slot holds the bytes themselves, no frame. */
+    if (m->count == 0 && m->len <= MP__RING_DATA)
+        return send_inline(r, sock, RING_PAYLOAD, m->payload, m->len, deadline, pipe, fn);
+    if ((rc = mp__frame_encode(m, &o)) < 0)
+        return rc;
+    if (o.nfds == 0 && o.len <= MP__RING_DATA)
+        rc = send_inline(r, sock, RING_FRAME, o.buf, o.len, deadline, pipe, fn);
+    else
+        rc = send_marked(r, sock, rx, &o, deadline, pipe, fn);
+    mp__frame_out_done(&o, rc == 0);
+    return rc;
+}
+
+/* ---- consumers (under the rx lock) -------------------------------------------- */
+
+/* What is at the socket's head, peeked without taking it or its fds. */
+static int peek_head(int sock, mp__frame_header *h)
+{
+    struct iovec iov = {.iov_base = h, .iov_len = sizeof *h};
+    for (;;) {
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+        ssize_t n;
+        memset(h, 0, sizeof *h);
+        n = mp__sys.recvmsg(sock, &mh, MSG_PEEK | MSG_DONTWAIT);
+        if (n == 0)
+            return HEAD_EOF;
+        if (n > 0) {
+            bool bare = n == (ssize_t)sizeof *h && !(mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) &&
+                        h->magic == MP__FRAME_MAGIC && h->body_len == 0;
+            if (bare && h->flags == MP__FRAME_NUDGE)
+                return HEAD_BELL;
+            return bare && h->flags == MP__FRAME_CLOSED ? HEAD_CLOSED : HEAD_DATA;
+        }
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return HEAD_EMPTY;
+        if (errno != EINTR)
+            return mp__errno_error(errno, "receiving a message: recvmsg");
+    }
+}
+
+/* Takes the record at the head (a doorbell) without looking at it. */
+static void drop_head(int sock)
+{
+    char byte;
+    struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+    while (mp__sys.recvmsg(sock, &mh, MSG_DONTWAIT) < 0 && errno == EINTR)
+        ;
+}
+
+static void uncount_bell(mp__ring *r)
+{
+    uint32_t n = atomic_load(&r->bells);
+    while (n && !atomic_compare_exchange_weak(&r->bells, &n, n - 1))
+        ;
+}
+
+/* Drops the doorbells at the socket's head; the count is right again. */
+static void drop_bells(mp__ring *r, int sock)
+{
+    mp__frame_header hd;
+    while (atomic_load(&r->bells)) {
+        if (peek_head(sock, &hd) != HEAD_BELL) {
+            atomic_store(&r->bells, 0); /* counted, never sent (its sender died) */
+            return;
+        }
+        drop_head(sock);
+        uncount_bell(r);
+    }
+}
+
+/* Slot h was just taken: when it was the last, nothing is left to announce. */
+static void settle_bells(mp__ring *r, int sock, uint32_t h)
+{
+    if (atomic_load_explicit(&r->bells, memory_order_relaxed) &&
+        atomic_load(&r->tail) == h + 1)
+        drop_bells(r, sock);
+}
+
+static void advance(mp__ring *r, uint32_t h)
+{
+    atomic_store(&r->head, h + 1);
+    /* An exchange, not a load and a store: a producer may set the flag
+     * again in between, for a wait that this wake-up must not lose. */
+    if (atomic_load(&r->space_wait) && atomic_exchange(&r->space_wait, 0))
+        mp__futex_wake((uint32_t *)&r->head, INT_MAX, true);
+}
+
+/* Slot h holds a message: copy it out, move head, then decode. */
+static int take_slot(mp__ring *r, int sock, uint32_t h, mp_msg **out, bool *taken)
+{
+    const mp__ring_slot *s = &r->slot[h & MASK];
+    unsigned char buf[MP__RING_DATA];
+    uint32_t type = s->type, len = s->len;
+    mp_msg *m = NULL;
+    int rc;
+    if (len > MP__RING_DATA || (type != RING_PAYLOAD && type != RING_FRAME)) {
+        advance(r, h);
+        *taken = true;
+        return mp__error(MP_EPROTO, "receiving a message: ring slot of type %u and %u bytes "
+                                    "(the message was dropped)", type, len);
+    }
+    if (type == RING_PAYLOAD) {
+        /* Built before head moves: out of memory leaves it queued. */
+        if ((rc = mp_msg_create(&m)) < 0 || (rc = mp_msg_set_payload(m, s->data, len)) < 0) {
+            mp_msg_destroy(m);
+            return rc;
+        }
+    } else {
+        memcpy(buf, s->data, len);
+    }
+    STEP(COPIED);
+    advance(r, h);
+    *taken = true;
+    STEP(TAKEN);
+    settle_bells(r, sock, h);
+    if (m) {
+        *out = m;
+        return 0;
+    }
+    return mp__wire_decode(buf, len, NULL, 0, out);
+}
+
+/* Slot h is a mark: receive its record. *done is false when the mark was
+ * stale (skipped) and the caller should look at the ring again. */
+static int take_mark(mp__ring *r, int sock, mp__rx *rx, uint32_t h, mp_msg **out,
+                     bool *taken, bool *done)
+{
+    uint32_t tag = r->slot[h & MASK].len;
+    mp__frame_header hd;
+    int k, rc;
+    *done = false;
+    while ((k = peek_head(sock, &hd)) == HEAD_BELL) {
+        drop_head(sock);
+        uncount_bell(r);
+    }
+    if (k < 0)
+        return k;
+    if (k != HEAD_DATA || (int32_t)(hd.tag - tag) > 0) {
+        advance(r, h); /* a consumer died after taking this mark's record */
+        return 0;
+    }
+    /* The head is this mark's record, or an orphan sent before it. */
+    rc = mp__wire_recv_rx(sock, rx, out, 0, taken);
+    if (*taken && hd.tag == tag) {
+        STEP(MARK_RECEIVED);
+        advance(r, h);
+        settle_bells(r, sock, h);
+    }
+    *done = *taken || rc != MP_ETIMEDOUT;
+    return rc;
+}
+
+/* Watches an empty ring for a moment: true when something arrived. The
+ * caller looks at tail again after this returns false. */
+static bool spin(mp__ring *r, uint32_t h, double *until)
+{
+    bool arrived = false;
+    if (*until < 0)
+        return false;
+    /* The last producer runs on our CPU: it cannot publish while we spin. */
+    if (*until == 0 && (int)atomic_load_explicit(&r->pcpu, memory_order_relaxed) ==
+                           sched_getcpu()) {
+        *until = -1;
+        return false;
+    }
+    if (*until == 0)
+        *until = mp__now() + SPIN_S;
+    atomic_store(&r->spinning, 1);
+    while (!arrived) {
+        for (int i = 0; i < 64 && !arrived; i++) {
+            arrived = atomic_load_explicit(&r->tail, memory_order_acquire) != h;
+            __builtin_ia32_pause();
+        }
+        if (!arrived && mp__now() >= *until) {
+            *until = -1;
+            break;
+        }
+    }
+    atomic_store(&r->spinning, 0);
+    return arrived;
+}
+
+static bool expired(double deadline)
+{
+    return deadline == 0 || (deadline > 0 && mp__now() >= deadline);
+}
+
+/* A record sits at the socket's head and the ring is empty at h: either a
+ * producer is between its send and its mark, or one died there. */
+static int orphan(mp__ring *r, int sock, mp__rx *rx, uint32_t h, double deadline,
+                  mp_msg **out, bool *taken)
+{
+    int err = pthread_mutex_trylock(&r->plock);
+    bool alone;
+    if (err == EBUSY) {
+        if (expired(deadline))
+            return mp__error(MP_ETIMEDOUT, "receiving a message: a message is on its way");
+        nanosleep(&(struct timespec){0, 20000}, NULL);
+        return 1;
+    }
+    if (err == EOWNERDEAD)
+        pthread_mutex_consistent(&r->plock);
+    else if (err)
+        return mp__errno_error(err, "receiving a message: locking the sender lock");
+    alone = atomic_load(&r->tail) == h;
+    pthread_mutex_unlock(&r->plock);
+    if (!alone)
+        return 1;
+    return mp__wire_recv_rx(sock, rx, out, 0, taken); /* its sender died before the mark */
+}
+
+/* Sleeps on tail, at most one slice. 1: look again. */
+static int nap(mp__ring *r, uint32_t h, double deadline)
+{
+    double until;
+    if (atomic_load(&r->tail) != h)
+        return 1;
+    if (expired(deadline))
+        return mp__error(MP_ETIMEDOUT, deadline == 0 ? "receiving a message: none waiting"
+                                                     : "receiving a message: timed out "
+                                                       "waiting for a message");
+    atomic_store(&r->sleeping, 1);
+    STEP(SLEEPING);
+    until = mp__now() + SLICE_MS / 1000.0;
+    if (deadline > 0 && deadline < until)
+        until = deadline;
+    mp__futex_wait((uint32_t *)&r->tail, h, until, true);
+    return 1;
+}
+
+void mp__ring_wake(mp__ring *r)
+{
+    mp__futex_wake((uint32_t *)&r->tail, INT_MAX, true);
+}
+
+/* The ring is empty at h. 1: look again; otherwise the receive's answer. */
+static int idle(mp__ring *r, int sock, mp__rx *rx, uint32_t h, double deadline,
+                double *spun, mp_msg **out, bool *taken)
+{
+    mp__frame_header hd;
+    int k;
+    if (deadline != 0 && spin(r, h, spun))
+        return 1;
+    if ((k = peek_head(sock, &hd)) < 0)
+        return k;
+    switch (k) {
+    case HEAD_BELL:
+        drop_head(sock);
+        uncount_bell(r);
+        return 1;
+    case HEAD_DATA:
+        return orphan(r, sock, rx, h, deadline, out, taken);
+    case HEAD_CLOSED: /* a queue's end marker: it stays for every reader */
+        return mp__error(MP_ECLOSED, "receiving a message: closed and drained");
+    case HEAD_EOF: /* published before the last writer closed: seen now */
+        return atomic_load(&r->tail) != h
+                   ? 1
+                   : mp__error(MP_ECLOSED, "receiving a message: the peer closed the "
+                                           "connection");
+    default: /* HEAD_EMPTY */
+        return nap(r, h, deadline);
+    }
+}
+
+int mp__ring_recv(mp__ring *r, int sock, mp__rx *rx, mp_msg **out, double deadline,
+                  bool *taken)
+{
+    double spun = 0;
+    *taken = false;
+    *out = NULL;
+    for (;;) {
+        uint32_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
+        int rc;
+        bool done;
+        if (atomic_load_explicit(&r->tail, memory_order_acquire) == h) {
+            if ((rc = idle(r, sock, rx, h, deadline, &spun, out, taken)) != 1)
+                return rc;
+            continue;
+        }
+        if (r->slot[h & MASK].type != RING_MARK)
+            return take_slot(r, sock, h, out, taken);
+        rc = take_mark(r, sock, rx, h, out, taken, &done);
+        if (done || rc < 0)
+            return rc;
+    }
+}
+
+int mp__ring_poll(mp__ring *r, int sock, mp__rx *rx, double deadline, const char *fn)
+{
+    struct pollfd p = {.fd = sock, .events = POLLIN};
+    for (;;) {
+        int ms = deadline == 0 ? 0 : mp__poll_ms(deadline), n;
+        if (mp__ring_count(r))
+            return 1;
+        /* Slices: a message published just before this poll rang no bell
+         * if a consumer was spinning; it shows in the ring at the next look. */
+        if (deadline != 0 && (ms < 0 || ms > SLICE_MS))
+            ms = SLICE_MS;
+        n = poll(&p, 1, ms);
+        if (n > 0 && mp__wire_drop_nudge(sock, rx))
+            continue; /* a doorbell, not a message: look again */
+        if (n > 0)
+            return 1;
+        if (n < 0 && errno != EINTR)
+            return mp__errno_error(errno, "%s: poll", fn);
+        if (n == 0 && expired(deadline))
+            return mp__ring_count(r) != 0;
+    }
+}

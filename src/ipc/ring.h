@@ -1,0 +1,81 @@
+/* The shared-memory ring beside a pipe's or a queue's socket: small
+ * messages without fds travel through it; the socket stays for fds, big
+ * messages, wake-ups and liveness (src/ipc/ring.c tells the protocol). */
+#ifndef MPROC_IPC_RING_H
+#define MPROC_IPC_RING_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "wire/wire.h"
+
+#define MP__RING_SLOTS 512u    /* a power of two; 128 KiB a ring */
+#define MP__RING_SLOT 256u     /* bytes per slot, header included */
+#define MP__RING_DATA (MP__RING_SLOT - 8u)
+
+typedef struct mp__ring_slot {
+    uint32_t type;   /* RING_PAYLOAD, RING_FRAME or RING_MARK (ring.c) */
+    uint32_t len;    /* data bytes; for a mark, the tag of its socket record */
+    unsigned char data[MP__RING_DATA];
+} mp__ring_slot;
+
+/* Lives in the endpoint's control segment (a sealed memfd), so it travels
+ * wherever the control segment's fd travels. Producers write one cache line
+ * and consumers another; the third holds what each side reads of the other
+ * rarely. */
+typedef struct mp__ring {
+    pthread_mutex_t plock;             /* robust, process-shared: one producer at a time */
+    _Atomic uint32_t tag;              /* the last socket record's tag (under plock) */
+    _Alignas(64) _Atomic uint32_t tail; /* slots published (producers) */
+    _Atomic uint32_t head_seen;        /* head as a producer last read it (<= head) */
+    _Alignas(64) _Atomic uint32_t head; /* slots taken (consumers, under the rx lock) */
+    _Atomic uint32_t space_wait;       /* a producer sleeps on head: the ring is full */
+    _Alignas(64) _Atomic uint32_t sleeping; /* a consumer sleeps on tail (a futex) */
+    _Atomic uint32_t spinning;         /* a consumer inside a receive watches tail */
+    _Atomic uint32_t bells;            /* doorbells sent and not yet dropped (about) */
+    _Atomic uint32_t pcpu;             /* the CPU the last producer ran on */
+    _Alignas(64) mp__ring_slot slot[MP__RING_SLOTS];
+} mp__ring;
+
+int mp__ring_init(mp__ring *r, const char *fn);
+/* Sends m: through the ring when it carries no fds and fits in a slot,
+ * otherwise as a tagged record on sock with a mark in the ring. rx is the
+ * receive side of sock (for the fd handshake). Deadline as mp__wire_send.
+ * pipe: sock's peer may go away (a pipe, not a queue): a send then fails
+ * with MP_ECLOSED, checked every 64 messages and whenever the ring is full. */
+int mp__ring_send(mp__ring *r, int sock, mp__rx *rx, const mp_msg *m, double deadline,
+                  bool pipe, const char *fn);
+/* Receives the next message in ring order; the caller holds rx's lock.
+ * *taken as mp__wire_recv_rx: true when a message left the endpoint, even if
+ * it could not be decoded. MP_ECLOSED at EOF or at a queue's end marker. */
+int mp__ring_recv(mp__ring *r, int sock, mp__rx *rx, mp_msg **out, double deadline,
+                  bool *taken);
+/* 1 when a receive would not block, 0 when not by deadline; drops wake-up
+ * records. Takes rx's lock only to look at the socket's head. */
+int mp__ring_poll(mp__ring *r, int sock, mp__rx *rx, double deadline, const char *fn);
+/* Wakes consumers asleep on the ring (a pipe end or a queue was closed:
+ * they look at the socket at once). */
+void mp__ring_wake(mp__ring *r);
+/* Messages in the ring (marks included), approximate. */
+uint32_t mp__ring_count(const mp__ring *r);
+
+/* Fault injection for tests: called at every step of the protocol with the
+ * step's number (MP__RING_STEP_*); NULL in normal runs. */
+enum {
+    MP__RING_STEP_LOCKED = 1,     /* producer holds plock */
+    MP__RING_STEP_FILLED,         /* slot written, not published */
+    MP__RING_STEP_PUBLISHED,      /* tail moved, plock still held */
+    MP__RING_STEP_UNLOCKED,       /* plock released, wake-up not yet sent */
+    MP__RING_STEP_TAGGED,         /* socket path: tag taken, record not sent */
+    MP__RING_STEP_SENT,           /* socket path: record sent, mark not written */
+    MP__RING_STEP_COPIED,         /* consumer copied a slot, head not moved */
+    MP__RING_STEP_TAKEN,          /* consumer moved head, message not returned */
+    MP__RING_STEP_MARK_RECEIVED,  /* consumer took a mark's record, head not moved */
+    MP__RING_STEP_SLEEPING,       /* consumer flagged itself asleep, not yet in poll */
+    MP__RING_STEPS
+};
+extern void (*mp__ring_fault)(int step);
+
+#endif

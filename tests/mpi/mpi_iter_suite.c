@@ -1,0 +1,422 @@
+/* More of the MPI layer's tests, run under mpirun by tests/mpi/run.sh as
+ * mpi_suite is: the pool over ranks' lazy and async calls, and queues
+ * across ranks as JoinableQueues. A failed check ends the job at once
+ * (MPI_Abort) with its text.
+ *
+ *   imap       imap in order with a failing task in the middle (the
+ *              iteration goes on), imap_unordered (each item once), an
+ *              imap timeout (poll and timed) on a slow task, map_async with
+ *              per-item access, starmap, an iterator dropped early and one
+ *              that outlives its pool, map_array (array tasks and ordinary
+ *              ones, a failing chunk, the async form)
+ *   joinable   a JoinableQueue homed on rank 1: three ranks put, two take,
+ *              qsize/empty, join timing out while messages are outstanding,
+ *              task_done from two ranks ends the joins of two others, one
+ *              task_done too many, a plain queue refuses task_done/join
+ *   join_kill  rank 2 takes a message and is SIGKILLed while every other
+ *              rank joins: each join errors out, the job ends non-zero
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <mpi.h>
+#include <mproc.h>
+#include <mproc/mpi.h>
+
+#define CHECK(cond, ...)                                                                 \
+    do {                                                                                 \
+        if (!(cond)) {                                                                   \
+            fprintf(stderr, "rank %d: %s:%d: check failed: %s: ", rank, __FILE__,        \
+                    __LINE__, #cond);                                                    \
+            fprintf(stderr, __VA_ARGS__);                                                \
+            fprintf(stderr, " (%s)\n", mp_last_error());                                 \
+            MPI_Abort(MPI_COMM_WORLD, 2);                                                \
+        }                                                                                \
+    } while (0)
+#define OK(expr) CHECK((expr) == 0, "%s", #expr)
+
+static int rank, size;
+
+static mp_msg *int_msg(int64_t x)
+{
+    mp_msg *m = NULL;
+    OK(mp_msg_create(&m));
+    OK(mp_msg_set_payload(m, &x, sizeof x));
+    return m;
+}
+
+static int64_t msg_int(const mp_msg *m)
+{
+    int64_t x = -1;
+    size_t len = 0;
+    const void *p = mp_msg_payload(m, &len);
+    if (len == sizeof x)
+        memcpy(&x, p, sizeof x);
+    return x;
+}
+
+static void nap(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+/* x * x; x == 13 raises. */
+MP_TASK(square)
+{
+    int64_t x = msg_int(in);
+    if (x == 13)
+        mp_raise("unlucky %lld", (long long)x);
+    x *= x;
+    return mp_msg_set_payload(out, &x, sizeof x);
+}
+
+/* Sleeps x milliseconds, answers x. */
+MP_TASK(slow)
+{
+    int64_t x = msg_int(in);
+    nap((double)x / 1000);
+    return mp_msg_set_payload(out, &x, sizeof x);
+}
+
+/* starmap: the sum of its arguments' integers, and their count. */
+MP_TASK(add)
+{
+    int n = mp_task_nargs(in);
+    int64_t r[2] = {0, n};
+    if (n < 0)
+        return n;
+    for (int j = 0; j < n; j++) {
+        mp_msg *a = NULL;
+        int rc = mp_task_arg(in, (size_t)j, &a);
+        if (rc)
+            return rc;
+        r[0] += msg_int(a);
+        mp_msg_destroy(a);
+    }
+    return mp_msg_set_payload(out, r, sizeof r);
+}
+
+static void imap_ordered(mp_mpi_pool *p, mp_msg **in, size_t n)
+{
+    mp_mpi_imap *it = NULL;
+    mp_msg *o = NULL;
+    size_t idx = 99;
+    OK(mp_mpi_pool_imap(p, "square", (const mp_msg *const *)in, n, &it));
+    for (size_t i = 0; i < n; i++) {
+        int rc = mp_mpi_imap_next(it, 30, &o, &idx);
+        CHECK(idx == i, "imap index %zu, want %zu", idx, i);
+        if (i == 13) {
+            CHECK(rc == MP_ECHILD && o == NULL, "the raising item: %s", mp_err_name(rc));
+            CHECK(strstr(mp_last_error(), "unlucky 13") && strstr(mp_last_error(), "rank"),
+                  "its sentence: %s", mp_last_error());
+            continue;
+        }
+        OK(rc);
+        CHECK(msg_int(o) == (int64_t)(i * i), "imap item %zu: %lld", i, (long long)msg_int(o));
+        mp_msg_destroy(o);
+    }
+    CHECK(mp_mpi_imap_next(it, 1, &o, &idx) == MP_ECLOSED, "after the last item");
+    mp_mpi_imap_destroy(it);
+}
+
+static void imap_unordered(mp_mpi_pool *p, mp_msg **in, size_t n)
+{
+    mp_mpi_imap *it = NULL;
+    mp_msg *o = NULL;
+    int seen[64] = {0};
+    OK(mp_mpi_pool_imap_unordered(p, "square", (const mp_msg *const *)in, n, &it));
+    for (size_t k = 0; k < n; k++) {
+        size_t i = 99;
+        int rc = mp_mpi_imap_next(it, 30, &o, &i);
+        CHECK(i < n && seen[i]++ == 0, "unordered index %zu", i);
+        CHECK(rc == (i == 13 ? MP_ECHILD : 0), "unordered item %zu: %s", i, mp_err_name(rc));
+        if (rc == 0)
+            CHECK(msg_int(o) == (int64_t)(i * i), "unordered item %zu", i);
+        mp_msg_destroy(o), o = NULL;
+    }
+    CHECK(mp_mpi_imap_next(it, 0, &o, NULL) == MP_ECLOSED, "after the last item");
+    mp_mpi_imap_destroy(it);
+}
+
+/* A slow item: next polls and times out, then waits for it. */
+static void imap_timeout(mp_mpi_pool *p)
+{
+    mp_msg *in[2] = {int_msg(600), int_msg(1)}, *o = NULL;
+    mp_mpi_imap *it = NULL;
+    OK(mp_mpi_pool_imap(p, "slow", (const mp_msg *const *)in, 2, &it));
+    CHECK(mp_mpi_imap_next(it, 0, &o, NULL) == MP_ETIMEDOUT, "poll of a slow item");
+    double t0 = MPI_Wtime();
+    int rc = mp_mpi_imap_next(it, 0.1, &o, NULL);
+    double dt = MPI_Wtime() - t0;
+    CHECK(rc == MP_ETIMEDOUT && dt >= 0.09 && dt < 5, "timed next: %s after %.3f s",
+          mp_err_name(rc), dt);
+    OK(mp_mpi_imap_next(it, 30, &o, NULL));
+    CHECK(msg_int(o) == 600, "the slow item");
+    mp_msg_destroy(o);
+    OK(mp_mpi_imap_next(it, 30, &o, NULL));
+    CHECK(msg_int(o) == 1, "the quick item");
+    mp_msg_destroy(o);
+    mp_mpi_imap_destroy(it);
+    mp_msg_destroy(in[0]), mp_msg_destroy(in[1]);
+}
+
+static void map_async_items(mp_mpi_pool *p, mp_msg **in, size_t n)
+{
+    mp_mpi_result *r = NULL;
+    mp_msg *o = NULL;
+    OK(mp_mpi_pool_map_async(p, "square", (const mp_msg *const *)in, n, &r));
+    CHECK(mp_mpi_result_count(r) == n, "count %zu", mp_mpi_result_count(r));
+    CHECK(mp_mpi_result_get(r, p, 30, &o) == MP_ECHILD, "map_async get: the failed item");
+    CHECK(strstr(mp_last_error(), "item 13") && strstr(mp_mpi_result_error(r), "unlucky"),
+          "map_async error: %s / %s", mp_last_error(), mp_mpi_result_error(r));
+    CHECK(mp_mpi_result_ready(r), "ready after get");
+    for (size_t i = 0; i < n; i++) {
+        int rc = mp_mpi_result_item(r, i, &o);
+        CHECK(rc == (i == 13 ? MP_ECHILD : 0), "item %zu: %s", i, mp_err_name(rc));
+        if (rc == 0)
+            CHECK(msg_int(o) == (int64_t)(i * i), "map_async item %zu", i);
+        mp_msg_destroy(o), o = NULL;
+    }
+    CHECK(mp_mpi_result_item(r, 0, &o) == MP_ESTATE, "an item taken twice");
+    CHECK(mp_mpi_result_item(r, n, &o) == MP_EINVAL, "an item out of range");
+    mp_mpi_result_release(r);
+}
+
+static void starmap(mp_mpi_pool *p)
+{
+    enum { N = 10, K = 3 };
+    mp_msg *args[N * K], *out[N];
+    for (int i = 0; i < N * K; i++)
+        args[i] = int_msg(i);
+    OK(mp_mpi_pool_starmap(p, "add", (const mp_msg *const *)args, N, K, out));
+    for (int i = 0; i < N; i++) {
+        int64_t r[2];
+        memcpy(r, mp_msg_payload(out[i], NULL), sizeof r);
+        CHECK(r[0] == 3 * i * K + 3 && r[1] == K, "starmap item %d: %lld/%lld", i,
+              (long long)r[0], (long long)r[1]);
+        mp_msg_destroy(out[i]);
+    }
+    CHECK(mp_mpi_pool_starmap(p, "add", (const mp_msg *const *)args, N, 0, out) == MP_EINVAL,
+          "nargs 0");
+    CHECK(mp_mpi_pool_imap(p, "nosuch", (const mp_msg *const *)args, 1, &(mp_mpi_imap *){0})
+          == MP_ENOENT, "imap of an unknown task");
+    for (int i = 0; i < N * K; i++)
+        mp_msg_destroy(args[i]);
+}
+
+/* y = x * x over int64; x == 2^40 raises (fails its chunk). */
+MP_ARRAY_TASK(squares)
+{
+    const int64_t *x = in;
+    int64_t *y = out;
+    for (size_t i = 0; i < n; i++) {
+        if (x[i] == (int64_t)1 << 40)
+            mp_raise("unlucky slice");
+        y[i] = x[i] * x[i];
+    }
+    return 0;
+}
+
+/* An ordinary task whose answer is one byte too short for map_array. */
+MP_TASK(short_answer)
+{
+    (void)in;
+    return mp_msg_set_payload(out, "1234567", 7);
+}
+
+static void map_array(mp_mpi_pool *p)
+{
+    enum { N = 1000 };
+    static int64_t x[N], y[N];
+    for (int i = 0; i < N; i++)
+        x[i] = i - 500;
+    size_t chunks[] = {0, 7, N + 5};
+    for (size_t c = 0; c < 3; c++) {
+        memset(y, 0, sizeof y);
+        OK(mp_mpi_pool_map_array(p, "squares", x, N, 8, y, 8, chunks[c]));
+        for (int i = 0; i < N; i++)
+            CHECK(y[i] == x[i] * x[i], "array task, chunksize %zu, item %d", chunks[c], i);
+    }
+    /* An ordinary task item by item; item 513 (x = 13) raises and fails
+     * its chunk of 10 (items 510..519), the others land. */
+    memset(y, 0, sizeof y);
+    int rc = mp_mpi_pool_map_array(p, "square", x, N, 8, y, 8, 10);
+    CHECK(rc == MP_ECHILD && strstr(mp_last_error(), "chunk 51") &&
+          strstr(mp_last_error(), "unlucky 13"), "a failing chunk: %s", mp_err_name(rc));
+    for (int i = 0; i < N; i++)
+        CHECK((i >= 510 && i < 520) || y[i] == x[i] * x[i], "task item by item: item %d", i);
+    /* The async form: one item per chunk; an array task that raises. */
+    mp_mpi_result *r = NULL;
+    mp_msg *o = NULL;
+    x[700] = (int64_t)1 << 40;
+    OK(mp_mpi_pool_map_array_async(p, "squares", x, N, 8, y, 8, 100, &r));
+    CHECK(mp_mpi_result_count(r) == 10, "chunks %zu", mp_mpi_result_count(r));
+    CHECK(mp_mpi_result_get(r, p, 30, &o) == MP_ECHILD && o == NULL, "async, raising chunk");
+    CHECK(mp_mpi_result_item(r, 7, &o) == MP_ECHILD, "chunk 7 failed");
+    OK(mp_mpi_result_item(r, 6, &o));
+    CHECK(y[699] == 199 * 199, "a landed item");
+    mp_mpi_result_release(r);
+    x[700] = 200;
+    CHECK(mp_mpi_pool_map_array(p, "short_answer", x, N, 8, y, 8, 0) == MP_EPROTO,
+          "an answer of the wrong size");
+    CHECK(mp_mpi_pool_map_array(p, "nosuch", x, N, 8, y, 8, 0) == MP_ENOENT, "unknown task");
+    CHECK(mp_mpi_pool_apply(p, "squares", NULL, &o) == MP_ENOENT, "array task by apply");
+    OK(mp_mpi_pool_map_array(p, "squares", x, 0, 8, y, 8, 0));
+}
+
+MP_ENTRY(case_imap)
+{
+    enum { N = 30 };
+    mp_mpi_pool *p = NULL;
+    mp_msg *in[N], *o = NULL;
+    OK(mp_mpi_pool_create(&p));
+    if (rank != 0)
+        return 0;
+    for (int i = 0; i < N; i++)
+        in[i] = int_msg(i);
+    imap_ordered(p, in, N);
+    imap_unordered(p, in, N);
+    imap_timeout(p);
+    map_async_items(p, in, N);
+    starmap(p);
+    map_array(p);
+    /* Dropped early: its items still run and are dropped. */
+    mp_mpi_imap *early = NULL, *late = NULL;
+    OK(mp_mpi_pool_imap(p, "square", (const mp_msg *const *)in, N, &early));
+    OK(mp_mpi_imap_next(early, 30, &o, NULL));
+    mp_msg_destroy(o);
+    mp_mpi_imap_destroy(early);
+    /* One that outlives its pool: destroy finishes its items first. */
+    OK(mp_mpi_pool_imap_unordered(p, "square", (const mp_msg *const *)in, 5, &late));
+    mp_mpi_pool_destroy(p);
+    for (int k = 0; k < 5; k++) {
+        OK(mp_mpi_imap_next(late, 0, &o, NULL));
+        mp_msg_destroy(o);
+    }
+    CHECK(mp_mpi_imap_next(late, 0, &o, NULL) == MP_ECLOSED, "after the pool's end");
+    mp_mpi_imap_destroy(late);
+    for (int i = 0; i < N; i++)
+        mp_msg_destroy(in[i]);
+    return 0;
+}
+
+static void take(mp_mpi_queue *q, int count)
+{
+    for (int i = 0; i < count; i++) {
+        mp_msg *m = NULL;
+        OK(mp_mpi_queue_get(q, &m, 30));
+        mp_msg_destroy(m);
+    }
+}
+
+MP_ENTRY(case_joinable)
+{
+    enum { K = 20 };
+    mp_mpi_queue *q = NULL, *plain = NULL;
+    OK(mp_mpi_joinable_queue_create(1, &q));
+    OK(mp_mpi_queue_create(0, &plain));
+    CHECK(mp_mpi_queue_is_joinable(q) == 1 && mp_mpi_queue_is_joinable(plain) == 0, "joinable");
+    CHECK(mp_mpi_queue_empty(q) == 1 && mp_mpi_queue_qsize(q) == 0, "a new queue is empty");
+    OK(mp_mpi_barrier());
+    if (rank >= 1 && rank <= 3)
+        for (int i = 0; i < K; i++) {
+            mp_msg *m = int_msg(rank * 100 + i);
+            OK(mp_mpi_queue_put(q, m, 30));
+            mp_msg_destroy(m);
+        }
+    OK(mp_mpi_barrier());
+    CHECK(mp_mpi_queue_qsize(q) == 3 * K, "qsize %lld", (long long)mp_mpi_queue_qsize(q));
+    CHECK(mp_mpi_queue_empty(q) == 0, "not empty");
+    CHECK(mp_mpi_queue_join(q, 0) == MP_ETIMEDOUT, "join poll with messages outstanding");
+    double t0 = MPI_Wtime();
+    int rc = mp_mpi_queue_join(q, 0.05);
+    CHECK(rc == MP_ETIMEDOUT && MPI_Wtime() - t0 >= 0.045, "timed join: %s after %.3f s",
+          mp_err_name(rc), MPI_Wtime() - t0);
+    OK(mp_mpi_barrier());
+    if (rank == 0 || rank == 2)
+        take(q, 3 * K / 2);
+    OK(mp_mpi_barrier());
+    CHECK(mp_mpi_queue_qsize(q) == 0 && mp_mpi_queue_empty(q) == 1, "drained");
+    CHECK(mp_mpi_queue_join(q, 0) == MP_ETIMEDOUT, "taken but not task_done");
+    if (rank == 0 || rank == 2)
+        for (int i = 0; i < 3 * K / 2 - 1; i++)
+            OK(mp_mpi_queue_task_done(q));
+    OK(mp_mpi_barrier());
+    CHECK(mp_mpi_queue_join(q, 0.05) == MP_ETIMEDOUT, "two still outstanding");
+    OK(mp_mpi_barrier());
+    if (rank == 0 || rank == 2) {
+        nap(0.3);
+        OK(mp_mpi_queue_task_done(q));
+    } else {
+        t0 = MPI_Wtime();
+        OK(mp_mpi_queue_join(q, 30)); /* ends with the last two task_done */
+        CHECK(MPI_Wtime() - t0 >= 0.2, "the join waited: %.3f s", MPI_Wtime() - t0);
+    }
+    OK(mp_mpi_queue_join(q, 30));
+    OK(mp_mpi_barrier());
+    if (rank == 3)
+        CHECK(mp_mpi_queue_task_done(q) == MP_ESTATE, "task_done more than put");
+    CHECK(mp_mpi_queue_task_done(plain) == MP_ESTATE, "task_done on a plain queue");
+    CHECK(mp_mpi_queue_join(plain, 0) == MP_ESTATE, "join on a plain queue");
+    CHECK(mp_mpi_queue_task_done(NULL) == MP_EINVAL, "NULL queue");
+    OK(mp_mpi_barrier());
+    mp_mpi_queue_destroy(plain);
+    mp_mpi_queue_destroy(q);
+    return 0;
+}
+
+MP_ENTRY(case_join_kill)
+{
+    mp_mpi_queue *q = NULL;
+    OK(mp_mpi_joinable_queue_create(0, &q));
+    if (rank == 0)
+        for (int i = 0; i < 3; i++) {
+            mp_msg *m = int_msg(i);
+            OK(mp_mpi_queue_put(q, m, 30));
+            mp_msg_destroy(m);
+        }
+    OK(mp_mpi_barrier());
+    if (rank == 2) {
+        take(q, 1);
+        kill(getpid(), SIGKILL); /* dies holding a message it never marks done */
+    }
+    int rc = mp_mpi_queue_join(q, -1);
+    CHECK(rc == MP_ECHILD, "join while a rank died: %s", mp_err_name(rc));
+    mp_mpi_queue_destroy(q);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    char entry[64];
+    mp_mpi_error e = {.size = sizeof e};
+    if (mp_setup(&argc, &argv) != 0 || argc < 2) {
+        fprintf(stderr, "usage: mpi_iter_suite CASE (under mpirun)\n");
+        return 2;
+    }
+    if (mp_mpi_init(&argc, &argv) != 0) {
+        fprintf(stderr, "mp_mpi_init: %s\n", mp_last_error());
+        return 2;
+    }
+    rank = mp_mpi_rank(), size = mp_mpi_size();
+    snprintf(entry, sizeof entry, "case_%s", argv[1]);
+    double t0 = MPI_Wtime();
+    int rc = mp_mpi_spawn(entry, NULL, &e);
+    if (rc != 0) {
+        if (rank == 0)
+            fprintf(stderr, "rank 0: job failed after %.2f s: rank %d (pid %d on %s) exit %d "
+                            "signal %d: %s\n", MPI_Wtime() - t0, e.rank, (int)e.pid, e.host,
+                    e.exitcode, e.signal, e.message);
+        CHECK(mp_mpi_finalize() == MP_ECHILD, "finalize after a failure");
+        return 1; /* mpirun ends the job */
+    }
+    if (rank == 0)
+        printf("mpi_iter_suite %s: ok on %d ranks in %.2f s\n", argv[1], size, MPI_Wtime() - t0);
+    mp_mpi_finalize();
+    return 0;
+}
