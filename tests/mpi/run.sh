@@ -1,36 +1,55 @@
 #!/usr/bin/env bash
-# Runs one MPI test under mpirun on this machine and checks its outcome.
+# Runs one MPI test on this machine and checks its outcome.
 #   run.sh NP shm|tcp ok|fail PATTERN PROGRAM [ARGS...]
-# shm: the same-host shared-memory path (Open MPI's default transports);
-# tcp: that path forced off (MPROC_MPI_LOCAL=0) and Open MPI on TCP only, as
+# The launcher is $MPROC_MPIEXEC (CTest sets the one of the MPI the program
+# was built with; default mpirun); Open MPI's and MPICH's are told apart by
+# their --version.
+# shm: the same-host shared-memory path (the MPI's default transports);
+# tcp: that path forced off (MPROC_MPI_LOCAL=0) and the MPI on TCP only, as
 # between hosts. ok: exit 0 wanted; fail: a non-zero exit within the time
 # limit, with PATTERN (an extended regex, "" for none) in the output.
 set -u
 np=$1 variant=$2 want=$3 pattern=$4
 shift 4
-# mpi_warn_on_fork 0: mproc forks worker processes (they never call MPI).
-args=(--oversubscribe -np "$np" --mca btl_vader_single_copy_mechanism none --mca mpi_warn_on_fork 0)
-[ "$(id -u)" -eq 0 ] && args+=(--allow-run-as-root)
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1
+launcher=${MPROC_MPIEXEC:-mpirun}
 if [ "$variant" = tcp ]; then
-    args+=(--mca btl self,tcp -x MPROC_MPI_LOCAL=0)
+    export MPROC_MPI_LOCAL=0
 else
-    args+=(-x MPROC_MPI_LOCAL=1)
+    export MPROC_MPI_LOCAL=1
+fi
+if "$launcher" --version 2>&1 | grep -q HYDRA; then
+    # MPICH (hydra): runs as root and oversubscribes without flags, and
+    # passes the whole environment on. NOLOCAL makes every rank its own node
+    # (no MPICH shared memory, MPI_COMM_TYPE_SHARED of one rank each), the
+    # closest to separate hosts. UCX's TCP transport (UCX_TLS=tcp,self) is
+    # not forced: with Debian's MPICH 4.0.2 and UCX 1.13.1 a plain MPI
+    # all-to-all of 100 kB between 4 ranks of one host hangs in
+    # MPI_Finalize there (docs/mpi.md).
+    args=(-n "$np")
+    [ "$variant" = tcp ] && export MPIR_CVAR_NOLOCAL=1
+else
+    # Open MPI. mpi_warn_on_fork 0: mproc forks worker processes (they never
+    # call MPI).
+    args=(--oversubscribe -np "$np" --mca btl_vader_single_copy_mechanism none
+          --mca mpi_warn_on_fork 0 -x MPROC_MPI_LOCAL)
+    [ "$(id -u)" -eq 0 ] && args+=(--allow-run-as-root)
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    export OMPI_MCA_rmaps_base_oversubscribe=1
+    [ "$variant" = tcp ] && args+=(--mca btl "self,tcp")
 fi
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 start=$SECONDS
-timeout -k 5 150 mpirun "${args[@]}" "$@" >"$out" 2>&1
+timeout -k 5 150 "$launcher" "${args[@]}" "$@" >"$out" 2>&1
 rc=$?
 cat "$out"
-# mpirun passes a rank's death by SIGKILL on as 137: tell a hang by time.
+# The launcher passes a rank's death by SIGKILL on as 137: tell a hang by time.
 if [ $((SECONDS - start)) -ge 150 ]; then
     echo "run.sh: the job hung (killed after 150 s)" >&2
     exit 1
 fi
 if [ "$want" = ok ]; then
-    [ $rc -eq 0 ] || { echo "run.sh: mpirun exited $rc, wanted 0" >&2; exit 1; }
+    [ $rc -eq 0 ] || { echo "run.sh: $launcher exited $rc, wanted 0" >&2; exit 1; }
 else
     [ $rc -ne 0 ] || { echo "run.sh: the job exited 0, wanted a failure" >&2; exit 1; }
 fi
