@@ -625,16 +625,20 @@ class _NumpyWatch:
                 break
         else:
             return None
-        exec_module = getattr(spec.loader, "exec_module", None)
-        if exec_module is None:
-            return spec
+        loader = spec.loader
+        exec_module = getattr(loader, "exec_module", None)
 
         def exec_then_install(module):
+            del loader.exec_module  # the loader's own again, before numpy's submodules
             exec_module(module)
             if self in sys.meta_path:
                 sys.meta_path.remove(self)
             install_numpy()
-        spec.loader.exec_module = exec_then_install
+        if exec_module is not None:
+            try:
+                loader.exec_module = exec_then_install
+            except AttributeError:
+                pass  # a loader without instance attributes: numpy loads, unwatched
         return spec
 
 
