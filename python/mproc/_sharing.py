@@ -609,6 +609,47 @@ def install_numpy():
         _reduction.ForkingPickler.register(np.ndarray, fp_reduce_array)
 
 
+class _NumpyWatch:
+    """A meta path finder that installs the ndarray reducers right after
+    numpy's first import: no ndarray exists before it, and importing numpy
+    ourselves would cost every process that never uses it (a rank, a pool
+    worker) its start-up and ~10 ms at exit (OpenBLAS's threads)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "numpy":
+            return None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            spec = None if finder is self or find is None else find(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        exec_module = getattr(loader, "exec_module", None)
+
+        def exec_then_install(module):
+            del loader.exec_module  # the loader's own again, before numpy's submodules
+            exec_module(module)
+            if self in sys.meta_path:
+                sys.meta_path.remove(self)
+            install_numpy()
+        if exec_module is not None:
+            try:
+                loader.exec_module = exec_then_install
+            except AttributeError:
+                pass  # a loader without instance attributes: numpy loads, unwatched
+        return spec
+
+
+def install_numpy_when_imported():
+    """install_numpy() now if numpy is loaded, else as soon as it is."""
+    if "numpy" in sys.modules:
+        install_numpy()
+    elif not any(isinstance(f, _NumpyWatch) for f in sys.meta_path):
+        sys.meta_path.insert(0, _NumpyWatch())
+
+
 def install_torch():
     """Tensors and storages through every Python channel go by mproc handle
     (replaces torch.multiprocessing's reducers, registered when torch loads)."""

@@ -191,4 +191,4 @@ def get_context(method=None):
     return ctx
 
 
-_sharing.install_numpy()
+_sharing.install_numpy_when_imported()

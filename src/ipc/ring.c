@@ -65,7 +65,11 @@ enum { HEAD_EMPTY, HEAD_EOF, HEAD_BELL, HEAD_CLOSED, HEAD_DATA };
 
 #define MASK (MP__RING_SLOTS - 1u)
 #define SLICE_MS 50           /* longest sleep between two looks at the socket */
-#define SPIN_S 20e-6          /* how long an empty ring is watched before sleeping */
+/* How long an empty ring is watched before sleeping. A futex wake-up across
+ * CPUs costs 20-25 us on a VM and is paid by the sender too; a Python
+ * peer's turn-around with an fd (receive, rebuild, send: ~12 us) must fit
+ * with room to spare, or a ping-pong falls into the sleeping path for good. */
+#define SPIN_S 50e-6
 #define PEER_CHECK_EVERY 64u  /* a pipe's producer checks for a gone reader this often */
 
 void (*mp__ring_fault)(int step);

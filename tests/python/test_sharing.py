@@ -261,3 +261,28 @@ def test_tensor_stats(strategy):
     gc.collect()
     d = delta(s0)
     assert d["segments_unmapped"] == 2 and d["segments_live"] == 0
+
+
+_NUMPY_LATE = """
+import sys
+import mproc.multiprocessing as mp
+assert "numpy" not in sys.modules, "importing mproc imported numpy"
+import numpy as np
+q = mp.Queue()
+a = mp.shared_array(4, np.float32)
+q.put(a)
+b = q.get(timeout=30)
+b[0] = 7
+assert a[0] == 7, "an array imported after mproc did not travel as shared memory"
+print("ok")
+"""
+
+
+def test_numpy_imported_after_mproc():
+    """mproc does not import numpy (a rank that never uses it would pay its
+    start-up and exit), yet arrays made after numpy's import still share."""
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-c", _NUMPY_LATE], capture_output=True, text=True,
+                       timeout=120, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr
