@@ -161,39 +161,55 @@ static int map_named(const mp__segment_handle *h, int fd, const struct stat *st,
     return 0;
 }
 
-/* A name this process maps already: the hot path, no system call. */
-static int open_fs_cached(mp__segment_handle *h, mp__segment *cached, mp__segment **out)
+/* A name already mapped here (found by name, or by inode after shm_open):
+ * its size was checked when it was mapped; the handle must fit in it. */
+static int check_fs_cached(const mp__segment_handle *h, mp__segment *cached)
+{
+    if (h->size <= cached->size)
+        return 0;
+    int rc = mp__error(MP_EPROTO, "mp__segment_open: handle claims %llu bytes of %s, a "
+                       "%zu-byte segment", (unsigned long long)h->size, h->name, cached->size);
+    mp__segment_release(cached);
+    return rc;
+}
+
+/* The handle's reference now belongs to s, a segment this process either
+ * just mapped (fresh: report it opened) or already had (fold the handle's
+ * reference into it): tell the manager in one batch, consume the handle. */
+static void fs_received(mp__segment_handle *h, mp__segment *s, bool fresh, mp__segment **out)
 {
     const mp__shm_hooks *hk = mp__shm_hooks_get();
-    if (h->size > cached->size) {
-        int rc = mp__error(MP_EPROTO, "mp__segment_open: handle claims %llu bytes of %s, a "
-                           "%zu-byte segment", (unsigned long long)h->size, h->name, cached->size);
-        mp__segment_release(cached);
-        return rc;
-    }
     if (hk->batch)
         hk->batch(true);
-    fs_adopt(cached);
+    if (!fresh) {
+        fs_adopt(s);
+    } else {
+        if (hk->opened)
+            hk->opened(s->name);
+        s->reported = true;
+    }
     if (hk->received)
         hk->received(h->name);
     if (hk->batch)
         hk->batch(false);
     h->name[0] = '\0';
-    *out = cached;
-    return 0;
+    *out = s;
 }
 
 static int open_fs(mp__segment_handle *h, mp__segment **out)
 {
-    const mp__shm_hooks *hk = mp__shm_hooks_get();
     struct stat st;
     mp__segment *s = NULL, *cached;
     int fd, rc;
     if (!mp__shm_name_ok(h->name))
         return mp__error(MP_EPROTO, "mp__segment_open: \"%.64s\" is not an mproc segment name",
                          h->name);
-    if ((cached = mp__cache_lookup_name(h->name)))
-        return open_fs_cached(h, cached, out);
+    if ((cached = mp__cache_lookup_name(h->name))) { /* the hot path: no system call */
+        if ((rc = check_fs_cached(h, cached)) < 0)
+            return rc;
+        fs_received(h, cached, false, out);
+        return 0;
+    }
     fd = mp__sys.shm_open(h->name, O_RDWR | O_CLOEXEC, 0);
     if (fd < 0)
         return mp__errno_error(errno, "mp__segment_open: shm_open(%s)", h->name);
@@ -202,33 +218,23 @@ static int open_fs(mp__segment_handle *h, mp__segment **out)
         goto out_close;
     }
     cached = mp__cache_lookup(st.st_dev, st.st_ino);
-    if (!cached && (rc = map_named(h, fd, &st, &s)) < 0)
-        goto out_close;
-    if (hk->batch)
-        hk->batch(true);
-    if (!cached) {
-        mp__segment_live_add();
-        cached = mp__cache_insert(s);
-        if (cached == s) {
-            if (hk->opened)
-                hk->opened(s->name);
-            s->reported = true;
-        }
-        if (cached != s) { /* lost a race: fold our reference into the winner */
-            s->ref_pid = 0;
-            mp__segment_destroy(s);
-            fs_adopt(cached);
-        }
-    } else {
-        fs_adopt(cached);
+    if (cached) {
+        mp__close(fd);
+        if ((rc = check_fs_cached(h, cached)) < 0)
+            return rc;
+        fs_received(h, cached, false, out);
+        return 0;
     }
+    if ((rc = map_named(h, fd, &st, &s)) < 0)
+        goto out_close;
     mp__close(fd);
-    if (hk->received)
-        hk->received(h->name);
-    if (hk->batch)
-        hk->batch(false);
-    h->name[0] = '\0';
-    *out = cached;
+    mp__segment_live_add();
+    cached = mp__cache_insert(s);
+    if (cached != s) { /* lost a race: fold our reference into the winner */
+        s->ref_pid = 0;
+        mp__segment_destroy(s);
+    }
+    fs_received(h, cached, cached == s, out);
     return 0;
 out_close:
     mp__close(fd);

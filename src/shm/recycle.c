@@ -35,16 +35,27 @@ static void parent_after_fork(void)
 {
     pthread_mutex_unlock(&lock);
 }
+/* Under the lock: empties the pool into all, returns how many. The caller
+ * destroys them after unlocking (destroying unmaps: no syscall under it). */
+static int take_all(mp__segment *all[MP__RECYCLE_MAX])
+{
+    int n = npool;
+    memcpy(all, pool, (size_t)n * sizeof *pool);
+    npool = 0;
+    pool_bytes = 0;
+    return n;
+}
+static void destroy_all(mp__segment *all[], int n)
+{
+    for (int i = 0; i < n; i++)
+        mp__segment_destroy(all[i]);
+}
 static void child_after_fork(void)
 {
     mp__segment *mine[MP__RECYCLE_MAX];
-    int n = npool;
-    memcpy(mine, pool, sizeof pool);
-    npool = 0;
-    pool_bytes = 0;
+    int n = take_all(mine);
     pthread_mutex_unlock(&lock);
-    for (int i = 0; i < n; i++)
-        mp__segment_destroy(mine[i]);
+    destroy_all(mine, n);
 }
 static void init(void)
 {
@@ -135,8 +146,7 @@ bool mp__segment_recycle(mp__segment *s)
     pool[npool++] = s;
     pool_bytes += s->map_len;
     pthread_mutex_unlock(&lock);
-    for (int i = 0; i < nold; i++)
-        mp__segment_destroy(old[i]);
+    destroy_all(old, nold);
     return true;
 }
 
@@ -146,13 +156,9 @@ void mp__segment_recycle_drain(void)
     int n;
     pthread_once(&once, init);
     pthread_mutex_lock(&lock);
-    n = npool;
-    memcpy(all, pool, sizeof pool);
-    npool = 0;
-    pool_bytes = 0;
+    n = take_all(all);
     pthread_mutex_unlock(&lock);
-    for (int i = 0; i < n; i++)
-        mp__segment_destroy(all[i]);
+    destroy_all(all, n);
 }
 
 int mp__segment_pooled(void)

@@ -15,13 +15,7 @@
 #include "ipc/ipc.h"
 #include "mp_test.h"
 
-static int setup(void **state)
-{
-    int rc = mp_test_setup(state);
-    if (rc == 0)
-        rc = mp_set_sharing_strategy("file_descriptor");
-    return rc;
-}
+static int setup(void **state) { return mp_test_setup_fd(state); }
 static int teardown(void **state) { return mp_test_teardown(state); }
 
 static ssize_t (*real_recvmsg)(int, struct msghdr *, int);

@@ -9,7 +9,8 @@ set(run ${CMAKE_CURRENT_LIST_DIR}/run.sh)
 # The suite's cases for one build of the layer: tests PREFIX_<case>_<shm|tcp>.
 function(mproc_mpi_suite_tests prefix layer)
   foreach(s suite iter_suite)
-    add_executable(${prefix}_${s} ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/mpi_${s}.c)
+    add_executable(${prefix}_${s} ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/mpi_${s}.c
+                   ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/mpi_check.c)
     target_link_libraries(${prefix}_${s} PRIVATE ${layer})
     mproc_use_flags(${prefix}_${s})
   endforeach()

@@ -23,23 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <mpi.h>
-#include <mproc.h>
-#include <mproc/mpi.h>
-
-#define CHECK(cond, ...)                                                                 \
-    do {                                                                                 \
-        if (!(cond)) {                                                                   \
-            fprintf(stderr, "rank %d: %s:%d: check failed: %s: ", rank, __FILE__,        \
-                    __LINE__, #cond);                                                    \
-            fprintf(stderr, __VA_ARGS__);                                                \
-            fprintf(stderr, " (%s)\n", mp_last_error());                                 \
-            MPI_Abort(MPI_COMM_WORLD, 2);                                                \
-        }                                                                                \
-    } while (0)
-#define OK(expr) CHECK((expr) == 0, "%s", #expr)
-
-static int rank, size;
+#include "mpi_check.h"
 
 static mp_msg *int_msg(int64_t x)
 {
@@ -393,30 +377,5 @@ MP_ENTRY(case_join_kill)
 
 int main(int argc, char **argv)
 {
-    char entry[64];
-    mp_mpi_error e = {.size = sizeof e};
-    if (mp_setup(&argc, &argv) != 0 || argc < 2) {
-        fprintf(stderr, "usage: mpi_iter_suite CASE (under mpirun)\n");
-        return 2;
-    }
-    if (mp_mpi_init(&argc, &argv) != 0) {
-        fprintf(stderr, "mp_mpi_init: %s\n", mp_last_error());
-        return 2;
-    }
-    rank = mp_mpi_rank(), size = mp_mpi_size();
-    snprintf(entry, sizeof entry, "case_%s", argv[1]);
-    double t0 = MPI_Wtime();
-    int rc = mp_mpi_spawn(entry, NULL, &e);
-    if (rc != 0) {
-        if (rank == 0)
-            fprintf(stderr, "rank 0: job failed after %.2f s: rank %d (pid %d on %s) exit %d "
-                            "signal %d: %s\n", MPI_Wtime() - t0, e.rank, (int)e.pid, e.host,
-                    e.exitcode, e.signal, e.message);
-        CHECK(mp_mpi_finalize() == MP_ECHILD, "finalize after a failure");
-        return 1; /* mpirun ends the job */
-    }
-    if (rank == 0)
-        printf("mpi_iter_suite %s: ok on %d ranks in %.2f s\n", argv[1], size, MPI_Wtime() - t0);
-    mp_mpi_finalize();
-    return 0;
+    return mpi_suite_main("mpi_iter_suite", argc, argv, NULL);
 }

@@ -32,6 +32,9 @@ void mp_test_assert_no_leaks(const mp_test_snapshot *before);
 
 int mp_test_setup(void **state);
 int mp_test_teardown(void **state);
+/* mp_test_setup, then the file_descriptor strategy (for tests that count
+ * fds or send segments whatever MPROC_SHARING_STRATEGY says). */
+int mp_test_setup_fd(void **state);
 
 /* Fixtures for a test run once per start method: the prestate is the
  * method's name ("fork", ...), mp_test_method(state) gives it back; teardown

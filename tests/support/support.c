@@ -210,6 +210,14 @@ int mp_test_setup(void **state)
     return 0;
 }
 
+int mp_test_setup_fd(void **state)
+{
+    int rc = mp_test_setup(state);
+    if (rc == 0)
+        rc = mp_set_sharing_strategy("file_descriptor");
+    return rc;
+}
+
 int mp_test_teardown(void **state)
 {
     mp_test_snapshot s = *(mp_test_snapshot *)*state;
