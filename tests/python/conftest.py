@@ -36,3 +36,45 @@ def strategy(request):
     mp.set_sharing_strategy(request.param)
     yield request.param
     mp.set_sharing_strategy(old)
+
+
+def _stacks(pid):
+    """Where a stuck child is: its state, kernel stack and, when gdb is
+    installed, every thread's C stack (the line a failing CI run needs)."""
+    import shutil
+    import subprocess
+    out = []
+    for f in ("wchan", "stack"):
+        try:
+            with open(f"/proc/{pid}/{f}") as fh:
+                out.append(f"{f}: {fh.read().strip()}")
+        except OSError:
+            pass
+    if shutil.which("gdb"):
+        try:
+            r = subprocess.run(["gdb", "-batch", "-nx", "-p", str(pid), "-ex",
+                                "thread apply all bt 30"], capture_output=True, text=True,
+                               timeout=60)
+            out.append(r.stdout[-6000:])
+        except (OSError, subprocess.SubprocessError) as e:
+            out.append(f"gdb: {e}")
+    return "\n".join(out)
+
+
+@pytest.fixture(autouse=True)
+def no_children_left(request):
+    """Every test ends its own children. One a failing test left (a child
+    blocked on a message that never came, say) is killed here: Python's
+    exit joins every non-daemonic child, so it would hang the whole run.
+    Its stacks are printed first, to tell where it was stuck."""
+    import multiprocessing
+    import sys
+    yield
+    left = multiprocessing.active_children()
+    for p in left:
+        print(f"child {p.pid} left running by {request.node.nodeid}:\n{_stacks(p.pid)}",
+              file=sys.stderr)
+        p.kill()
+        p.join(10)
+    if left:
+        pytest.fail(f"the test left {len(left)} child process(es) running: {left}")
