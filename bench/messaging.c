@@ -14,9 +14,12 @@
  *  - 16-byte message latency: ping-pong over a Pipe, beside a futex
  *    ping-pong between two processes on a shared word (one way each).
  *  - 4x4 MPMC: 4 producer and 4 consumer processes on one Queue (16-byte
- *    messages, total rate), beside the 1->1 Queue rate of the same run;
- *    the helpers are not pinned (they are started afresh each repetition,
- *    which the figure includes).
+ *    messages, total rate), beside 1 producer and 1 consumer started the
+ *    same way, alternately; the helpers are not pinned (they are started
+ *    afresh each repetition, which the figure includes).
+ *
+ * Latency figures are p50 and p99 of single round trips (halved);
+ * throughput figures the median and slowest of o->reps repetitions.
  *
  * Helper processes are plain fork() children. */
 #include <linux/futex.h>
@@ -134,27 +137,27 @@ static void reap(pid_t pid)
         fprintf(stderr, "bench_messaging: helper %d ended with status 0x%x\n", pid, status);
 }
 
-/* Measures the mproc operation and the primitive in alternating
- * repetitions, so both see the same machine load (this machine is shared),
- * and gives the median time per operation of each. */
-static void measure_pair(bench_fn mfn, void *mctx, bench_fn rfn, void *rctx, size_t iters,
-                         const bench_opts *o, double *m, double *r)
+/* A round trip's figures as one-way figures. */
+static void halve(bench_stats *s)
 {
-    bench_opts one = *o;
-    double mv[1000], rv[1000];
-    int reps = o->reps < 1 ? 1 : o->reps > 1000 ? 1000 : o->reps;
-    one.reps = 1;
-    one.warmup = 0;
-    for (int w = 0; w < o->warmup; w++) {
-        bench_measure_us(mfn, mctx, iters, &one);
-        bench_measure_us(rfn, rctx, iters, &one);
-    }
-    for (int i = 0; i < reps; i++) {
-        mv[i] = bench_measure_us(mfn, mctx, iters, &one);
-        rv[i] = bench_measure_us(rfn, rctx, iters, &one);
-    }
-    *m = bench_median(mv, (size_t)reps);
-    *r = bench_median(rv, (size_t)reps);
+    s->p50 /= 2;
+    s->p99 /= 2;
+}
+
+/* Pairs are taken alternately (bench_latency_pair / bench_throughput_pair),
+ * so both sides see the same load; a failure is fatal. */
+static void latency_pair(bench_fn mfn, void *mctx, bench_fn rfn, void *rctx, size_t n,
+                         const bench_opts *o, bench_stats *m, bench_stats *r)
+{
+    if (bench_latency_pair(mfn, mctx, rfn, rctx, n, o, m, r) != 0)
+        die("latency measurement", MP_ESYS);
+}
+
+static void throughput_pair(bench_fn mfn, void *mctx, bench_fn rfn, void *rctx, size_t iters,
+                            const bench_opts *o, bench_stats *m, bench_stats *r)
+{
+    if (bench_throughput_pair(mfn, mctx, rfn, rctx, iters, o, m, r) != 0)
+        die("throughput measurement", MP_ESYS);
 }
 
 static int run_echo(void *c) { return echo_child(c); }
@@ -216,7 +219,7 @@ static void bench_handoff(const bench_opts *o, size_t bytes, const char *label)
     mp_conn *a = NULL, *b = NULL;
     pingpong p = {0};
     int sv[2], rc;
-    double m, r;
+    bench_stats m, r;
     char op[64];
     pid_t pid, raw_pid;
     if ((rc = mp_tensor_empty_shared(MP_UINT8, 1, &n, &t)) || (rc = mp_pipe(true, &a, &b)) ||
@@ -231,7 +234,7 @@ static void bench_handoff(const bench_opts *o, size_t bytes, const char *label)
     raw_pid = start(run_raw_echo, &sv[1], a, sv[0]);
     mp_conn_release(b);
     close(sv[1]);
-    measure_pair(mproc_pingpong, &p, raw_pingpong, &p, bench_iters(o, 2000), o, &m, &r);
+    latency_pair(mproc_pingpong, &p, raw_pingpong, &p, bench_iters(o, 2000), o, &m, &r);
     mp_conn_close(a);
     close(sv[0]);
     reap(pid);
@@ -239,7 +242,10 @@ static void bench_handoff(const bench_opts *o, size_t bytes, const char *label)
     mp_conn_release(a);
     close(p.fd);
     snprintf(op, sizeof op, "handoff shared tensor %s (pipe, one way)", label);
-    bench_emit(op, m / 2, "socketpair SCM_RIGHTS ping-pong 1 byte + 1 fd (one way)", r / 2);
+    halve(&m);
+    halve(&r);
+    bench_emit_stats(op, "latency", &m, "socketpair SCM_RIGHTS ping-pong 1 byte + 1 fd (one way)",
+                     &r);
     mp_msg_destroy(p.m);
     mp_tensor_release(t);
 }
@@ -306,14 +312,14 @@ static void bench_fresh(const bench_opts *o, size_t bytes, const char *label, si
     if ((rc = mp_pipe(true, &f.c, &b)))
         die("pipe", rc);
     pid_t pid = start(run_sink, b, f.c, -1);
-    double m, r;
+    bench_stats m, r;
     mp_conn_release(b);
-    measure_pair(mproc_fresh, &f, raw_fresh, &f, bench_iters(o, iters), o, &m, &r);
+    throughput_pair(mproc_fresh, &f, raw_fresh, &f, bench_iters(o, iters), o, &m, &r);
     mp_conn_close(f.c);
     reap(pid);
     mp_conn_release(f.c);
     snprintf(op, sizeof op, "fresh private tensor %s (pipe)", label);
-    bench_emit(op, m, "mmap fresh shared mapping + memcpy + munmap", r);
+    bench_emit_stats(op, "throughput", &m, "mmap fresh shared mapping + memcpy + munmap", &r);
     free(f.src);
 }
 
@@ -377,14 +383,14 @@ static int run_queue_sink(void *p)
     return sink_child(a->ack, a->q);
 }
 
-static double bench_small(const bench_opts *o)
+static void bench_small(const bench_opts *o)
 {
     small s = {0};
     qsink_arg qa = {0};
     mp_conn *b = NULL, *qb = NULL;
     int sv[2], rc;
     size_t iters = bench_iters(o, 100000);
-    double m, r, mq, rq;
+    bench_stats m, r, mq, rq;
     pid_t raw_pid, pid, qpid;
     if ((rc = mp_msg_create(&s.m)) || (rc = mp_msg_set_payload(s.m, "0123456789abcdef", 16)) ||
         (rc = mp_msg_create(&s.end)) || (rc = mp_msg_set_payload(s.end, "e", 1)))
@@ -403,22 +409,23 @@ static double bench_small(const bench_opts *o)
     close(sv[1]);
     mp_conn_release(b);
     mp_conn_release(qb);
-    measure_pair(mproc_small_pipe, &s, raw_small, &s, iters, o, &m, &r);
-    measure_pair(mproc_small_queue, &s, raw_small, &s, iters, o, &mq, &rq);
+    throughput_pair(mproc_small_pipe, &s, raw_small, &s, iters, o, &m, &r);
+    throughput_pair(mproc_small_queue, &s, raw_small, &s, iters, o, &mq, &rq);
     close(sv[0]);
     mp_conn_close(s.c);
     mp_queue_close(s.q);
     reap(raw_pid);
     reap(pid);
     reap(qpid);
-    bench_emit("16-byte message (pipe)", m, "SOCK_SEQPACKET send/recv 16 bytes", r);
-    bench_emit("16-byte message (queue)", mq, "SOCK_SEQPACKET send/recv 16 bytes", rq);
+    bench_emit_stats("16-byte message (pipe)", "throughput", &m,
+                     "SOCK_SEQPACKET send/recv 16 bytes", &r);
+    bench_emit_stats("16-byte message (queue)", "throughput", &mq,
+                     "SOCK_SEQPACKET send/recv 16 bytes", &rq);
     mp_conn_release(s.c);
     mp_queue_release(s.q);
     mp_conn_release(s.ack);
     mp_msg_destroy(s.m);
     mp_msg_destroy(s.end);
-    return mq;
 }
 
 /* ---- 16-byte latency ----------------------------------------------------------- */
@@ -465,7 +472,7 @@ static void bench_latency(const bench_opts *o)
     mp_conn *a = NULL, *b = NULL;
     pingpong p = {0};
     pid_t pid, fpid;
-    double m, r;
+    bench_stats m, r;
     int rc;
     if (w == MAP_FAILED)
         die("mmap", MP_ESYS);
@@ -477,7 +484,7 @@ static void bench_latency(const bench_opts *o)
     pid = start(run_echo, b, a, -1);
     fpid = start(futex_echo_child, (void *)w, a, -1);
     mp_conn_release(b);
-    measure_pair(mproc_pingpong, &p, futex_pingpong, (void *)w, bench_iters(o, 20000), o, &m,
+    latency_pair(mproc_pingpong, &p, futex_pingpong, (void *)w, bench_iters(o, 20000), o, &m,
                  &r);
     atomic_store(w, 3);
     futex_op(w, FUTEX_WAKE, 1);
@@ -487,8 +494,10 @@ static void bench_latency(const bench_opts *o)
     mp_conn_release(a);
     mp_msg_destroy(p.m);
     munmap((void *)w, 4096);
-    bench_emit("16-byte message latency (pipe, one way)", m / 2,
-               "futex ping-pong between 2 processes (one way)", r / 2);
+    halve(&m);
+    halve(&r);
+    bench_emit_stats("16-byte message latency (pipe, one way)", "latency", &m,
+                     "futex ping-pong between 2 processes (one way)", &r);
 }
 
 /* ---- 4x4 MPMC ------------------------------------------------------------------ */
@@ -498,6 +507,7 @@ static void bench_latency(const bench_opts *o)
 typedef struct mpmc {
     mp_queue *q;
     mp_msg *m, *stop;
+    int side;  /* producers, and consumers */
 } mpmc;
 
 static pid_t mpmc_child(mpmc *x, size_t puts)
@@ -522,40 +532,60 @@ static pid_t mpmc_child(mpmc *x, size_t puts)
     return pid;
 }
 
+/* side producers put iters messages between them, side consumers take
+ * them; every process is started afresh (its start is in the figure). */
 static int mproc_mpmc(void *ctx, size_t iters)
 {
     mpmc *x = ctx;
     pid_t pids[2 * MPMC_SIDE];
     int rc;
-    for (int i = 0; i < MPMC_SIDE; i++)
+    for (int i = 0; i < x->side; i++)
         pids[i] = mpmc_child(x, 0);
-    for (int i = 0; i < MPMC_SIDE; i++)
-        pids[MPMC_SIDE + i] = mpmc_child(x, iters / MPMC_SIDE);
-    for (int i = 0; i < MPMC_SIDE; i++)
-        reap(pids[MPMC_SIDE + i]);
-    for (int i = 0; i < MPMC_SIDE; i++)
+    for (int i = 0; i < x->side; i++)
+        pids[x->side + i] = mpmc_child(x, iters / (size_t)x->side);
+    for (int i = 0; i < x->side; i++)
+        reap(pids[x->side + i]);
+    for (int i = 0; i < x->side; i++)
         if ((rc = mp_queue_put(x->q, x->stop, -1)))
             die("mpmc stop", rc);
-    for (int i = 0; i < MPMC_SIDE; i++)
+    for (int i = 0; i < x->side; i++)
         reap(pids[i]);
     return 0;
 }
 
-static void bench_mpmc(const bench_opts *o, double one_to_one)
+static void mpmc_setup(mpmc *x, int side)
 {
-    mpmc x = {0};
-    double m;
     int rc;
-    if ((rc = mp_queue_create(0, &x.q)) || (rc = mp_msg_create(&x.m)) ||
-        (rc = mp_msg_set_payload(x.m, "0123456789abcdef", 16)) ||
-        (rc = mp_msg_create(&x.stop)) || (rc = mp_msg_set_payload(x.stop, "e", 1)))
+    x->side = side;
+    if ((rc = mp_queue_create(0, &x->q)) || (rc = mp_msg_create(&x->m)) ||
+        (rc = mp_msg_set_payload(x->m, "0123456789abcdef", 16)) ||
+        (rc = mp_msg_create(&x->stop)) || (rc = mp_msg_set_payload(x->stop, "e", 1)))
         die("mpmc setup", rc);
-    m = bench_measure_us(mproc_mpmc, &x, bench_iters(o, 400000), o);
-    bench_emit("16-byte messages 4x4 MPMC (queue, total)", m,
-               "16-byte message 1->1 (queue, same run)", one_to_one);
-    mp_msg_destroy(x.m);
-    mp_msg_destroy(x.stop);
-    mp_queue_release(x.q);
+}
+
+static void mpmc_done(mpmc *x)
+{
+    mp_msg_destroy(x->m);
+    mp_msg_destroy(x->stop);
+    mp_queue_release(x->q);
+}
+
+/* Beside the same run with one producer and one consumer, taken
+ * alternately: "scales past 1->1" reads directly off the ratio. */
+static void bench_mpmc(const bench_opts *o)
+{
+    mpmc many = {0}, one = {0};
+    bench_stats m, r;
+    mpmc_setup(&many, MPMC_SIDE);
+    mpmc_setup(&one, 1);
+    bench_unpin();
+    bench_set_placement("unpinned (the %d processes of each side start afresh per repetition)",
+                        2 * MPMC_SIDE);
+    throughput_pair(mproc_mpmc, &many, mproc_mpmc, &one, bench_iters(o, 400000), o, &m, &r);
+    bench_emit_stats("16-byte messages 4x4 MPMC (queue, total)", "throughput", &m,
+                     "16-byte messages 1->1, processes started the same way", &r);
+    mpmc_done(&many);
+    mpmc_done(&one);
 }
 
 int main(int argc, char **argv)
@@ -571,13 +601,16 @@ int main(int argc, char **argv)
     if (bench_pin_cpu(0) != 0)
         fprintf(stderr, "bench_messaging: not pinned (fewer than 2 CPUs): figures mix "
                         "same-core and cross-core hand-offs\n");
+    else
+        bench_set_placement("parent on cpu %d, helper processes on cpu %d",
+                            bench_cpu_of_slot(0), bench_cpu_of_slot(1));
     bench_handoff(&o, 4 * KIB, "4 KiB");
     bench_handoff(&o, 1 * MIB, "1 MiB");
     bench_handoff(&o, 64 * MIB, "64 MiB");
     bench_fresh(&o, 1 * MIB, "1 MiB", 200);
     bench_fresh(&o, 64 * MIB, "64 MiB", 8);
-    double queue_one = bench_small(&o);
+    bench_small(&o);
     bench_latency(&o);
-    bench_mpmc(&o, queue_one);
+    bench_mpmc(&o);
     return 0;
 }
