@@ -19,14 +19,14 @@
  * that runs out returns MP_ETIMEDOUT. Nothing busy-waits: waiters sleep in
  * the kernel (futexes, process-shared robust pthread mutexes).
  *
- * Robust to death. Locks are held by a thread (the one that acquired
+ * Robust to death. Locks are held by a thread (the one that locked
  * them); when the holder's process dies, the kernel marks the lock and the
- * next acquirer gets it with MP_EOWNERDEAD: the data it protects may be
- * half-updated. Repair it, then call mp_*_consistent(); unlocking without
- * doing so leaves the lock permanently unusable (MP_EBROKEN), as POSIX
- * robust mutexes do. Semaphore permits are held by the acquiring thread
- * too; a dead holder's permits are returned and the acquirer that takes
- * one of them gets MP_EOWNERDEAD (nothing to mark). A Barrier whose member
+ * next thread to lock it gets it with MP_EOWNERDEAD: the data it protects
+ * may be half-updated. Repair it, then call mp_*_consistent(); unlocking
+ * without doing so leaves the lock permanently unusable (MP_EBROKEN), as
+ * POSIX robust mutexes do. Semaphore permits are held by the thread that
+ * took them too; a dead holder's permits are returned and the waiter that
+ * takes one of them gets MP_EOWNERDEAD (nothing to mark). A Barrier whose member
  * dies is broken: every waiter returns MP_EBROKEN. Death is noticed through
  * kernel-held tokens (a robust mutex per holder or member), never through
  * heartbeats.
