@@ -45,7 +45,7 @@ MP_ENTRY(b_fail)
     mp_barrier *b = NULL;
     if (mp_msg_get_barrier(args, 0, &b) != 0 || mp_barrier_wait(b, 30, NULL) < 0)
         return 3;
-    mp_barrier_destroy(b);
+    mp_barrier_release(b);
     if (rank == 0)
         mp_raise("%llu", (unsigned long long)bench_now_ns());
     for (;;)
@@ -124,7 +124,7 @@ static double failure_latency_us(const char *method)
              mp_msg_add_barrier(args, "go", b) ||
              mp_spawn("b_fail", args, 2, false, false, method, &ctx);
     mp_msg_destroy(args);
-    mp_barrier_destroy(b);
+    mp_barrier_release(b);
     if (rc != 0)
         return -1;
     if (mp_spawn_context_join(ctx, 30) != MP_ECHILD) {

@@ -92,11 +92,11 @@ static int mp_lock_loop(void *ctx, size_t n)
 {
     (void)ctx;
     for (size_t i = 0; i < n; i++) {
-        if (mp_lock_acquire(lock, -1) != 0)
+        if (mp_lock_lock(lock, -1) != 0)
             return 1;
         sh->counter++;
         hold();
-        mp_lock_release(lock);
+        mp_lock_unlock(lock);
     }
     return 0;
 }
@@ -233,7 +233,7 @@ static int mp_pingpong(void *ctx, size_t n)
 {
     (void)ctx;
     for (size_t i = 0; i < n; i++)
-        if (mp_semaphore_release(ping) || mp_semaphore_acquire(pong, 10))
+        if (mp_semaphore_post(ping) || mp_semaphore_wait(pong, 10))
             return 1;
     return 0;
 }
@@ -265,11 +265,11 @@ static pid_t ponger(bool raw)
             atomic_store(&sh->turn, 0);
             futex_wake(&sh->turn, 1);
         } else {
-            if (mp_semaphore_acquire(ping, -1) != 0)
+            if (mp_semaphore_wait(ping, -1) != 0)
                 _exit(1);
             if (atomic_load(&sh->go) == GO_EXIT)
                 _exit(0);
-            mp_semaphore_release(pong);
+            mp_semaphore_post(pong);
         }
     }
 }
@@ -289,7 +289,7 @@ static void pingpong(size_t n, const bench_opts *o)
                 m.p50, m.p99, p.p50, p.p99);
     }
     atomic_store(&sh->go, GO_EXIT);
-    mp_semaphore_release(ping);
+    mp_semaphore_post(ping);
     atomic_store(&sh->turn, 2);
     futex_wake(&sh->turn, 1);
     waitpid(pm, NULL, 0);
@@ -336,9 +336,9 @@ int main(int argc, char **argv)
                         bench_cpu_of_slot(1));
     pingpong(np, &o);
 
-    mp_semaphore_destroy(ping);
-    mp_semaphore_destroy(pong);
-    mp_lock_destroy(lock);
+    mp_semaphore_release(ping);
+    mp_semaphore_release(pong);
+    mp_lock_release(lock);
     munmap(sh, sizeof *sh);
     return 0;
 }

@@ -6,27 +6,27 @@
  * under fork, and it travels as a message attachment (mp_msg_add_lock, ...)
  * under every start method — the segment's fd crosses, never a pointer.
  *
- * Handles are refcounted per process: _create returns one reference,
- * _retain adds one, _destroy drops one (the last unmaps the segment in this
- * process; the object itself lives on while any process maps it). All
- * calls are safe from several threads, and a handle is usable in a forked
- * child. NULL passed to _destroy is a no-op. (Every other refcounted
- * object drops a reference with _release; here _release is Python's
- * release, the unlock of a Lock, RLock, Semaphore or Condition, so the
- * reference drop keeps the name _destroy for all six kinds.)
+ * Handles are refcounted per process, as every refcounted mproc object:
+ * _create returns one reference, _retain adds one, _release drops one (the
+ * last unmaps the segment in this process; the object itself lives on
+ * while any process maps it). All calls are safe from several threads, and
+ * a handle is usable in a forked child. NULL passed to _release is a
+ * no-op. So _release never unlocks: Python's acquire()/release() are
+ * _lock/_unlock here (C11's mtx_lock/mtx_unlock), and a semaphore's are
+ * _wait/_post (POSIX sem_wait/sem_post).
  *
  * Timeouts are in seconds: negative waits forever, 0 tries once. A wait
  * that runs out returns MP_ETIMEDOUT. Nothing busy-waits: waiters sleep in
  * the kernel (futexes, process-shared robust pthread mutexes).
  *
- * Robust to death. Locks are held by a thread (the one that acquired
+ * Robust to death. Locks are held by a thread (the one that locked
  * them); when the holder's process dies, the kernel marks the lock and the
- * next acquirer gets it with MP_EOWNERDEAD: the data it protects may be
- * half-updated. Repair it, then call mp_*_consistent(); releasing without
- * doing so leaves the lock permanently unusable (MP_EBROKEN), as POSIX
- * robust mutexes do. Semaphore permits are held by the acquiring thread
- * too; a dead holder's permits are returned and the acquirer that takes
- * one of them gets MP_EOWNERDEAD (nothing to mark). A Barrier whose member
+ * next thread to lock it gets it with MP_EOWNERDEAD: the data it protects
+ * may be half-updated. Repair it, then call mp_*_consistent(); unlocking
+ * without doing so leaves the lock permanently unusable (MP_EBROKEN), as
+ * POSIX robust mutexes do. Semaphore permits are held by the thread that
+ * took them too; a dead holder's permits are returned and the waiter that
+ * takes one of them gets MP_EOWNERDEAD (nothing to mark). A Barrier whose member
  * dies is broken: every waiter returns MP_EBROKEN. Death is noticed through
  * kernel-held tokens (a robust mutex per holder or member), never through
  * heartbeats.
@@ -60,70 +60,73 @@ typedef struct mp_barrier mp_barrier;
 /* Creates an unlocked lock. MP_ENOMEM, MP_EMFILE, MP_ENOSPC, MP_ESYS. */
 MP_API int mp_lock_create(mp_lock **out);
 MP_API mp_lock *mp_lock_retain(mp_lock *l);
-MP_API void mp_lock_destroy(mp_lock *l);
-/* Acquires the lock, blocking up to timeout seconds. 0; MP_EOWNERDEAD: held
+/* Drops a reference; it never unlocks (that is mp_lock_unlock). */
+MP_API void mp_lock_release(mp_lock *l);
+/* Locks it (Python's acquire), blocking up to timeout seconds. 0; MP_EOWNERDEAD: held
  * now, but its previous holder died holding it (call mp_lock_consistent
  * once the protected data is repaired); MP_ETIMEDOUT; MP_ESTATE: the
  * calling thread holds it already (use an RLock); MP_EBROKEN: the lock was
  * left unrecoverable; MP_EINVAL. */
-MP_API int mp_lock_acquire(mp_lock *l, double timeout);
-/* Releases the lock. Only the thread that acquired it may: MP_EPERM when
+MP_API int mp_lock_lock(mp_lock *l, double timeout);
+/* Unlocks it (Python's release). Only the thread that locked it may: MP_EPERM when
  * another thread or process holds it, MP_ESTATE when nobody does. Never
  * blocks. */
-MP_API int mp_lock_release(mp_lock *l);
+MP_API int mp_lock_unlock(mp_lock *l);
 /* After MP_EOWNERDEAD: marks the lock consistent again. MP_ESTATE when the
  * caller does not hold it or it was not inconsistent. */
 MP_API int mp_lock_consistent(mp_lock *l);
 /* Whether the lock is taken now (a snapshot; false for NULL). A lock whose holder
- * died holding it counts as taken until someone acquires it (that
- * acquire returns MP_EOWNERDEAD); releasing it meanwhile fails with
+ * died holding it counts as taken until someone locks it (that
+ * lock returns MP_EOWNERDEAD); unlocking it meanwhile fails with
  * MP_EPERM naming the dead holder. */
 MP_API bool mp_lock_locked(const mp_lock *l);
 
 /* ---- RLock: a recursive lock, owned by a thread ------------------------- */
 
-/* Creates an unlocked RLock; _retain/_destroy as for every object here. */
+/* Creates an unlocked RLock; _retain/_release as for every object here. */
 MP_API int mp_rlock_create(mp_rlock **out);
 MP_API mp_rlock *mp_rlock_retain(mp_rlock *l);
-MP_API void mp_rlock_destroy(mp_rlock *l);
-/* As mp_lock_acquire, but the owner may acquire again (depth + 1). */
-MP_API int mp_rlock_acquire(mp_rlock *l, double timeout);
+MP_API void mp_rlock_release(mp_rlock *l);
+/* As mp_lock_lock, but the owner may lock again (depth + 1). */
+MP_API int mp_rlock_lock(mp_rlock *l, double timeout);
 /* Drops one level; the last one unlocks. MP_EPERM: owned by another thread
  * or process; MP_ESTATE: not owned at all. */
-MP_API int mp_rlock_release(mp_rlock *l);
+MP_API int mp_rlock_unlock(mp_rlock *l);
 MP_API int mp_rlock_consistent(mp_rlock *l);
 /* The calling thread's depth (0 when it does not own the lock). */
 MP_API int mp_rlock_depth(const mp_rlock *l);
 
 /* ---- Semaphore and BoundedSemaphore ------------------------------------- */
 
-/* A counting semaphore with `value` permits. A bounded one refuses a release
- * that would take the count above `value` (MP_EOVERFLOW). Releasing without
- * having acquired is allowed (it adds a permit), but a permit acquired by a
- * thread counts as held by it until it releases one: if its process dies
- * first, the permit is returned. So to signal between processes use an
- * Event, a Condition or a queue rather than release-here/acquire-there. */
+/* A counting semaphore with `value` permits: mp_semaphore_wait takes one
+ * (Python's acquire), mp_semaphore_post gives one (Python's release). A
+ * bounded one refuses a post that would take the count above `value`
+ * (MP_EOVERFLOW). Posting without having waited is allowed (it adds a
+ * permit), but a permit taken by a thread counts as held by it until it
+ * posts one: if its process dies first, the permit is returned. So to
+ * signal between processes use an Event, a Condition or a queue rather
+ * than post-here/wait-there. */
 MP_API int mp_semaphore_create(unsigned value, mp_semaphore **out);
 MP_API int mp_bounded_semaphore_create(unsigned value, mp_semaphore **out);
 MP_API mp_semaphore *mp_semaphore_retain(mp_semaphore *s);
-MP_API void mp_semaphore_destroy(mp_semaphore *s);
+MP_API void mp_semaphore_release(mp_semaphore *s);
 /* Takes one permit, blocking up to timeout seconds. 0; MP_EOWNERDEAD: got a
  * permit after permits of a dead holder were returned; MP_ETIMEDOUT;
  * MP_EOVERFLOW: MP_SYNC_HOLDERS_MAX other threads hold permits already. */
-MP_API int mp_semaphore_acquire(mp_semaphore *s, double timeout);
+MP_API int mp_semaphore_wait(mp_semaphore *s, double timeout);
 /* Gives one permit back and wakes one waiter; never blocks. MP_EOVERFLOW:
  * a bounded semaphore would exceed its initial value, or the count would
  * pass INT32_MAX. */
-MP_API int mp_semaphore_release(mp_semaphore *s);
+MP_API int mp_semaphore_post(mp_semaphore *s);
 /* Permits available now (a snapshot), or a negative mp_error. */
 MP_API int mp_semaphore_value(const mp_semaphore *s);
 
 /* ---- Event: a flag that waiters sleep on -------------------------------- */
 
-/* Creates a clear Event; _retain/_destroy as for every object here. */
+/* Creates a clear Event; _retain/_release as for every object here. */
 MP_API int mp_event_create(mp_event **out);
 MP_API mp_event *mp_event_retain(mp_event *e);
-MP_API void mp_event_destroy(mp_event *e);
+MP_API void mp_event_release(mp_event *e);
 /* Sets the flag and wakes every waiter. Never blocks. */
 MP_API int mp_event_set(mp_event *e);
 /* Clears the flag. */
@@ -135,13 +138,13 @@ MP_API int mp_event_wait(mp_event *e, double timeout);
 
 /* ---- Condition: a condition variable with its own recursive lock -------- */
 
-/* Creates a Condition; _retain/_destroy as for every object here. */
+/* Creates a Condition; _retain/_release as for every object here. */
 MP_API int mp_condition_create(mp_condition **out);
 MP_API mp_condition *mp_condition_retain(mp_condition *c);
-MP_API void mp_condition_destroy(mp_condition *c);
-/* The lock, as mp_rlock_acquire / _release / _consistent. */
-MP_API int mp_condition_acquire(mp_condition *c, double timeout);
-MP_API int mp_condition_release(mp_condition *c);
+MP_API void mp_condition_release(mp_condition *c);
+/* The lock, as mp_rlock_lock / _unlock / _consistent. */
+MP_API int mp_condition_lock(mp_condition *c, double timeout);
+MP_API int mp_condition_unlock(mp_condition *c);
 MP_API int mp_condition_consistent(mp_condition *c);
 /* Releases the lock (every level), sleeps until notified or timeout, then
  * takes the lock back at the same depth, whatever the outcome. 0 when
@@ -192,7 +195,7 @@ MP_API void mp_barrier_options_init(mp_barrier_options *o);
  * not in the code of a loaded program or library. */
 MP_API int mp_barrier_create_ex(unsigned parties, const mp_barrier_options *o, mp_barrier **out);
 MP_API mp_barrier *mp_barrier_retain(mp_barrier *b);
-MP_API void mp_barrier_destroy(mp_barrier *b);
+MP_API void mp_barrier_release(mp_barrier *b);
 /* Waits until `parties` threads have called it; *index (may be NULL) gets
  * the arrival order, 0 .. parties-1. MP_EBROKEN: the barrier is or became
  * broken (a member died, another waiter timed out, mp_barrier_abort or
@@ -213,7 +216,7 @@ MP_API int mp_barrier_n_waiting(const mp_barrier *b);
 MP_API bool mp_barrier_broken(const mp_barrier *b);
 
 /* ---- as message attachments ---------------------------------------------
- * add retains the object; get returns a new reference (destroy it), and
+ * add retains the object; get returns a new reference (release it), and
  * MP_EINVAL when attachment `index` is of another kind. The receiver maps
  * the same shared object. */
 MP_API int mp_msg_add_lock(mp_msg *m, const char *name, mp_lock *l);

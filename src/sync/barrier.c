@@ -41,7 +41,7 @@ static void unmap_hook(mp__sync *s)
     int others = mp__tokens_leave(sh->members, MP_SYNC_HOLDERS_MAX);
     mp__guard_unlock(&sh->guard);
     if (others) {
-        mp__log(MP_LOG_WARN, "mp_barrier_destroy: %d other thread(s) of this process are "
+        mp__log(MP_LOG_WARN, "mp_barrier_release: %d other thread(s) of this process are "
                 "members; the mapping is kept", others);
         s->base = NULL;
     }
@@ -124,7 +124,7 @@ mp_barrier *mp_barrier_retain(mp_barrier *b)
     return b;
 }
 
-void mp_barrier_destroy(mp_barrier *b) { mp__sync_release(b ? &b->s : NULL, unmap_hook); }
+void mp_barrier_release(mp_barrier *b) { mp__sync_release(b ? &b->s : NULL, unmap_hook); }
 
 static void wake_all(barrier_shared *sh)
 {

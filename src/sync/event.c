@@ -40,7 +40,7 @@ mp_event *mp_event_retain(mp_event *e)
     return e;
 }
 
-void mp_event_destroy(mp_event *e) { mp__sync_release(e ? &e->s : NULL, NULL); }
+void mp_event_release(mp_event *e) { mp__sync_release(e ? &e->s : NULL, NULL); }
 
 int mp_event_set(mp_event *e)
 {
@@ -116,7 +116,7 @@ static void cond_unmap_hook(mp__sync *s)
     cond_shared *sh = s->base;
     if (mp__olock_mine(&sh->lock)) {
         sh->lock.depth = 1;
-        mp__olock_release(&sh->lock, "mp_condition_destroy");
+        mp__olock_unlock(&sh->lock, "mp_condition_release");
     }
 }
 
@@ -148,22 +148,22 @@ mp_condition *mp_condition_retain(mp_condition *c)
     return c;
 }
 
-void mp_condition_destroy(mp_condition *c)
+void mp_condition_release(mp_condition *c)
 {
     mp__sync_release(c ? &c->s : NULL, cond_unmap_hook);
 }
 
-int mp_condition_acquire(mp_condition *c, double timeout)
+int mp_condition_lock(mp_condition *c, double timeout)
 {
-    MP__CHECK_HANDLE(c, "mp_condition_acquire");
-    int rc = mp__check_timeout(timeout, "mp_condition_acquire");
-    return rc ? rc : mp__olock_acquire(&cv(c)->lock, true, timeout, "mp_condition_acquire");
+    MP__CHECK_HANDLE(c, "mp_condition_lock");
+    int rc = mp__check_timeout(timeout, "mp_condition_lock");
+    return rc ? rc : mp__olock_lock(&cv(c)->lock, true, timeout, "mp_condition_lock");
 }
 
-int mp_condition_release(mp_condition *c)
+int mp_condition_unlock(mp_condition *c)
 {
-    MP__CHECK_HANDLE(c, "mp_condition_release");
-    return mp__olock_release(&cv(c)->lock, "mp_condition_release");
+    MP__CHECK_HANDLE(c, "mp_condition_unlock");
+    return mp__olock_unlock(&cv(c)->lock, "mp_condition_unlock");
 }
 
 int mp_condition_consistent(mp_condition *c)
@@ -201,7 +201,7 @@ int mp_condition_wait(mp_condition *c, double timeout)
     atomic_fetch_add(&sh->word, W_ONE);
     depth = sh->lock.depth;
     sh->lock.depth = 1;
-    mp__olock_release(&sh->lock, "mp_condition_wait");
+    mp__olock_unlock(&sh->lock, "mp_condition_wait");
     for (;;) {
         if (consume(&sh->word)) {
             woken = true;
@@ -216,7 +216,7 @@ int mp_condition_wait(mp_condition *c, double timeout)
     }
     /* Take the lock back at the same depth whatever happened. */
     do
-        lrc = mp__olock_acquire(&sh->lock, true, -1, "mp_condition_wait");
+        lrc = mp__olock_lock(&sh->lock, true, -1, "mp_condition_wait");
     while (lrc == MP_ETIMEDOUT);
     if (lrc == 0 || lrc == MP_EOWNERDEAD)
         sh->lock.depth = depth;

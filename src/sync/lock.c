@@ -1,6 +1,6 @@
 /* Lock and RLock: a robust, error-checking, process-shared pthread mutex
- * plus the owner and depth written beside it, so that misuse (release of an
- * unheld lock, release by another thread) gets a precise sentence and an
+ * plus the owner and depth written beside it, so that misuse (unlock of an
+ * unheld lock, unlock by another thread) gets a precise sentence and an
  * RLock counts its depth without a second mutex. */
 #include "sync/fastlock.h"
 
@@ -83,7 +83,7 @@ static inline bool fast_release(mp__olock *l)
     return false;
 }
 
-int mp__olock_acquire(mp__olock *l, bool recursive, double timeout, const char *call)
+int mp__olock_lock(mp__olock *l, bool recursive, double timeout, const char *call)
 {
     int err, dead_pid;
     if (fast_acquire(l))
@@ -107,14 +107,14 @@ int mp__olock_acquire(mp__olock *l, bool recursive, double timeout, const char *
         if (err == 0)
             return 0;
         l->inconsistent = 1;
-        return mp__error(MP_EOWNERDEAD, "%s: acquired, but the previous holder (pid %d) "
+        return mp__error(MP_EOWNERDEAD, "%s: locked, but the previous holder (pid %d) "
                          "died holding it; repair what it protects, then mark it "
                          "consistent", call, dead_pid);
     case ETIMEDOUT:
-        return mp__error(MP_ETIMEDOUT, "%s: not acquired within %g s", call, timeout);
+        return mp__error(MP_ETIMEDOUT, "%s: not locked within %g s", call, timeout);
     case ENOTRECOVERABLE:
         return mp__error(MP_EBROKEN, "%s: the lock is unrecoverable: after its holder died "
-                         "it was released without being marked consistent", call);
+                         "it was unlocked without being marked consistent", call);
     case EDEADLK:
         return mp__error(MP_ESTATE, "%s: the calling thread holds this lock already", call);
     default:
@@ -122,20 +122,20 @@ int mp__olock_acquire(mp__olock *l, bool recursive, double timeout, const char *
     }
 }
 
-int mp__olock_release(mp__olock *l, const char *call)
+int mp__olock_unlock(mp__olock *l, const char *call)
 {
     int err;
     if (!mp__olock_mine(l)) {
         pid_t pid = atomic_load_explicit(&l->owner_pid, memory_order_relaxed);
         if (mp__mutex_dead_holder(&l->mutex))
             return mp__error(MP_EPERM, "%s: the lock's holder (pid %d) died holding it; "
-                             "acquire it (MP_EOWNERDEAD), repair the data it protects and "
+                             "lock it (MP_EOWNERDEAD), repair the data it protects and "
                              "call the _consistent function", call, pid);
         if (atomic_load_explicit(&l->owner_tid, memory_order_relaxed) == 0 ||
             !mp__mutex_live_holder(&l->mutex))
             return mp__error(MP_ESTATE, "%s: the lock is not held", call);
         return mp__error(MP_EPERM, "%s: the lock is held by another thread (pid %d); only "
-                         "the thread that acquired it may release it", call, pid);
+                         "the thread that locked it may unlock it", call, pid);
     }
     if (--l->depth > 0)
         return 0;
@@ -185,13 +185,13 @@ static int create(int kind, const char *call, mp__sync **out)
 }
 
 /* A handle dropped while its thread holds the lock would leave a robust
- * list entry pointing into an unmapped page: release it first. */
+ * list entry pointing into an unmapped page: unlock it first. */
 static void unmap_hook(mp__sync *s)
 {
     mp__olock *l = olock_of(s);
     if (mp__olock_mine(l)) {
         l->depth = 1;
-        mp__olock_release(l, "destroy");
+        mp__olock_unlock(l, "mp_(r)lock_release");
     }
 }
 
@@ -210,23 +210,23 @@ mp_lock *mp_lock_retain(mp_lock *l)
     return l;
 }
 
-void mp_lock_destroy(mp_lock *l) { mp__sync_release(l ? &l->s : NULL, unmap_hook); }
+void mp_lock_release(mp_lock *l) { mp__sync_release(l ? &l->s : NULL, unmap_hook); }
 
-int mp_lock_acquire(mp_lock *l, double timeout)
+int mp_lock_lock(mp_lock *l, double timeout)
 {
-    MP__CHECK_HANDLE(l, "mp_lock_acquire");
+    MP__CHECK_HANDLE(l, "mp_lock_lock");
     if (!isnan(timeout) && fast_acquire(olock_of(&l->s)))
         return 0;
-    int rc = mp__check_timeout(timeout, "mp_lock_acquire");
-    return rc ? rc : mp__olock_acquire(olock_of(&l->s), false, timeout, "mp_lock_acquire");
+    int rc = mp__check_timeout(timeout, "mp_lock_lock");
+    return rc ? rc : mp__olock_lock(olock_of(&l->s), false, timeout, "mp_lock_lock");
 }
 
-int mp_lock_release(mp_lock *l)
+int mp_lock_unlock(mp_lock *l)
 {
-    MP__CHECK_HANDLE(l, "mp_lock_release");
+    MP__CHECK_HANDLE(l, "mp_lock_unlock");
     if (fast_release(olock_of(&l->s)))
         return 0;
-    return mp__olock_release(olock_of(&l->s), "mp_lock_release");
+    return mp__olock_unlock(olock_of(&l->s), "mp_lock_unlock");
 }
 
 int mp_lock_consistent(mp_lock *l)
@@ -258,23 +258,23 @@ mp_rlock *mp_rlock_retain(mp_rlock *l)
     return l;
 }
 
-void mp_rlock_destroy(mp_rlock *l) { mp__sync_release(l ? &l->s : NULL, unmap_hook); }
+void mp_rlock_release(mp_rlock *l) { mp__sync_release(l ? &l->s : NULL, unmap_hook); }
 
-int mp_rlock_acquire(mp_rlock *l, double timeout)
+int mp_rlock_lock(mp_rlock *l, double timeout)
 {
-    MP__CHECK_HANDLE(l, "mp_rlock_acquire");
+    MP__CHECK_HANDLE(l, "mp_rlock_lock");
     if (!isnan(timeout) && fast_acquire(olock_of(&l->s)))
         return 0;
-    int rc = mp__check_timeout(timeout, "mp_rlock_acquire");
-    return rc ? rc : mp__olock_acquire(olock_of(&l->s), true, timeout, "mp_rlock_acquire");
+    int rc = mp__check_timeout(timeout, "mp_rlock_lock");
+    return rc ? rc : mp__olock_lock(olock_of(&l->s), true, timeout, "mp_rlock_lock");
 }
 
-int mp_rlock_release(mp_rlock *l)
+int mp_rlock_unlock(mp_rlock *l)
 {
-    MP__CHECK_HANDLE(l, "mp_rlock_release");
+    MP__CHECK_HANDLE(l, "mp_rlock_unlock");
     if (fast_release(olock_of(&l->s)))
         return 0;
-    return mp__olock_release(olock_of(&l->s), "mp_rlock_release");
+    return mp__olock_unlock(olock_of(&l->s), "mp_rlock_unlock");
 }
 
 int mp_rlock_consistent(mp_rlock *l)

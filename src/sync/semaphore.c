@@ -40,7 +40,7 @@ static void unmap_hook(mp__sync *s)
     int others = mp__tokens_leave(sh->holders, MP_SYNC_HOLDERS_MAX);
     mp__guard_unlock(&sh->guard);
     if (others) {
-        mp__log(MP_LOG_WARN, "mp_semaphore_destroy: %d other thread(s) of this process "
+        mp__log(MP_LOG_WARN, "mp_semaphore_release: %d other thread(s) of this process "
                 "hold permits; the mapping is kept", others);
         s->base = NULL;
     }
@@ -93,7 +93,7 @@ mp_semaphore *mp_semaphore_retain(mp_semaphore *s)
     return s;
 }
 
-void mp_semaphore_destroy(mp_semaphore *s) { mp__sync_release(s ? &s->s : NULL, unmap_hook); }
+void mp_semaphore_release(mp_semaphore *s) { mp__sync_release(s ? &s->s : NULL, unmap_hook); }
 
 /* Takes a permit for the calling thread (guard held, value > 0). */
 static int take(sem_shared *sh)
@@ -102,17 +102,17 @@ static int take(sem_shared *sh)
     if (self < 0)
         self = mp__token_claim(sh->holders, MP_SYNC_HOLDERS_MAX);
     if (self < 0)
-        return mp__error(MP_EOVERFLOW, "mp_semaphore_acquire: %d threads hold permits "
+        return mp__error(MP_EOVERFLOW, "mp_semaphore_wait: %d threads hold permits "
                          "already (MP_SYNC_HOLDERS_MAX)", MP_SYNC_HOLDERS_MAX);
     sh->holders[self].count++;
     atomic_fetch_sub(&sh->value, 1);
     return 0;
 }
 
-int mp_semaphore_acquire(mp_semaphore *s, double timeout)
+int mp_semaphore_wait(mp_semaphore *s, double timeout)
 {
-    MP__CHECK_HANDLE(s, "mp_semaphore_acquire");
-    int rc = mp__check_timeout(timeout, "mp_semaphore_acquire");
+    MP__CHECK_HANDLE(s, "mp_semaphore_wait");
+    int rc = mp__check_timeout(timeout, "mp_semaphore_wait");
     if (rc)
         return rc;
     sem_shared *sh = shared(s);
@@ -136,7 +136,7 @@ int mp_semaphore_acquire(mp_semaphore *s, double timeout)
             break;
         }
         if (late) {
-            rc = mp__error(MP_ETIMEDOUT, "mp_semaphore_acquire: no permit within %g s",
+            rc = mp__error(MP_ETIMEDOUT, "mp_semaphore_wait: no permit within %g s",
                            timeout);
             break;
         }
@@ -153,15 +153,15 @@ int mp_semaphore_acquire(mp_semaphore *s, double timeout)
     }
     mp__guard_unlock(&sh->guard);
     if (rc == 0 && reclaimed)
-        return mp__error(MP_EOWNERDEAD, "mp_semaphore_acquire: acquired a permit returned "
+        return mp__error(MP_EOWNERDEAD, "mp_semaphore_wait: got a permit returned "
                          "by %u permit(s) of a holder that died; what it protected may be "
                          "inconsistent", reclaimed);
     return rc;
 }
 
-int mp_semaphore_release(mp_semaphore *s)
+int mp_semaphore_post(mp_semaphore *s)
 {
-    MP__CHECK_HANDLE(s, "mp_semaphore_release");
+    MP__CHECK_HANDLE(s, "mp_semaphore_post");
     sem_shared *sh = shared(s);
     uint32_t v;
     int rc = 0, self;
@@ -170,12 +170,12 @@ int mp_semaphore_release(mp_semaphore *s)
     mp__guard_lock(&sh->guard);
     v = atomic_load(&sh->value);
     if (sh->bounded && v >= sh->bound) {
-        rc = mp__error(MP_EOVERFLOW, "mp_semaphore_release: bounded semaphore released more "
-                       "times than acquired (value %u is its bound)", sh->bound);
+        rc = mp__error(MP_EOVERFLOW, "mp_semaphore_post: bounded semaphore posted more "
+                       "times than waited (value %u is its bound)", sh->bound);
         goto out;
     }
     if (v >= INT32_MAX) {
-        rc = mp__error(MP_EOVERFLOW, "mp_semaphore_release: count would pass INT32_MAX");
+        rc = mp__error(MP_EOVERFLOW, "mp_semaphore_post: count would pass INT32_MAX");
         goto out;
     }
     self = mp__token_self(sh->holders, MP_SYNC_HOLDERS_MAX);

@@ -82,8 +82,8 @@ typedef struct mp__olock {
 
 int mp__olock_init(mp__olock *l, const char *call);
 /* Takes the lock; `recursive` lets the owner take it again. */
-int mp__olock_acquire(mp__olock *l, bool recursive, double timeout, const char *call);
-int mp__olock_release(mp__olock *l, const char *call);
+int mp__olock_lock(mp__olock *l, bool recursive, double timeout, const char *call);
+int mp__olock_unlock(mp__olock *l, const char *call);
 int mp__olock_consistent(mp__olock *l, const char *call);
 /* Whether the calling thread owns l. */
 bool mp__olock_mine(const mp__olock *l);

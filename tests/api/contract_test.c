@@ -46,7 +46,7 @@ static void test_predicates_are_bool(void **state)
     assert_false(mp_event_is_set(e));
     assert_mp_ok(mp_event_set(e));
     assert_true(mp_event_is_set(e));
-    mp_event_destroy(e);
+    mp_event_release(e);
 }
 
 static void test_name_lists(void **state)
@@ -182,7 +182,7 @@ static void test_barrier_options_sizes(void **state)
     mp_barrier_options_init(&big.o);
     big.o.size = sizeof big;
     assert_mp_ok(mp_barrier_create_ex(1, &big.o, &b));
-    mp_barrier_destroy(b);
+    mp_barrier_release(b);
     big.newer = 1;
     assert_mp_err(mp_barrier_create_ex(1, &big.o, &b), MP_ENOTSUP);
     assert_null(b);
@@ -198,7 +198,7 @@ static void test_barrier_options_sizes(void **state)
     assert_mp_ok(mp_barrier_wait(b, 30, NULL));
     pthread_join(t, &first);
     assert_int_equal((int)(intptr_t)first, 0);
-    mp_barrier_destroy(b);
+    mp_barrier_release(b);
     big.o.size = 0;
     assert_mp_err(mp_barrier_create_ex(1, &big.o, &b), MP_EINVAL);
     assert_non_null(strstr(mp_last_error(), "mp_barrier_options.size is 0"));

@@ -68,7 +68,7 @@ MP_ENTRY(timeout_wait_event)
     int rc = mp_msg_get_event(args, 0, &e);
     if (!rc)
         rc = mp_event_wait(e, 60);
-    mp_event_destroy(e);
+    mp_event_release(e);
     return rc ? 1 : 0;
 }
 
@@ -78,7 +78,7 @@ MP_TASK(timeout_task)
     int rc = mp_msg_get_event(in, 0, &e);
     if (!rc)
         rc = mp_event_wait(e, 60);
-    mp_event_destroy(e);
+    mp_event_release(e);
     return rc ? rc : mp_msg_set_payload(out, "ok", 2);
 }
 
@@ -243,15 +243,15 @@ static void r_put_tensor(fx *f)
 static void *holder_main(void *arg)
 {
     fx *f = arg;
-    int rc = f->lock    ? mp_lock_acquire(f->lock, -1)
-             : f->rlock ? mp_rlock_acquire(f->rlock, -1)
-                        : mp_condition_acquire(f->cond, -1);
+    int rc = f->lock    ? mp_lock_lock(f->lock, -1)
+             : f->rlock ? mp_rlock_lock(f->rlock, -1)
+                        : mp_condition_lock(f->cond, -1);
     sem_post(&f->held);
     sem_wait(&f->go);
     if (!rc)
-        rc = f->lock    ? mp_lock_release(f->lock)
-             : f->rlock ? mp_rlock_release(f->rlock)
-                        : mp_condition_release(f->cond);
+        rc = f->lock    ? mp_lock_unlock(f->lock)
+             : f->rlock ? mp_rlock_unlock(f->rlock)
+                        : mp_condition_unlock(f->cond);
     return (void *)(intptr_t)rc;
 }
 static void start_holder(fx *f)
@@ -282,52 +282,52 @@ static void s_barrier(fx *f) { assert_mp_ok(mp_barrier_create(2, &f->bar)); }
 
 static int c_lock(fx *f, double t)
 {
-    int rc = mp_lock_acquire(f->lock, t);
+    int rc = mp_lock_lock(f->lock, t);
     if (!rc)
-        assert_mp_ok(mp_lock_release(f->lock));
+        assert_mp_ok(mp_lock_unlock(f->lock));
     return rc;
 }
 static int c_rlock(fx *f, double t)
 {
-    int rc = mp_rlock_acquire(f->rlock, t);
+    int rc = mp_rlock_lock(f->rlock, t);
     if (!rc)
-        assert_mp_ok(mp_rlock_release(f->rlock));
+        assert_mp_ok(mp_rlock_unlock(f->rlock));
     return rc;
 }
 static int c_sem(fx *f, double t)
 {
-    int rc = mp_semaphore_acquire(f->sem, t);
+    int rc = mp_semaphore_wait(f->sem, t);
     if (!rc)
-        assert_mp_ok(mp_semaphore_release(f->sem));
+        assert_mp_ok(mp_semaphore_post(f->sem));
     return rc;
 }
 static int c_event(fx *f, double t) { return mp_event_wait(f->ev, t); }
 static bool flag_set(void *arg) { return __atomic_load_n((int *)arg, __ATOMIC_SEQ_CST) != 0; }
 static int c_cond(fx *f, double t)
 {
-    assert_mp_ok(mp_condition_acquire(f->cond, -1));
+    assert_mp_ok(mp_condition_lock(f->cond, -1));
     int rc = mp_condition_wait_for(f->cond, flag_set, &f->flag, t);
-    assert_mp_ok(mp_condition_release(f->cond));
+    assert_mp_ok(mp_condition_unlock(f->cond));
     return rc;
 }
 static int c_barrier(fx *f, double t) { return mp_barrier_wait(f->bar, t, NULL); }
-static int c_cond_acquire(fx *f, double t)
+static int c_cond_lock(fx *f, double t)
 {
-    int rc = mp_condition_acquire(f->cond, t);
+    int rc = mp_condition_lock(f->cond, t);
     if (rc == 0)
-        assert_mp_ok(mp_condition_release(f->cond));
+        assert_mp_ok(mp_condition_unlock(f->cond));
     return rc;
 }
 
 static void r_holder(fx *f) { sem_post(&f->go); }
-static void r_sem(fx *f) { assert_mp_ok(mp_semaphore_release(f->sem)); }
+static void r_sem(fx *f) { assert_mp_ok(mp_semaphore_post(f->sem)); }
 static void r_event(fx *f) { assert_mp_ok(mp_event_set(f->ev)); }
 static void r_cond(fx *f)
 {
-    assert_mp_ok(mp_condition_acquire(f->cond, -1));
+    assert_mp_ok(mp_condition_lock(f->cond, -1));
     __atomic_store_n(&f->flag, 1, __ATOMIC_SEQ_CST);
     assert_mp_ok(mp_condition_notify_all(f->cond));
-    assert_mp_ok(mp_condition_release(f->cond));
+    assert_mp_ok(mp_condition_unlock(f->cond));
 }
 static void r_barrier(fx *f)
 {
@@ -396,11 +396,11 @@ static const row rows[] = {
     {"conn send (full)", s_pipe_full, c_send, r_drain, MP_ETIMEDOUT, true},
     {"wait (a conn)", s_pipe, c_wait, r_send, MP_ETIMEDOUT, true},
     {"queue get_tensor", s_queue, c_get_tensor, r_put_tensor, MP_ETIMEDOUT, true},
-    {"lock acquire", s_lock, c_lock, r_holder, MP_ETIMEDOUT, true},
-    {"rlock acquire", s_rlock, c_rlock, r_holder, MP_ETIMEDOUT, true},
-    {"semaphore acquire", s_sem, c_sem, r_sem, MP_ETIMEDOUT, true},
+    {"lock lock", s_lock, c_lock, r_holder, MP_ETIMEDOUT, true},
+    {"rlock lock", s_rlock, c_rlock, r_holder, MP_ETIMEDOUT, true},
+    {"semaphore wait", s_sem, c_sem, r_sem, MP_ETIMEDOUT, true},
     {"event wait", s_event, c_event, r_event, MP_ETIMEDOUT, true},
-    {"condition acquire", s_cond_held, c_cond_acquire, r_holder, MP_ETIMEDOUT, true},
+    {"condition lock", s_cond_held, c_cond_lock, r_holder, MP_ETIMEDOUT, true},
     {"condition wait", s_cond, c_cond, r_cond, MP_ETIMEDOUT, true},
     {"barrier wait", s_barrier, c_barrier, r_barrier, MP_ETIMEDOUT, true},
     {"process join", s_process, c_process, r_event, MP_ETIMEDOUT, true},
@@ -434,12 +434,12 @@ static void teardown_fx(fx *f)
     mp_simple_queue_release(f->sq);
     mp_conn_release(f->a);
     mp_conn_release(f->b);
-    mp_lock_destroy(f->lock);
-    mp_rlock_destroy(f->rlock);
-    mp_semaphore_destroy(f->sem);
-    mp_event_destroy(f->ev);
-    mp_condition_destroy(f->cond);
-    mp_barrier_destroy(f->bar);
+    mp_lock_release(f->lock);
+    mp_rlock_release(f->rlock);
+    mp_semaphore_release(f->sem);
+    mp_event_release(f->ev);
+    mp_condition_release(f->cond);
+    mp_barrier_release(f->bar);
     sem_destroy(&f->held);
     sem_destroy(&f->go);
 }

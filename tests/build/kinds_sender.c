@@ -65,12 +65,12 @@ static void send_every_kind(int sock)
     mp_simple_queue_release(sq);
     mp_conn_release(a);
     mp_conn_release(b);
-    mp_lock_destroy(l);
-    mp_rlock_destroy(rl);
-    mp_semaphore_destroy(s);
-    mp_event_destroy(e);
-    mp_condition_destroy(c);
-    mp_barrier_destroy(br);
+    mp_lock_release(l);
+    mp_rlock_release(rl);
+    mp_semaphore_release(s);
+    mp_event_release(e);
+    mp_condition_release(c);
+    mp_barrier_release(br);
 }
 
 /* A frame of one event, its attachment relabelled as a CUDA tensor. */
@@ -97,7 +97,7 @@ static void send_cuda_kind(int sock)
     TRY(mp__send_record(sock, buf, len, fds, nfds, mp__deadline(30)));
     free(buf);
     mp_msg_destroy(m);
-    mp_event_destroy(e);
+    mp_event_release(e);
 }
 
 int main(int argc, char **argv)

@@ -7,7 +7,10 @@
                                       (gmp.h): programs link both with mproc.
   names_test.py exports SRC CC LIB.so libmproc.so exports exactly the
                                       functions include/ declares: no mp__
-                                      internals, none missing.
+                                      internals, none missing; no name
+                                      retired before 1.0 comes back; every
+                                      X_retain has an X_release and no
+                                      X_destroy (_release drops a reference).
 
 Declared names come from clang's AST of the preprocessed header, minus what
 the same system headers alone declare, and macros from `-dM` minus the same
@@ -24,6 +27,19 @@ import tempfile
 # cancel out of both sides.
 BASELINE = ["stdarg.h", "stdbool.h", "stddef.h", "stdint.h", "stdio.h", "limits.h",
             "sys/types.h", "dlpack/dlpack.h"]
+
+
+# Names renamed before 1.0 (docs/api-stability.md): the sync objects'
+# _acquire/_release were the lock and unlock, their _destroy the reference
+# drop. None may be declared or exported again: the old mp_lock_release meant
+# unlock, and a returning name would silently change what old code does.
+RETIRED = {"mp_init", "mp_err"} | {
+    "mp_%s_acquire" % kind for kind in ("lock", "rlock", "condition", "semaphore")} | {
+    "mp_%s_destroy" % kind
+    for kind in ("lock", "rlock", "condition", "semaphore", "event", "barrier")}
+# The names whose meaning changed: declared again, but as reference drops.
+REDEFINED = {"mp_lock_release", "mp_rlock_release", "mp_condition_release",
+             "mp_semaphore_release"}
 
 
 def run(cmd):
@@ -128,12 +144,54 @@ def clash(src, cc, lib):
     return 0
 
 
+def lifetimes(names, syms):
+    """Failures: retired names, and refcounted types without the one drop."""
+    bad = ["%s: renamed before 1.0 (docs/api-stability.md); it must not be "
+           "declared or exported again" % n for n in sorted(RETIRED & (set(names) | syms))]
+    for n in sorted(n for n in names if n.endswith("_retain")):
+        base = n[:-len("_retain")]
+        if base + "_release" not in names:
+            bad.append("%s has no %s_release: a refcounted object drops a reference "
+                       "with _release" % (n, base))
+        if base + "_destroy" in names:
+            bad.append("%s_destroy: %s is refcounted, so its drop is %s_release "
+                       "(_destroy is for objects one owner holds)" % (base, base, base))
+    for n in sorted(REDEFINED):
+        if n not in names:
+            bad.append("%s is not declared: it is the reference drop" % n)
+        elif names[n] != "void":
+            bad.append("%s returns %s: the reference drop returns void, so old code "
+                       "checking an unlock's result fails to compile" % (n, names[n]))
+    return bad
+
+
+def return_types(clang, incdirs):
+    """Each declared function's return type, from the same AST."""
+    path = source_with(["mproc.h"], incdirs)
+    try:
+        out = run([clang, "-std=gnu11", "-fsyntax-only", "-Xclang", "-ast-dump=json"]
+                  + ["-I" + d for d in incdirs] + [path])
+    finally:
+        os.unlink(path)
+    types = {}
+    for node in json.loads(out).get("inner", []):
+        if node.get("kind") == "FunctionDecl" and "name" in node:
+            types[node["name"]] = node["type"]["qualType"].split("(")[0].strip()
+    return types
+
+
 def exports(src, cc, lib):
     clang = clang_for(cc)
     inc = os.path.join(src, "include")
-    funcs = {n for n, k in own_names(cc, clang, ["mproc.h"], [inc]).items()
-             if k == "FunctionDecl"}
+    names = own_names(cc, clang, ["mproc.h"], [inc])
+    funcs = {n for n, k in names.items() if k == "FunctionDecl"}
     syms = exported(lib)
+    types = return_types(clang, [inc])
+    bad = lifetimes({n: types.get(n, "") for n in funcs}, syms)
+    bad += ["%s is declared as a %s" % (n, k) for n, k in sorted(names.items())
+            if n in RETIRED and k != "FunctionDecl"]
+    for b in bad:
+        print("FAIL: " + b)
     # The linker's own symbols; anything else must be a declared function.
     ours = {s for s in syms if s not in ("_init", "_fini", "_edata", "_end", "__bss_start")
             and not s.startswith(("__asan", "__ubsan", "__sanitizer", "__odr_asan"))}
@@ -145,9 +203,10 @@ def exports(src, cc, lib):
     for s in missing:
         print("FAIL: %s is declared in include/ but not exported (define it, with the "
               "header included so MP_API applies)" % s)
-    if extra or missing:
+    if extra or missing or bad:
         return 1
-    print("ok: libmproc.so exports exactly the %d declared functions" % len(funcs))
+    print("ok: libmproc.so exports exactly the %d declared functions; no retired "
+          "name; every _retain pairs with a _release" % len(funcs))
     return 0
 
 

@@ -51,7 +51,7 @@ static void test_barrier_rounds(void **state)
     for (int i = 0; i < PROCS; i++)
         assert_int_equal(reap(pids[i]), 0);
     assert_int_equal(mp_barrier_broken(a.b), 0);
-    mp_barrier_destroy(a.b);
+    mp_barrier_release(a.b);
     munmap((void *)a.rounds, 4096);
 }
 
@@ -62,7 +62,7 @@ static void test_barrier_timeout_abort_reset(void **state)
     assert_mp_ok(mp_barrier_create(1, &b));
     assert_mp_ok(mp_barrier_wait(b, 0, &idx));
     assert_int_equal(idx, 0);
-    mp_barrier_destroy(b);
+    mp_barrier_release(b);
 
     assert_mp_ok(mp_barrier_create(2, &b));
     assert_mp_err(mp_barrier_wait(b, 0.02, NULL), MP_ETIMEDOUT);
@@ -73,7 +73,7 @@ static void test_barrier_timeout_abort_reset(void **state)
     assert_mp_ok(mp_barrier_abort(b));
     assert_mp_err(mp_barrier_wait(b, 1, NULL), MP_EBROKEN);
     assert_mp_ok(mp_barrier_reset(b));
-    mp_barrier_destroy(b);
+    mp_barrier_release(b);
 }
 
 static int barrier_two_rounds(void *p)
@@ -115,7 +115,7 @@ static void test_barrier_member_killed(void **state)
     assert_mp_ok(mp_barrier_wait(b, 20, NULL));
     assert_int_equal(reap(victim), 128 + SIGKILL);
     assert_int_equal(reap(other), 10);
-    mp_barrier_destroy(b);
+    mp_barrier_release(b);
 }
 
 /* ---- as message attachments ---------------------------------------------- */
@@ -143,16 +143,16 @@ static int attach_child(void *p)
     if (mp_msg_get_lock(m, 1, &wrong) != MP_EINVAL) /* an event is not a lock */
         goto out;
     rc = 12;
-    if (mp_lock_acquire(l, 10) != 0 || mp_semaphore_acquire(s, 0) != 0)
+    if (mp_lock_lock(l, 10) != 0 || mp_semaphore_wait(s, 0) != 0)
         goto out;
     mp_event_set(e);
     rc = mp_barrier_wait(b, 10, NULL) == 0 ? 0 : 13;
-    mp_lock_release(l);
+    mp_lock_unlock(l);
 out:
-    mp_lock_destroy(l);
-    mp_event_destroy(e);
-    mp_barrier_destroy(b);
-    mp_semaphore_destroy(s);
+    mp_lock_release(l);
+    mp_event_release(e);
+    mp_barrier_release(b);
+    mp_semaphore_release(s);
     if (rc)
         fprintf(stderr, "attach_child: step %d: %s\n", rc, mp_last_error());
     mp_msg_destroy(m);
@@ -188,12 +188,12 @@ static void test_attachments(void **state)
     assert_int_equal(reap(pid), 0);
     /* the child took the permit; dropping its handle gave it back */
     assert_int_equal(mp_semaphore_value(s), 1);
-    assert_mp_ok(mp_lock_acquire(l, 5));        /* and released the lock */
-    assert_mp_ok(mp_lock_release(l));
-    mp_lock_destroy(l);
-    mp_event_destroy(e);
-    mp_barrier_destroy(b);
-    mp_semaphore_destroy(s);
+    assert_mp_ok(mp_lock_lock(l, 5));        /* and released the lock */
+    assert_mp_ok(mp_lock_unlock(l));
+    mp_lock_release(l);
+    mp_event_release(e);
+    mp_barrier_release(b);
+    mp_semaphore_release(s);
     close(sv[0]);
     close(sv[1]);
 }
@@ -211,16 +211,16 @@ MP_ENTRY(sync_child)
         mp_msg_get_barrier(args, 2, &b))
         goto out;
     rc = 2;
-    if (mp_lock_acquire(l, 10) != 0)
+    if (mp_lock_lock(l, 10) != 0)
         goto out;
     mp_event_set(e);
     rc = mp_barrier_wait(b, 10, NULL) == 0 ? 0 : 3; /* the parent checks the lock */
     mp_barrier_wait(b, 10, NULL);
-    mp_lock_release(l);
+    mp_lock_unlock(l);
 out:
-    mp_lock_destroy(l);
-    mp_event_destroy(e);
-    mp_barrier_destroy(b);
+    mp_lock_release(l);
+    mp_event_release(e);
+    mp_barrier_release(b);
     return rc;
 }
 
@@ -248,17 +248,17 @@ static void check_start_method(const char *method)
     assert_mp_ok(mp_event_wait(e, 20));
     assert_mp_ok(mp_barrier_wait(b, 20, NULL));
     assert_int_equal(mp_lock_locked(l), 1);         /* held by the child */
-    assert_mp_err(mp_lock_release(l), MP_EPERM);
+    assert_mp_err(mp_lock_unlock(l), MP_EPERM);
     assert_mp_ok(mp_barrier_wait(b, 20, NULL));
     assert_mp_ok(mp_process_join(proc, 20));
     assert_mp_ok(mp_process_exitcode(proc, &code));
     assert_int_equal(code, 0);
-    assert_mp_ok(mp_lock_acquire(l, 10));
-    assert_mp_ok(mp_lock_release(l));
+    assert_mp_ok(mp_lock_lock(l, 10));
+    assert_mp_ok(mp_lock_unlock(l));
     assert_mp_ok(mp_process_destroy(proc));
-    mp_lock_destroy(l);
-    mp_event_destroy(e);
-    mp_barrier_destroy(b);
+    mp_lock_release(l);
+    mp_event_release(e);
+    mp_barrier_release(b);
 }
 
 static void test_start_methods(void **state)

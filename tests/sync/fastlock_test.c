@@ -41,8 +41,8 @@ static void mixed_free(mixed *x)
 {
     for (int i = 0; i < 3; i++)
         pthread_mutex_destroy(&x->g[i]);
-    mp_lock_destroy(x->l[0]);
-    mp_lock_destroy(x->l[1]);
+    mp_lock_release(x->l[0]);
+    mp_lock_release(x->l[1]);
     munmap(x, 4096);
 }
 
@@ -54,11 +54,11 @@ static int take_mixed_and_die(void *p)
     mixed *x = p;
     if (!mp__robust_fast_available())
         return 10;
-    if (pthread_mutex_lock(&x->g[0]) || mp_lock_acquire(x->l[0], 0) ||
-        pthread_mutex_lock(&x->g[1]) || mp_lock_acquire(x->l[1], 0) ||
+    if (pthread_mutex_lock(&x->g[0]) || mp_lock_lock(x->l[0], 0) ||
+        pthread_mutex_lock(&x->g[1]) || mp_lock_lock(x->l[1], 0) ||
         pthread_mutex_lock(&x->g[2]))
         return 1;
-    if (mp_lock_release(x->l[0]) || pthread_mutex_unlock(&x->g[1]))
+    if (mp_lock_unlock(x->l[0]) || pthread_mutex_unlock(&x->g[1]))
         return 2;
     raise(SIGKILL);
     return 3;
@@ -81,20 +81,20 @@ static void test_mixed_death(void **state)
     assert_dead_then_free(&x->g[2]);
     assert_int_equal(pthread_mutex_trylock(&x->g[1]), 0); /* released: free */
     assert_int_equal(pthread_mutex_unlock(&x->g[1]), 0);
-    assert_mp_ok(mp_lock_acquire(x->l[0], 0));
-    assert_mp_ok(mp_lock_release(x->l[0]));
-    assert_mp_err(mp_lock_acquire(x->l[1], 0), MP_EOWNERDEAD);
+    assert_mp_ok(mp_lock_lock(x->l[0], 0));
+    assert_mp_ok(mp_lock_unlock(x->l[0]));
+    assert_mp_err(mp_lock_lock(x->l[1], 0), MP_EOWNERDEAD);
     assert_mp_ok(mp_lock_consistent(x->l[1]));
-    assert_mp_ok(mp_lock_release(x->l[1]));
+    assert_mp_ok(mp_lock_unlock(x->l[1]));
     /* This thread's own list is whole: it takes and gives back all five. */
     for (int i = 0; i < 3; i++)
         assert_int_equal(pthread_mutex_lock(&x->g[i]), 0);
-    assert_mp_ok(mp_lock_acquire(x->l[0], 0));
-    assert_mp_ok(mp_lock_acquire(x->l[1], 0));
+    assert_mp_ok(mp_lock_lock(x->l[0], 0));
+    assert_mp_ok(mp_lock_lock(x->l[1], 0));
     assert_int_equal(pthread_mutex_unlock(&x->g[1]), 0);
-    assert_mp_ok(mp_lock_release(x->l[0]));
+    assert_mp_ok(mp_lock_unlock(x->l[0]));
     assert_int_equal(pthread_mutex_unlock(&x->g[0]), 0);
-    assert_mp_ok(mp_lock_release(x->l[1]));
+    assert_mp_ok(mp_lock_unlock(x->l[1]));
     assert_int_equal(pthread_mutex_unlock(&x->g[2]), 0);
     mixed_free(x);
 }
@@ -104,7 +104,7 @@ static void test_mixed_death(void **state)
 static void *hold_and_exit(void *p)
 {
     mp_lock *l = p;
-    return (void *)(intptr_t)(mp__robust_fast_available() ? mp_lock_acquire(l, 0) : -1);
+    return (void *)(intptr_t)(mp__robust_fast_available() ? mp_lock_lock(l, 0) : -1);
 }
 
 static void test_thread_exit_holding(void **state)
@@ -117,10 +117,10 @@ static void test_thread_exit_holding(void **state)
     assert_int_equal(pthread_create(&th, NULL, hold_and_exit, l), 0);
     assert_int_equal(pthread_join(th, &rc), 0);
     assert_int_equal((intptr_t)rc, 0);
-    assert_mp_err(mp_lock_acquire(l, 0), MP_EOWNERDEAD);
+    assert_mp_err(mp_lock_lock(l, 0), MP_EOWNERDEAD);
     assert_mp_ok(mp_lock_consistent(l));
-    assert_mp_ok(mp_lock_release(l));
-    mp_lock_destroy(l);
+    assert_mp_ok(mp_lock_unlock(l));
+    mp_lock_release(l);
 }
 
 /* A forked child is a new thread to the fast path (new tid, fresh list):
@@ -128,7 +128,7 @@ static void test_thread_exit_holding(void **state)
 static int lock_report_die(void *p)
 {
     mp_lock *l = p;
-    if (mp_lock_acquire(l, 0) != 0)
+    if (mp_lock_lock(l, 0) != 0)
         return 1;
     raise(SIGKILL);
     return 2;
@@ -141,16 +141,16 @@ static void test_fork_child_rechecks(void **state)
     char want[32];
     (void)state;
     assert_mp_ok(mp_lock_create(&l));
-    assert_mp_ok(mp_lock_acquire(l, 0)); /* the parent used the fast path first */
-    assert_mp_ok(mp_lock_release(l));
+    assert_mp_ok(mp_lock_lock(l, 0)); /* the parent used the fast path first */
+    assert_mp_ok(mp_lock_unlock(l));
     pid = fork_child(lock_report_die, l);
     assert_int_equal(reap(pid), 128 + SIGKILL);
-    assert_mp_err(mp_lock_acquire(l, 0), MP_EOWNERDEAD);
+    assert_mp_err(mp_lock_lock(l, 0), MP_EOWNERDEAD);
     snprintf(want, sizeof want, "pid %d", (int)pid);
     assert_non_null(strstr(mp_last_error(), want));
     assert_mp_ok(mp_lock_consistent(l));
-    assert_mp_ok(mp_lock_release(l));
-    mp_lock_destroy(l);
+    assert_mp_ok(mp_lock_unlock(l));
+    mp_lock_release(l);
 }
 
 int main(void)

@@ -66,9 +66,9 @@ static inline void warm_up(void)
     if (pthread_create(&th, NULL, warm_thread, NULL) == 0)
         pthread_join(th, NULL);
     if (mp_lock_create(&warm) == 0) {
-        mp_lock_acquire(warm, 0);
+        mp_lock_lock(warm, 0);
+        mp_lock_unlock(warm);
         mp_lock_release(warm);
-        mp_lock_destroy(warm);
     }
     pid = fork();
     if (pid == 0)

@@ -42,7 +42,7 @@ MP_ENTRY(barrier_party)
     /* the parent makes the action fail: every party sees the break */
     if (mp_barrier_wait(b, 20, NULL) != MP_EBROKEN)
         mp_raise("a failing action did not break the barrier");
-    mp_barrier_destroy(b);
+    mp_barrier_release(b);
     mp_tensor_release(counts);
     counts = NULL;
     return 0;
@@ -90,7 +90,7 @@ static void check_barrier_action(const char *method)
     for (int i = 0; i < 2; i++)
         join_ok(kids[i]);
     assert_int_equal(cnt()[0], ROUNDS + 1);
-    mp_barrier_destroy(b);
+    mp_barrier_release(b);
     mp_tensor_release(counts);
     counts = NULL;
 }
@@ -111,7 +111,7 @@ static void test_barrier_action_timeout(void **state)
     assert_int_equal(idx, 0);
     assert_int_equal(cnt()[0], 1);
     assert_int_equal(cnt()[1], getpid());
-    mp_barrier_destroy(b);
+    mp_barrier_release(b);
     /* a default timeout: waits without one use it */
     mp_barrier_options_init(&o);
     o.timeout = 0.2;
@@ -120,7 +120,7 @@ static void test_barrier_action_timeout(void **state)
     assert_mp_err(mp_barrier_wait(b, MP_BARRIER_DEFAULT_TIMEOUT, NULL), MP_ETIMEDOUT);
     assert_true(mp__now() - t0 >= 0.19 && mp__now() - t0 < 10);
     assert_int_equal(mp_barrier_broken(b), 1);
-    mp_barrier_destroy(b);
+    mp_barrier_release(b);
     /* misuse */
     assert_mp_err(mp_barrier_create_ex(2, &(mp_barrier_options){0}, &b), MP_EINVAL);
     o.timeout = MP_BARRIER_DEFAULT_TIMEOUT;
@@ -138,7 +138,7 @@ static void test_barrier_action_timeout(void **state)
 MP_ENTRY(lock_and_die)
 {
     mp_lock *l = NULL;
-    if (mp_msg_get_lock(args, 0, &l) != 0 || mp_lock_acquire(l, 20) != 0)
+    if (mp_msg_get_lock(args, 0, &l) != 0 || mp_lock_lock(l, 20) != 0)
         mp_raise("lock_and_die: %s", mp_last_error());
     _exit(0); /* holding it */
 }
@@ -155,15 +155,15 @@ static void check_lock_dead_holder(const char *method)
     mp_msg_destroy(args);
     join_ok(p);
     assert_int_equal(mp_lock_locked(l), 1); /* left taken by the dead */
-    assert_mp_err(mp_lock_release(l), MP_EPERM);
+    assert_mp_err(mp_lock_unlock(l), MP_EPERM);
     assert_non_null(strstr(mp_last_error(), "died holding it"));
-    assert_mp_err(mp_lock_acquire(l, 5), MP_EOWNERDEAD);
+    assert_mp_err(mp_lock_lock(l, 5), MP_EOWNERDEAD);
     assert_int_equal(mp_lock_locked(l), 1); /* now ours */
     assert_mp_ok(mp_lock_consistent(l));
-    assert_mp_ok(mp_lock_release(l));
+    assert_mp_ok(mp_lock_unlock(l));
     assert_int_equal(mp_lock_locked(l), 0);
-    assert_mp_err(mp_lock_release(l), MP_ESTATE);
-    mp_lock_destroy(l);
+    assert_mp_err(mp_lock_unlock(l), MP_ESTATE);
+    mp_lock_release(l);
 }
 
 #define EACH(name, fn)                                                                            \

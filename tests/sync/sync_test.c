@@ -21,11 +21,11 @@ static int increment(void *p)
 {
     struct counter_arg *a = p;
     for (int i = 0; i < a->n; i++) {
-        if (mp_lock_acquire(a->lock, 30) != 0)
+        if (mp_lock_lock(a->lock, 30) != 0)
             return 1;
         long v = *a->counter; /* a non-atomic read-modify-write */
         *a->counter = v + 1;
-        if (mp_lock_release(a->lock) != 0)
+        if (mp_lock_unlock(a->lock) != 0)
             return 2;
     }
     return 0;
@@ -43,18 +43,18 @@ static void test_lock_mutual_exclusion(void **state)
         assert_int_equal(reap(pids[i]), 0);
     assert_int_equal(*a.counter, (long)PROCS * N);
     assert_int_equal(mp_lock_locked(a.lock), 0);
-    mp_lock_destroy(a.lock);
+    mp_lock_release(a.lock);
     munmap((void *)a.counter, 4096);
 }
 
-static void *release_lock_thread(void *p)
+static void *unlock_lock_thread(void *p)
 {
-    return (void *)(intptr_t)mp_lock_release(p);
+    return (void *)(intptr_t)mp_lock_unlock(p);
 }
 
-static void *release_rlock_thread(void *p)
+static void *unlock_rlock_thread(void *p)
 {
-    return (void *)(intptr_t)mp_rlock_release(p);
+    return (void *)(intptr_t)mp_rlock_unlock(p);
 }
 
 static void test_lock_misuse(void **state)
@@ -63,31 +63,31 @@ static void test_lock_misuse(void **state)
     pthread_t th;
     void *ret;
     assert_mp_err(mp_lock_create(NULL), MP_EINVAL);
-    assert_mp_err(mp_lock_acquire(NULL, 1), MP_EINVAL);
+    assert_mp_err(mp_lock_lock(NULL, 1), MP_EINVAL);
     assert_mp_ok(mp_lock_create(&l));
-    assert_mp_err(mp_lock_acquire(l, NAN), MP_EINVAL);
-    assert_mp_err(mp_lock_release(l), MP_ESTATE);
+    assert_mp_err(mp_lock_lock(l, NAN), MP_EINVAL);
+    assert_mp_err(mp_lock_unlock(l), MP_ESTATE);
     assert_non_null(strstr(mp_last_error(), "not held"));
-    assert_mp_ok(mp_lock_acquire(l, 0));
+    assert_mp_ok(mp_lock_lock(l, 0));
     assert_int_equal(mp_lock_locked(l), 1);
-    assert_mp_err(mp_lock_acquire(l, 0), MP_ESTATE); /* not recursive */
+    assert_mp_err(mp_lock_lock(l, 0), MP_ESTATE); /* not recursive */
     assert_non_null(strstr(mp_last_error(), "RLock"));
     assert_mp_err(mp_lock_consistent(l), MP_ESTATE);
-    assert_int_equal(pthread_create(&th, NULL, release_lock_thread, l), 0);
+    assert_int_equal(pthread_create(&th, NULL, unlock_lock_thread, l), 0);
     pthread_join(th, &ret);
     assert_int_equal((int)(intptr_t)ret, MP_EPERM);
-    assert_mp_ok(mp_lock_release(l));
-    mp_lock_destroy(NULL);
-    mp_lock_destroy(mp_lock_retain(l));
-    mp_lock_destroy(l);
+    assert_mp_ok(mp_lock_unlock(l));
+    mp_lock_release(NULL);
+    mp_lock_release(mp_lock_retain(l));
+    mp_lock_release(l);
 }
 
 static int hold_briefly(void *p)
 {
-    if (mp_lock_acquire(p, 5) != 0)
+    if (mp_lock_lock(p, 5) != 0)
         return 1;
     nap(0.3);
-    return mp_lock_release(p) == 0 ? 0 : 2;
+    return mp_lock_unlock(p) == 0 ? 0 : 2;
 }
 
 static void test_lock_timeout(void **state)
@@ -100,13 +100,13 @@ static void test_lock_timeout(void **state)
     while (!mp_lock_locked(l))
         nap(0.001);
     t0 = mp__now();
-    assert_mp_err(mp_lock_acquire(l, 0.05), MP_ETIMEDOUT);
+    assert_mp_err(mp_lock_lock(l, 0.05), MP_ETIMEDOUT);
     assert_true(mp__now() - t0 >= 0.04);
-    assert_mp_err(mp_lock_release(l), MP_EPERM); /* the child holds it */
-    assert_mp_ok(mp_lock_acquire(l, 10)); /* blocks until the child lets go */
-    assert_mp_ok(mp_lock_release(l));
+    assert_mp_err(mp_lock_unlock(l), MP_EPERM); /* the child holds it */
+    assert_mp_ok(mp_lock_lock(l, 10)); /* blocks until the child lets go */
+    assert_mp_ok(mp_lock_unlock(l));
     assert_int_equal(reap(pid), 0);
-    mp_lock_destroy(l);
+    mp_lock_release(l);
 }
 
 /* ---- RLock ----------------------------------------------------------------- */
@@ -117,20 +117,20 @@ static void test_rlock_recursion(void **state)
     pthread_t th;
     void *ret;
     assert_mp_ok(mp_rlock_create(&r));
-    assert_mp_err(mp_rlock_release(r), MP_ESTATE);
+    assert_mp_err(mp_rlock_unlock(r), MP_ESTATE);
     for (int i = 1; i <= 3; i++) {
-        assert_mp_ok(mp_rlock_acquire(r, 0));
+        assert_mp_ok(mp_rlock_lock(r, 0));
         assert_int_equal(mp_rlock_depth(r), i);
     }
-    assert_int_equal(pthread_create(&th, NULL, release_rlock_thread, r), 0);
+    assert_int_equal(pthread_create(&th, NULL, unlock_rlock_thread, r), 0);
     pthread_join(th, &ret);
     assert_int_equal((int)(intptr_t)ret, MP_EPERM);
     for (int i = 2; i >= 0; i--) {
-        assert_mp_ok(mp_rlock_release(r));
+        assert_mp_ok(mp_rlock_unlock(r));
         assert_int_equal(mp_rlock_depth(r), i);
     }
-    assert_mp_err(mp_rlock_release(r), MP_ESTATE);
-    mp_rlock_destroy(r);
+    assert_mp_err(mp_rlock_unlock(r), MP_ESTATE);
+    mp_rlock_release(r);
 }
 
 /* ---- robustness: holders that die -------------------------------------- */
@@ -144,7 +144,7 @@ struct die_arg {
 static int lock_and_die(void *p)
 {
     struct die_arg *a = p;
-    if (mp_lock_acquire(a->obj, 5) != 0)
+    if (mp_lock_lock(a->obj, 5) != 0)
         return 1;
     (void)!write(a->fd, "x", 1);
     nap(a->delay);
@@ -156,7 +156,7 @@ static int rlock_and_die(void *p)
 {
     struct die_arg *a = p;
     for (int i = 0; i < 2; i++)
-        if (mp_rlock_acquire(a->obj, 5) != 0)
+        if (mp_rlock_lock(a->obj, 5) != 0)
             return 1;
     (void)!write(a->fd, "x", 1);
     raise(SIGKILL);
@@ -194,24 +194,24 @@ static void test_lock_owner_dead(void **state)
     wait_byte(p[0]);
     /* Block while the holder is alive: its death must wake us. */
     t0 = mp__now();
-    assert_mp_err(mp_lock_acquire(a.obj, 20), MP_EOWNERDEAD);
+    assert_mp_err(mp_lock_lock(a.obj, 20), MP_EOWNERDEAD);
     assert_true(mp__now() - t0 < 10);
     assert_int_equal(reap(pid), 128 + SIGKILL);
     assert_non_null(strstr(mp_last_error(), "died"));
     assert_mp_ok(mp_lock_consistent(a.obj));
-    assert_mp_ok(mp_lock_release(a.obj));
-    assert_mp_ok(mp_lock_acquire(a.obj, 0));
-    assert_mp_ok(mp_lock_release(a.obj));
+    assert_mp_ok(mp_lock_unlock(a.obj));
+    assert_mp_ok(mp_lock_lock(a.obj, 0));
+    assert_mp_ok(mp_lock_unlock(a.obj));
 
     /* Released without being marked consistent: unrecoverable. */
     a.delay = 0;
     pid = fork_child(lock_and_die, &a);
     wait_byte(p[0]);
     assert_int_equal(reap(pid), 128 + SIGKILL);
-    assert_mp_err(mp_lock_acquire(a.obj, 5), MP_EOWNERDEAD);
-    assert_mp_ok(mp_lock_release(a.obj));
-    assert_mp_err(mp_lock_acquire(a.obj, 0), MP_EBROKEN);
-    mp_lock_destroy(a.obj);
+    assert_mp_err(mp_lock_lock(a.obj, 5), MP_EOWNERDEAD);
+    assert_mp_ok(mp_lock_unlock(a.obj));
+    assert_mp_err(mp_lock_lock(a.obj, 0), MP_EBROKEN);
+    mp_lock_release(a.obj);
     close_pipe(p);
 }
 
@@ -225,12 +225,12 @@ static void test_rlock_owner_dead(void **state)
     pid = fork_child(rlock_and_die, &a);
     wait_byte(p[0]);
     assert_int_equal(reap(pid), 128 + SIGKILL);
-    assert_mp_err(mp_rlock_acquire(a.obj, 5), MP_EOWNERDEAD);
+    assert_mp_err(mp_rlock_lock(a.obj, 5), MP_EOWNERDEAD);
     assert_int_equal(mp_rlock_depth(a.obj), 1); /* the dead owner's depth is gone */
     assert_mp_ok(mp_rlock_consistent(a.obj));
-    assert_mp_ok(mp_rlock_release(a.obj));
+    assert_mp_ok(mp_rlock_unlock(a.obj));
     assert_int_equal(mp_rlock_depth(a.obj), 0);
-    mp_rlock_destroy(a.obj);
+    mp_rlock_release(a.obj);
     close_pipe(p);
 }
 
@@ -242,35 +242,35 @@ static void test_semaphore_counts(void **state)
     assert_mp_err(mp_semaphore_create(0, NULL), MP_EINVAL);
     assert_mp_ok(mp_semaphore_create(2, &s));
     assert_int_equal(mp_semaphore_value(s), 2);
-    assert_mp_ok(mp_semaphore_acquire(s, 0));
-    assert_mp_ok(mp_semaphore_acquire(s, 0));
+    assert_mp_ok(mp_semaphore_wait(s, 0));
+    assert_mp_ok(mp_semaphore_wait(s, 0));
     assert_int_equal(mp_semaphore_value(s), 0);
-    assert_mp_err(mp_semaphore_acquire(s, 0.02), MP_ETIMEDOUT);
-    assert_mp_ok(mp_semaphore_release(s));
-    assert_mp_ok(mp_semaphore_release(s));
-    assert_mp_ok(mp_semaphore_release(s)); /* unbounded: a third permit */
+    assert_mp_err(mp_semaphore_wait(s, 0.02), MP_ETIMEDOUT);
+    assert_mp_ok(mp_semaphore_post(s));
+    assert_mp_ok(mp_semaphore_post(s));
+    assert_mp_ok(mp_semaphore_post(s)); /* unbounded: a third permit */
     assert_int_equal(mp_semaphore_value(s), 3);
-    mp_semaphore_destroy(s);
+    mp_semaphore_release(s);
 
     assert_mp_ok(mp_bounded_semaphore_create(1, &b));
-    assert_mp_err(mp_semaphore_release(b), MP_EOVERFLOW);
-    assert_non_null(strstr(mp_last_error(), "more times than acquired"));
-    assert_mp_ok(mp_semaphore_acquire(b, 0));
-    assert_mp_ok(mp_semaphore_release(b));
+    assert_mp_err(mp_semaphore_post(b), MP_EOVERFLOW);
+    assert_non_null(strstr(mp_last_error(), "more times than waited"));
+    assert_mp_ok(mp_semaphore_wait(b, 0));
+    assert_mp_ok(mp_semaphore_post(b));
     assert_int_equal(mp_semaphore_value(b), 1);
-    mp_semaphore_destroy(b);
+    mp_semaphore_release(b);
 }
 
-static int sem_release_later(void *p)
+static int sem_post_later(void *p)
 {
     nap(0.1);
-    return mp_semaphore_release(p) == 0 ? 0 : 1;
+    return mp_semaphore_post(p) == 0 ? 0 : 1;
 }
 
 static int sem_take_and_die(void *p)
 {
     struct die_arg *a = p;
-    if (mp_semaphore_acquire(a->obj, 5) != 0 || mp_semaphore_acquire(a->obj, 5) != 0)
+    if (mp_semaphore_wait(a->obj, 5) != 0 || mp_semaphore_wait(a->obj, 5) != 0)
         return 1;
     (void)!write(a->fd, "x", 1);
     nap(a->delay);
@@ -286,25 +286,25 @@ static void test_semaphore_processes(void **state)
     pid_t pid;
     open_pipe(&a, p);
     assert_mp_ok(mp_semaphore_create(0, (mp_semaphore **)&a.obj));
-    pid = fork_child(sem_release_later, a.obj);
-    assert_mp_ok(mp_semaphore_acquire(a.obj, 10)); /* the child's permit */
+    pid = fork_child(sem_post_later, a.obj);
+    assert_mp_ok(mp_semaphore_wait(a.obj, 10)); /* the child's permit */
     assert_int_equal(reap(pid), 0);
-    assert_mp_ok(mp_semaphore_release(a.obj));
-    assert_mp_ok(mp_semaphore_release(a.obj));
+    assert_mp_ok(mp_semaphore_post(a.obj));
+    assert_mp_ok(mp_semaphore_post(a.obj));
 
     /* A holder of both permits dies while we wait: they come back. */
     pid = fork_child(sem_take_and_die, &a);
     wait_byte(p[0]);
     t0 = mp__now();
-    assert_mp_err(mp_semaphore_acquire(a.obj, 20), MP_EOWNERDEAD);
+    assert_mp_err(mp_semaphore_wait(a.obj, 20), MP_EOWNERDEAD);
     assert_true(mp__now() - t0 < 10);
     assert_int_equal(reap(pid), 128 + SIGKILL);
     assert_int_equal(mp_semaphore_value(a.obj), 1);
-    assert_mp_ok(mp_semaphore_acquire(a.obj, 0));
-    assert_mp_ok(mp_semaphore_release(a.obj));
-    assert_mp_ok(mp_semaphore_release(a.obj));
+    assert_mp_ok(mp_semaphore_wait(a.obj, 0));
+    assert_mp_ok(mp_semaphore_post(a.obj));
+    assert_mp_ok(mp_semaphore_post(a.obj));
     assert_int_equal(mp_semaphore_value(a.obj), 2);
-    mp_semaphore_destroy(a.obj);
+    mp_semaphore_release(a.obj);
     close_pipe(p);
 }
 
@@ -317,7 +317,7 @@ static int ponger(void *p)
 {
     (void)p;
     for (int i = 0; i < PINGPONG_ROUNDS; i++)
-        if (mp_semaphore_acquire(ping, 10) || mp_semaphore_release(pong))
+        if (mp_semaphore_wait(ping, 10) || mp_semaphore_post(pong))
             return 1;
     return 0;
 }
@@ -330,14 +330,14 @@ static void test_semaphore_pingpong(void **state)
     assert_mp_ok(mp_semaphore_create(0, &pong));
     pid = fork_child(ponger, NULL);
     for (int i = 0; i < PINGPONG_ROUNDS; i++) {
-        assert_mp_ok(mp_semaphore_release(ping));
-        assert_mp_ok(mp_semaphore_acquire(pong, 10));
+        assert_mp_ok(mp_semaphore_post(ping));
+        assert_mp_ok(mp_semaphore_wait(pong, 10));
     }
     assert_int_equal(reap(pid), 0);
     assert_int_equal(mp_semaphore_value(ping), 0);
     assert_int_equal(mp_semaphore_value(pong), 0);
-    mp_semaphore_destroy(ping);
-    mp_semaphore_destroy(pong);
+    mp_semaphore_release(ping);
+    mp_semaphore_release(pong);
 }
 
 /* ---- Event ------------------------------------------------------------------ */
@@ -365,7 +365,7 @@ static void test_event(void **state)
     assert_int_equal(mp_event_is_set(e), 0);
     assert_mp_err(mp_event_wait(e, 0.01), MP_ETIMEDOUT);
     assert_mp_err(mp_event_set(NULL), MP_EINVAL);
-    mp_event_destroy(e);
+    mp_event_release(e);
 }
 
 /* ---- Condition ------------------------------------------------------------- */
@@ -379,14 +379,14 @@ static int cond_waiter(void *p)
 {
     struct cond_arg *a = p;
     int rc;
-    if (mp_condition_acquire(a->c, 5) != 0)
+    if (mp_condition_lock(a->c, 5) != 0)
         return 1;
     /* Counted under the lock, which only the wait below gives back. */
     atomic_fetch_add(&a->woken[1], 1);
     rc = mp_condition_wait(a->c, 20);
     if (rc == 0)
         atomic_fetch_add(a->woken, 1);
-    if (mp_condition_release(a->c) != 0)
+    if (mp_condition_unlock(a->c) != 0)
         return 2;
     return rc == 0 ? 0 : 3;
 }
@@ -399,12 +399,12 @@ static void test_condition(void **state)
     assert_mp_ok(mp_condition_create(&a.c));
     assert_mp_err(mp_condition_wait(a.c, 0), MP_EPERM);
     assert_mp_err(mp_condition_notify(a.c, 1), MP_EPERM);
-    assert_mp_ok(mp_condition_acquire(a.c, 1));
-    assert_mp_ok(mp_condition_acquire(a.c, 1)); /* depth 2 survives a wait */
+    assert_mp_ok(mp_condition_lock(a.c, 1));
+    assert_mp_ok(mp_condition_lock(a.c, 1)); /* depth 2 survives a wait */
     assert_mp_err(mp_condition_wait(a.c, 0.02), MP_ETIMEDOUT);
-    assert_mp_ok(mp_condition_release(a.c));
-    assert_mp_ok(mp_condition_release(a.c));
-    assert_mp_err(mp_condition_release(a.c), MP_ESTATE);
+    assert_mp_ok(mp_condition_unlock(a.c));
+    assert_mp_ok(mp_condition_unlock(a.c));
+    assert_mp_err(mp_condition_unlock(a.c), MP_ESTATE);
 
     for (int i = 0; i < N; i++)
         pids[i] = fork_child(cond_waiter, &a);
@@ -416,21 +416,21 @@ static void test_condition(void **state)
     for (int i = 0; i < 2000 && atomic_load(&a.woken[1]) < N; i++)
         nap(0.005);
     assert_int_equal(atomic_load(&a.woken[1]), N);
-    assert_mp_ok(mp_condition_acquire(a.c, 5));
+    assert_mp_ok(mp_condition_lock(a.c, 5));
     assert_mp_ok(mp_condition_notify(a.c, 1));
-    assert_mp_ok(mp_condition_release(a.c));
+    assert_mp_ok(mp_condition_unlock(a.c));
     for (int i = 0; i < 2000 && atomic_load(a.woken) == 0; i++)
         nap(0.005);
     assert_int_equal(atomic_load(a.woken), 1);
     nap(0.1);
     assert_int_equal(atomic_load(a.woken), 1); /* notify(1) woke one only */
-    assert_mp_ok(mp_condition_acquire(a.c, 5));
+    assert_mp_ok(mp_condition_lock(a.c, 5));
     assert_mp_ok(mp_condition_notify_all(a.c));
-    assert_mp_ok(mp_condition_release(a.c));
+    assert_mp_ok(mp_condition_unlock(a.c));
     for (int i = 0; i < N; i++)
         assert_int_equal(reap(pids[i]), 0);
     assert_int_equal(atomic_load(a.woken), N);
-    mp_condition_destroy(a.c);
+    mp_condition_release(a.c);
     munmap((void *)a.woken, 4096);
 }
 
@@ -441,12 +441,12 @@ static void test_condition_wait_for(void **state)
     mp_condition *c;
     _Atomic int flag = 0;
     assert_mp_ok(mp_condition_create(&c));
-    assert_mp_ok(mp_condition_acquire(c, 1));
+    assert_mp_ok(mp_condition_lock(c, 1));
     assert_mp_err(mp_condition_wait_for(c, flag_set, &flag, 0.03), MP_ETIMEDOUT);
     atomic_store(&flag, 1);
     assert_mp_ok(mp_condition_wait_for(c, flag_set, &flag, 0.03));
-    assert_mp_ok(mp_condition_release(c));
-    mp_condition_destroy(c);
+    assert_mp_ok(mp_condition_unlock(c));
+    mp_condition_release(c);
 }
 
 
@@ -454,7 +454,7 @@ static void test_condition_wait_for(void **state)
 static int cond_hold_and_die(void *p)
 {
     struct die_arg *a = p;
-    if (mp_condition_acquire(a->obj, 5) != 0)
+    if (mp_condition_lock(a->obj, 5) != 0)
         return 1;
     mp_condition_notify_all(a->obj);
     (void)!write(a->fd, "x", 1);
@@ -469,14 +469,14 @@ static void test_condition_owner_dead(void **state)
     pid_t pid;
     open_pipe(&a, p);
     assert_mp_ok(mp_condition_create((mp_condition **)&a.obj));
-    assert_mp_ok(mp_condition_acquire(a.obj, 1));
+    assert_mp_ok(mp_condition_lock(a.obj, 1));
     pid = fork_child(cond_hold_and_die, &a);
     /* wait releases the lock; the child takes it, notifies and dies */
     assert_mp_err(mp_condition_wait(a.obj, 20), MP_EOWNERDEAD);
     assert_int_equal(reap(pid), 128 + SIGKILL);
     assert_mp_ok(mp_condition_consistent(a.obj));
-    assert_mp_ok(mp_condition_release(a.obj));
-    mp_condition_destroy(a.obj);
+    assert_mp_ok(mp_condition_unlock(a.obj));
+    mp_condition_release(a.obj);
     close_pipe(p);
 }
 
@@ -491,14 +491,14 @@ struct hold_arg {
 static void *hold_permit(void *p)
 {
     struct hold_arg *a = p;
-    int rc = mp_semaphore_acquire(a->s, 5);
+    int rc = mp_semaphore_wait(a->s, 5);
     if (rc == MP_EOVERFLOW)
         atomic_fetch_add(&a->refused, 1);
     else if (rc != 0)
         atomic_fetch_add(&a->failed, 1);
     pthread_barrier_wait(&a->held); /* everyone tried while the others hold */
     pthread_barrier_wait(&a->done);
-    if (rc == 0 && mp_semaphore_release(a->s) != 0)
+    if (rc == 0 && mp_semaphore_post(a->s) != 0)
         atomic_fetch_add(&a->failed, 1);
     return NULL;
 }
@@ -528,7 +528,7 @@ static void test_semaphore_holders_max(void **state)
     memset(&a, 0, sizeof a);
     assert_mp_ok(mp_semaphore_create(MP_SYNC_HOLDERS_MAX + 1, &a.s));
     assert_int_equal(reap(fork_child(many_holders, &a)), 0);
-    mp_semaphore_destroy(a.s);
+    mp_semaphore_release(a.s);
 }
 
 int main(int argc, char **argv)

@@ -59,7 +59,7 @@ static int encode_lock_queue(frame *f)
         (rc = mp__wire_encode(m, &f->buf, &f->len, borrowed, &f->nfds)) == 0)
         for (int i = 0; i < f->nfds; i++)
             f->fds[i] = dup(borrowed[i]);
-    mp_lock_destroy(l);
+    mp_lock_release(l);
     mp_queue_release(q);
     mp_msg_destroy(m);
     return rc;
@@ -86,7 +86,7 @@ static int unregistered_then_ensured(void)
         return 12;
     if (mp__wire_decode(f.buf, f.len, f.fds, f.nfds, &m) < 0 || mp_msg_get_lock(m, 0, &l) < 0)
         return 13;
-    mp_lock_destroy(l);
+    mp_lock_release(l);
     mp_msg_destroy(m);
     free(f.buf);
     return 0;
