@@ -26,7 +26,7 @@ endfunction()
 
 mproc_tests(api contract_test timeout_test)
 mproc_tests(os error_test os_test parse_test)
-mproc_tests(shm recycle_test shm_test)
+mproc_tests(shm populate_test recycle_test shm_test)
 if(TARGET mproc-shm-manager_tool)               # they run the daemon and the CLI
   mproc_tests(shm_manager chaos_test cli_test fault_test manager_test)
   add_test(NAME cli_doctor_width COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/shm_manager/doctor_width.sh

@@ -194,8 +194,9 @@ MP_API int mp_tensor_stats_get(mp_tensor_stats *out);
  * F_SEAL_SHRINK) or unlinked from /dev/shm (shm_open + shm_unlink: only fd
  * holders reach it). Differs from mproc's own segments: an unsealed file can
  * still be shrunk by a holder of its fd (a reader then gets SIGBUS), and its
- * pages are reserved only as far as the owner did (no posix_fallocate), so
- * adopt only memory whose owner never resizes it (torch never does).
+ * pages are reserved only as far as the owner did (mproc allocates all of
+ * its own at creation), so adopt only memory whose owner never resizes it
+ * (torch never does).
  * The shared_copies counter (mp_tensor_stats_get) does not change.
  * Blocks: no. Thread-safe.
  * Errors: MP_EINVAL (fd not open; a pipe, socket or disk file; a named

@@ -23,7 +23,6 @@ import pickle
 import sys
 import threading
 import weakref
-from ctypes import memmove as _memmove
 from multiprocessing import reduction as _reduction
 
 from . import _mproc
@@ -103,9 +102,9 @@ def share_tensor_(t, moved=None):
         ts = t.storage()
         hit = moved.get(ptr) if moved is not None else None
         if hit is None:
-            st = _register(Storage.empty(nbytes))
-            with torch.no_grad():
-                _torch_base(st, t.dtype).copy_(torch.empty(0, dtype=t.dtype).set_(ts))
+            # the whole storage's bytes, written into the new pages in one pass
+            # (ts stays alive across the call)
+            st = _register(Storage.filled(nbytes, [(0, ptr, nbytes)]))
             if moved is not None:
                 moved[ptr] = (st, ts)  # ts pins the old address for the message's life
         else:
@@ -390,12 +389,12 @@ class _Arena:
         """Makes the segment, copies every slot in and rebinds the sender's
         tensors to it (as sharing a tensor does: later sends copy nothing)."""
         torch = _torch()
-        st = _register(Storage.empty(-(-self.size // _ALIGN) * _ALIGN))
-        dst = st.data_ptr
-        # plain memcpy: each slot is a whole CPU storage's bytes, and a
-        # torch copy_ per small tensor costs several times more
-        for ptr, (off, _, nbytes) in self.slots.items():
-            _memmove(dst + off, ptr, nbytes)
+        # each slot is a whole CPU storage's bytes, written straight into the
+        # new segment's pages (no zeroing pass, no page faults; a torch copy_
+        # per small tensor costs several times more); slots is in offset order
+        st = _register(Storage.filled(-(-self.size // _ALIGN) * _ALIGN,
+                                      [(off, ptr, nbytes)
+                                       for ptr, (off, _, nbytes) in self.slots.items()]))
         bases = {}
         with torch.no_grad():
             for t, dtype, offset, size, stride in self.tensors:

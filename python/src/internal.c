@@ -4,11 +4,13 @@
  *   handles can ride on Python's own channels (spawn's pickled arguments,
  *   Pool's pipes) through multiprocessing.reduction.DupFd.
  * - A connection's socket, for Connection.fileno() and
- *   multiprocessing.connection.wait(). */
+ *   multiprocessing.connection.wait().
+ * - A shared tensor written from several buffers (a message's arena). */
 #include "mpy.h"
 
 #include "ipc/ipc.h"
 #include "ipc/kinds.h"
+#include "tensor/tensor_internal.h"
 #include "wire/wire.h"
 
 int mpy_wire_encode(const mp_msg *m, void **buf, size_t *len, int *fds, int *nfds, int maxfds)
@@ -40,4 +42,15 @@ int mpy_wire_decode(const void *buf, size_t len, int *fds, int nfds, mp_msg **ou
 int mpy_conn_fileno(const mp_conn *c)
 {
     return mp__conn_fd(c);
+}
+
+_Static_assert(sizeof(mpy_part) == sizeof(mp__segment_part) &&
+                   offsetof(mpy_part, off) == offsetof(mp__segment_part, off) &&
+                   offsetof(mpy_part, src) == offsetof(mp__segment_part, src) &&
+                   offsetof(mpy_part, nbytes) == offsetof(mp__segment_part, nbytes),
+               "mpy_part mirrors mp__segment_part");
+
+int mpy_tensor_filled(size_t nbytes, const mpy_part *parts, int nparts, mp_tensor **out)
+{
+    return mp__tensor_shared_filled(nbytes, (const mp__segment_part *)parts, nparts, out);
 }

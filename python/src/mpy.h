@@ -70,6 +70,14 @@ int mpy_wait(mpy_blocking_fn call, void *ctx, double timeout);
 int mpy_wire_encode(const mp_msg *m, void **buf, size_t *len, int *fds, int *nfds, int maxfds);
 int mpy_wire_decode(const void *buf, size_t len, int *fds, int nfds, mp_msg **out);
 int mpy_conn_fileno(const mp_conn *c);
+/* nbytes of a new shared uint8 tensor written from parts (sorted by off, not
+ * overlapping), in one pass and without page faults. */
+typedef struct mpy_part {
+    size_t off;
+    const void *src;
+    size_t nbytes;
+} mpy_part;
+int mpy_tensor_filled(size_t nbytes, const mpy_part *parts, int nparts, mp_tensor **out);
 
 /* fast.c: obj as an mproc message (payload bytes, attachment list or NULL
  * for none), and back; -1/NULL with a Python exception on failure. */

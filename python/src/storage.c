@@ -177,6 +177,69 @@ static PyObject *st_empty(PyObject *cls, PyObject *arg)
     return rc < 0 ? mpy_raise(rc) : mpy_storage_wrap(t);
 }
 
+/* One (offset, address, nbytes) tuple of Storage.filled's parts. */
+static int parse_part(PyObject *item, mpy_part *p)
+{
+    Py_ssize_t off, n;
+    PyObject *addr;
+    if (!PyTuple_Check(item) || !PyArg_ParseTuple(item, "nOn:filled", &off, &addr, &n)) {
+        if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_TypeError,
+                            "Storage.filled: each part is an (offset, address, nbytes) tuple");
+        }
+        return -1;
+    }
+    if (off < 0 || n < 0) {
+        PyErr_Format(PyExc_ValueError, "Storage.filled: part offset %zd or size %zd is negative",
+                     off, n);
+        return -1;
+    }
+    p->src = PyLong_AsVoidPtr(addr);
+    if (!p->src && PyErr_Occurred())
+        return -1;
+    p->off = (size_t)off;
+    p->nbytes = (size_t)n;
+    return 0;
+}
+
+/* Storage.filled(nbytes, parts): new shared bytes written from raw memory,
+ * each part (offset, address, nbytes) copied in (the caller keeps the
+ * sources alive), in one pass without page faults; the rest is zero. */
+static PyObject *st_filled(PyObject *cls, PyObject *args)
+{
+    Py_ssize_t nbytes, n;
+    PyObject *seq, *fast;
+    mpy_part *parts;
+    mp_tensor *t;
+    int rc;
+    (void)cls;
+    if (!PyArg_ParseTuple(args, "nO:filled", &nbytes, &seq))
+        return NULL;
+    if (nbytes < 0)
+        return PyErr_Format(PyExc_ValueError, "Storage.filled: nbytes %zd is negative", nbytes);
+    if (!(fast = PySequence_Fast(seq, "Storage.filled: parts must be a sequence")))
+        return NULL;
+    n = PySequence_Fast_GET_SIZE(fast);
+    if (n > INT_MAX || !(parts = PyMem_Malloc(sizeof *parts * (size_t)(n ? n : 1)))) {
+        Py_DECREF(fast);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (parse_part(PySequence_Fast_GET_ITEM(fast, i), &parts[i]) < 0) {
+            PyMem_Free(parts);
+            Py_DECREF(fast);
+            return NULL;
+        }
+    }
+    Py_DECREF(fast);
+    Py_BEGIN_ALLOW_THREADS
+    rc = mpy_tensor_filled((size_t)nbytes, parts, (int)n, &t);
+    Py_END_ALLOW_THREADS
+    PyMem_Free(parts);
+    return rc < 0 ? mpy_raise(rc) : mpy_storage_wrap(t);
+}
+
 /* Storage.adopt_fd(fd, nbytes, offset=0): a foreign shared-memory file
  * (torch's file_descriptor storages) seen by mproc without a copy; fd stays
  * the caller's (libmproc keeps a dup). */
@@ -282,6 +345,9 @@ static PyMethodDef st_methods[] = {
      "Storage over another library's memory (object with __dlpack__, or a capsule); no copy."},
     {"empty", st_empty, METH_O | METH_CLASS,
      "Storage.empty(nbytes): zeroed bytes in mproc shared memory."},
+    {"filled", st_filled, METH_VARARGS | METH_CLASS,
+     "Storage.filled(nbytes, parts): new shared bytes, each (offset, address, nbytes) part "
+     "copied in from raw memory the caller keeps alive; the rest zero."},
     {"adopt_fd", (PyCFunction)(void (*)(void))st_adopt_fd,
      METH_VARARGS | METH_KEYWORDS | METH_CLASS,
      "Storage.adopt_fd(fd, nbytes, offset=0): a sealed memfd or unlinked /dev/shm segment "

@@ -140,6 +140,8 @@ typedef struct mp__sys_table {
     int (*posix_fallocate)(int fd, off_t offset, off_t len);
     void *(*mmap)(void *addr, size_t length, int prot, int flags, int fd, off_t off);
     int (*munmap)(void *addr, size_t length);
+    int (*madvise)(void *addr, size_t length, int advice);
+    ssize_t (*pwritev)(int fd, const struct iovec *iov, int n, off_t off);
     ssize_t (*sendmsg)(int fd, const struct msghdr *msg, int flags);
     ssize_t (*recvmsg)(int fd, struct msghdr *msg, int flags);
     int (*socketpair)(int domain, int type, int protocol, int sv[2]);

@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -40,11 +41,12 @@ static int real_lstat(const char *path, struct stat *st)
     {                                                                                              \
         .memfd_create = memfd_create, .shm_open = shm_open, .shm_unlink = shm_unlink,              \
         .ftruncate = ftruncate, .posix_fallocate = real_posix_fallocate, .mmap = mmap,             \
-        .munmap = munmap, .sendmsg = sendmsg, .recvmsg = recvmsg, .socketpair = socketpair,        \
-        .fcntl = real_fcntl, .fstat = real_fstat, .close = close, .dup = dup, .read = read,        \
-        .socket = socket, .connect = connect, .send = send, .recv = recv, .poll = poll,            \
-        .mkdir = mkdir, .open = real_open, .lstat = real_lstat, .setsockopt = setsockopt,          \
-        .posix_spawn = posix_spawn, .waitpid = waitpid, .kill = kill,                              \
+        .munmap = munmap, .madvise = madvise, .pwritev = pwritev, .sendmsg = sendmsg,              \
+        .recvmsg = recvmsg, .socketpair = socketpair, .fcntl = real_fcntl, .fstat = real_fstat,    \
+        .close = close, .dup = dup, .read = read, .socket = socket, .connect = connect,            \
+        .send = send, .recv = recv, .poll = poll, .mkdir = mkdir, .open = real_open,               \
+        .lstat = real_lstat, .setsockopt = setsockopt, .posix_spawn = posix_spawn,                 \
+        .waitpid = waitpid, .kill = kill,                                                          \
     }
 
 const mp__sys_table mp__sys_real = REAL_CALLS;
@@ -60,6 +62,8 @@ enum {
     F_POSIX_FALLOCATE,
     F_MMAP,
     F_MUNMAP,
+    F_MADVISE,
+    F_PWRITEV,
     F_SENDMSG,
     F_RECVMSG,
     F_SOCKETPAIR,
@@ -91,6 +95,8 @@ static const char *const names[F_COUNT] = {
     [F_POSIX_FALLOCATE] = "posix_fallocate",
     [F_MMAP] = "mmap",
     [F_MUNMAP] = "munmap",
+    [F_MADVISE] = "madvise",
+    [F_PWRITEV] = "pwritev",
     [F_SENDMSG] = "sendmsg",
     [F_RECVMSG] = "recvmsg",
     [F_SOCKETPAIR] = "socketpair",
@@ -167,6 +173,14 @@ static void *f_mmap(void *addr, size_t length, int prot, int flags, int fd, off_
 static int f_munmap(void *addr, size_t length)
 {
     return hit(F_MUNMAP) ? -1 : mp__sys_real.munmap(addr, length);
+}
+static int f_madvise(void *addr, size_t length, int advice)
+{
+    return hit(F_MADVISE) ? -1 : mp__sys_real.madvise(addr, length, advice);
+}
+static ssize_t f_pwritev(int fd, const struct iovec *iov, int n, off_t off)
+{
+    return hit(F_PWRITEV) ? -1 : mp__sys_real.pwritev(fd, iov, n, off);
 }
 static ssize_t f_sendmsg(int fd, const struct msghdr *msg, int flags)
 {
@@ -289,6 +303,12 @@ static void install(int i)
         break;
     case F_MUNMAP:
         mp__sys.munmap = f_munmap;
+        break;
+    case F_MADVISE:
+        mp__sys.madvise = f_madvise;
+        break;
+    case F_PWRITEV:
+        mp__sys.pwritev = f_pwritev;
         break;
     case F_SENDMSG:
         mp__sys.sendmsg = f_sendmsg;

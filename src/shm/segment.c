@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 static atomic_int live; /* segments mapped by this process */
@@ -70,25 +71,6 @@ static int open_new_named(char *name, int *fd)
     return mp__error(MP_ESYS, "shm_open: 16 random names in a row already existed");
 }
 
-/* Sizes fd to len bytes and reserves every page now, so a full /dev/shm is
- * an error here and not a SIGBUS at first touch. */
-static int size_file(int fd, size_t len)
-{
-    int err;
-    if (mp__sys.ftruncate(fd, (off_t)len) != 0) {
-        if (errno == ENOSPC)
-            return no_space("ftruncate", len);
-        return mp__errno_error(errno, "ftruncate(%zu bytes) of a shared segment", len);
-    }
-    /* posix_fallocate returns the error number; errno is untouched. */
-    err = mp__sys.posix_fallocate(fd, 0, (off_t)len);
-    if (err == ENOSPC)
-        return no_space("posix_fallocate", len);
-    if (err != 0)
-        return mp__errno_error(err, "posix_fallocate(%zu bytes) of a shared segment", len);
-    return 0;
-}
-
 static int map_fd(mp__segment *s, int fd, size_t len)
 {
     struct stat st;
@@ -105,7 +87,153 @@ static int map_fd(mp__segment *s, int fd, size_t len)
     return 0;
 }
 
-static int create_fd(mp__segment *s, size_t nbytes, size_t len)
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14; older headers lack it */
+#endif
+
+/* The pages a new segment's file gets: written from parts, or zeroed. */
+typedef struct fill {
+    const mp__segment_part *parts;
+    int nparts;
+} fill;
+
+static int size_file(int fd, size_t len)
+{
+    if (mp__sys.ftruncate(fd, (off_t)len) == 0)
+        return 0;
+    if (errno == ENOSPC)
+        return no_space("ftruncate", len);
+    return mp__errno_error(errno, "ftruncate(%zu bytes) of a shared segment", len);
+}
+
+/* Reserves file bytes [from, to) now, so a full /dev/shm is an error here
+ * and not a SIGBUS at first touch. */
+static int fallocate_range(int fd, size_t from, size_t to)
+{
+    int err;
+    if (to <= from)
+        return 0;
+    /* posix_fallocate returns the error number; errno is untouched. */
+    err = mp__sys.posix_fallocate(fd, (off_t)from, (off_t)(to - from));
+    if (err == ENOSPC)
+        return no_space("posix_fallocate", to - from);
+    if (err != 0)
+        return mp__errno_error(err, "posix_fallocate(%zu bytes) of a shared segment", to - from);
+    return 0;
+}
+
+/* Reserves every page of a new file mapped at map. MADV_POPULATE_WRITE
+ * allocates, zeroes and maps each page in one pass, so the first writes take
+ * no page faults (posix_fallocate leaves one fault per page to the first
+ * touch), and a page tmpfs refuses is EFAULT here instead of a SIGBUS later.
+ * A kernel before 5.14 answers EINVAL and gets posix_fallocate. */
+static int populate(int fd, void *map, size_t len)
+{
+    int rc;
+    do
+        rc = mp__sys.madvise(map, len, MADV_POPULATE_WRITE);
+    while (rc != 0 && errno == EINTR);
+    if (rc == 0)
+        return 0;
+    if (errno == EINVAL)
+        return fallocate_range(fd, 0, len);
+    if (errno == EFAULT) /* the fault's SIGBUS: tmpfs had no page to give */
+        return no_space("madvise(MADV_POPULATE_WRITE)", len);
+    if (errno == ENOMEM)
+        return mp__errno_error(ENOMEM, "madvise(MADV_POPULATE_WRITE) of a %zu-byte shared "
+                               "segment: out of memory (/dev/shm has %lld free; free memory "
+                               "or raise this process's memory limit)",
+                               len, mp__shm_free_bytes());
+    return mp__errno_error(errno, "madvise(MADV_POPULATE_WRITE) of a %zu-byte shared segment",
+                           len);
+}
+
+/* pwritev's iov from a partly written iov[0..n): drops what w covered. */
+static int advance(struct iovec *iov, int n, size_t w)
+{
+    int i = 0;
+    while (i < n && w >= iov[i].iov_len)
+        w -= iov[i++].iov_len;
+    if (i < n) {
+        iov[i].iov_base = (char *)iov[i].iov_base + w;
+        iov[i].iov_len -= w;
+    }
+    memmove(iov, iov + i, (size_t)(n - i) * sizeof *iov);
+    return n - i;
+}
+
+/* Writes total bytes of iov[0..n) at off (a write may stop short). */
+static int write_iov(int fd, struct iovec *iov, int n, size_t off, size_t total, size_t len)
+{
+    while (total > 0) {
+        ssize_t w = mp__sys.pwritev(fd, iov, n, (off_t)off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && errno == ENOSPC)
+            return no_space("pwritev", len);
+        if (w <= 0)
+            return mp__errno_error(w < 0 ? errno : EIO,
+                                   "pwritev(%zu bytes) into a shared segment", total);
+        off += (size_t)w;
+        total -= (size_t)w;
+        n = advance(iov, n, (size_t)w);
+    }
+    return 0;
+}
+
+#define GAP_MAX 4096 /* gaps up to this are written as zeros in the same call */
+#define IOV_BATCH 64
+static const char zeros[GAP_MAX];
+
+/* Writes f's parts at file offset base + part offset, a batch of parts and
+ * their small gaps per pwritev, then reserves the whole pages no write
+ * touched (an FS header, large gaps, the tail). pwrite fills a new tmpfs
+ * page without zeroing it first and without page faults: half the memory
+ * traffic of zeroing pages and copying into a mapping. */
+static int write_parts(int fd, size_t base, const fill *f, size_t len)
+{
+    struct iovec iov[IOV_BATCH];
+    size_t page = page_size(), done = 0, start = 0, end = 0; /* pages below done exist */
+    int n = 0, rc;
+    for (int i = 0; i <= f->nparts; i++) {
+        const mp__segment_part *p = i < f->nparts ? &f->parts[i] : NULL;
+        size_t off = p ? base + p->off : 0;
+        if (p && !p->nbytes)
+            continue;
+        if (n && (!p || off - end > GAP_MAX || n > IOV_BATCH - 2)) {
+            if ((rc = fallocate_range(fd, done, start / page * page)) < 0 ||
+                (rc = write_iov(fd, iov, n, start, end - start, len)) < 0)
+                return rc;
+            done = (end + page - 1) / page * page;
+            n = 0;
+        }
+        if (!p)
+            break;
+        if (n == 0)
+            start = end = off;
+        if (off > end)
+            iov[n++] = (struct iovec){(void *)zeros, off - end};
+        iov[n++] = (struct iovec){(void *)p->src, p->nbytes};
+        end = off + p->nbytes;
+    }
+    return fallocate_range(fd, done, len);
+}
+
+/* Every page of the new file fd exists once this returns 0, and s maps it. */
+static int fill_map(mp__segment *s, int fd, size_t len, size_t base, const fill *f)
+{
+    int rc = f ? write_parts(fd, base, f, len) : 0;
+    if (rc < 0 || (rc = map_fd(s, fd, len)) < 0 || f)
+        return rc;
+    rc = populate(fd, s->map, len);
+    if (rc < 0) {
+        mp__sys.munmap(s->map, len);
+        s->map = NULL;
+    }
+    return rc;
+}
+
+static int create_fd(mp__segment *s, size_t nbytes, size_t len, const fill *f)
 {
     char name[MP__SHM_NAME_MAX];
     bool sealable = true;
@@ -128,7 +256,7 @@ static int create_fd(mp__segment *s, size_t nbytes, size_t len)
         rc = mp__errno_error(errno, "fcntl(F_ADD_SEALS) of a shared segment");
         goto out_close;
     }
-    rc = map_fd(s, fd, len);
+    rc = fill_map(s, fd, len, 0, f);
     if (rc < 0)
         goto out_close;
     s->fd = fd;
@@ -153,7 +281,7 @@ void mp__fs_unref(mp__fs_header *hd, const char *name)
         unlink_name(name);
 }
 
-static int create_fs(mp__segment *s, size_t nbytes, size_t len)
+static int create_fs(mp__segment *s, size_t nbytes, size_t len, const fill *f)
 {
     const mp__shm_hooks *h = mp__shm_hooks_get();
     mp__fs_header *hd;
@@ -167,7 +295,7 @@ static int create_fs(mp__segment *s, size_t nbytes, size_t len)
     rc = size_file(fd, len);
     if (rc < 0)
         goto out_unlink;
-    rc = map_fd(s, fd, len);
+    rc = fill_map(s, fd, len, MP__FS_HEADER_SIZE, f);
     if (rc < 0)
         goto out_unlink;
     mp__close(fd);
@@ -199,7 +327,7 @@ mp__segment *mp__segment_alloc(int strategy)
     return s;
 }
 
-int mp__segment_create(size_t nbytes, int strategy, mp__segment **out)
+static int create(size_t nbytes, int strategy, const fill *f, mp__segment **out)
 {
     mp__segment *s, *cached;
     long long avail;
@@ -221,7 +349,7 @@ int mp__segment_create(size_t nbytes, int strategy, mp__segment **out)
     if (!s)
         return mp__error(MP_ENOMEM, "mp__segment_create: out of memory");
     s->size = nbytes;
-    rc = strategy == MP__STRATEGY_FD ? create_fd(s, nbytes, len) : create_fs(s, nbytes, len);
+    rc = strategy == MP__STRATEGY_FD ? create_fd(s, nbytes, len, f) : create_fs(s, nbytes, len, f);
     if (rc < 0) {
         free(s);
         return rc;
@@ -233,6 +361,33 @@ int mp__segment_create(size_t nbytes, int strategy, mp__segment **out)
     }
     *out = s;
     return 0;
+}
+
+int mp__segment_create(size_t nbytes, int strategy, mp__segment **out)
+{
+    return create(nbytes, strategy, NULL, out);
+}
+
+int mp__segment_create_filled(size_t nbytes, int strategy, const mp__segment_part *parts,
+                              int nparts, mp__segment **out)
+{
+    const fill f = {parts, nparts};
+    size_t end = 0;
+    if (out)
+        *out = NULL;
+    if (nparts < 0 || (nparts && !parts))
+        return mp__error(MP_EINVAL, "mp__segment_create_filled: %d parts at %p", nparts,
+                         (const void *)parts);
+    for (int i = 0; i < nparts; i++) {
+        const mp__segment_part *p = &parts[i];
+        if ((p->nbytes && !p->src) || p->off < end || p->nbytes > nbytes ||
+            p->off > nbytes - p->nbytes)
+            return mp__error(MP_EINVAL, "mp__segment_create_filled: part %d (%zu bytes at %zu) "
+                             "is NULL, overlaps the one before or ends past %zu bytes",
+                             i, p->nbytes, p->off, nbytes);
+        end = p->off + p->nbytes;
+    }
+    return create(nbytes, strategy, &f, out);
 }
 
 mp__segment *mp__segment_retain(mp__segment *s)

@@ -39,11 +39,28 @@ int mp__shm_strategy(void);
 /* Sets it (a valid MP__STRATEGY_*; mp_set_sharing_strategy checks names). */
 void mp__shm_set_strategy(int strategy);
 
-/* Creates, sizes (posix_fallocate: a full /dev/shm is MP_ENOSPC with free and
- * needed bytes), seals (FD) and maps a zeroed segment of nbytes data bytes.
- * Under both strategies a request larger than statvfs("/dev/shm") reports
- * free fails with MP_ENOSPC before any memory is touched. */
+/* Creates, sizes, seals (FD) and maps a zeroed segment of nbytes data bytes
+ * with every page allocated and mapped (MADV_POPULATE_WRITE, or
+ * posix_fallocate on kernels before 5.14): a full /dev/shm is MP_ENOSPC
+ * with free and needed bytes, never a SIGBUS later. Under both strategies a
+ * request larger than statvfs("/dev/shm") reports free fails with
+ * MP_ENOSPC before any memory is touched. */
 int mp__segment_create(size_t nbytes, int strategy, mp__segment **out);
+
+/* nbytes copied from src to data offset off of a new segment. */
+typedef struct mp__segment_part {
+    size_t off;
+    const void *src;
+    size_t nbytes;
+} mp__segment_part;
+
+/* mp__segment_create with the data written from parts (sorted by off, not
+ * overlapping, within nbytes; bytes no part covers are zero) before it is
+ * mapped: pwrite fills the new pages without zeroing them and without page
+ * faults, about half the cost of creating a segment and copying into it.
+ * Every page is allocated on success, as with mp__segment_create. */
+int mp__segment_create_filled(size_t nbytes, int strategy, const mp__segment_part *parts,
+                              int nparts, mp__segment **out);
 mp__segment *mp__segment_retain(mp__segment *s);
 /* Last release unmaps; under FS it also drops this process's header
  * reference and unlinks when that reaches zero. */

@@ -137,6 +137,7 @@ void mp__storage_set_user(mp__storage *s, void *user)
 
 int mp__storage_share(mp__storage *s)
 {
+    mp__segment_part part;
     mp__segment *seg;
     int rc;
     if (!s)
@@ -151,11 +152,11 @@ int mp__storage_share(mp__storage *s)
     if (atomic_load(&s->exports) > 0)
         return mp__error(MP_ESTATE, "mp_tensor_share_memory_: the storage is exported through "
                                     "DLPack and its memory cannot move; share before exporting");
-    rc = mp__segment_create(s->nbytes, mp__shm_strategy(), &seg);
+    /* written before mapping: no zeroing pass, no page faults */
+    part = (mp__segment_part){0, s->data, s->nbytes};
+    rc = mp__segment_create_filled(s->nbytes, mp__shm_strategy(), &part, 1, &seg);
     if (rc < 0)
         return rc;
-    if (s->nbytes)
-        memcpy(mp__segment_data(seg), s->data, s->nbytes);
     drop_memory(s);
     s->data = mp__segment_data(seg);
     s->kind = MP__ST_SEGMENT;
@@ -213,8 +214,16 @@ int mp__storage_from_segment(mp__segment *seg, mp__storage **out)
 
 int mp__storage_shared_new(size_t nbytes, mp__storage **out)
 {
+    return mp__storage_shared_filled(nbytes, NULL, 0, out);
+}
+
+int mp__storage_shared_filled(size_t nbytes, const mp__segment_part *parts, int nparts,
+                              mp__storage **out)
+{
     mp__segment *seg;
-    int rc = mp__segment_create(nbytes, mp__shm_strategy(), &seg);
+    int strategy = mp__shm_strategy();
+    int rc = parts ? mp__segment_create_filled(nbytes, strategy, parts, nparts, &seg)
+                   : mp__segment_create(nbytes, strategy, &seg);
     if (rc < 0)
         return rc;
     rc = from_segment(seg, false, out);

@@ -170,6 +170,22 @@ int mp_tensor_empty_shared(mp_dtype dtype, int ndim, const int64_t *shape, mp_te
     return rc < 0 ? rc : make_contiguous(s, dtype, ndim, shape, out);
 }
 
+int mp__tensor_shared_filled(size_t nbytes, const mp__segment_part *parts, int nparts,
+                             mp_tensor **out)
+{
+    int64_t shape = (int64_t)nbytes;
+    mp__storage *s;
+    int rc;
+    if (!out || !parts)
+        return mp__error(MP_EINVAL, "mp__tensor_shared_filled: NULL %s", out ? "parts" : "out");
+    *out = NULL;
+    if (nbytes > (size_t)INT64_MAX)
+        return mp__error(MP_EOVERFLOW, "mp__tensor_shared_filled: %zu bytes is too large",
+                         nbytes);
+    rc = mp__storage_shared_filled(nbytes, parts, nparts, &s);
+    return rc < 0 ? rc : make_contiguous(s, MP_UINT8, 1, &shape, out);
+}
+
 int mp_tensor_from_blob(void *data, size_t nbytes, mp_dtype dtype, int ndim, const int64_t *shape,
                         const int64_t *strides, mp_release_fn release, void *ctx, mp_tensor **out)
 {

@@ -20,6 +20,11 @@ DLDevice mp__storage_device(const mp__storage *s);
 mp__segment *mp__storage_segment(const mp__storage *s);
 /* Moves a CPU storage into shared memory (no-op if shared). */
 int mp__storage_share(mp__storage *s);
+/* A 1-d uint8 tensor of nbytes over a new shared segment written from parts
+ * (mp__segment_create_filled): one pass over the data for a tensor that
+ * starts as a copy of others (the Python binding's per-message arena). */
+int mp__tensor_shared_filled(size_t nbytes, const mp__segment_part *parts, int nparts,
+                             mp_tensor **out);
 
 /* The one storage wrapping seg, a segment received in a message, in this
  * process (created on first use, retained on later calls), so tensors

@@ -49,6 +49,10 @@ void mp__copy_strided(const mp_tensor *dst, const mp_tensor *src);
 
 /* A zeroed storage of nbytes in a new shared segment (current strategy). */
 int mp__storage_shared_new(size_t nbytes, mp__storage **out);
+/* The same, written from parts (see mp__segment_create_filled); parts NULL
+ * is mp__storage_shared_new. */
+int mp__storage_shared_filled(size_t nbytes, const mp__segment_part *parts, int nparts,
+                              mp__storage **out);
 
 /* The counters of mp_tensor_stats_get (stats.c): a storage of nbytes was
  * copied into shared memory; a storage was linked to a segment, one this

@@ -113,3 +113,29 @@ def test_buffer_protocol():
     assert m.nbytes == 4 and not m.readonly
     m[0] = 9
     assert bytes(st)[0] == 9
+
+
+@pytest.mark.parametrize("strategy", ["file_descriptor", "file_system"], indirect=True)
+def test_storage_filled(strategy):
+    """Storage.filled writes each (offset, address, nbytes) part at its
+    offset (the arena of a message); everything else reads zero."""
+    a = np.arange(1, 101, dtype=np.uint8)
+    b = np.full(10000, 7, dtype=np.uint8)
+    st = _mproc.Storage.filled(20000, [(3, a.ctypes.data, 100), (200, a.ctypes.data, 0),
+                                       (9000, b.ctypes.data, 10000)])
+    got = np.frombuffer(memoryview(st), dtype=np.uint8)
+    want = np.zeros(20000, dtype=np.uint8)
+    want[3:103] = a
+    want[9000:19000] = b
+    assert st.nbytes == 20000 and np.array_equal(got, want)
+    assert st.is_shared
+    with pytest.raises(ValueError, match="overlaps"):
+        _mproc.Storage.filled(200, [(0, a.ctypes.data, 100), (50, a.ctypes.data, 10)])
+    with pytest.raises(ValueError, match="ends past"):
+        _mproc.Storage.filled(50, [(0, a.ctypes.data, 100)])
+    with pytest.raises(ValueError, match="negative"):
+        _mproc.Storage.filled(50, [(-1, a.ctypes.data, 10)])
+    with pytest.raises(TypeError, match="offset, address, nbytes"):
+        _mproc.Storage.filled(50, [(0, a.ctypes.data)])
+    with pytest.raises(TypeError):
+        _mproc.Storage.filled(50, 3)

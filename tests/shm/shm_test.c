@@ -310,16 +310,16 @@ static void test_create_faults(void **state)
     expect_fault("memfd_create", ENOMEM, fd, MP_ENOMEM, "memfd_create");
     expect_fault("ftruncate", ENOSPC, fd, MP_ENOSPC, "/dev/shm has");
     expect_fault("ftruncate", EIO, fd, MP_ESYS, "ftruncate");
-    expect_fault("posix_fallocate", ENOSPC, fd, MP_ENOSPC, "needs 65536 bytes");
-    expect_fault("posix_fallocate", ENOMEM, fd, MP_ENOMEM, "posix_fallocate");
+    expect_fault("madvise", EFAULT, fd, MP_ENOSPC, "needs 65536 bytes");
+    expect_fault("madvise", ENOMEM, fd, MP_ENOMEM, "/dev/shm has");
     expect_fault("fcntl", EBUSY, fd, MP_ESYS, "F_ADD_SEALS");
     expect_fault("mmap", ENOMEM, fd, MP_ENOMEM, "mmap");
     expect_fault("fstat", EIO, fd, MP_ESYS, "fstat");
     expect_fault("shm_open", EMFILE, fs, MP_EMFILE, "file_system");
     expect_fault("shm_open", EACCES, fs, MP_EPERM, "shm_open");
     expect_fault("ftruncate", ENOSPC, fs, MP_ENOSPC, "free");
-    expect_fault("posix_fallocate", ENOSPC, fs, MP_ENOSPC, "needs");
-    expect_fault("posix_fallocate", EMFILE, fs, MP_EMFILE, "posix_fallocate");
+    expect_fault("madvise", EFAULT, fs, MP_ENOSPC, "needs");
+    expect_fault("madvise", EIO, fs, MP_ESYS, "MADV_POPULATE_WRITE");
     expect_fault("mmap", ENOMEM, fs, MP_ENOMEM, "mmap");
 }
 
@@ -433,7 +433,7 @@ static void test_share_fault_keeps_tensor(void **state)
     assert_mp_ok(mp_tensor_empty(MP_INT32, 1, &n, &t));
     ((int32_t *)mp_tensor_data(t))[999] = 7;
     uint64_t copies = mp_test_tensor_stats().shared_copies;
-    assert_mp_ok(mp__sys_fault("posix_fallocate", ENOSPC, 0, 1));
+    assert_mp_ok(mp__sys_fault("pwritev", ENOSPC, 0, 1));
     assert_mp_err(mp_tensor_share_memory_(t), MP_ENOSPC);
     assert_false(mp_tensor_is_shared(t));
     assert_int_equal(((int32_t *)mp_tensor_data(t))[999], 7);
