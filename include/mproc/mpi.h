@@ -31,7 +31,8 @@
  * mpirun, which ends the job.
  *
  * Threads: mp_mpi_init asks MPI for MPI_THREAD_MULTIPLE; one conn end is
- * used by one thread at a time. No call starts a thread.
+ * used by one thread at a time. No call starts a thread but a queue's
+ * broker (below).
  */
 #ifndef MPROC_MPI_H
 #define MPROC_MPI_H
@@ -43,6 +44,7 @@
 
 #include "mproc/error.h"
 #include "mproc/msg.h"
+#include "mproc/queue.h"
 #include "mproc/tensor.h"
 
 #ifdef __cplusplus
@@ -108,94 +110,79 @@ int mp_mpi_spawn(const char *entry, mp_msg *args, mp_mpi_error *err);
  * Both calls: MP_EINVAL, before anything else, when err's size is not set. */
 int mp_mpi_failure(mp_mpi_error *err);
 
-/* ---- pipes between two ranks ------------------------------------------------ */
+/* ---- pipes and queues between ranks ------------------------------------------
+ * Only the constructors are MPI calls: what they make is an ordinary
+ * mp_conn or mp_queue (mproc/queue.h), used with mp_conn_send, mp_conn_recv,
+ * mp_conn_poll, mp_conn_close, mp_conn_release, mp_queue_put, mp_queue_get,
+ * mp_queue_close, mp_queue_qsize, mp_queue_empty, mp_queue_task_done,
+ * mp_queue_join, mp_queue_release... with their documented meaning (order,
+ * exactly once, timeouts: 0 polls and is MP_ETIMEDOUT when nothing is
+ * ready, MP_ECLOSED after close), and besides: every blocking call watches
+ * the job and returns MP_ECHILD when a rank failed. What cannot work across
+ * ranks fails with MP_ENOTSUP and a sentence saying what to do instead:
+ * attaching such a conn or queue to a message (mp_msg_add_conn,
+ * mp_msg_add_queue: it cannot travel to a child process or another rank),
+ * mp_conn_fileno, mp_queue_fileno and mp_wait (MPI gives no fd to poll).
+ * Such objects belong to the rank (and the thread of it, for a conn end)
+ * that made them: do not use them in a forked child. */
 
-typedef struct mp_mpi_conn mp_mpi_conn;
-
-/* A duplex connection between this rank and peer. Both ranks call it, each
- * naming the other, in the same order as their other mp_mpi_pipe calls
- * for that pair. Blocks until the peer has called it (same-host path). */
-int mp_mpi_pipe(int peer, mp_mpi_conn **out);
-/* Sends m (not consumed). The message is handed to MPI and the call
- * returns; the conn keeps its tensors until MPI is done with them. Same
- * host: a message with attachments goes over an mproc pipe (tensors as
- * shared-memory handles, as mp_conn_send) and MPI carries a marker after
- * it; bytes alone go over MPI. It blocks (up to timeout) only while the
- * previous message on this conn is still being transferred (one in
- * flight) or the same-host pipe is full, then MP_ETIMEDOUT with nothing
- * sent. MP_ECLOSED once this end closed, or once the peer's close notice
- * arrived (asked every 8th send), MP_ENOTSUP for an attachment that cannot
- * leave its host, MP_ECHILD when a rank failed. */
-int mp_mpi_conn_send(mp_mpi_conn *c, const mp_msg *m, double timeout);
-/* Receives the next message (FIFO, exactly once). Timeouts as mp_conn_recv.
+/* A duplex connection between this rank and peer, as an mp_conn. Both
+ * ranks call it, each naming the other, in the same order as their other
+ * mp_mpi_pipe calls for that pair. Blocks until the peer has called it
+ * (same-host path). Release it with mp_conn_release (it closes this end,
+ * then waits for the sends MPI still carries).
+ *
+ * Its calls: mp_conn_send hands the message to MPI and returns; the conn
+ * keeps its tensors until MPI is done with them. Same host: a message with
+ * attachments goes over an mproc pipe (tensors as shared-memory handles)
+ * and MPI carries a marker after it; bytes alone go over MPI. It blocks
+ * (up to timeout) only while the previous message on this conn is still
+ * being transferred (one in flight) or the same-host pipe is full, then
+ * MP_ETIMEDOUT with nothing sent. MP_ECLOSED once this end closed, or once
+ * the peer's close notice arrived (asked every 8th send); MP_ENOTSUP for an
+ * attachment that cannot leave its host. mp_conn_recv: FIFO, exactly once;
  * MP_ECLOSED when the peer closed and everything it sent was received;
- * MP_ECHILD when a rank failed; MP_ENOSPC when /dev/shm cannot hold a
- * received tensor (the message is dropped). */
-int mp_mpi_conn_recv(mp_mpi_conn *c, mp_msg **out, double timeout);
-/* Closes this end: later calls here fail with MP_ECLOSED; the peer
- * receives what was sent before, then MP_ECLOSED. */
-int mp_mpi_conn_close(mp_mpi_conn *c);
-/* 1 when the conn takes the same-host path. */
-int mp_mpi_conn_is_local(const mp_mpi_conn *c);
-/* Closes if needed, waits for sends in flight and frees. NULL is a no-op. */
-void mp_mpi_conn_destroy(mp_mpi_conn *c);
+ * MP_ENOSPC when /dev/shm cannot hold a received tensor (the message is
+ * dropped). mp_conn_poll: 1 when a message or the end is ready. One conn
+ * end is used by one thread at a time. */
+int mp_mpi_pipe(int peer, mp_conn **out);
+/* 1 when c (made by mp_mpi_pipe) takes the same-host path, 0 when it goes
+ * over MPI; MP_EINVAL for NULL or a conn not made by mp_mpi_pipe. */
+int mp_mpi_conn_is_local(const mp_conn *c);
 
-/* ---- queues shared by every rank ---------------------------------------------
- * An mproc Queue (unbounded) that lives on rank `home`: any rank puts, any
- * rank gets, each message goes to exactly one getter, FIFO per producer.
- * Ranks on the home's host use the real queue (shared memory, as mproc
- * processes do); ranks on other hosts go through a broker thread on the
- * home rank (the one thread this layer starts, only when some rank is on
- * another host), with tensors over MPI. A JoinableQueue keeps its counts
- * at the home too (task_done and join from any rank). */
-
-typedef struct mp_mpi_queue mp_mpi_queue;
-
-/* Collective: every rank calls it, queues in the same order everywhere.
- * Blocks until every rank has its handle. */
-int mp_mpi_queue_create(int home, mp_mpi_queue **out);
-/* Puts m (not consumed). From another host it returns once the home has
- * queued it. The queue is unbounded, but a put waits while the queue's
- * socket buffer is full (as mp_queue_put does): MP_ETIMEDOUT when there is
- * no room in time (timeout 0: within one round trip to the home), and then
- * nothing was put. MP_ECLOSED after close, MP_ENOTSUP for host-local
- * attachments sent to another host, MP_ECHILD when a rank failed. */
-int mp_mpi_queue_put(mp_mpi_queue *q, const mp_msg *m, double timeout);
-/* Takes the oldest message: MP_ETIMEDOUT (none in time; timeout 0: none
- * within one round trip to the home), MP_ECLOSED (closed and drained). A get
- * that times out from another host never loses a message: one answered
- * before the cancel arrives is returned. */
-int mp_mpi_queue_get(mp_mpi_queue *q, mp_msg **out, double timeout);
-/* Closes the queue for every rank: puts fail, gets drain, then MP_ECLOSED. */
-int mp_mpi_queue_close(mp_mpi_queue *q);
-/* 1 when this rank uses the real queue (home's host, same-host path on). */
-int mp_mpi_queue_is_local(const mp_mpi_queue *q);
-/* Collective: waits for every rank, stops the broker, frees. NULL: no-op. */
-void mp_mpi_queue_destroy(mp_mpi_queue *q);
-
-/* A JoinableQueue shared by every rank (mp_joinable_queue_create across
- * ranks): as mp_mpi_queue_create, and the home's queue counts every
- * message put and not yet task_done'd, from any rank. Collective. */
-int mp_mpi_joinable_queue_create(int home, mp_mpi_queue **out);
-/* 1 for a queue made by mp_mpi_joinable_queue_create, else 0. */
-int mp_mpi_queue_is_joinable(const mp_mpi_queue *q);
-/* Marks one message taken by a get (on any rank) as processed. MP_ESTATE
- * on a plain queue, or when called more times than messages were put (in
- * all, over every rank); MP_ECHILD when a rank failed. From another host
- * it waits for the home's answer. */
-int mp_mpi_queue_task_done(mp_mpi_queue *q);
-/* Waits until every message put (by any rank) was task_done'd (by any
- * rank): 0, MP_ETIMEDOUT (messages still outstanding in time; timeout 0:
- * now, from another host: within one round trip to the home), MP_ESTATE on
- * a plain queue, MP_ECHILD when a rank failed meanwhile (a rank that dies
- * holding a message it never marks done ends the job, so no join hangs). */
-int mp_mpi_queue_join(mp_mpi_queue *q, double timeout);
-/* Approximate, as mp_queue_qsize: messages put and not yet taken, counted
- * at the home (from another host: one round trip). A negative error
- * (MP_EINVAL, MP_ECHILD) instead of a size. */
-int64_t mp_mpi_queue_qsize(mp_mpi_queue *q);
-/* 1 when qsize is 0, 0 when not, or qsize's negative error. */
-int mp_mpi_queue_empty(mp_mpi_queue *q);
+/* An unbounded mproc Queue that lives on rank `home`, as an mp_queue: any
+ * rank puts, any rank gets, each message goes to exactly one getter, FIFO
+ * per producer. Ranks on the home's host use the real queue (shared
+ * memory, as mproc processes do); ranks on other hosts go through a broker
+ * thread on the home rank (the one thread this layer starts, only when
+ * some rank is on another host), with tensors over MPI. Collective: every
+ * rank calls it, queues in the same order everywhere; blocks until every
+ * rank has its handle. The LAST mp_queue_release of it is collective too:
+ * every rank releases it (it waits for every rank, then stops the broker).
+ *
+ * Its calls: mp_queue_put from another host returns once the home has
+ * queued it; a put waits while the queue's socket buffer is full (as
+ * mp_queue_put does): MP_ETIMEDOUT when there is no room in time (timeout 0:
+ * within one round trip to the home), and then nothing was put.
+ * mp_queue_get: MP_ETIMEDOUT (none in time; timeout 0: none within one
+ * round trip to the home), MP_ECLOSED (closed and drained); a get that
+ * times out from another host never loses a message. mp_queue_close closes
+ * it for every rank. mp_queue_qsize counts at the home (from another host:
+ * one round trip) and returns a negative error (MP_ECHILD) instead of a
+ * size when the job failed; mp_queue_empty is then true.
+ * mp_queue_maxsize is 0 and mp_queue_full false (unbounded). */
+int mp_mpi_queue_create(int home, mp_queue **out);
+/* The same as a JoinableQueue: the home's queue counts every message put
+ * and not yet task_done'd, from any rank. mp_queue_task_done (from another
+ * host it waits for the home's answer; MP_ESTATE when called more times
+ * than messages were put, over every rank) and mp_queue_join (MP_ETIMEDOUT
+ * while messages are outstanding; timeout 0 from another host: within one
+ * round trip; MP_ECHILD when a rank failed meanwhile, so no join hangs on
+ * a dead rank) work from any rank. Collective. */
+int mp_mpi_joinable_queue_create(int home, mp_queue **out);
+/* 1 when this rank uses q's real queue (home's host, same-host path on),
+ * 0 when it goes over MPI; MP_EINVAL for NULL or another queue. */
+int mp_mpi_queue_is_local(const mp_queue *q);
 
 /* ---- a pool over ranks ------------------------------------------------------
  * The mpi4py.futures shape: rank 0 submits, every other rank serves.

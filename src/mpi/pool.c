@@ -143,7 +143,7 @@ static int serve_one(mp_mpi_conn *c)
     char head[8 + 1 + TASK_NAME_MAX + 1] = {0}, name[TASK_NAME_MAX + 1] = {0};
     char rhead[8 + 4 + 2 + MP__MPI_TEXT_MAX], err[MP__MPI_TEXT_MAX] = "";
     size_t len = 0;
-    int rc = mp_mpi_conn_recv(c, &w, -1), trc;
+    int rc = mp__mpi_conn_recv(c, &w, -1, "mp_mpi_pool_create"), trc;
     if (rc)
         return rc;
     const char *p = mp_msg_payload(w, &len);
@@ -169,7 +169,7 @@ static int serve_one(mp_mpi_conn *c)
     memcpy(rhead + 14, err, elen);
     rc = wrap(trc ? NULL : out, rhead, 14u + elen, &reply, "mp_mpi_pool");
     if (rc == 0)
-        rc = mp_mpi_conn_send(c, reply, -1);
+        rc = mp__mpi_conn_send(c, reply, -1, "mp_mpi_pool_create");
     mp_msg_destroy(w), mp_msg_destroy(in), mp_msg_destroy(out), mp_msg_destroy(reply);
     return rc;
 }
@@ -177,10 +177,10 @@ static int serve_one(mp_mpi_conn *c)
 static int serve(void)
 {
     mp_mpi_conn *c = NULL;
-    int rc = mp_mpi_pipe(0, &c);
+    int rc = mp__mpi_pipe(0, &c, "mp_mpi_pool_create");
     while (rc == 0)
         rc = serve_one(c);
-    mp_mpi_conn_destroy(c);
+    mp__mpi_conn_destroy(c);
     return rc == 1 ? 0 : rc;
 }
 
@@ -208,10 +208,10 @@ int mp_mpi_pool_create(mp_mpi_pool **out)
     p->nworkers = mp__mpi.size - 1;
     p->next_id = 1;
     for (int r = 1; r <= p->nworkers && rc == 0; r++)
-        rc = mp_mpi_pipe(r, &p->conn[r - 1]);
+        rc = mp__mpi_pipe(r, &p->conn[r - 1], "mp_mpi_pool_create");
     if (rc) {
         for (int r = 0; r < p->nworkers; r++)
-            mp_mpi_conn_destroy(p->conn[r]);
+            mp__mpi_conn_destroy(p->conn[r]);
         free(p->conn), free(p->busy), free(p);
         return rc;
     }
@@ -254,7 +254,7 @@ static int take_reply(mp_mpi_pool *p, int w)
     size_t len = 0;
     int32_t trc;
     uint16_t elen;
-    int rc = mp_mpi_conn_recv(p->conn[w], &m, 0);
+    int rc = mp__mpi_conn_recv(p->conn[w], &m, 0, "mp_mpi_pool");
     if (rc == MP_ETIMEDOUT)
         return 0;
     if (rc)
@@ -289,7 +289,7 @@ static int progress(mp_mpi_pool *p)
             if (!p->queue)
                 p->tail = NULL;
             p->busy[w] = r;
-            rc = mp_mpi_conn_send(p->conn[w], r->in, -1);
+            rc = mp__mpi_conn_send(p->conn[w], r->in, -1, "mp_mpi_pool");
         }
     }
     if (rc == 0)
@@ -455,12 +455,12 @@ void mp_mpi_pool_destroy(mp_mpi_pool *p)
     }
     if (!mp__mpi.failed && mp_msg_create(&bye) == 0 && mp_msg_set_payload(bye, head, 9) == 0)
         for (int w = 0; w < p->nworkers; w++)
-            mp_mpi_conn_send(p->conn[w], bye, -1);
+            mp__mpi_conn_send(p->conn[w], bye, -1, "mp_mpi_pool_destroy");
     mp_msg_destroy(bye);
     for (int w = 0; w < p->nworkers; w++) {
         if (p->busy[w])
             finish(p->busy[w], MP_ECLOSED, "the pool was destroyed");
-        mp_mpi_conn_destroy(p->conn[w]);
+        mp__mpi_conn_destroy(p->conn[w]);
     }
     while (p->queue) {
         mp_mpi_result *r = p->queue;

@@ -26,18 +26,13 @@ int mp_mpi_spawn(const char *entry, mp_msg *args, mp_mpi_error *err)
     return off("mp_mpi_spawn");
 }
 int mp_mpi_failure(mp_mpi_error *err) { return off("mp_mpi_failure"); }
-int mp_mpi_pipe(int peer, mp_mpi_conn **out) { return off("mp_mpi_pipe"); }
-int mp_mpi_conn_send(mp_mpi_conn *c, const mp_msg *m, double timeout)
+int mp_mpi_pipe(int peer, mp_conn **out)
 {
-    return off("mp_mpi_conn_send");
+    if (out)
+        *out = NULL;
+    return off("mp_mpi_pipe");
 }
-int mp_mpi_conn_recv(mp_mpi_conn *c, mp_msg **out, double timeout)
-{
-    return off("mp_mpi_conn_recv");
-}
-int mp_mpi_conn_close(mp_mpi_conn *c) { return off("mp_mpi_conn_close"); }
-int mp_mpi_conn_is_local(const mp_mpi_conn *c) { return 0; }
-void mp_mpi_conn_destroy(mp_mpi_conn *c) {}
+int mp_mpi_conn_is_local(const mp_conn *c) { return off("mp_mpi_conn_is_local"); }
 int mp_mpi_allreduce_tensor(mp_tensor *t, mp_mpi_op op) { return off("mp_mpi_allreduce_tensor"); }
 int mp_mpi_barrier(void) { return off("mp_mpi_barrier"); }
 int mp_mpi_pool_create(mp_mpi_pool **out) { return off("mp_mpi_pool_create"); }
@@ -67,27 +62,19 @@ int mp_mpi_result_get(mp_mpi_result *r, mp_mpi_pool *p, double timeout, mp_msg *
 const char *mp_mpi_result_error(const mp_mpi_result *r) { return ""; }
 void mp_mpi_result_release(mp_mpi_result *r) {}
 void mp_mpi_pool_destroy(mp_mpi_pool *p) {}
-int mp_mpi_queue_create(int home, mp_mpi_queue **out) { return off("mp_mpi_queue_create"); }
-int mp_mpi_queue_put(mp_mpi_queue *q, const mp_msg *m, double timeout)
+int mp_mpi_queue_create(int home, mp_queue **out)
 {
-    return off("mp_mpi_queue_put");
+    if (out)
+        *out = NULL;
+    return off("mp_mpi_queue_create");
 }
-int mp_mpi_queue_get(mp_mpi_queue *q, mp_msg **out, double timeout)
+int mp_mpi_joinable_queue_create(int home, mp_queue **out)
 {
-    return off("mp_mpi_queue_get");
-}
-int mp_mpi_queue_close(mp_mpi_queue *q) { return off("mp_mpi_queue_close"); }
-int mp_mpi_queue_is_local(const mp_mpi_queue *q) { return 0; }
-void mp_mpi_queue_destroy(mp_mpi_queue *q) {}
-int mp_mpi_joinable_queue_create(int home, mp_mpi_queue **out)
-{
+    if (out)
+        *out = NULL;
     return off("mp_mpi_joinable_queue_create");
 }
-int mp_mpi_queue_is_joinable(const mp_mpi_queue *q) { return 0; }
-int mp_mpi_queue_task_done(mp_mpi_queue *q) { return off("mp_mpi_queue_task_done"); }
-int mp_mpi_queue_join(mp_mpi_queue *q, double timeout) { return off("mp_mpi_queue_join"); }
-int64_t mp_mpi_queue_qsize(mp_mpi_queue *q) { return off("mp_mpi_queue_qsize"); }
-int mp_mpi_queue_empty(mp_mpi_queue *q) { return off("mp_mpi_queue_empty"); }
+int mp_mpi_queue_is_local(const mp_queue *q) { return off("mp_mpi_queue_is_local"); }
 int mp_mpi_pool_map_async(mp_mpi_pool *p, const char *task, const mp_msg *const *in, size_t n,
                           mp_mpi_result **res)
 {

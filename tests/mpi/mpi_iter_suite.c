@@ -12,7 +12,10 @@
  *   joinable   a JoinableQueue homed on rank 1: three ranks put, two take,
  *              qsize/empty, join timing out while messages are outstanding,
  *              task_done from two ranks ends the joins of two others, one
- *              task_done too many, a plain queue refuses task_done/join
+ *              task_done too many, a plain queue refuses task_done/join;
+ *              what a cross-rank queue or conn cannot do (in a message,
+ *              fileno, mp_wait: MP_ENOTSUP), mp_conn_poll, send_bytes and
+ *              recv_bytes on an mp_mpi_pipe
  *   join_kill  rank 2 takes a message and is SIGKILLed while every other
  *              rank joins: each join errors out, the job ends non-zero
  */
@@ -24,6 +27,8 @@
 #include <unistd.h>
 
 #include "mpi_check.h"
+
+#include <mproc/wait.h>
 
 static mp_msg *int_msg(int64_t x)
 {
@@ -289,79 +294,149 @@ MP_ENTRY(case_imap)
     return 0;
 }
 
-static void take(mp_mpi_queue *q, int count)
+static void take(mp_queue *q, int count)
 {
     for (int i = 0; i < count; i++) {
         mp_msg *m = NULL;
-        OK(mp_mpi_queue_get(q, &m, 30));
+        OK(mp_queue_get(q, &m, 30));
         mp_msg_destroy(m);
     }
+}
+
+/* What a queue shared by ranks cannot do as a local one does: each fails
+ * with MP_ENOTSUP saying why (it cannot travel in a message, so neither to
+ * a child process nor to another rank; it has no fd to poll). */
+static void queue_limits(mp_queue *q)
+{
+    mp_msg *m = NULL;
+    mp_queue *local = NULL;
+    OK(mp_msg_create(&m));
+    CHECK(mp_msg_add_queue(m, NULL, q) == MP_ENOTSUP && strstr(mp_last_error(), "MPI ranks"),
+          "a cross-rank queue attached to a message");
+    CHECK(mp_msg_count(m) == 0, "nothing attached");
+    CHECK(mp_queue_fileno(q) == MP_ENOTSUP && strstr(mp_last_error(), "mp_queue_get"),
+          "fileno of a cross-rank queue");
+    mp_wait_item w = {.kind = MP_WAIT_QUEUE, .u.queue = q};
+    CHECK(mp_wait(&w, 1, 0) == MP_ENOTSUP, "mp_wait on a cross-rank queue");
+    CHECK(mp_queue_maxsize(q) == 0 && !mp_queue_full(q), "unbounded");
+    OK(mp_queue_create(0, &local));
+    CHECK(mp_mpi_queue_is_local(local) == MP_EINVAL, "is_local of a local queue");
+    CHECK(mp_mpi_queue_is_local(NULL) == MP_EINVAL, "is_local of NULL");
+    mp_queue_release(local);
+    mp_msg_destroy(m);
+}
+
+/* A pipe between ranks 0-1 and 2-3 through the plain mp_conn calls. */
+static void conn_calls(void)
+{
+    int peer = rank ^ 1;
+    mp_conn *c = NULL, *a = NULL, *b = NULL;
+    mp_msg *m = NULL;
+    void *bytes = NULL;
+    size_t len = 0;
+    OK(mp_mpi_pipe(peer, &c));
+    CHECK(mp_mpi_conn_is_local(c) == mp_mpi_is_local(peer), "is_local");
+    CHECK(mp_conn_poll(c, 0) == 0, "poll of an empty conn");
+    CHECK(mp_conn_recv(c, &m, 0) == MP_ETIMEDOUT, "recv poll of an empty conn");
+    OK(mp_mpi_barrier());
+    if (rank & 1) {
+        nap(0.05);
+        OK(mp_conn_send_bytes(c, "hello", 5, 30));
+    } else {
+        CHECK(mp_conn_poll(c, 30) == 1, "poll waits for the message");
+        CHECK(mp_conn_poll(c, 0) == 1, "a poll does not take it");
+        OK(mp_conn_recv_bytes(c, &bytes, &len, 30));
+        CHECK(len == 5 && memcmp(bytes, "hello", 5) == 0, "the bytes");
+        free(bytes);
+        CHECK(mp_conn_poll(c, 0) == 0, "taken");
+    }
+    OK(mp_mpi_barrier()); /* no close before the poll above */
+    OK(mp_msg_create(&m));
+    CHECK(mp_msg_add_conn(m, NULL, c) == MP_ENOTSUP && strstr(mp_last_error(), "mp_mpi_pipe"),
+          "a cross-rank conn attached to a message");
+    CHECK(mp_conn_fileno(c) == MP_ENOTSUP, "fileno of a cross-rank conn");
+    mp_wait_item w = {.kind = MP_WAIT_CONN, .u.conn = c};
+    CHECK(mp_wait(&w, 1, 0) == MP_ENOTSUP, "mp_wait on a cross-rank conn");
+    mp_msg_destroy(m);
+    OK(mp_pipe(true, &a, &b));
+    CHECK(mp_mpi_conn_is_local(a) == MP_EINVAL, "is_local of a local pipe");
+    mp_conn_release(a), mp_conn_release(b);
+    if (rank & 1) {
+        OK(mp_conn_close(c));
+        CHECK(mp_conn_send(c, NULL, 1) == MP_EINVAL, "NULL message");
+    } else {
+        CHECK(mp_conn_poll(c, 30) == 1, "the peer's close is ready to receive");
+        CHECK(mp_conn_recv(c, &m, 0) == MP_ECLOSED, "then recv says closed");
+    }
+    mp_conn_release(c);
 }
 
 MP_ENTRY(case_joinable)
 {
     enum { K = 20 };
-    mp_mpi_queue *q = NULL, *plain = NULL;
+    mp_queue *q = NULL, *plain = NULL;
     OK(mp_mpi_joinable_queue_create(1, &q));
     OK(mp_mpi_queue_create(0, &plain));
-    CHECK(mp_mpi_queue_is_joinable(q) == 1 && mp_mpi_queue_is_joinable(plain) == 0, "joinable");
-    CHECK(mp_mpi_queue_empty(q) == 1 && mp_mpi_queue_qsize(q) == 0, "a new queue is empty");
+    CHECK(mp_queue_is_joinable(q) == 1 && mp_queue_is_joinable(plain) == 0, "joinable");
+    CHECK(mp_queue_empty(q) == 1 && mp_queue_qsize(q) == 0, "a new queue is empty");
+    queue_limits(q);
+    conn_calls();
     OK(mp_mpi_barrier());
     if (rank >= 1 && rank <= 3)
         for (int i = 0; i < K; i++) {
             mp_msg *m = int_msg(rank * 100 + i);
-            OK(mp_mpi_queue_put(q, m, 30));
+            OK(mp_queue_put(q, m, 30));
             mp_msg_destroy(m);
         }
     OK(mp_mpi_barrier());
-    CHECK(mp_mpi_queue_qsize(q) == 3 * K, "qsize %lld", (long long)mp_mpi_queue_qsize(q));
-    CHECK(mp_mpi_queue_empty(q) == 0, "not empty");
-    CHECK(mp_mpi_queue_join(q, 0) == MP_ETIMEDOUT, "join poll with messages outstanding");
+    CHECK(mp_queue_qsize(q) == 3 * K, "qsize %lld", (long long)mp_queue_qsize(q));
+    CHECK(mp_queue_empty(q) == 0, "not empty");
+    CHECK(mp_queue_join(q, 0) == MP_ETIMEDOUT, "join poll with messages outstanding");
     double t0 = MPI_Wtime();
-    int rc = mp_mpi_queue_join(q, 0.05);
+    int rc = mp_queue_join(q, 0.05);
     CHECK(rc == MP_ETIMEDOUT && MPI_Wtime() - t0 >= 0.045, "timed join: %s after %.3f s",
           mp_err_name(rc), MPI_Wtime() - t0);
     OK(mp_mpi_barrier());
     if (rank == 0 || rank == 2)
         take(q, 3 * K / 2);
     OK(mp_mpi_barrier());
-    CHECK(mp_mpi_queue_qsize(q) == 0 && mp_mpi_queue_empty(q) == 1, "drained");
-    CHECK(mp_mpi_queue_join(q, 0) == MP_ETIMEDOUT, "taken but not task_done");
+    CHECK(mp_queue_qsize(q) == 0 && mp_queue_empty(q) == 1, "drained");
+    CHECK(mp_queue_join(q, 0) == MP_ETIMEDOUT, "taken but not task_done");
     if (rank == 0 || rank == 2)
         for (int i = 0; i < 3 * K / 2 - 1; i++)
-            OK(mp_mpi_queue_task_done(q));
+            OK(mp_queue_task_done(q));
     OK(mp_mpi_barrier());
-    CHECK(mp_mpi_queue_join(q, 0.05) == MP_ETIMEDOUT, "two still outstanding");
+    CHECK(mp_queue_join(q, 0.05) == MP_ETIMEDOUT, "two still outstanding");
     OK(mp_mpi_barrier());
     if (rank == 0 || rank == 2) {
         nap(0.3);
-        OK(mp_mpi_queue_task_done(q));
+        OK(mp_queue_task_done(q));
     } else {
         t0 = MPI_Wtime();
-        OK(mp_mpi_queue_join(q, 30)); /* ends with the last two task_done */
+        OK(mp_queue_join(q, 30)); /* ends with the last two task_done */
         CHECK(MPI_Wtime() - t0 >= 0.2, "the join waited: %.3f s", MPI_Wtime() - t0);
     }
-    OK(mp_mpi_queue_join(q, 30));
+    OK(mp_queue_join(q, 30));
     OK(mp_mpi_barrier());
     if (rank == 3)
-        CHECK(mp_mpi_queue_task_done(q) == MP_ESTATE, "task_done more than put");
-    CHECK(mp_mpi_queue_task_done(plain) == MP_ESTATE, "task_done on a plain queue");
-    CHECK(mp_mpi_queue_join(plain, 0) == MP_ESTATE, "join on a plain queue");
-    CHECK(mp_mpi_queue_task_done(NULL) == MP_EINVAL, "NULL queue");
+        CHECK(mp_queue_task_done(q) == MP_ESTATE, "task_done more than put");
+    CHECK(mp_queue_task_done(plain) == MP_ESTATE, "task_done on a plain queue");
+    CHECK(mp_queue_join(plain, 0) == MP_ESTATE, "join on a plain queue");
+    CHECK(mp_queue_task_done(NULL) == MP_EINVAL, "NULL queue");
     OK(mp_mpi_barrier());
-    mp_mpi_queue_destroy(plain);
-    mp_mpi_queue_destroy(q);
+    mp_queue_release(plain);
+    mp_queue_release(q);
     return 0;
 }
 
 MP_ENTRY(case_join_kill)
 {
-    mp_mpi_queue *q = NULL;
+    mp_queue *q = NULL;
     OK(mp_mpi_joinable_queue_create(0, &q));
     if (rank == 0)
         for (int i = 0; i < 3; i++) {
             mp_msg *m = int_msg(i);
-            OK(mp_mpi_queue_put(q, m, 30));
+            OK(mp_queue_put(q, m, 30));
             mp_msg_destroy(m);
         }
     OK(mp_mpi_barrier());
@@ -369,9 +444,9 @@ MP_ENTRY(case_join_kill)
         take(q, 1);
         kill(getpid(), SIGKILL); /* dies holding a message it never marks done */
     }
-    int rc = mp_mpi_queue_join(q, -1);
+    int rc = mp_queue_join(q, -1);
     CHECK(rc == MP_ECHILD, "join while a rank died: %s", mp_err_name(rc));
-    mp_mpi_queue_destroy(q);
+    mp_queue_release(q);
     return rc;
 }
 
