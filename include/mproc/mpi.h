@@ -44,6 +44,7 @@
 
 #include "mproc/error.h"
 #include "mproc/msg.h"
+#include "mproc/pool.h"
 #include "mproc/queue.h"
 #include "mproc/tensor.h"
 
@@ -185,121 +186,36 @@ int mp_mpi_joinable_queue_create(int home, mp_queue **out);
 int mp_mpi_queue_is_local(const mp_queue *q);
 
 /* ---- a pool over ranks ------------------------------------------------------
- * The mpi4py.futures shape: rank 0 submits, every other rank serves.
- * Tasks are MP_TASK functions (mproc/pool.h), registered in every rank;
- * a task's message may carry bytes and tensors. Rank 0 hands a task to a
- * worker rank only when that rank is idle; work moves while rank 0 is in
- * a pool, result or iterator call (no thread). The calls mirror mp_pool's:
- * apply, map, starmap, their _async forms, imap/imap_unordered and
- * map_array. A task that returns non-zero or calls mp_raise fails that
- * task only (its result, imap item or map_array chunk says why, with the
- * rank; the worker serves on); a worker rank that dies fails the job
- * (every call: MP_ECHILD). Pool, results and iterators are used from one
- * thread of rank 0. */
+ * The mpi4py.futures shape: rank 0 submits, every other rank serves. */
 
-typedef struct mp_mpi_pool mp_mpi_pool;
-typedef struct mp_mpi_result mp_mpi_result;
-
-/* Collective. On rank 0: *out is the pool (rank 0 itself runs no task).
- * On the other ranks: serves tasks until rank 0 destroys the pool, then
- * returns 0 with *out NULL (or MP_ECHILD when a rank failed). MP_EINVAL
- * with fewer than 2 ranks. */
-int mp_mpi_pool_create(mp_mpi_pool **out);
-/* Worker ranks (size - 1). */
-int mp_mpi_pool_size(const mp_mpi_pool *p);
-/* Queues task(in) (copied: the caller keeps in). *res: the caller's
- * reference (mp_mpi_result_release). MP_ENOENT: no such task here. */
-int mp_mpi_pool_apply_async(mp_mpi_pool *p, const char *task, const mp_msg *in,
-                            mp_mpi_result **res);
-/* Runs task(in) on a worker and waits: *out a new message (destroy it), or
- * the task's error (mp_last_error: the rank and the mp_raise text). */
-int mp_mpi_pool_apply(mp_mpi_pool *p, const char *task, const mp_msg *in, mp_msg **out);
-/* task over in[0..n-1] spread over the workers; out[i] new messages. On a
- * failed item: its error, and no out set. */
-int mp_mpi_pool_map(mp_mpi_pool *p, const char *task, const mp_msg *const *in, size_t n,
-                    mp_msg **out);
-/* Waits (moving p's work) until r is done: 0 or MP_ETIMEDOUT (timeout 0 polls). */
-int mp_mpi_result_wait(mp_mpi_result *r, mp_mpi_pool *p, double timeout);
-/* Waits, then 0 with *out (may be NULL) the result message, handed over
- * once (MP_ESTATE the second time), or the task's error. */
-int mp_mpi_result_get(mp_mpi_result *r, mp_mpi_pool *p, double timeout, mp_msg **out);
-/* The failed task's sentence ("" when it succeeded or is not done). */
-const char *mp_mpi_result_error(const mp_mpi_result *r);
-void mp_mpi_result_release(mp_mpi_result *r);
-/* Lets queued and running tasks finish, stops the workers (their
- * mp_mpi_pool_create returns) and frees p. Results and iterators stay
- * valid. NULL: no-op. */
-void mp_mpi_pool_destroy(mp_mpi_pool *p);
-
-/* task over in[0..n-1] without waiting: *res is one result of n items (the
- * caller's reference). Each item is one task, failing alone. Waiting,
- * get (the first failed item's error as "item i: ...", else item 0's
- * message) and release as for apply_async; mp_mpi_result_item takes each
- * item. Errors as mp_mpi_pool_apply_async. */
-int mp_mpi_pool_map_async(mp_mpi_pool *p, const char *task, const mp_msg *const *in, size_t n,
-                          mp_mpi_result **res);
-/* As mp_pool_starmap: item i is the nargs messages args[i*nargs ..
- * i*nargs+nargs-1], packed into one message the task unpacks with
- * mp_task_nargs/mp_task_arg. out[i] new messages; on a failed item its
- * error and no out set. MP_EINVAL for nargs 0 or above 1024. */
-int mp_mpi_pool_starmap(mp_mpi_pool *p, const char *task, const mp_msg *const *args, size_t n,
-                        size_t nargs, mp_msg **out);
-/* The async form of mp_mpi_pool_starmap: *res as mp_mpi_pool_map_async. */
-int mp_mpi_pool_starmap_async(mp_mpi_pool *p, const char *task, const mp_msg *const *args,
-                              size_t n, size_t nargs, mp_mpi_result **res);
-/* As mp_pool_map_array, over ranks: n items of in_size bytes at in, out
- * + i * out_size gets item i's out_size bytes. The input is copied once
- * into shared memory and cut into chunks of chunksize items (0: about four
- * per worker rank); each chunk is one task whose slice travels as a
- * shared-memory handle to a rank of this host and as its bytes alone by
- * MPI to another host. With an array task (MP_ARRAY_TASK) the worker calls
- * it once over its slice; with an ordinary task (MP_TASK) once per item,
- * whose payload is the item and which must set exactly out_size bytes
- * (else MP_EPROTO). A failure (non-zero, mp_raise) fails its chunk: the
- * call returns the first failed chunk's error ("chunk c: task on rank N:
- * ..."), the other chunks' items are written. MP_EINVAL, MP_ENOENT (no task
- * or array task of that name), MP_ECHILD. */
-int mp_mpi_pool_map_array(mp_mpi_pool *p, const char *task, const void *in, size_t n,
-                          size_t in_size, void *out, size_t out_size, size_t chunksize);
-/* The async form: *res is one result whose items are the chunks. out is
- * written while rank 0 is inside a pool call (wait, get): keep it alive
- * and untouched until the result is ready. get gives no message. */
-int mp_mpi_pool_map_array_async(mp_mpi_pool *p, const char *task, const void *in, size_t n,
-                                size_t in_size, void *out, size_t out_size, size_t chunksize,
-                                mp_mpi_result **res);
-/* Items in r: n for map_async/starmap_async, 1 for apply_async, the chunks
- * for map_array_async, 0 for NULL. */
-size_t mp_mpi_result_count(const mp_mpi_result *r);
-/* Whether r is done (every item, for a map), without moving work: use
- * mp_mpi_result_wait to wait. false for NULL. */
-bool mp_mpi_result_ready(mp_mpi_result *r);
-/* Item i of a done result: 0 and *out its message, handed over once
- * (MP_ESTATE the second time); the item's own error ("item i: " and the
- * rank's text); MP_ESTATE when not done yet; MP_EINVAL for i out of range.
- * For map_array_async, item i is chunk i, once the whole result is done:
- * 0 (*out NULL: its bytes are in the caller's out) or its error. */
-int mp_mpi_result_item(mp_mpi_result *r, size_t i, mp_msg **out);
-
-typedef struct mp_mpi_imap mp_mpi_imap;
-
-/* Lazy results, as mp_pool_imap: every item is queued now, and
- * mp_mpi_imap_next yields them in input order as each is done. Errors as
- * mp_mpi_pool_apply_async. *it: destroy it with mp_mpi_imap_destroy. */
-int mp_mpi_pool_imap(mp_mpi_pool *p, const char *task, const mp_msg *const *in, size_t n,
-                     mp_mpi_imap **it);
-/* As mp_mpi_pool_imap, but next yields items in the order they finish. */
-int mp_mpi_pool_imap_unordered(mp_mpi_pool *p, const char *task, const mp_msg *const *in,
-                               size_t n, mp_mpi_imap **it);
-/* The next item, moving the pool's work while it waits: 0 with *out a new
- * message (destroy it); the item's own error (a task that failed or called
- * mp_raise: "item i: task on rank N: ..."; the iteration goes on after
- * it); MP_ETIMEDOUT (not done in time; 0 polls); MP_ECLOSED once every
- * item was returned; MP_ECHILD when a rank failed. *index (may be NULL)
- * gets the item's input index, for an item's error too. */
-int mp_mpi_imap_next(mp_mpi_imap *it, double timeout, mp_msg **out, size_t *index);
-/* Frees the iterator; items not yet done still run, then are dropped.
- * NULL is a no-op. Valid after the pool's destroy. */
-void mp_mpi_imap_destroy(mp_mpi_imap *it);
+/* Collective. On rank 0: *out is an ordinary mp_pool (mproc/pool.h) whose
+ * workers are the other ranks (rank 0 itself runs no task): mp_pool_apply,
+ * mp_pool_apply_async, mp_pool_map, mp_pool_map_async, mp_pool_starmap,
+ * mp_pool_starmap_async, mp_pool_map_array, mp_pool_map_array_async,
+ * mp_pool_imap, mp_pool_imap_unordered, mp_imap_next, mp_async_result_wait,
+ * _get, _ready, _successful, _count, _item, _error, _retain, _release,
+ * mp_pool_size (the worker ranks), mp_pool_close, mp_pool_join and
+ * mp_pool_destroy work on it with their documented meaning. On the other
+ * ranks: serves tasks until rank 0 destroys the pool, then returns 0 with
+ * *out NULL (or MP_ECHILD when a rank failed). MP_EINVAL with fewer than 2
+ * ranks.
+ *
+ * Tasks are MP_TASK functions (MP_ARRAY_TASK for map_array), registered in
+ * every rank; a task's message may carry bytes and tensors. Each item is
+ * one task: chunksize is ignored except by map_array (chunks of chunksize
+ * items, 0: about four per worker rank; a result's items are then its
+ * chunks). Rank 0 hands a task to a worker rank only when that rank is
+ * idle, and work moves while rank 0 is inside a pool, result or iterator
+ * call (no thread): so callbacks are refused (MP_ENOTSUP; wait on the
+ * result instead), and the async map_array writes out only while rank 0
+ * waits. A task that returns non-zero or calls mp_raise fails that item
+ * only (its sentence: "task on rank N: ..."; the worker serves on); a
+ * worker rank that dies fails the job (every call: MP_ECHILD).
+ * mp_pool_terminate cannot kill a rank: queued tasks fail with MP_ECLOSED,
+ * running ones finish. mp_pool_destroy lets queued and running tasks
+ * finish, then stops the workers; results and iterators stay valid. Pool,
+ * results and iterators are used from one thread of rank 0. */
+int mp_mpi_pool_create(mp_pool **out);
 
 /* ---- collectives ----------------------------------------------------------- */
 

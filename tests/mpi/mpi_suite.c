@@ -493,17 +493,17 @@ static mp_msg *int_msg(int64_t x)
 MP_ENTRY(case_pool)
 {
     enum { N = 40 };
-    mp_mpi_pool *p = NULL;
+    mp_pool *p = NULL;
     mp_msg *in[N], *out[N];
     OK(mp_mpi_pool_create(&p));
     if (rank != 0) {
         CHECK(p == NULL, "a worker rank got a pool");
         return 0;
     }
-    CHECK(mp_mpi_pool_size(p) == size - 1, "size %d", mp_mpi_pool_size(p));
+    CHECK(mp_pool_size(p) == size - 1, "size %d", mp_pool_size(p));
     for (int i = 0; i < N; i++)
         in[i] = int_msg(i + 100);
-    OK(mp_mpi_pool_map(p, "square", (const mp_msg *const *)in, N, out));
+    OK(mp_pool_map(p, "square", (const mp_msg *const *)in, N, 0, out));
     for (int i = 0; i < N; i++) {
         int64_t v;
         memcpy(&v, mp_msg_payload(out[i], NULL), sizeof v);
@@ -511,22 +511,37 @@ MP_ENTRY(case_pool)
         mp_msg_destroy(out[i]), mp_msg_destroy(in[i]);
     }
     /* A failing task fails alone; the others and the worker carry on. */
-    mp_mpi_result *r[3];
+    mp_async_result *r[3];
     for (int i = 0; i < 3; i++) {
         mp_msg *m = int_msg(12 + i);
-        OK(mp_mpi_pool_apply_async(p, "square", m, &r[i]));
+        OK(mp_pool_apply_async(p, "square", m, NULL, &r[i]));
         mp_msg_destroy(m);
     }
-    mp_msg *o = NULL;
-    OK(mp_mpi_result_get(r[0], p, 30, &o));
-    mp_msg_destroy(o), o = NULL;
-    CHECK(mp_mpi_result_get(r[1], p, 30, &o) == MP_ECHILD, "the raising task");
+    const mp_msg *b = NULL; /* borrowed from the result, as with a local pool */
+    OK(mp_async_result_get(r[0], 30, &b));
+    int64_t v0 = 0;
+    memcpy(&v0, mp_msg_payload(b, NULL), sizeof v0);
+    CHECK(v0 == 144, "apply_async result %lld", (long long)v0);
+    CHECK(mp_async_result_get(r[1], 30, &b) == MP_ECHILD, "the raising task");
     CHECK(strstr(mp_last_error(), "unlucky 13") != NULL, "error text: %s", mp_last_error());
-    CHECK(strstr(mp_mpi_result_error(r[1]), "unlucky 13") != NULL, "result error");
-    OK(mp_mpi_result_get(r[2], p, 30, &o));
-    mp_msg_destroy(o), o = NULL;
+    CHECK(strstr(mp_async_result_error(r[1]), "unlucky 13") != NULL, "result error");
+    CHECK(mp_async_result_successful(r[1]) == 0 && mp_async_result_successful(r[0]) == 1,
+          "successful");
+    OK(mp_async_result_wait(r[2], 30));
+    OK(mp_async_result_get(r[2], 0, &b));
+    OK(mp_async_result_get(r[2], 0, &b)); /* borrowed: as often as wanted */
+    CHECK(mp_async_result_retain(r[2]) == r[2], "retain");
+    mp_async_result_release(r[2]);
     for (int i = 0; i < 3; i++)
-        mp_mpi_result_release(r[i]);
+        mp_async_result_release(r[i]);
+    /* No handler thread: callbacks are refused, with the reason. */
+    mp_pool_callbacks cb = {.size = sizeof cb};
+    mp_async_result *cr = NULL;
+    mp_msg *o = NULL;
+    OK(mp_msg_create(&o));
+    CHECK(mp_pool_apply_async(p, "square", o, &cb, &cr) == MP_ENOTSUP && cr == NULL &&
+          strstr(mp_last_error(), "callbacks"), "callbacks on a pool over ranks");
+    mp_msg_destroy(o), o = NULL;
     /* Tensors both ways. */
     int64_t n = 1 << 16;
     mp_tensor *t = NULL, *back = NULL;
@@ -536,14 +551,23 @@ MP_ENTRY(case_pool)
         ((float *)mp_tensor_data(t))[i] = (float)i;
     OK(mp_msg_create(&m));
     OK(mp_msg_add_tensor(m, NULL, t));
-    OK(mp_mpi_pool_apply(p, "twice", m, &o));
+    OK(mp_pool_apply(p, "twice", m, &o));
     OK(mp_msg_find_tensor(o, "r", &back));
     for (int64_t i = 0; i < n; i++)
         CHECK(((float *)mp_tensor_data(back))[i] == 2.0f * (float)i, "tensor item %lld",
               (long long)i);
-    CHECK(mp_mpi_pool_apply(p, "nosuch", m, &o) == MP_ENOENT, "unknown task");
+    CHECK(mp_pool_apply(p, "nosuch", m, &o) == MP_ENOENT, "unknown task");
     mp_tensor_release(t), mp_tensor_release(back), mp_msg_destroy(m), mp_msg_destroy(o);
-    mp_mpi_pool_destroy(p);
+    /* close, join: queued work still runs; later submissions are refused. */
+    m = int_msg(3);
+    OK(mp_pool_apply_async(p, "square", m, NULL, &r[0]));
+    OK(mp_pool_close(p));
+    CHECK(mp_pool_apply(p, "square", m, &o) == MP_ESTATE, "apply after close");
+    OK(mp_pool_join(p));
+    CHECK(mp_async_result_ready(r[0]), "join ran the queued task");
+    mp_async_result_release(r[0]);
+    mp_msg_destroy(m);
+    mp_pool_destroy(p);
     return 0;
 }
 
