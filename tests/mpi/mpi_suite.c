@@ -556,8 +556,9 @@ MP_ENTRY(case_pool)
     for (int64_t i = 0; i < n; i++)
         CHECK(((float *)mp_tensor_data(back))[i] == 2.0f * (float)i, "tensor item %lld",
               (long long)i);
-    CHECK(mp_pool_apply(p, "nosuch", m, &o) == MP_ENOENT, "unknown task");
-    mp_tensor_release(t), mp_tensor_release(back), mp_msg_destroy(m), mp_msg_destroy(o);
+    mp_msg_destroy(o), o = NULL;
+    CHECK(mp_pool_apply(p, "nosuch", m, &o) == MP_ENOENT && o == NULL, "unknown task");
+    mp_tensor_release(t), mp_tensor_release(back), mp_msg_destroy(m);
     /* close, join: queued work still runs; later submissions are refused. */
     m = int_msg(3);
     OK(mp_pool_apply_async(p, "square", m, NULL, &r[0]));
