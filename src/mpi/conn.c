@@ -1,7 +1,8 @@
 /* mp_mpi_pipe: a pipe between two ranks, served to its user as an mp_conn
- * (mp_conn_send, mp_conn_recv... go through the ops table at the end). Every message is ordered by one
- * MPI stream on the conn's own tag, with a close notice on the next tag
- * that says how many messages were sent, so the peer drains them before
+ * (mp_conn_send, mp_conn_recv... go through the ops table at the end).
+ * Every message is ordered by one MPI stream on the conn's own tag, with
+ * a close notice on the next tag that says how many messages were sent,
+ * so the peer drains them before
  * MP_ECLOSED. Between ranks of one host a message with attachments
  * (tensors by handle, queues, locks...) goes over a real mproc pipe whose
  * end was handed over the ranks' bootstrap socket, and the MPI stream
