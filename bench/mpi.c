@@ -2,7 +2,7 @@
  * MPI_Send/MPI_Recv between two ranks, in the same job:
  *
  *  - small-message latency: one-way trip of an 8-byte message (ping-pong
- *    round trip / 2), mp_mpi_conn_send/recv beside MPI_Send/MPI_Recv, and
+ *    round trip / 2), mp_conn_send/recv on an mp_mpi_pipe beside MPI_Send/MPI_Recv, and
  *    through two cross-rank queues (rank 1 gets and answers on the other);
  *  - 64 MiB bandwidth: a 64 MiB tensor through the conn, and through the
  *    queue both ways (rank 0, the queues' home, puts and rank 1 gets; rank
@@ -55,8 +55,8 @@ static void die(const char *what, int rc)
 }
 
 typedef struct ctx {
-    mp_mpi_conn *c;
-    mp_mpi_queue *qin, *qout; /* home rank 0: rank 0 -> 1, and back */
+    mp_conn *c;
+    mp_queue *qin, *qout; /* home rank 0: rank 0 -> 1, and back */
     bool reverse;             /* queue figures: rank 1 sends, rank 0 answers */
     mp_conn *lc;              /* rank 0: the plain pipe to the forked acker */
     mp_queue *lqin, *lqout;   /* rank 0: the local queues to the forked acker */
@@ -123,10 +123,10 @@ static int conn_roundtrip(void *p, size_t iters)
     for (size_t i = 0; i < iters && rc == 0; i++) {
         mp_msg *in = NULL;
         if (rank == 0) {
-            if ((rc = mp_mpi_conn_send(x->c, m, -1)) == 0)
-                rc = mp_mpi_conn_recv(x->c, &in, -1);
-        } else if ((rc = mp_mpi_conn_recv(x->c, &in, -1)) == 0) {
-            rc = mp_mpi_conn_send(x->c, x->t ? empty : in, -1);
+            if ((rc = mp_conn_send(x->c, m, -1)) == 0)
+                rc = mp_conn_recv(x->c, &in, -1);
+        } else if ((rc = mp_conn_recv(x->c, &in, -1)) == 0) {
+            rc = mp_conn_send(x->c, x->t ? empty : in, -1);
         }
         mp_msg_destroy(in);
     }
@@ -147,10 +147,10 @@ static int queue_roundtrip(void *p, size_t iters)
     for (size_t i = 0; i < iters && rc == 0; i++) {
         mp_msg *in = NULL;
         if (sender) {
-            if ((rc = mp_mpi_queue_put(x->qin, m, -1)) == 0)
-                rc = mp_mpi_queue_get(x->qout, &in, -1);
-        } else if ((rc = mp_mpi_queue_get(x->qin, &in, -1)) == 0) {
-            rc = mp_mpi_queue_put(x->qout, x->t ? empty : in, -1);
+            if ((rc = mp_queue_put(x->qin, m, -1)) == 0)
+                rc = mp_queue_get(x->qout, &in, -1);
+        } else if ((rc = mp_queue_get(x->qin, &in, -1)) == 0) {
+            rc = mp_queue_put(x->qout, x->t ? empty : in, -1);
         }
         mp_msg_destroy(in);
     }
@@ -327,8 +327,8 @@ static int bench_rank(const bench_opts *o)
             waitpid(acker[i], NULL, 0);
     mp_queue_release(x.lqin), mp_queue_release(x.lqout);
     mp_tensor_release(x.t);
-    mp_mpi_queue_destroy(x.qin), mp_mpi_queue_destroy(x.qout);
-    mp_mpi_conn_destroy(x.c);
+    mp_queue_release(x.qin), mp_queue_release(x.qout);
+    mp_conn_release(x.c);
     free(x.buf);
     return 0;
 }

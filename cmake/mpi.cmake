@@ -33,7 +33,7 @@ if(NOT MPROC_MPI STREQUAL "OFF")
 endif()
 
 if(MPROC_MPI_FOUND)
-  set(MPROC_MPI_SOURCES conn.c core.c local.c pool.c pool_array.c pool_iter.c queue.c queue_join.c spawn.c
+  set(MPROC_MPI_SOURCES conn.c core.c local.c pool.c pool_array.c pool_iter.c pool_ops.c queue.c queue_join.c spawn.c
       xfer.c)
   list(TRANSFORM MPROC_MPI_SOURCES PREPEND ${PROJECT_SOURCE_DIR}/src/mpi/)
   add_library(mproc_mpi STATIC ${MPROC_MPI_SOURCES})

@@ -31,7 +31,8 @@
  * mpirun, which ends the job.
  *
  * Threads: mp_mpi_init asks MPI for MPI_THREAD_MULTIPLE; one conn end is
- * used by one thread at a time. No call starts a thread.
+ * used by one thread at a time. No call starts a thread but a queue's
+ * broker (below).
  */
 #ifndef MPROC_MPI_H
 #define MPROC_MPI_H
@@ -43,6 +44,8 @@
 
 #include "mproc/error.h"
 #include "mproc/msg.h"
+#include "mproc/pool.h"
+#include "mproc/queue.h"
 #include "mproc/tensor.h"
 
 #ifdef __cplusplus
@@ -108,211 +111,111 @@ int mp_mpi_spawn(const char *entry, mp_msg *args, mp_mpi_error *err);
  * Both calls: MP_EINVAL, before anything else, when err's size is not set. */
 int mp_mpi_failure(mp_mpi_error *err);
 
-/* ---- pipes between two ranks ------------------------------------------------ */
+/* ---- pipes and queues between ranks ------------------------------------------
+ * Only the constructors are MPI calls: what they make is an ordinary
+ * mp_conn or mp_queue (mproc/queue.h), used with mp_conn_send, mp_conn_recv,
+ * mp_conn_poll, mp_conn_close, mp_conn_release, mp_queue_put, mp_queue_get,
+ * mp_queue_close, mp_queue_qsize, mp_queue_empty, mp_queue_task_done,
+ * mp_queue_join, mp_queue_release... with their documented meaning (order,
+ * exactly once, timeouts: 0 polls and is MP_ETIMEDOUT when nothing is
+ * ready, MP_ECLOSED after close), and besides: every blocking call watches
+ * the job and returns MP_ECHILD when a rank failed. What cannot work across
+ * ranks fails with MP_ENOTSUP and a sentence saying what to do instead:
+ * attaching such a conn or queue to a message (mp_msg_add_conn,
+ * mp_msg_add_queue: it cannot travel to a child process or another rank),
+ * mp_conn_fileno, mp_queue_fileno and mp_wait (MPI gives no fd to poll).
+ * Such objects belong to the rank (and the thread of it, for a conn end)
+ * that made them: do not use them in a forked child. */
 
-typedef struct mp_mpi_conn mp_mpi_conn;
-
-/* A duplex connection between this rank and peer. Both ranks call it, each
- * naming the other, in the same order as their other mp_mpi_pipe calls
- * for that pair. Blocks until the peer has called it (same-host path). */
-int mp_mpi_pipe(int peer, mp_mpi_conn **out);
-/* Sends m (not consumed). The message is handed to MPI and the call
- * returns; the conn keeps its tensors until MPI is done with them. Same
- * host: a message with attachments goes over an mproc pipe (tensors as
- * shared-memory handles, as mp_conn_send) and MPI carries a marker after
- * it; bytes alone go over MPI. It blocks (up to timeout) only while the
- * previous message on this conn is still being transferred (one in
- * flight) or the same-host pipe is full, then MP_ETIMEDOUT with nothing
- * sent. MP_ECLOSED once this end closed, or once the peer's close notice
- * arrived (asked every 8th send), MP_ENOTSUP for an attachment that cannot
- * leave its host, MP_ECHILD when a rank failed. */
-int mp_mpi_conn_send(mp_mpi_conn *c, const mp_msg *m, double timeout);
-/* Receives the next message (FIFO, exactly once). Timeouts as mp_conn_recv.
+/* A duplex connection between this rank and peer, as an mp_conn. Both
+ * ranks call it, each naming the other, in the same order as their other
+ * mp_mpi_pipe calls for that pair. Blocks until the peer has called it
+ * (same-host path). Release it with mp_conn_release (it closes this end,
+ * then waits for the sends MPI still carries).
+ *
+ * Its calls: mp_conn_send hands the message to MPI and returns; the conn
+ * keeps its tensors until MPI is done with them. Same host: a message with
+ * attachments goes over an mproc pipe (tensors as shared-memory handles)
+ * and MPI carries a marker after it; bytes alone go over MPI. It blocks
+ * (up to timeout) only while the previous message on this conn is still
+ * being transferred (one in flight) or the same-host pipe is full, then
+ * MP_ETIMEDOUT with nothing sent. MP_ECLOSED once this end closed, or once
+ * the peer's close notice arrived (asked every 8th send); MP_ENOTSUP for an
+ * attachment that cannot leave its host. mp_conn_recv: FIFO, exactly once;
  * MP_ECLOSED when the peer closed and everything it sent was received;
- * MP_ECHILD when a rank failed; MP_ENOSPC when /dev/shm cannot hold a
- * received tensor (the message is dropped). */
-int mp_mpi_conn_recv(mp_mpi_conn *c, mp_msg **out, double timeout);
-/* Closes this end: later calls here fail with MP_ECLOSED; the peer
- * receives what was sent before, then MP_ECLOSED. */
-int mp_mpi_conn_close(mp_mpi_conn *c);
-/* 1 when the conn takes the same-host path. */
-int mp_mpi_conn_is_local(const mp_mpi_conn *c);
-/* Closes if needed, waits for sends in flight and frees. NULL is a no-op. */
-void mp_mpi_conn_destroy(mp_mpi_conn *c);
+ * MP_ENOSPC when /dev/shm cannot hold a received tensor (the message is
+ * dropped). mp_conn_poll: 1 when a message or the end is ready. One conn
+ * end is used by one thread at a time. */
+int mp_mpi_pipe(int peer, mp_conn **out);
+/* 1 when c (made by mp_mpi_pipe) takes the same-host path, 0 when it goes
+ * over MPI; MP_EINVAL for NULL or a conn not made by mp_mpi_pipe. */
+int mp_mpi_conn_is_local(const mp_conn *c);
 
-/* ---- queues shared by every rank ---------------------------------------------
- * An mproc Queue (unbounded) that lives on rank `home`: any rank puts, any
- * rank gets, each message goes to exactly one getter, FIFO per producer.
- * Ranks on the home's host use the real queue (shared memory, as mproc
- * processes do); ranks on other hosts go through a broker thread on the
- * home rank (the one thread this layer starts, only when some rank is on
- * another host), with tensors over MPI. A JoinableQueue keeps its counts
- * at the home too (task_done and join from any rank). */
-
-typedef struct mp_mpi_queue mp_mpi_queue;
-
-/* Collective: every rank calls it, queues in the same order everywhere.
- * Blocks until every rank has its handle. */
-int mp_mpi_queue_create(int home, mp_mpi_queue **out);
-/* Puts m (not consumed). From another host it returns once the home has
- * queued it. The queue is unbounded, but a put waits while the queue's
- * socket buffer is full (as mp_queue_put does): MP_ETIMEDOUT when there is
- * no room in time (timeout 0: within one round trip to the home), and then
- * nothing was put. MP_ECLOSED after close, MP_ENOTSUP for host-local
- * attachments sent to another host, MP_ECHILD when a rank failed. */
-int mp_mpi_queue_put(mp_mpi_queue *q, const mp_msg *m, double timeout);
-/* Takes the oldest message: MP_ETIMEDOUT (none in time; timeout 0: none
- * within one round trip to the home), MP_ECLOSED (closed and drained). A get
- * that times out from another host never loses a message: one answered
- * before the cancel arrives is returned. */
-int mp_mpi_queue_get(mp_mpi_queue *q, mp_msg **out, double timeout);
-/* Closes the queue for every rank: puts fail, gets drain, then MP_ECLOSED. */
-int mp_mpi_queue_close(mp_mpi_queue *q);
-/* 1 when this rank uses the real queue (home's host, same-host path on). */
-int mp_mpi_queue_is_local(const mp_mpi_queue *q);
-/* Collective: waits for every rank, stops the broker, frees. NULL: no-op. */
-void mp_mpi_queue_destroy(mp_mpi_queue *q);
-
-/* A JoinableQueue shared by every rank (mp_joinable_queue_create across
- * ranks): as mp_mpi_queue_create, and the home's queue counts every
- * message put and not yet task_done'd, from any rank. Collective. */
-int mp_mpi_joinable_queue_create(int home, mp_mpi_queue **out);
-/* 1 for a queue made by mp_mpi_joinable_queue_create, else 0. */
-int mp_mpi_queue_is_joinable(const mp_mpi_queue *q);
-/* Marks one message taken by a get (on any rank) as processed. MP_ESTATE
- * on a plain queue, or when called more times than messages were put (in
- * all, over every rank); MP_ECHILD when a rank failed. From another host
- * it waits for the home's answer. */
-int mp_mpi_queue_task_done(mp_mpi_queue *q);
-/* Waits until every message put (by any rank) was task_done'd (by any
- * rank): 0, MP_ETIMEDOUT (messages still outstanding in time; timeout 0:
- * now, from another host: within one round trip to the home), MP_ESTATE on
- * a plain queue, MP_ECHILD when a rank failed meanwhile (a rank that dies
- * holding a message it never marks done ends the job, so no join hangs). */
-int mp_mpi_queue_join(mp_mpi_queue *q, double timeout);
-/* Approximate, as mp_queue_qsize: messages put and not yet taken, counted
- * at the home (from another host: one round trip). A negative error
- * (MP_EINVAL, MP_ECHILD) instead of a size. */
-int64_t mp_mpi_queue_qsize(mp_mpi_queue *q);
-/* 1 when qsize is 0, 0 when not, or qsize's negative error. */
-int mp_mpi_queue_empty(mp_mpi_queue *q);
+/* An unbounded mproc Queue that lives on rank `home`, as an mp_queue: any
+ * rank puts, any rank gets, each message goes to exactly one getter, FIFO
+ * per producer. Ranks on the home's host use the real queue (shared
+ * memory, as mproc processes do); ranks on other hosts go through a broker
+ * thread on the home rank (the one thread this layer starts, only when
+ * some rank is on another host), with tensors over MPI. Collective: every
+ * rank calls it, queues in the same order everywhere; blocks until every
+ * rank has its handle. The LAST mp_queue_release of it is collective too:
+ * every rank releases it (it waits for every rank, then stops the broker).
+ *
+ * Its calls: mp_queue_put from another host returns once the home has
+ * queued it; a put waits while the queue's socket buffer is full (as
+ * mp_queue_put does): MP_ETIMEDOUT when there is no room in time (timeout 0:
+ * within one round trip to the home), and then nothing was put.
+ * mp_queue_get: MP_ETIMEDOUT (none in time; timeout 0: none within one
+ * round trip to the home), MP_ECLOSED (closed and drained); a get that
+ * times out from another host never loses a message. mp_queue_close closes
+ * it for every rank. mp_queue_qsize counts at the home (from another host:
+ * one round trip) and returns a negative error (MP_ECHILD) instead of a
+ * size when the job failed; mp_queue_empty is then true.
+ * mp_queue_maxsize is 0 and mp_queue_full false (unbounded). */
+int mp_mpi_queue_create(int home, mp_queue **out);
+/* The same as a JoinableQueue: the home's queue counts every message put
+ * and not yet task_done'd, from any rank. mp_queue_task_done (from another
+ * host it waits for the home's answer; MP_ESTATE when called more times
+ * than messages were put, over every rank) and mp_queue_join (MP_ETIMEDOUT
+ * while messages are outstanding; timeout 0 from another host: within one
+ * round trip; MP_ECHILD when a rank failed meanwhile, so no join hangs on
+ * a dead rank) work from any rank. Collective. */
+int mp_mpi_joinable_queue_create(int home, mp_queue **out);
+/* 1 when this rank uses q's real queue (home's host, same-host path on),
+ * 0 when it goes over MPI; MP_EINVAL for NULL or another queue. */
+int mp_mpi_queue_is_local(const mp_queue *q);
 
 /* ---- a pool over ranks ------------------------------------------------------
- * The mpi4py.futures shape: rank 0 submits, every other rank serves.
- * Tasks are MP_TASK functions (mproc/pool.h), registered in every rank;
- * a task's message may carry bytes and tensors. Rank 0 hands a task to a
- * worker rank only when that rank is idle; work moves while rank 0 is in
- * a pool, result or iterator call (no thread). The calls mirror mp_pool's:
- * apply, map, starmap, their _async forms, imap/imap_unordered and
- * map_array. A task that returns non-zero or calls mp_raise fails that
- * task only (its result, imap item or map_array chunk says why, with the
- * rank; the worker serves on); a worker rank that dies fails the job
- * (every call: MP_ECHILD). Pool, results and iterators are used from one
- * thread of rank 0. */
+ * The mpi4py.futures shape: rank 0 submits, every other rank serves. */
 
-typedef struct mp_mpi_pool mp_mpi_pool;
-typedef struct mp_mpi_result mp_mpi_result;
-
-/* Collective. On rank 0: *out is the pool (rank 0 itself runs no task).
- * On the other ranks: serves tasks until rank 0 destroys the pool, then
- * returns 0 with *out NULL (or MP_ECHILD when a rank failed). MP_EINVAL
- * with fewer than 2 ranks. */
-int mp_mpi_pool_create(mp_mpi_pool **out);
-/* Worker ranks (size - 1). */
-int mp_mpi_pool_size(const mp_mpi_pool *p);
-/* Queues task(in) (copied: the caller keeps in). *res: the caller's
- * reference (mp_mpi_result_release). MP_ENOENT: no such task here. */
-int mp_mpi_pool_apply_async(mp_mpi_pool *p, const char *task, const mp_msg *in,
-                            mp_mpi_result **res);
-/* Runs task(in) on a worker and waits: *out a new message (destroy it), or
- * the task's error (mp_last_error: the rank and the mp_raise text). */
-int mp_mpi_pool_apply(mp_mpi_pool *p, const char *task, const mp_msg *in, mp_msg **out);
-/* task over in[0..n-1] spread over the workers; out[i] new messages. On a
- * failed item: its error, and no out set. */
-int mp_mpi_pool_map(mp_mpi_pool *p, const char *task, const mp_msg *const *in, size_t n,
-                    mp_msg **out);
-/* Waits (moving p's work) until r is done: 0 or MP_ETIMEDOUT (timeout 0 polls). */
-int mp_mpi_result_wait(mp_mpi_result *r, mp_mpi_pool *p, double timeout);
-/* Waits, then 0 with *out (may be NULL) the result message, handed over
- * once (MP_ESTATE the second time), or the task's error. */
-int mp_mpi_result_get(mp_mpi_result *r, mp_mpi_pool *p, double timeout, mp_msg **out);
-/* The failed task's sentence ("" when it succeeded or is not done). */
-const char *mp_mpi_result_error(const mp_mpi_result *r);
-void mp_mpi_result_release(mp_mpi_result *r);
-/* Lets queued and running tasks finish, stops the workers (their
- * mp_mpi_pool_create returns) and frees p. Results and iterators stay
- * valid. NULL: no-op. */
-void mp_mpi_pool_destroy(mp_mpi_pool *p);
-
-/* task over in[0..n-1] without waiting: *res is one result of n items (the
- * caller's reference). Each item is one task, failing alone. Waiting,
- * get (the first failed item's error as "item i: ...", else item 0's
- * message) and release as for apply_async; mp_mpi_result_item takes each
- * item. Errors as mp_mpi_pool_apply_async. */
-int mp_mpi_pool_map_async(mp_mpi_pool *p, const char *task, const mp_msg *const *in, size_t n,
-                          mp_mpi_result **res);
-/* As mp_pool_starmap: item i is the nargs messages args[i*nargs ..
- * i*nargs+nargs-1], packed into one message the task unpacks with
- * mp_task_nargs/mp_task_arg. out[i] new messages; on a failed item its
- * error and no out set. MP_EINVAL for nargs 0 or above 1024. */
-int mp_mpi_pool_starmap(mp_mpi_pool *p, const char *task, const mp_msg *const *args, size_t n,
-                        size_t nargs, mp_msg **out);
-/* The async form of mp_mpi_pool_starmap: *res as mp_mpi_pool_map_async. */
-int mp_mpi_pool_starmap_async(mp_mpi_pool *p, const char *task, const mp_msg *const *args,
-                              size_t n, size_t nargs, mp_mpi_result **res);
-/* As mp_pool_map_array, over ranks: n items of in_size bytes at in, out
- * + i * out_size gets item i's out_size bytes. The input is copied once
- * into shared memory and cut into chunks of chunksize items (0: about four
- * per worker rank); each chunk is one task whose slice travels as a
- * shared-memory handle to a rank of this host and as its bytes alone by
- * MPI to another host. With an array task (MP_ARRAY_TASK) the worker calls
- * it once over its slice; with an ordinary task (MP_TASK) once per item,
- * whose payload is the item and which must set exactly out_size bytes
- * (else MP_EPROTO). A failure (non-zero, mp_raise) fails its chunk: the
- * call returns the first failed chunk's error ("chunk c: task on rank N:
- * ..."), the other chunks' items are written. MP_EINVAL, MP_ENOENT (no task
- * or array task of that name), MP_ECHILD. */
-int mp_mpi_pool_map_array(mp_mpi_pool *p, const char *task, const void *in, size_t n,
-                          size_t in_size, void *out, size_t out_size, size_t chunksize);
-/* The async form: *res is one result whose items are the chunks. out is
- * written while rank 0 is inside a pool call (wait, get): keep it alive
- * and untouched until the result is ready. get gives no message. */
-int mp_mpi_pool_map_array_async(mp_mpi_pool *p, const char *task, const void *in, size_t n,
-                                size_t in_size, void *out, size_t out_size, size_t chunksize,
-                                mp_mpi_result **res);
-/* Items in r: n for map_async/starmap_async, 1 for apply_async, the chunks
- * for map_array_async, 0 for NULL. */
-size_t mp_mpi_result_count(const mp_mpi_result *r);
-/* Whether r is done (every item, for a map), without moving work: use
- * mp_mpi_result_wait to wait. false for NULL. */
-bool mp_mpi_result_ready(mp_mpi_result *r);
-/* Item i of a done result: 0 and *out its message, handed over once
- * (MP_ESTATE the second time); the item's own error ("item i: " and the
- * rank's text); MP_ESTATE when not done yet; MP_EINVAL for i out of range.
- * For map_array_async, item i is chunk i, once the whole result is done:
- * 0 (*out NULL: its bytes are in the caller's out) or its error. */
-int mp_mpi_result_item(mp_mpi_result *r, size_t i, mp_msg **out);
-
-typedef struct mp_mpi_imap mp_mpi_imap;
-
-/* Lazy results, as mp_pool_imap: every item is queued now, and
- * mp_mpi_imap_next yields them in input order as each is done. Errors as
- * mp_mpi_pool_apply_async. *it: destroy it with mp_mpi_imap_destroy. */
-int mp_mpi_pool_imap(mp_mpi_pool *p, const char *task, const mp_msg *const *in, size_t n,
-                     mp_mpi_imap **it);
-/* As mp_mpi_pool_imap, but next yields items in the order they finish. */
-int mp_mpi_pool_imap_unordered(mp_mpi_pool *p, const char *task, const mp_msg *const *in,
-                               size_t n, mp_mpi_imap **it);
-/* The next item, moving the pool's work while it waits: 0 with *out a new
- * message (destroy it); the item's own error (a task that failed or called
- * mp_raise: "item i: task on rank N: ..."; the iteration goes on after
- * it); MP_ETIMEDOUT (not done in time; 0 polls); MP_ECLOSED once every
- * item was returned; MP_ECHILD when a rank failed. *index (may be NULL)
- * gets the item's input index, for an item's error too. */
-int mp_mpi_imap_next(mp_mpi_imap *it, double timeout, mp_msg **out, size_t *index);
-/* Frees the iterator; items not yet done still run, then are dropped.
- * NULL is a no-op. Valid after the pool's destroy. */
-void mp_mpi_imap_destroy(mp_mpi_imap *it);
+/* Collective. On rank 0: *out is an ordinary mp_pool (mproc/pool.h) whose
+ * workers are the other ranks (rank 0 itself runs no task): mp_pool_apply,
+ * mp_pool_apply_async, mp_pool_map, mp_pool_map_async, mp_pool_starmap,
+ * mp_pool_starmap_async, mp_pool_map_array, mp_pool_map_array_async,
+ * mp_pool_imap, mp_pool_imap_unordered, mp_imap_next, mp_async_result_wait,
+ * _get, _ready, _successful, _count, _item, _error, _retain, _release,
+ * mp_pool_size (the worker ranks), mp_pool_close, mp_pool_join and
+ * mp_pool_destroy work on it with their documented meaning. On the other
+ * ranks: serves tasks until rank 0 destroys the pool, then returns 0 with
+ * *out NULL (or MP_ECHILD when a rank failed). MP_EINVAL with fewer than 2
+ * ranks.
+ *
+ * Tasks are MP_TASK functions (MP_ARRAY_TASK for map_array), registered in
+ * every rank; a task's message may carry bytes and tensors. Each item is
+ * one task: chunksize is ignored except by map_array (chunks of chunksize
+ * items, 0: about four per worker rank; a result's items are then its
+ * chunks). Rank 0 hands a task to a worker rank only when that rank is
+ * idle, and work moves while rank 0 is inside a pool, result or iterator
+ * call (no thread): so callbacks are refused (MP_ENOTSUP; wait on the
+ * result instead), and the async map_array writes out only while rank 0
+ * waits. A task that returns non-zero or calls mp_raise fails that item
+ * only (its sentence: "task on rank N: ..."; the worker serves on); a
+ * worker rank that dies fails the job (every call: MP_ECHILD).
+ * mp_pool_terminate cannot kill a rank: queued tasks fail with MP_ECLOSED,
+ * running ones finish. mp_pool_destroy lets queued and running tasks
+ * finish, then stops the workers; results and iterators stay valid. Pool,
+ * results and iterators are used from one thread of rank 0. */
+int mp_mpi_pool_create(mp_pool **out);
 
 /* ---- collectives ----------------------------------------------------------- */
 

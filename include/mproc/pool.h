@@ -120,7 +120,10 @@ typedef struct mp_pool_options {
 /* Fills defaults: default start method, no initializer, no limit. */
 MP_API void mp_pool_options_init(mp_pool_options *o);
 
-/* Starts nprocs workers (0: the number of online CPUs) and the handler
+/* (mp_mpi_pool_create, mproc/mpi.h, makes an mp_pool whose workers are MPI
+ * ranks; the calls below work on it too, see that header.)
+ *
+ * Starts nprocs workers (0: the number of online CPUs) and the handler
  * thread. opts may be NULL (defaults). Blocks until the workers run.
  * MP_EINVAL, MP_ENOENT (unknown start method or initializer), MP_ENOMEM,
  * MP_EMFILE, MP_ECHILD (a worker failed to start), MP_ESYS. */

@@ -152,7 +152,9 @@ MP_API int mp_queue_put_state_dict(mp_queue *q, size_t n, const char *const *nam
 /* The state_dict as a message of named tensors (mp_msg_find_tensor). */
 MP_API int mp_queue_get_state_dict(mp_queue *q, mp_msg **out, double timeout);
 
-/* ---- as message attachments (retained by the message) ---------------------- */
+/* ---- as message attachments (retained by the message) ----------------------
+ * A queue or conn between MPI ranks (mproc/mpi.h) cannot travel in a
+ * message: adding one fails with MP_ENOTSUP. */
 MP_API int mp_msg_add_queue(mp_msg *m, const char *name, mp_queue *q);
 /* New reference; MP_EINVAL if attachment index is not a (joinable) queue. */
 MP_API int mp_msg_get_queue(const mp_msg *m, size_t index, mp_queue **out);

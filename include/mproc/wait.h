@@ -66,6 +66,8 @@ MP_API int mp_wait(mp_wait_item *items, size_t n, double timeout);
  * pidfd, readable once the child has exited). */
 MP_API int mp_conn_fileno(const mp_conn *c);
 MP_API int mp_queue_fileno(const mp_queue *q);
+/* (A conn or queue between MPI ranks, mproc/mpi.h, has no fd: the two
+ * _fileno calls and mp_wait fail on it with MP_ENOTSUP.) */
 MP_API int mp_simple_queue_fileno(const mp_simple_queue *q);
 
 #ifdef __cplusplus

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 
 #include "ipc/ipc.h"
+#include "ipc/remote.h"
 #include "ipc/ring.h"
 #include "mproc/wait.h"
 
@@ -36,6 +37,8 @@ struct mp_conn {
     int mode;              /* CONN_READ | CONN_WRITE */
     int end;               /* 0 or 1: which of ctl->rx this end receives on */
     mp__segment *seg;      /* holds conn_ctl */
+    const mp__conn_ops *ops; /* NULL: the local pipe above; else ops serve it */
+    void *impl;
 };
 
 static int conn_new(int sock, int mode, int end, mp__segment *seg, mp_conn **out)
@@ -136,6 +139,11 @@ void mp_conn_release(mp_conn *c)
 {
     if (!c || atomic_fetch_sub(&c->refs, 1) != 1)
         return;
+    if (c->ops) {
+        c->ops->destroy(c->impl);
+        free(c);
+        return;
+    }
     if (c->sock >= 0)
         mp_conn_close(c);
     mp__segment_release(c->seg);
@@ -154,8 +162,32 @@ static int usable(mp_conn *c, int mode, const char *fn)
     return 0;
 }
 
+int mp__conn_wrap(const mp__conn_ops *ops, void *impl, mp_conn **out)
+{
+    mp_conn *c = calloc(1, sizeof *c);
+    if (!c)
+        return mp__error(MP_ENOMEM, "mp_conn: out of memory");
+    atomic_init(&c->refs, 1);
+    c->sock = -1;
+    c->mode = CONN_READ | CONN_WRITE;
+    c->ops = ops;
+    c->impl = impl;
+    *out = c;
+    return 0;
+}
+
+void *mp__conn_impl(const mp_conn *c, const mp__conn_ops *ops)
+{
+    return c && c->ops == ops ? c->impl : NULL;
+}
+
+bool mp__conn_is_remote(const mp_conn *c) { return c && c->ops; }
+
 int mp_conn_send(mp_conn *c, const mp_msg *m, double timeout)
 {
+    if (c && c->ops)
+        return m ? c->ops->send(c->impl, m, mp__ipc_deadline(timeout), "mp_conn_send")
+                 : mp__error(MP_EINVAL, "mp_conn_send: message is NULL");
     int rc = usable(c, CONN_WRITE, "mp_conn_send");
     if (rc < 0)
         return rc;
@@ -171,6 +203,9 @@ int mp_conn_recv(mp_conn *c, mp_msg **out, double timeout)
     int rc;
     if (out)
         *out = NULL;
+    if (c && c->ops)
+        return out ? c->ops->recv(c->impl, out, mp__ipc_deadline(timeout), "mp_conn_recv")
+                   : mp__error(MP_EINVAL, "mp_conn_recv: out is NULL");
     if ((rc = usable(c, CONN_READ, "mp_conn_recv")) < 0)
         return rc;
     if (!out)
@@ -188,7 +223,7 @@ int mp_conn_recv(mp_conn *c, mp_msg **out, double timeout)
 int mp_conn_send_bytes(mp_conn *c, const void *buf, size_t len, double timeout)
 {
     mp_msg *m = NULL;
-    int rc = usable(c, CONN_WRITE, "mp_conn_send_bytes");
+    int rc = c && c->ops ? 0 : usable(c, CONN_WRITE, "mp_conn_send_bytes");
     if (rc < 0)
         return rc;
     if (len && !buf)
@@ -196,7 +231,8 @@ int mp_conn_send_bytes(mp_conn *c, const void *buf, size_t len, double timeout)
     if ((rc = mp_msg_create(&m)) < 0)
         return rc;
     if ((rc = mp_msg_set_payload(m, buf, len)) == 0)
-        rc = conn_send(c, m, timeout, "mp_conn_send_bytes");
+        rc = c->ops ? c->ops->send(c->impl, m, mp__ipc_deadline(timeout), "mp_conn_send_bytes")
+                    : conn_send(c, m, timeout, "mp_conn_send_bytes");
     mp_msg_destroy(m);
     return rc;
 }
@@ -231,6 +267,8 @@ int mp_conn_recv_bytes(mp_conn *c, void **out, size_t *len, double timeout)
 
 int mp_conn_poll(mp_conn *c, double timeout)
 {
+    if (c && c->ops)
+        return c->ops->poll(c->impl, mp__ipc_deadline(timeout), "mp_conn_poll");
     int rc = usable(c, CONN_READ, "mp_conn_poll");
     if (rc < 0)
         return rc;
@@ -240,12 +278,21 @@ int mp_conn_poll(mp_conn *c, double timeout)
 
 int mp__conn_fd(const mp_conn *c) { return c->sock; }
 
-int mp_conn_fileno(const mp_conn *c) { return c ? c->sock : -1; }
+int mp_conn_fileno(const mp_conn *c)
+{
+    if (c && c->ops)
+        return mp__error(MP_ENOTSUP, "mp_conn_fileno: %s has no fd to poll (its messages "
+                                     "arrive by MPI); call mp_conn_poll with a timeout "
+                                     "instead", c->ops->what);
+    return c ? c->sock : -1;
+}
 
 int mp_conn_close(mp_conn *c)
 {
     if (!c)
         return mp__error(MP_EINVAL, "mp_conn_close: connection is NULL");
+    if (c->ops)
+        return c->ops->close(c->impl, "mp_conn_close");
     if (c->sock >= 0 && (c->mode & CONN_WRITE)) {
         c->sock = mp__close(c->sock);
         /* A reader asleep on the ring looks at the socket now: EOF if this
@@ -331,6 +378,11 @@ const mp__objkind mp__conn_kind = {MP_ATTACH_CONN, "connection", conn_retain, co
 
 int mp_msg_add_conn(mp_msg *m, const char *name, mp_conn *c)
 {
+    if (c && c->ops)
+        return mp__error(MP_ENOTSUP, "mp_msg_add_conn: %s cannot travel in a message (it "
+                                     "is not an object of this host); keep it in the rank "
+                                     "that made it, or make a pipe between the ranks that "
+                                     "need it", c->ops->what);
     return mp__msg_add_object(m, name, &mp__conn_kind, c);
 }
 

@@ -36,10 +36,17 @@ typedef struct mp__qctl {
     mp__ring ring;                  /* small messages without fds (src/ipc/ring.c) */
 } mp__qctl;
 
+/* What a queue that is not this host's shared-memory queue does instead
+ * (src/ipc/remote.h: a queue shared by MPI ranks). NULL for every local
+ * queue, so the local path costs one predictable branch. */
+typedef struct mp__queue_ops mp__queue_ops;
+
 /* One process's handle of a queue of any of the three kinds. */
 typedef struct mp__queue {
     _Atomic int refs;
     int kind;
+    const mp__queue_ops *ops;       /* NULL: the local queue below */
+    void *impl;                     /* ops' object */
     int rsock;                      /* gets read here */
     int wsock;                      /* puts write here */
     mp__segment *seg;

@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 
 #include "ipc/ipc.h"
+#include "ipc/remote.h"
 #include "wire/frame.h"
 
 static int init_ctl(mp__qctl *c, int kind, int64_t maxsize)
@@ -73,6 +74,11 @@ void mp__queue_release(mp__queue *q)
 {
     if (!q || atomic_fetch_sub(&q->refs, 1) != 1)
         return;
+    if (q->ops) {
+        q->ops->destroy(q->impl);
+        free(q);
+        return;
+    }
     mp__close(q->rsock);
     mp__close(q->wsock);
     mp__segment_release(q->seg);
@@ -134,6 +140,8 @@ int mp__queue_put(mp__queue *q, const mp_msg *m, double deadline, const char *fn
     int rc;
     if (!q || !m)
         return mp__error(MP_EINVAL, "%s: %s is NULL", fn, q ? "message" : "queue");
+    if (q->ops)
+        return q->ops->put(q->impl, m, deadline, fn);
     c = q->ctl;
     if ((rc = reserve_slot(c, deadline, fn)) < 0)
         return rc;
@@ -159,6 +167,8 @@ int mp__queue_get(mp__queue *q, mp_msg **out, double deadline, const char *fn)
         *out = NULL;
     if (!q || !out)
         return mp__error(MP_EINVAL, "%s: %s is NULL", fn, q ? "out" : "queue");
+    if (q->ops)
+        return q->ops->get(q->impl, out, deadline, fn);
     if ((rc = mp__objkinds_ensure(fn)) < 0)
         return rc;
     c = q->ctl;
@@ -189,6 +199,8 @@ int mp__queue_close(mp__queue *q)
     mp__qctl *c;
     if (!q)
         return mp__error(MP_EINVAL, "mp_queue_close: queue is NULL");
+    if (q->ops)
+        return q->ops->close(q->impl, "mp_queue_close");
     c = q->ctl;
     if (atomic_exchange(&c->closed, 1))
         return 0;
@@ -201,6 +213,30 @@ int mp__queue_close(mp__queue *q)
 }
 
 bool mp__queue_empty(mp__queue *q) { return !q || mp__queue_size(q) == 0; }
+
+int mp__queue_wrap(int kind, const mp__queue_ops *ops, void *impl, mp_queue **out)
+{
+    mp__queue *q = calloc(1, sizeof *q);
+    if (!q)
+        return mp__error(MP_ENOMEM, "mp_queue: out of memory");
+    atomic_init(&q->refs, 1);
+    q->kind = kind;
+    q->ops = ops;
+    q->impl = impl;
+    q->rsock = q->wsock = -1;
+    *out = (mp_queue *)q;
+    return 0;
+}
+
+void *mp__queue_impl(const mp_queue *q, const mp__queue_ops *ops)
+{
+    return q && ((const mp__queue *)q)->ops == ops ? ((const mp__queue *)q)->impl : NULL;
+}
+
+bool mp__queue_is_remote(const mp_queue *q)
+{
+    return q && ((const mp__queue *)q)->ops;
+}
 
 int mp__queue_poll(mp__queue *q)
 {

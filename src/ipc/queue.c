@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "ipc/ipc.h"
+#include "ipc/remote.h"
 #include "mproc/wait.h"
 
 #define Q(x) (&(x)->q)
@@ -69,17 +70,33 @@ int mp_simple_queue_get(mp_simple_queue *q, mp_msg **out)
 
 int64_t mp_queue_qsize(mp_queue *q)
 {
+    if (q && Q(q)->ops)
+        return Q(q)->ops->qsize(Q(q)->impl, "mp_queue_qsize");
     return q ? mp__queue_size(Q(q)) : 0;
 }
-bool mp_queue_empty(mp_queue *q) { return mp__queue_empty((mp__queue *)q); }
+bool mp_queue_empty(mp_queue *q)
+{
+    if (q && Q(q)->ops)
+        return Q(q)->ops->qsize(Q(q)->impl, "mp_queue_empty") <= 0;
+    return mp__queue_empty((mp__queue *)q);
+}
 bool mp_simple_queue_empty(mp_simple_queue *q) { return mp__queue_empty((mp__queue *)q); }
-int64_t mp_queue_maxsize(mp_queue *q) { return q ? Q(q)->ctl->maxsize : 0; }
+/* A remote queue is unbounded: maxsize 0, never full. */
+int64_t mp_queue_maxsize(mp_queue *q) { return q && !Q(q)->ops ? Q(q)->ctl->maxsize : 0; }
 bool mp_queue_full(mp_queue *q)
 {
-    return q && Q(q)->ctl->maxsize > 0 && mp_queue_qsize(q) >= Q(q)->ctl->maxsize;
+    return q && !Q(q)->ops && Q(q)->ctl->maxsize > 0 &&
+           mp_queue_qsize(q) >= Q(q)->ctl->maxsize;
 }
 int mp_queue_close(mp_queue *q) { return mp__queue_close((mp__queue *)q); }
-int mp_queue_fileno(const mp_queue *q) { return q ? Q(q)->rsock : -1; }
+int mp_queue_fileno(const mp_queue *q)
+{
+    if (q && Q(q)->ops)
+        return mp__error(MP_ENOTSUP, "mp_queue_fileno: %s has no fd to poll (its messages "
+                                     "arrive by MPI); call mp_queue_get with a timeout "
+                                     "instead", Q(q)->ops->what);
+    return q ? Q(q)->rsock : -1;
+}
 int mp_simple_queue_fileno(const mp_simple_queue *q) { return q ? Q(q)->rsock : -1; }
 int mp_simple_queue_close(mp_simple_queue *q) { return mp__queue_close((mp__queue *)q); }
 bool mp_queue_is_joinable(mp_queue *q) { return q && Q(q)->kind == MP_ATTACH_JOINABLE_QUEUE; }
@@ -92,6 +109,8 @@ int mp_queue_task_done(mp_queue *q)
         return mp__error(MP_EINVAL, "mp_queue_task_done: queue is NULL");
     if (!mp_queue_is_joinable(q))
         return mp__error(MP_ESTATE, "mp_queue_task_done: not a JoinableQueue");
+    if (Q(q)->ops)
+        return Q(q)->ops->task_done(Q(q)->impl, "mp_queue_task_done");
     c = Q(q)->ctl;
     left = atomic_fetch_sub(&c->unfinished, 1) - 1;
     if (left < 0) {
@@ -112,6 +131,8 @@ int mp_queue_join(mp_queue *q, double timeout)
         return mp__error(MP_EINVAL, "mp_queue_join: queue is NULL");
     if (!mp_queue_is_joinable(q))
         return mp__error(MP_ESTATE, "mp_queue_join: not a JoinableQueue");
+    if (Q(q)->ops)
+        return Q(q)->ops->join(Q(q)->impl, deadline, "mp_queue_join");
     c = Q(q)->ctl;
     for (;;) {
         uint32_t seq = atomic_load(&c->join_seq);
@@ -303,6 +324,11 @@ int mp_msg_add_queue(mp_msg *m, const char *name, mp_queue *q)
 {
     if (!q)
         return mp__error(MP_EINVAL, "mp_msg_add_queue: queue is NULL");
+    if (Q(q)->ops)
+        return mp__error(MP_ENOTSUP, "mp_msg_add_queue: %s cannot travel in a message (it "
+                                     "is not an object of this host); every rank already "
+                                     "holds it: create it collectively and use it on each "
+                                     "rank", Q(q)->ops->what);
     return mp__msg_add_object(m, name, q_ops(Q(q)->kind), q);
 }
 

@@ -1,6 +1,8 @@
-/* mp_mpi_conn: a pipe between two ranks. Every message is ordered by one
- * MPI stream on the conn's own tag, with a close notice on the next tag
- * that says how many messages were sent, so the peer drains them before
+/* mp_mpi_pipe: a pipe between two ranks, served to its user as an mp_conn
+ * (mp_conn_send, mp_conn_recv... go through the ops table at the end).
+ * Every message is ordered by one MPI stream on the conn's own tag, with
+ * a close notice on the next tag that says how many messages were sent,
+ * so the peer drains them before
  * MP_ECLOSED. Between ranks of one host a message with attachments
  * (tensors by handle, queues, locks...) goes over a real mproc pipe whose
  * end was handed over the ranks' bootstrap socket, and the MPI stream
@@ -14,6 +16,7 @@
  * arrives whole there, a larger one (or any with tensors) sends a notice
  * there and itself on the third tag, where it is probed for. */
 #include "ipc/kinds.h"
+#include "ipc/remote.h"
 #include "mpi/mpi_internal.h"
 #include "mproc/queue.h"
 #include "wire/wire.h"
@@ -32,6 +35,8 @@ struct mp_mpi_conn {
     char *small;          /* the posted receive's buffer (MP__MPI_SMALL) */
     MPI_Request small_req;
     uint64_t received;
+    bool small_done;      /* small_req completed (a poll saw it), status below */
+    MPI_Status small_st;
     mp__mpi_inflight *out; /* the last message sent, until MPI is done */
     mp__mpi_buf in;        /* headers received */
     MPI_Request close_in_req; /* the peer's close notice */
@@ -43,7 +48,7 @@ struct mp_mpi_conn {
 };
 
 /* Hands the peer one end of a fresh mproc pipe, or takes it. */
-static int local_handshake(mp_mpi_conn *c)
+static int local_handshake(mp_mpi_conn *c, const char *fn)
 {
     int sock = mp__mpi.peers[c->peer].sock, rc;
     mp_conn *a = NULL, *b = NULL;
@@ -62,19 +67,19 @@ static int local_handshake(mp_mpi_conn *c)
         c->lc = a;
         return 0;
     }
-    if ((rc = mp__objkinds_ensure("mp_mpi_pipe")) < 0)
+    if ((rc = mp__objkinds_ensure(fn)) < 0)
         return rc;
     for (;;) {
         rc = mp__wire_recv(sock, &m, mp__deadline(mp__mpi_slice(-1)));
         if (rc != MP_ETIMEDOUT)
             break;
-        if ((rc = mp__mpi_check("mp_mpi_pipe")) != 0)
+        if ((rc = mp__mpi_check(fn)) != 0)
             return rc;
     }
     if (rc == 0) {
         if (mp_msg_count(m) != 1 || mp_msg_get_conn(m, 0, &c->lc) != 0)
-            rc = mp__error(MP_EPROTO, "mp_mpi_pipe: rank %d sent no connection; do both ranks "
-                                      "call mp_mpi_pipe in the same order?", c->peer);
+            rc = mp__error(MP_EPROTO, "%s: rank %d sent no connection; do both ranks "
+                                      "call mp_mpi_pipe in the same order?", fn, c->peer);
         mp_msg_destroy(m);
     }
     return rc;
@@ -88,35 +93,35 @@ static void cancel(MPI_Request *r)
     }
 }
 
-int mp_mpi_pipe(int peer, mp_mpi_conn **out)
+int mp__mpi_pipe(int peer, mp_mpi_conn **out, const char *fn)
 {
     int rc = mp_mpi_is_local(peer), *ub = NULL, flag = 0;
     mp_mpi_conn *c;
     if (rc < 0)
         return rc;
     if (!out || peer == mp__mpi.rank)
-        return mp__error(MP_EINVAL, "mp_mpi_pipe: %s", !out ? "out is NULL"
+        return mp__error(MP_EINVAL, "%s: %s", fn, !out ? "out is NULL"
                                                            : "peer is this rank; use mp_pipe");
     if (mp__mpi.failed)
-        return mp__mpi_fail_error("mp_mpi_pipe");
+        return mp__mpi_fail_error(fn);
     if (!(c = calloc(1, sizeof *c)))
-        return mp__error(MP_ENOMEM, "mp_mpi_pipe: out of memory");
+        return mp__error(MP_ENOMEM, "%s: out of memory", fn);
     c->peer = peer;
     c->local = rc == 1;
     c->close_in_req = c->close_out_req = c->small_req = MPI_REQUEST_NULL;
     c->tag = MP__TAG_CONN + 3 * (int)mp__mpi.peers[peer].nconns++;
     MPI_Comm_get_attr(mp__mpi.comm, MPI_TAG_UB, &ub, &flag);
     if (flag && c->tag + 2 > *ub)
-        rc = mp__error(MP_EOVERFLOW, "mp_mpi_pipe: more pipes with rank %d than MPI has tags "
-                                     "(%d)", peer, *ub);
+        rc = mp__error(MP_EOVERFLOW, "%s: more pipes with rank %d than MPI has tags (%d)", fn,
+                       peer, *ub);
     else if ((rc = mp__mpi_inflight_new(&c->out)) == 0 && c->local)
-        rc = local_handshake(c);
+        rc = local_handshake(c, fn);
     if (rc == 0 && (MPI_Irecv(&c->close_in, 1, MPI_UINT64_T, peer, c->tag + 1, mp__mpi.comm,
                               &c->close_in_req) != MPI_SUCCESS ||
                     !(c->small = malloc(MP__MPI_SMALL)) ||
                     MPI_Irecv(c->small, MP__MPI_SMALL, MPI_BYTE, peer, c->tag, mp__mpi.comm,
                               &c->small_req) != MPI_SUCCESS))
-        rc = mp__error(MP_ESYS, "mp_mpi_pipe: posting the conn's receives failed");
+        rc = mp__error(MP_ESYS, "%s: posting the conn's receives failed", fn);
     if (rc != 0) {
         cancel(&c->close_in_req), cancel(&c->small_req);
         free(c->small);
@@ -129,10 +134,6 @@ int mp_mpi_pipe(int peer, mp_mpi_conn **out)
     return 0;
 }
 
-int mp_mpi_conn_is_local(const mp_mpi_conn *c)
-{
-    return c && c->local ? 1 : 0;
-}
 
 /* A local call's MP_ECLOSED may be the peer dying: its socket closes a
  * moment before its pidfd turns readable, so give that a second. */
@@ -153,9 +154,9 @@ static int local_result(mp_mpi_conn *c, int rc, const char *fn)
 
 /* A send or receive on the same-host mproc pipe, in slices with the
  * failure check between them. */
-static int local_call(mp_mpi_conn *c, const mp_msg *m, mp_msg **out, double deadline)
+static int local_call(mp_mpi_conn *c, const mp_msg *m, mp_msg **out, double deadline,
+                      const char *fn)
 {
-    const char *fn = m ? "mp_mpi_conn_send" : "mp_mpi_conn_recv";
     for (;;) {
         double slice = mp__mpi_slice(deadline);
         int rc = m ? mp_conn_send(c->lc, m, slice) : mp_conn_recv(c->lc, out, slice);
@@ -187,9 +188,8 @@ static bool abandoned(mp_mpi_conn *c)
 /* Waits (until deadline) for the previous message to leave: one in
  * flight. In slices, so that a peer that closed without taking it ends
  * the wait. */
-static int previous_sent(mp_mpi_conn *c, double deadline)
+static int previous_sent(mp_mpi_conn *c, double deadline, const char *fn)
 {
-    static const char *fn = "mp_mpi_conn_send";
     while (mp__mpi_inflight_busy(c->out)) {
         double slice = mp__mpi_slice(deadline);
         int rc = mp__mpi_inflight_wait(c->out, slice > 0 ? mp__deadline(slice) : 0, fn);
@@ -205,27 +205,26 @@ static int previous_sent(mp_mpi_conn *c, double deadline)
     return 0;
 }
 
-int mp_mpi_conn_send(mp_mpi_conn *c, const mp_msg *m, double timeout)
+int mp__mpi_conn_send(mp_mpi_conn *c, const mp_msg *m, double deadline, const char *fn)
 {
-    double deadline = timeout == 0 ? 0 : mp__deadline(timeout);
     int rc;
     if (!c || !m)
-        return mp__error(MP_EINVAL, "mp_mpi_conn_send: %s is NULL", !c ? "c" : "m");
+        return mp__error(MP_EINVAL, "%s: %s is NULL", fn, !c ? "c" : "m");
     if (c->closed)
-        return mp__error(MP_ECLOSED, "mp_mpi_conn_send: this end is closed");
+        return mp__error(MP_ECLOSED, "%s: this end is closed", fn);
     if (mp__mpi.failed)
-        return mp__mpi_fail_error("mp_mpi_conn_send");
+        return mp__mpi_fail_error(fn);
     /* Every 8th send asks MPI whether the peer closed (each ask runs its
      * progress engine once): a close is seen a few sends later at most,
      * as if its notice had been that much slower. */
     if ((c->sent % 8 == 0 || c->peer_closed) && peer_closed(c))
-        return mp__error(MP_ECLOSED, "mp_mpi_conn_send: rank %d closed its end", c->peer);
-    if ((rc = previous_sent(c, deadline)) != 0)
+        return mp__error(MP_ECLOSED, "%s: rank %d closed its end", fn, c->peer);
+    if ((rc = previous_sent(c, deadline, fn)) != 0)
         return rc;
     bool pipe = c->local && mp_msg_count(m) > 0;
     /* The message first, then its marker: a receiver that meets the
      * marker finds the message. A pipe send that timed out sent nothing. */
-    if (pipe && (rc = local_call(c, m, NULL, deadline)) != 0)
+    if (pipe && (rc = local_call(c, m, NULL, deadline, fn)) != 0)
         return rc;
     rc = mp__mpi_xfer_post(c->out, pipe ? NULL : m, c->peer, c->tag + 2, c->tag);
     if (mp__mpi_inflight_busy(c->out)) {
@@ -236,7 +235,7 @@ int mp_mpi_conn_send(mp_mpi_conn *c, const mp_msg *m, double timeout)
 }
 
 /* The large message a notice announced: sent right after it. */
-static int take_large(mp_mpi_conn *c, mp_msg **out)
+static int take_large(mp_mpi_conn *c, mp_msg **out, const char *fn)
 {
     unsigned spins = 0;
     for (;;) {
@@ -244,14 +243,14 @@ static int take_large(mp_mpi_conn *c, mp_msg **out)
         MPI_Status st;
         int found = 0, rc = MPI_Improbe(c->peer, c->tag + 2, mp__mpi.comm, &found, &msg, &st);
         if (rc != MPI_SUCCESS)
-            return mp__mpi_error(rc, "mp_mpi_conn_recv", "MPI_Improbe");
+            return mp__mpi_error(rc, fn, "MPI_Improbe");
         if (found) {
             rc = mp__mpi_xfer_recv(&msg, &st, c->tag + 2, &c->in, out);
-            return rc > 0 ? mp__error(MP_EPROTO, "mp_mpi_conn_recv: rank %d sent a notice "
-                                                 "where a message belongs", c->peer)
+            return rc > 0 ? mp__error(MP_EPROTO, "%s: rank %d sent a notice where a message "
+                                                 "belongs", fn, c->peer)
                           : rc;
         }
-        if ((rc = mp__mpi_check("mp_mpi_conn_recv")) != 0)
+        if ((rc = mp__mpi_check(fn)) != 0)
             return rc;
         if (++spins > MP__MPI_SPINS)
             sched_yield(); /* it is on its way: never nap */
@@ -259,7 +258,7 @@ static int take_large(mp_mpi_conn *c, mp_msg **out)
 }
 
 /* A message (or marker, or notice) arrived in the posted receive. */
-static int take_small(mp_mpi_conn *c, MPI_Status *st, mp_msg **out)
+static int take_small(mp_mpi_conn *c, MPI_Status *st, mp_msg **out, const char *fn)
 {
     int count = 0, rc;
     MPI_Get_count(st, MPI_BYTE, &count);
@@ -271,37 +270,38 @@ static int take_small(mp_mpi_conn *c, MPI_Status *st, mp_msg **out)
         c->small_req = MPI_REQUEST_NULL;
         if (rc == 0)
             mp_msg_destroy(*out), *out = NULL;
-        return mp__error(MP_ESYS, "mp_mpi_conn_recv: posting the next receive failed");
+        return mp__error(MP_ESYS, "%s: posting the next receive failed", fn);
     }
     if (rc == MP__MPI_FOLLOWS)
-        return take_large(c, out);
+        return take_large(c, out, fn);
     /* Sent before its marker: it is on the pipe already. */
-    return rc == MP__MPI_ON_PIPE ? local_call(c, NULL, out, -1) : rc;
+    return rc == MP__MPI_ON_PIPE ? local_call(c, NULL, out, -1, fn) : rc;
 }
 
-int mp_mpi_conn_recv(mp_mpi_conn *c, mp_msg **out, double timeout)
+/* Waits until deadline for the posted receive to complete (its status is
+ * kept in c->small_st, c->small_done set, until recv takes it): 1 then, or
+ * MP_ECLOSED (the peer closed and everything it sent was received),
+ * MP_ETIMEDOUT, MP_ECHILD, another error. */
+static int wait_small(mp_mpi_conn *c, double deadline, const char *fn)
 {
-    static const char *fn = "mp_mpi_conn_recv";
-    double deadline = timeout == 0 ? 0 : mp__deadline(timeout);
     unsigned spins = 0;
-    if (!c || !out)
-        return mp__error(MP_EINVAL, "%s: %s is NULL", fn, !c ? "c" : "out");
     if (c->closed)
         return mp__error(MP_ECLOSED, "%s: this end is closed", fn);
     if (mp__mpi.failed)
         return mp__mpi_fail_error(fn);
+    if (c->small_done)
+        return 1;
     if (c->small_req == MPI_REQUEST_NULL)
         return mp__error(MP_ESYS, "%s: the conn lost its posted receive to an MPI error", fn);
     for (;;) {
-        MPI_Status st;
         int done = 0, rc;
         bool sending = mp__mpi_inflight_busy(c->out);
         if (sending)
             mp__mpi_inflight_test(c->out);
-        if ((rc = MPI_Test(&c->small_req, &done, &st)) != MPI_SUCCESS)
+        if ((rc = MPI_Test(&c->small_req, &done, &c->small_st)) != MPI_SUCCESS)
             return mp__mpi_error(rc, fn, "MPI_Test");
         if (done)
-            return take_small(c, &st, out);
+            return c->small_done = true, 1;
         /* The rest every 16 rounds (and at once for a poll): a receiver
          * that only tests answers sooner. */
         if (spins % 16 == 15 || deadline == 0) {
@@ -319,10 +319,29 @@ int mp_mpi_conn_recv(mp_mpi_conn *c, mp_msg **out, double timeout)
     }
 }
 
-int mp_mpi_conn_close(mp_mpi_conn *c)
+int mp__mpi_conn_recv(mp_mpi_conn *c, mp_msg **out, double deadline, const char *fn)
+{
+    if (!c || !out)
+        return mp__error(MP_EINVAL, "%s: %s is NULL", fn, !c ? "c" : "out");
+    *out = NULL;
+    int rc = wait_small(c, deadline, fn);
+    if (rc < 0)
+        return rc;
+    c->small_done = false;
+    return take_small(c, &c->small_st, out, fn);
+}
+
+static int conn_poll(void *impl, double deadline, const char *fn)
+{
+    int rc = wait_small(impl, deadline, fn);
+    /* The end of the stream is ready to receive (as EOF is for mp_pipe). */
+    return rc == 1 || rc == MP_ECLOSED ? 1 : rc == MP_ETIMEDOUT ? 0 : rc;
+}
+
+int mp__mpi_conn_close(mp_mpi_conn *c, const char *fn)
 {
     if (!c)
-        return mp__error(MP_EINVAL, "mp_mpi_conn_close: c is NULL");
+        return mp__error(MP_EINVAL, "%s: c is NULL", fn);
     if (c->closed)
         return 0;
     c->closed = true;
@@ -331,27 +350,27 @@ int mp_mpi_conn_close(mp_mpi_conn *c)
     c->close_out = c->sent;
     if (MPI_Isend(&c->close_out, 1, MPI_UINT64_T, c->peer, c->tag + 1, mp__mpi.comm,
                   &c->close_out_req) != MPI_SUCCESS)
-        return mp__error(MP_ESYS, "mp_mpi_conn_close: MPI_Isend of the close notice failed");
+        return mp__error(MP_ESYS, "%s: MPI_Isend of the close notice failed", fn);
     return 0;
 }
 
-void mp_mpi_conn_destroy(mp_mpi_conn *c)
+void mp__mpi_conn_destroy(mp_mpi_conn *c)
 {
     if (!c)
         return;
     mp__error_saved saved;
     mp__error_save(&saved);
-    mp_mpi_conn_close(c);
+    mp__mpi_conn_close(c, "mp_conn_release");
     int rc = 0;
     while (!mp__mpi.failed && rc == 0 && !abandoned(c))
-        rc = mp__mpi_inflight_wait(c->out, mp__deadline(0.05), "mp_mpi_conn_destroy");
+        rc = mp__mpi_inflight_wait(c->out, mp__deadline(0.05), "mp_conn_release");
     /* In a failed job, or when the peer closed without taking the last
      * message, MPI may still hold its tensors: they stay (an abandoned
      * send never completes; a failed job is ending). */
     if (!mp__mpi_inflight_busy(c->out))
         mp__mpi_inflight_free(c->out);
     if (c->close_out_req != MPI_REQUEST_NULL && !mp__mpi.failed)
-        mp__mpi_wait(&c->close_out_req, -1, NULL, "mp_mpi_conn_destroy");
+        mp__mpi_wait(&c->close_out_req, -1, NULL, "mp_conn_release");
     cancel(&c->close_in_req);
     cancel(&c->small_req);
     mp_conn_release(c->lc);
@@ -359,4 +378,42 @@ void mp_mpi_conn_destroy(mp_mpi_conn *c)
     free(c->small);
     mp__error_restore(&saved);
     free(c);
+}
+
+/* ---- as an mp_conn ---------------------------------------------------------- */
+
+static int conn_send(void *impl, const mp_msg *m, double deadline, const char *fn)
+{
+    return mp__mpi_conn_send(impl, m, deadline, fn);
+}
+static int conn_recv(void *impl, mp_msg **out, double deadline, const char *fn)
+{
+    return mp__mpi_conn_recv(impl, out, deadline, fn);
+}
+static int conn_close(void *impl, const char *fn) { return mp__mpi_conn_close(impl, fn); }
+static void conn_destroy(void *impl) { mp__mpi_conn_destroy(impl); }
+
+static const mp__conn_ops conn_ops = {
+    "a connection between MPI ranks (mp_mpi_pipe)", conn_send, conn_recv, conn_poll,
+    conn_close, conn_destroy};
+
+int mp_mpi_pipe(int peer, mp_conn **out)
+{
+    mp_mpi_conn *c = NULL;
+    if (out)
+        *out = NULL;
+    int rc = mp__mpi_pipe(peer, &c, "mp_mpi_pipe");
+    if (rc == 0 && (rc = mp__conn_wrap(&conn_ops, c, out)) != 0)
+        mp__mpi_conn_destroy(c);
+    return rc;
+}
+
+int mp_mpi_conn_is_local(const mp_conn *c)
+{
+    const mp_mpi_conn *mc = mp__conn_impl(c, &conn_ops);
+    if (!mc)
+        return mp__error(MP_EINVAL, "mp_mpi_conn_is_local: %s", c ? "not a connection made by "
+                                                                    "mp_mpi_pipe"
+                                                                  : "c is NULL");
+    return mc->local ? 1 : 0;
 }

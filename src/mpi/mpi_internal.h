@@ -92,6 +92,16 @@ int mp__mpi_expired(double deadline, const char *fn, const char *what);
 /* An MPI error code as an mproc error with MPI's text. */
 int mp__mpi_error(int mpirc, const char *fn, const char *what);
 
+/* A pipe between two ranks (conn.c): what mp_mpi_pipe's mp_conn serves,
+ * used directly by the pool over ranks. Deadlines as mp__mpi_wait's; fn
+ * names the public call in sentences. */
+typedef struct mp_mpi_conn mp_mpi_conn;
+int mp__mpi_pipe(int peer, mp_mpi_conn **out, const char *fn);
+int mp__mpi_conn_send(mp_mpi_conn *c, const mp_msg *m, double deadline, const char *fn);
+int mp__mpi_conn_recv(mp_mpi_conn *c, mp_msg **out, double deadline, const char *fn);
+int mp__mpi_conn_close(mp_mpi_conn *c, const char *fn);
+void mp__mpi_conn_destroy(mp_mpi_conn *c);
+
 /* Same-host bootstrap (local.c): sockets to every rank of this host. */
 int mp__mpi_local_connect(const char *token);
 void mp__mpi_local_close(void);

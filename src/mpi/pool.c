@@ -143,7 +143,7 @@ static int serve_one(mp_mpi_conn *c)
     char head[8 + 1 + TASK_NAME_MAX + 1] = {0}, name[TASK_NAME_MAX + 1] = {0};
     char rhead[8 + 4 + 2 + MP__MPI_TEXT_MAX], err[MP__MPI_TEXT_MAX] = "";
     size_t len = 0;
-    int rc = mp_mpi_conn_recv(c, &w, -1), trc;
+    int rc = mp__mpi_conn_recv(c, &w, -1, "mp_mpi_pool_create"), trc;
     if (rc)
         return rc;
     const char *p = mp_msg_payload(w, &len);
@@ -169,7 +169,7 @@ static int serve_one(mp_mpi_conn *c)
     memcpy(rhead + 14, err, elen);
     rc = wrap(trc ? NULL : out, rhead, 14u + elen, &reply, "mp_mpi_pool");
     if (rc == 0)
-        rc = mp_mpi_conn_send(c, reply, -1);
+        rc = mp__mpi_conn_send(c, reply, -1, "mp_mpi_pool_create");
     mp_msg_destroy(w), mp_msg_destroy(in), mp_msg_destroy(out), mp_msg_destroy(reply);
     return rc;
 }
@@ -177,14 +177,14 @@ static int serve_one(mp_mpi_conn *c)
 static int serve(void)
 {
     mp_mpi_conn *c = NULL;
-    int rc = mp_mpi_pipe(0, &c);
+    int rc = mp__mpi_pipe(0, &c, "mp_mpi_pool_create");
     while (rc == 0)
         rc = serve_one(c);
-    mp_mpi_conn_destroy(c);
+    mp__mpi_conn_destroy(c);
     return rc == 1 ? 0 : rc;
 }
 
-int mp_mpi_pool_create(mp_mpi_pool **out)
+int mp__mpi_pool_create(mp_mpi_pool **out)
 {
     int rc = mp__mpi_need("mp_mpi_pool_create");
     if (rc)
@@ -208,10 +208,10 @@ int mp_mpi_pool_create(mp_mpi_pool **out)
     p->nworkers = mp__mpi.size - 1;
     p->next_id = 1;
     for (int r = 1; r <= p->nworkers && rc == 0; r++)
-        rc = mp_mpi_pipe(r, &p->conn[r - 1]);
+        rc = mp__mpi_pipe(r, &p->conn[r - 1], "mp_mpi_pool_create");
     if (rc) {
         for (int r = 0; r < p->nworkers; r++)
-            mp_mpi_conn_destroy(p->conn[r]);
+            mp__mpi_conn_destroy(p->conn[r]);
         free(p->conn), free(p->busy), free(p);
         return rc;
     }
@@ -219,14 +219,9 @@ int mp_mpi_pool_create(mp_mpi_pool **out)
     return 0;
 }
 
-int mp_mpi_pool_size(const mp_mpi_pool *p)
-{
-    return p ? p->nworkers : mp__error(MP_EINVAL, "mp_mpi_pool_size: p is NULL");
-}
-
 /* ---- rank 0: moving work -------------------------------------------------- */
 
-static void result_release(mp_mpi_result *r)
+void mp__mpi_result_release(mp_mpi_result *r)
 {
     if (r && --r->refs == 0) {
         mp__mpi_group_free(r);
@@ -245,7 +240,7 @@ static void finish(mp_mpi_result *r, int rc, const char *err)
     r->in = NULL;
     if (r->it)
         mp__mpi_imap_done(r->it, r->index);
-    result_release(r); /* the pool's reference */
+    mp__mpi_result_release(r); /* the pool's reference */
 }
 
 static int take_reply(mp_mpi_pool *p, int w)
@@ -254,7 +249,7 @@ static int take_reply(mp_mpi_pool *p, int w)
     size_t len = 0;
     int32_t trc;
     uint16_t elen;
-    int rc = mp_mpi_conn_recv(p->conn[w], &m, 0);
+    int rc = mp__mpi_conn_recv(p->conn[w], &m, 0, "mp_mpi_pool");
     if (rc == MP_ETIMEDOUT)
         return 0;
     if (rc)
@@ -289,7 +284,7 @@ static int progress(mp_mpi_pool *p)
             if (!p->queue)
                 p->tail = NULL;
             p->busy[w] = r;
-            rc = mp_mpi_conn_send(p->conn[w], r->in, -1);
+            rc = mp__mpi_conn_send(p->conn[w], r->in, -1, "mp_mpi_pool");
         }
     }
     if (rc == 0)
@@ -307,9 +302,12 @@ int mp__mpi_pool_submit(mp_mpi_pool *p, const char *name, const mp_msg *in,
     if (nlen == 0 || nlen > TASK_NAME_MAX)
         return mp__error(MP_EINVAL, "%s: a task name of 1..%d bytes is required", fn,
                          TASK_NAME_MAX);
+    if (p->closed)
+        return mp__error(MP_ESTATE, "%s: the pool is closed or terminated", fn);
     if (!(r = calloc(1, sizeof *r)))
         return mp__error(MP_ENOMEM, "%s: out of memory", fn);
     r->id = p->next_id++;
+    r->pool = p;
     memcpy(head, &r->id, 8);
     head[8] = (char)nlen;
     memcpy(head + 9, name, nlen);
@@ -327,16 +325,15 @@ int mp__mpi_pool_submit(mp_mpi_pool *p, const char *name, const mp_msg *in,
     return progress(p) == MP_ECHILD ? MP_ECHILD : 0;
 }
 
-int mp_mpi_pool_apply_async(mp_mpi_pool *p, const char *task, const mp_msg *in,
-                            mp_mpi_result **res)
+int mp__mpi_pool_apply_async(mp_mpi_pool *p, const char *task, const mp_msg *in,
+                             mp_mpi_result **res, const char *fn)
 {
-    static const char *fn = "mp_mpi_pool_apply_async";
     if (!p || !task || !res)
         return mp__error(MP_EINVAL, "%s: p, task and res are required", fn);
     if (!mp__task_lookup(task))
         return mp__error(MP_ENOENT, "%s: no task '%s' is registered (MP_TASK)%s", fn, task,
                          mp__array_task_lookup(task) ? "; it is an array task: use "
-                                                       "mp_mpi_pool_map_array" : "");
+                                                       "mp_pool_map_array" : "");
     return mp__mpi_pool_submit(p, task, in, res, fn);
 }
 
@@ -365,108 +362,66 @@ static bool result_is_ready(void *r)
     return mp__mpi_result_ready(r);
 }
 
-int mp_mpi_result_wait(mp_mpi_result *r, mp_mpi_pool *p, double timeout)
+int mp__mpi_result_wait(mp_mpi_result *r, double timeout, const char *fn)
 {
-    if (!r || !p)
-        return mp__error(MP_EINVAL, "mp_mpi_result_wait: r and p are required");
-    return mp__mpi_pool_wait(p, result_is_ready, r, timeout, "mp_mpi_result_wait",
-                             "not ready");
+    if (!r)
+        return mp__error(MP_EINVAL, "%s: r is NULL", fn);
+    /* Asked first: a result that outlived its pool is ready (the pool's
+     * destroy finished every task) and never touches it. */
+    if (mp__mpi_result_ready(r))
+        return 0;
+    return mp__mpi_pool_wait(r->pool, result_is_ready, r, timeout, fn, "not ready");
 }
 
-int mp_mpi_result_get(mp_mpi_result *r, mp_mpi_pool *p, double timeout, mp_msg **out)
+static bool idle(mp_mpi_pool *p)
 {
-    int rc = mp_mpi_result_wait(r, p, timeout);
-    if (rc)
-        return rc;
-    if (r->group)
-        return mp__mpi_group_get(r, out);
-    if (r->rc)
-        return mp__error(r->rc, "%s", r->error);
-    if (out) {
-        *out = r->out;
-        r->out = NULL;
-        if (!*out)
-            return mp__error(MP_ESTATE, "mp_mpi_result_get: the result was taken already");
+    bool idle = !p->queue;
+    for (int w = 0; w < p->nworkers; w++)
+        idle = idle && !p->busy[w];
+    return idle;
+}
+
+int mp__mpi_pool_drain(mp_mpi_pool *p)
+{
+    unsigned spins = 0;
+    while (!idle(p)) {
+        int rc = progress(p);
+        if (rc)
+            return rc;
+        mp__mpi_backoff(&spins);
     }
     return 0;
 }
 
-const char *mp_mpi_result_error(const mp_mpi_result *r)
+void mp__mpi_pool_drop_queued(mp_mpi_pool *p, const char *why)
 {
-    for (size_t i = 0; r && r->group && i < r->n; i++)
-        if (r->items[i]->ready && r->items[i]->rc)
-            return r->items[i]->error;
-    return r && r->ready && !r->group ? r->error : "";
-}
-
-void mp_mpi_result_release(mp_mpi_result *r)
-{
-    result_release(r);
-}
-
-int mp_mpi_pool_apply(mp_mpi_pool *p, const char *task, const mp_msg *in, mp_msg **out)
-{
-    mp_mpi_result *r = NULL;
-    int rc = mp_mpi_pool_apply_async(p, task, in, &r);
-    if (rc == 0)
-        rc = mp_mpi_result_get(r, p, -1, out);
-    mp_mpi_result_release(r);
-    return rc;
-}
-
-int mp_mpi_pool_map(mp_mpi_pool *p, const char *task, const mp_msg *const *in, size_t n,
-                    mp_msg **out)
-{
-    mp_mpi_result **rs;
-    int rc = 0, first = 0;
-    if (!p || !task || (n && (!in || !out)))
-        return mp__error(MP_EINVAL, "mp_mpi_pool_map: p, task, in and out are required");
-    if (!(rs = calloc(n ? n : 1, sizeof *rs)))
-        return mp__error(MP_ENOMEM, "mp_mpi_pool_map: out of memory");
-    for (size_t i = 0; i < n && rc == 0; i++)
-        rc = mp_mpi_pool_apply_async(p, task, in[i], &rs[i]);
-    for (size_t i = 0; i < n && rc == 0; i++)
-        rc = mp_mpi_result_wait(rs[i], p, -1);
-    for (size_t i = 0; i < n && rc == 0 && first == 0; i++)
-        if (rs[i]->rc)
-            first = mp_mpi_result_get(rs[i], p, 0, NULL);
-    for (size_t i = 0; i < n; i++) {
-        if (rc == 0 && first == 0)
-            mp_mpi_result_get(rs[i], p, 0, &out[i]);
-        mp_mpi_result_release(rs[i]);
+    while (p->queue) {
+        mp_mpi_result *r = p->queue;
+        p->queue = r->next;
+        finish(r, MP_ECLOSED, why);
     }
-    free(rs);
-    return rc ? rc : first;
+    p->tail = NULL;
 }
 
-void mp_mpi_pool_destroy(mp_mpi_pool *p)
+void mp__mpi_pool_destroy(mp_mpi_pool *p)
 {
     mp_msg *bye = NULL;
     char head[9] = {0};
     if (!p)
         return;
     /* Queued and running work finishes first (a failed job: it is over). */
-    while (!mp__mpi.failed) {
-        bool idle = !p->queue;
-        for (int w = 0; w < p->nworkers; w++)
-            idle = idle && !p->busy[w];
-        if (idle || progress(p) != 0)
-            break;
-    }
+    while (!mp__mpi.failed && !idle(p) && progress(p) == 0)
+        ;
     if (!mp__mpi.failed && mp_msg_create(&bye) == 0 && mp_msg_set_payload(bye, head, 9) == 0)
         for (int w = 0; w < p->nworkers; w++)
-            mp_mpi_conn_send(p->conn[w], bye, -1);
+            mp__mpi_conn_send(p->conn[w], bye, -1, "mp_pool_destroy");
     mp_msg_destroy(bye);
     for (int w = 0; w < p->nworkers; w++) {
         if (p->busy[w])
             finish(p->busy[w], MP_ECLOSED, "the pool was destroyed");
-        mp_mpi_conn_destroy(p->conn[w]);
+        mp__mpi_conn_destroy(p->conn[w]);
     }
-    while (p->queue) {
-        mp_mpi_result *r = p->queue;
-        p->queue = r->next;
-        finish(r, MP_ECLOSED, "the pool was destroyed");
-    }
+    mp__mpi_pool_drop_queued(p, "the pool was destroyed");
     mp_tensor_release(p->cache_in), mp_tensor_release(p->cache_out);
     free(p->conn), free(p->busy), free(p);
 }

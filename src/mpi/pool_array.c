@@ -1,4 +1,4 @@
-/* mp_mpi_pool_map_array: mp_pool_map_array over ranks. The input is copied
+/* mp_pool_map_array on a pool over ranks. The input is copied
  * once into a shared uint8 tensor; each chunk is one task whose message
  * holds {start, count, in_size, out_size} and a view of the chunk's slice.
  * The layer moves that view as any tensor: to a rank of this host as a
@@ -251,11 +251,10 @@ static int submit_chunks(mp_mpi_pool *p, mp_mpi_result *g, const char *wire, con
     return rc;
 }
 
-int mp_mpi_pool_map_array_async(mp_mpi_pool *p, const char *task, const void *in, size_t n,
-                                size_t in_size, void *out, size_t out_size, size_t chunksize,
-                                mp_mpi_result **res)
+static int map_array_async(mp_mpi_pool *p, const char *task, const void *in, size_t n,
+                           size_t in_size, void *out, size_t out_size, size_t chunksize,
+                           mp_mpi_result **res, const char *fn)
 {
-    static const char *fn = "mp_mpi_pool_map_array_async";
     char wire[64];
     int rc = check(p, task, in, n, in_size, out, out_size, res, wire, fn);
     if (rc)
@@ -273,22 +272,30 @@ int mp_mpi_pool_map_array_async(mp_mpi_pool *p, const char *task, const void *in
         return mp__error(MP_ENOMEM, "%s: out of memory", fn);
     }
     *g->arr = (mp__mpi_array){.out = out, .n = n, .out_size = out_size, .chunk = chunk};
-    g->refs = 1, g->group = true, g->n = (n + chunk - 1) / chunk;
+    g->refs = 1, g->group = true, g->n = (n + chunk - 1) / chunk, g->pool = p;
     if ((rc = submit_chunks(p, g, wire, in, in_size, fn)) != 0) {
-        mp_mpi_result_release(g);
+        mp__mpi_result_release(g);
         return rc;
     }
     *res = g;
     return 0;
 }
 
-int mp_mpi_pool_map_array(mp_mpi_pool *p, const char *task, const void *in, size_t n,
-                          size_t in_size, void *out, size_t out_size, size_t chunksize)
+int mp__mpi_pool_map_array(mp_mpi_pool *p, const char *task, const void *in, size_t n,
+                           size_t in_size, void *out, size_t out_size, size_t chunksize,
+                           mp_mpi_result **res, const char *fn)
 {
     mp_mpi_result *g = NULL;
-    int rc = mp_mpi_pool_map_array_async(p, task, in, n, in_size, out, out_size, chunksize, &g);
+    if (res)
+        return map_array_async(p, task, in, n, in_size, out, out_size, chunksize, res, fn);
+    int rc = map_array_async(p, task, in, n, in_size, out, out_size, chunksize, &g, fn);
     if (rc == 0)
-        rc = mp_mpi_result_get(g, p, -1, NULL);
+        rc = mp__mpi_result_wait(g, -1, fn);
+    if (rc == 0 && (rc = mp__mpi_group_get(g, NULL)) != 0) {
+        char why[MP__MPI_TEXT_MAX + 128]; /* the sentence is rewritten below */
+        snprintf(why, sizeof why, "%s", mp_last_error());
+        rc = mp__error(rc, "%s: %s", fn, why);
+    }
     /* Every chunk is done: the next call may reuse the shared arrays. Not
      * after an async call, whose result may outlive the pool. */
     if (rc == 0 && g->arr && g->arr->in_t) {
@@ -296,6 +303,6 @@ int mp_mpi_pool_map_array(mp_mpi_pool *p, const char *task, const void *in, size
         p->cache_in = g->arr->in_t, p->cache_out = g->arr->out_t;
         g->arr->in_t = g->arr->out_t = NULL;
     }
-    mp_mpi_result_release(g);
+    mp__mpi_result_release(g);
     return rc;
 }

@@ -1,4 +1,4 @@
-/* The rest of the pool over ranks' API, over mp_mpi_pool_apply_async:
+/* The rest of the pool over ranks' calls, over mp__mpi_pool_apply_async:
  * map_async and starmap (a group result: one task result per item), and
  * the lazy iterators imap and imap_unordered. Every item is one task, so
  * a failed item (a task that returns non-zero or calls mp_raise) fails
@@ -35,7 +35,7 @@ bool mp__mpi_result_ready(mp_mpi_result *r)
 void mp__mpi_group_free(mp_mpi_result *r)
 {
     for (size_t i = 0; r->group && i < r->n; i++)
-        mp_mpi_result_release(r->items[i]);
+        mp__mpi_result_release(r->items[i]);
     free(r->items);
     r->items = NULL;
     mp__mpi_array_free(r);
@@ -62,34 +62,12 @@ int mp__mpi_group_get(mp_mpi_result *r, mp_msg **out)
     if (!out)
         return 0;
     *out = NULL;
-    return r->n && !r->arr ? take_out(r->items[0], 0, out, "mp_mpi_result_get") : 0;
+    return r->n && !r->arr ? take_out(r->items[0], 0, out, "mp_async_result_get") : 0;
 }
 
-size_t mp_mpi_result_count(const mp_mpi_result *r)
+size_t mp__mpi_result_count(const mp_mpi_result *r)
 {
     return !r ? 0 : r->group ? r->n : 1;
-}
-
-bool mp_mpi_result_ready(mp_mpi_result *r)
-{
-    return r && mp__mpi_result_ready(r);
-}
-
-int mp_mpi_result_item(mp_mpi_result *r, size_t i, mp_msg **out)
-{
-    static const char *fn = "mp_mpi_result_item";
-    if (!r || !out || i >= mp_mpi_result_count(r))
-        return mp__error(MP_EINVAL, "%s: %s", fn, !r || !out ? "r and out are required"
-                                                             : "index out of range");
-    *out = NULL;
-    mp_mpi_result *item = r->group ? r->items[i] : r;
-    /* A map_array chunk's bytes land in the caller's out in chunk order,
-     * so its result is only there once every chunk is. */
-    if (r->arr ? !mp__mpi_result_ready(r) : !item->ready)
-        return mp__error(MP_ESTATE, "%s: item %zu is not ready (wait first)", fn, i);
-    if (r->arr)
-        return item->rc ? mp__error(item->rc, "chunk %zu: %s", i, item->error) : 0;
-    return take_out(item, i, out, fn);
 }
 
 /* ---- submitting ----------------------------------------------------------------- */
@@ -123,19 +101,19 @@ static int pack_star(const mp_msg *const *args, size_t nargs, mp_msg **out)
 
 /* Queues item i (its message, or its nargs packed arguments). */
 static int submit(mp_mpi_pool *p, const char *task, const mp_msg *const *in, size_t i,
-                  size_t nargs, mp_mpi_result **res)
+                  size_t nargs, mp_mpi_result **res, const char *fn)
 {
     mp_msg *packed = NULL;
     int rc = 0;
     if (nargs && (rc = pack_star(in + i * nargs, nargs, &packed)) != 0)
         return rc;
-    rc = mp_mpi_pool_apply_async(p, task, nargs ? packed : in[i], res);
+    rc = mp__mpi_pool_apply_async(p, task, nargs ? packed : in[i], res, fn);
     mp_msg_destroy(packed);
     return rc;
 }
 
-static int group_new(mp_mpi_pool *p, const char *task, const mp_msg *const *in, size_t n,
-                     size_t nargs, mp_mpi_result **res, const char *fn)
+int mp__mpi_pool_group(mp_mpi_pool *p, const char *task, const mp_msg *const *in, size_t n,
+                       size_t nargs, mp_mpi_result **res, const char *fn)
 {
     int rc = check(p, task, in, n, res, fn);
     if (rc == 0 && nargs > 1024)
@@ -147,46 +125,15 @@ static int group_new(mp_mpi_pool *p, const char *task, const mp_msg *const *in, 
         free(g);
         return mp__error(MP_ENOMEM, "%s: out of memory", fn);
     }
-    g->refs = 1, g->group = true, g->n = n;
+    g->refs = 1, g->group = true, g->n = n, g->pool = p;
     for (size_t i = 0; i < n && rc == 0; i++)
-        rc = submit(p, task, in, i, nargs, &g->items[i]);
+        rc = submit(p, task, in, i, nargs, &g->items[i], fn);
     if (rc) {
-        mp_mpi_result_release(g); /* items never submitted are NULL */
+        mp__mpi_result_release(g); /* items never submitted are NULL */
         return rc;
     }
     *res = g;
     return 0;
-}
-
-int mp_mpi_pool_map_async(mp_mpi_pool *p, const char *task, const mp_msg *const *in, size_t n,
-                          mp_mpi_result **res)
-{
-    return group_new(p, task, in, n, 0, res, "mp_mpi_pool_map_async");
-}
-
-int mp_mpi_pool_starmap_async(mp_mpi_pool *p, const char *task, const mp_msg *const *args,
-                              size_t n, size_t nargs, mp_mpi_result **res)
-{
-    if (nargs == 0)
-        return mp__error(MP_EINVAL, "mp_mpi_pool_starmap_async: nargs = 0, want 1..1024");
-    return group_new(p, task, args, n, nargs, res, "mp_mpi_pool_starmap_async");
-}
-
-int mp_mpi_pool_starmap(mp_mpi_pool *p, const char *task, const mp_msg *const *args, size_t n,
-                        size_t nargs, mp_msg **out)
-{
-    mp_mpi_result *g = NULL;
-    if (n && !out)
-        return mp__error(MP_EINVAL, "mp_mpi_pool_starmap: out is NULL");
-    int rc = mp_mpi_pool_starmap_async(p, task, args, n, nargs, &g);
-    if (rc == 0)
-        rc = mp_mpi_result_wait(g, p, -1);
-    if (rc == 0)
-        rc = mp__mpi_group_get(g, NULL); /* the first failed item: no out set */
-    for (size_t i = 0; i < n && rc == 0; i++)
-        take_out(g->items[i], i, &out[i], "mp_mpi_pool_starmap");
-    mp_mpi_result_release(g);
-    return rc;
 }
 
 /* ---- iterators -------------------------------------------------------------------- */
@@ -196,8 +143,8 @@ void mp__mpi_imap_done(mp_mpi_imap *it, size_t index)
     it->done[it->ndone++] = index;
 }
 
-static int imap_new(mp_mpi_pool *p, const char *task, const mp_msg *const *in, size_t n,
-                    bool ordered, mp_mpi_imap **out, const char *fn)
+int mp__mpi_pool_imap(mp_mpi_pool *p, const char *task, const mp_msg *const *in, size_t n,
+                      bool ordered, mp_mpi_imap **out, const char *fn)
 {
     int rc = check(p, task, in, n, out, fn);
     if (rc)
@@ -212,30 +159,18 @@ static int imap_new(mp_mpi_pool *p, const char *task, const mp_msg *const *in, s
     }
     it->p = p, it->ordered = ordered, it->n = n;
     for (size_t i = 0; i < n && rc == 0; i++) {
-        rc = mp_mpi_pool_apply_async(p, task, in[i], &it->rs[i]);
+        rc = mp__mpi_pool_apply_async(p, task, in[i], &it->rs[i], fn);
         if (rc == 0 && it->rs[i]->ready)
             mp__mpi_imap_done(it, i);
         else if (rc == 0)
             it->rs[i]->it = it, it->rs[i]->index = i;
     }
     if (rc) {
-        mp_mpi_imap_destroy(it);
+        mp__mpi_imap_destroy(it);
         return rc;
     }
     *out = it;
     return 0;
-}
-
-int mp_mpi_pool_imap(mp_mpi_pool *p, const char *task, const mp_msg *const *in, size_t n,
-                     mp_mpi_imap **it)
-{
-    return imap_new(p, task, in, n, true, it, "mp_mpi_pool_imap");
-}
-
-int mp_mpi_pool_imap_unordered(mp_mpi_pool *p, const char *task, const mp_msg *const *in,
-                               size_t n, mp_mpi_imap **it)
-{
-    return imap_new(p, task, in, n, false, it, "mp_mpi_pool_imap_unordered");
 }
 
 static bool next_ready(void *arg)
@@ -244,9 +179,9 @@ static bool next_ready(void *arg)
     return it->ordered ? it->rs[it->taken]->ready : it->ndone > it->taken;
 }
 
-int mp_mpi_imap_next(mp_mpi_imap *it, double timeout, mp_msg **out, size_t *index)
+int mp__mpi_imap_next(mp_mpi_imap *it, double timeout, mp_msg **out, size_t *index)
 {
-    static const char *fn = "mp_mpi_imap_next";
+    static const char *fn = "mp_imap_next";
     if (!it || !out)
         return mp__error(MP_EINVAL, "%s: it and out are required", fn);
     *out = NULL;
@@ -262,14 +197,14 @@ int mp_mpi_imap_next(mp_mpi_imap *it, double timeout, mp_msg **out, size_t *inde
     return take_out(it->rs[i], i, out, fn);
 }
 
-void mp_mpi_imap_destroy(mp_mpi_imap *it)
+void mp__mpi_imap_destroy(mp_mpi_imap *it)
 {
     if (!it)
         return;
     for (size_t i = 0; i < it->n; i++) {
         if (it->rs[i])
             it->rs[i]->it = NULL;
-        mp_mpi_result_release(it->rs[i]);
+        mp__mpi_result_release(it->rs[i]);
     }
     free(it->rs), free(it->done), free(it);
 }

@@ -1,9 +1,15 @@
-/* mp_mpi_pool's state, shared by pool.c (workers, apply, map) and
- * pool_iter.c (map_async and starmap results, imap iterators). */
+/* The pool over ranks' state (mp_mpi_pool_create serves it to rank 0 as an
+ * mp_pool), shared by pool.c (workers, tasks), pool_iter.c (map_async and
+ * starmap results, imap iterators), pool_array.c (map_array) and
+ * pool_ops.c (the ops tables of src/pool/remote.h). */
 #ifndef MPROC_MPI_POOL_H
 #define MPROC_MPI_POOL_H
 
 #include "mpi/mpi_internal.h"
+
+typedef struct mp_mpi_pool mp_mpi_pool;
+typedef struct mp_mpi_result mp_mpi_result;
+typedef struct mp_mpi_imap mp_mpi_imap;
 
 struct mp_mpi_result {
     int refs;           /* the caller's, the pool's while pending, an imap's */
@@ -13,6 +19,7 @@ struct mp_mpi_result {
     mp_msg *out;
     char error[MP__MPI_TEXT_MAX + 64]; /* "task on rank N: " + the text */
     uint64_t id;
+    mp_mpi_pool *pool;   /* whose work a wait moves (never touched once ready) */
     mp_mpi_result *next; /* pool's pending list */
     /* A group (map_async, starmap_async): n item results, no task itself. */
     bool group;
@@ -31,6 +38,7 @@ struct mp_mpi_pool {
     mp_mpi_result **busy;   /* [rank - 1]: the task that worker runs, or NULL */
     mp_mpi_result *queue, *tail;
     uint64_t next_id;
+    bool closed;            /* mp_pool_close or _terminate: no more submissions */
     mp_tensor *cache_in, *cache_out; /* map_array's shared arrays, kept */
 };
 
@@ -66,5 +74,29 @@ void mp__mpi_array_free(mp_mpi_result *g);
 
 /* Called when an item an unordered iterator waits for finishes. */
 void mp__mpi_imap_done(mp_mpi_imap *it, size_t index);
+
+/* The calls behind the ops tables (pool_ops.c). fn names the public call.
+ * On rank 0: *out the pool; elsewhere: serves until rank 0 destroys it. */
+int mp__mpi_pool_create(mp_mpi_pool **out);
+int mp__mpi_pool_apply_async(mp_mpi_pool *p, const char *task, const mp_msg *in,
+                             mp_mpi_result **res, const char *fn);
+/* Moves p's work until every queued and running task is done. */
+int mp__mpi_pool_drain(mp_mpi_pool *p);
+/* Fails the queued tasks no worker took yet with MP_ECLOSED and why. */
+void mp__mpi_pool_drop_queued(mp_mpi_pool *p, const char *why);
+void mp__mpi_pool_destroy(mp_mpi_pool *p);
+int mp__mpi_result_wait(mp_mpi_result *r, double timeout, const char *fn);
+void mp__mpi_result_release(mp_mpi_result *r);
+size_t mp__mpi_result_count(const mp_mpi_result *r);
+int mp__mpi_pool_group(mp_mpi_pool *p, const char *task, const mp_msg *const *in, size_t n,
+                       size_t nargs, mp_mpi_result **res, const char *fn);
+int mp__mpi_pool_imap(mp_mpi_pool *p, const char *task, const mp_msg *const *in, size_t n,
+                      bool ordered, mp_mpi_imap **out, const char *fn);
+int mp__mpi_imap_next(mp_mpi_imap *it, double timeout, mp_msg **out, size_t *index);
+void mp__mpi_imap_destroy(mp_mpi_imap *it);
+/* res NULL: the blocking form (which reuses the pool's shared arrays). */
+int mp__mpi_pool_map_array(mp_mpi_pool *p, const char *task, const void *in, size_t n,
+                           size_t in_size, void *out, size_t out_size, size_t chunksize,
+                           mp_mpi_result **res, const char *fn);
 
 #endif

@@ -1,4 +1,6 @@
-/* mp_mpi_queue: one mproc Queue shared by every rank (any producers, any
+/* mp_mpi_queue_create: one mproc Queue shared by every rank, served to its
+ * user as an mp_queue (mp_queue_put, mp_queue_get... go through the ops
+ * table below) (any producers, any
  * consumers). It lives on its home rank. Ranks of the home's host get the
  * real mp_queue (handed over their bootstrap socket) and use it directly,
  * so they share it as mproc processes do. Ranks on other hosts talk to a
@@ -22,6 +24,7 @@
  *   close: {req, CLOSE} closes the queue for everyone.
  */
 #include "ipc/kinds.h"
+#include "ipc/remote.h"
 #include "mpi/queue_mpi.h"
 #include "wire/wire.h"
 
@@ -240,7 +243,7 @@ static void queue_free(mp_mpi_queue *mq)
     }
     for (int i = 0; i < 64; i++) {
         if (mq->sends[i] && !mp__mpi.failed)
-            while (!mp__mpi_inflight_test(mq->sends[i]) && mp__mpi_check("mp_mpi_queue") == 0)
+            while (!mp__mpi_inflight_test(mq->sends[i]) && mp__mpi_check("mp_queue_release") == 0)
                 ;
         if (mq->sends[i] && mp__mpi_inflight_test(mq->sends[i]))
             mp__mpi_inflight_free(mq->sends[i]);
@@ -263,7 +266,7 @@ static void queue_free(mp_mpi_queue *mq)
 /* ---- creation ----------------------------------------------------------------- */
 
 /* Same-host ranks: the home hands its queue over each bootstrap socket. */
-static int share_local(mp_mpi_queue *mq)
+static int share_local(mp_mpi_queue *mq, const char *fn)
 {
     int rc = 0;
     if (mp__mpi.rank == mq->home) {
@@ -277,18 +280,18 @@ static int share_local(mp_mpi_queue *mq)
         return rc;
     }
     mp_msg *m = NULL;
-    if ((rc = mp__objkinds_ensure("mp_mpi_queue_create")) < 0)
+    if ((rc = mp__objkinds_ensure(fn)) < 0)
         return rc;
     for (;;) {
         rc = mp__wire_recv(mp__mpi.peers[mq->home].sock, &m, mp__deadline(0.05));
         if (rc != MP_ETIMEDOUT)
             break;
-        if ((rc = mp__mpi_check("mp_mpi_queue_create")) != 0)
+        if ((rc = mp__mpi_check(fn)) != 0)
             return rc;
     }
     if (rc == 0 && (mp_msg_count(m) != 1 || mp_msg_get_queue(m, 0, &mq->q) != 0))
-        rc = mp__error(MP_EPROTO, "mp_mpi_queue_create: rank %d sent no queue; do all ranks "
-                                  "create queues and pipes in the same order?", mq->home);
+        rc = mp__error(MP_EPROTO, "%s: rank %d sent no queue; do all ranks create queues "
+                                  "and pipes in the same order?", fn, mq->home);
     mp_msg_destroy(m);
     return rc;
 }
@@ -331,7 +334,7 @@ static int create(int home, bool joinable, mp_mpi_queue **out, const char *fn)
     else
         rc = 0;
     if (rc == 0 && (mp__mpi.rank == home || mp_mpi_is_local(home) == 1))
-        rc = share_local(mq);
+        rc = share_local(mq, fn);
     if (rc == 0 && mp__mpi.rank == home && remote_ranks()) {
         if (pthread_create(&mq->thread, NULL, broker, mq) != 0)
             rc = mp__error(MP_ESYS, "%s: could not start the broker thread", fn);
@@ -346,21 +349,6 @@ static int create(int home, bool joinable, mp_mpi_queue **out, const char *fn)
     }
     *out = mq;
     return 0;
-}
-
-int mp_mpi_queue_create(int home, mp_mpi_queue **out)
-{
-    return create(home, false, out, "mp_mpi_queue_create");
-}
-
-int mp_mpi_joinable_queue_create(int home, mp_mpi_queue **out)
-{
-    return create(home, true, out, "mp_mpi_joinable_queue_create");
-}
-
-int mp_mpi_queue_is_local(const mp_mpi_queue *q)
-{
-    return q && q->q ? 1 : 0;
 }
 
 /* ---- operations ------------------------------------------------------------ */
@@ -409,9 +397,10 @@ static int check_args(mp_mpi_queue *mq, const void *m, const char *fn)
 }
 
 /* A deadline for a call to the broker: a poll still gets one round trip. */
-static double remote_deadline(double timeout)
+static double remote_deadline(double deadline)
 {
-    return mp__deadline(timeout >= 0 && timeout < 0.005 ? 0.005 : timeout);
+    double soon = mp__now() + 0.005;
+    return deadline >= 0 && deadline < soon ? soon : deadline;
 }
 
 /* Frees the timed-out puts MPI is done with; a free slot's index, or -1. */
@@ -432,9 +421,9 @@ static int settle_pending(mp_mpi_queue *mq)
 /* A put from another host: header and message to the broker, then its
  * answer, all by the deadline; a put whose bytes are still moving when
  * it times out leaves them to MPI (pending) and sends no more. */
-static int remote_put(mp_mpi_queue *mq, const mp_msg *m, double timeout, const char *fn)
+static int remote_put(mp_mpi_queue *mq, const mp_msg *m, double until, const char *fn)
 {
-    double deadline = remote_deadline(timeout);
+    double deadline = remote_deadline(until);
     int slot = settle_pending(mq), rc;
     qreq h = {++mq->next_req, 0, 0, 0}, a;
     mp__mpi_inflight *f = NULL;
@@ -457,37 +446,37 @@ static int remote_put(mp_mpi_queue *mq, const mp_msg *m, double timeout, const c
     if (rc == 0)
         rc = mp__mpi_qawait(mq, h.req, deadline, OP_CANCEL_PUT, &a, fn);
     if (rc == 0 && a.op == MP_ETIMEDOUT)
-        return mp__error(MP_ETIMEDOUT, "%s: %s", fn, timeout == 0 ? "the queue is full"
-                                                                  : "timed out");
+        return mp__error(MP_ETIMEDOUT, "%s: %s", fn, until == 0 ? "the queue is full"
+                                                                : "timed out");
     if (rc == 0 && a.op != 0)
         rc = mp__error(a.op, "%s: the queue on rank %d refused the message (%s)", fn, mq->home,
                        mp_err_name(a.op));
     return rc;
 }
 
-int mp_mpi_queue_put(mp_mpi_queue *mq, const mp_msg *m, double timeout)
+static int q_put(void *impl, const mp_msg *m, double deadline, const char *fn)
 {
-    static const char *fn = "mp_mpi_queue_put";
+    mp_mpi_queue *mq = impl;
     int rc = check_args(mq, m, fn);
     if (rc || mq->q)
-        return rc ? rc : local_call(mq, m, NULL, timeout == 0 ? 0 : mp__deadline(timeout), fn);
-    return remote_put(mq, m, timeout, fn);
+        return rc ? rc : local_call(mq, m, NULL, deadline, fn);
+    return remote_put(mq, m, deadline, fn);
 }
 
-int mp_mpi_queue_get(mp_mpi_queue *mq, mp_msg **out, double timeout)
+static int q_get(void *impl, mp_msg **out, double deadline, const char *fn)
 {
-    static const char *fn = "mp_mpi_queue_get";
+    mp_mpi_queue *mq = impl;
     int rc = check_args(mq, out, fn);
     if (rc || mq->q)
-        return rc ? rc : local_call(mq, NULL, out, timeout == 0 ? 0 : mp__deadline(timeout), fn);
+        return rc ? rc : local_call(mq, NULL, out, deadline, fn);
     qreq r = {++mq->next_req, OP_GET, 0, 0}, a;
     MPI_Send(&r, sizeof r, MPI_BYTE, mq->home, mq->tag + 1, mp__mpi.comm);
     /* A poll gets one round trip to the home's broker. */
     settle_pending(mq);
-    rc = mp__mpi_qawait(mq, r.req, remote_deadline(timeout), OP_CANCEL, &a, fn);
+    rc = mp__mpi_qawait(mq, r.req, remote_deadline(deadline), OP_CANCEL, &a, fn);
     if (rc)
         return rc;
-    if (a.op == MP_ETIMEDOUT && timeout == 0)
+    if (a.op == MP_ETIMEDOUT && deadline == 0)
         return mp__error(MP_ETIMEDOUT, "%s: the queue is empty", fn);
     if (a.op == MP_ETIMEDOUT)
         return mp__error(MP_ETIMEDOUT, "%s: timed out", fn);
@@ -506,9 +495,9 @@ int mp_mpi_queue_get(mp_mpi_queue *mq, mp_msg **out, double timeout)
     return rc ? rc : mp__mpi_xfer_recv_msg(&msg, &st, mq->tag + 2, out);
 }
 
-int mp_mpi_queue_close(mp_mpi_queue *mq)
+static int q_close(void *impl, const char *fn)
 {
-    static const char *fn = "mp_mpi_queue_close";
+    mp_mpi_queue *mq = impl;
     int rc = check_args(mq, mq, fn);
     if (rc || mq->q)
         return rc ? rc : mp_queue_close(mq->q);
@@ -518,20 +507,62 @@ int mp_mpi_queue_close(mp_mpi_queue *mq)
     return rc ? rc : a.op;
 }
 
-void mp_mpi_queue_destroy(mp_mpi_queue *mq)
+/* The last mp_queue_release: collective (every rank releases its queue). */
+static void q_destroy(void *impl)
 {
-    if (!mq)
-        return;
+    mp_mpi_queue *mq = impl;
     mp__error_saved saved;
     mp__error_save(&saved);
     /* Timed-out puts still moving reach the broker (which drops them)
      * before it stops; every rank is done with it after the barrier. */
     for (int i = 0; i < MAX_PENDING && !mp__mpi.failed; i++)
-        while (mq->pending[i] && mp__mpi_inflight_wait(mq->pending[i], -1, "mp_mpi_queue_"
-                                                       "destroy") == 0)
+        while (mq->pending[i] &&
+               mp__mpi_inflight_wait(mq->pending[i], -1, "mp_queue_release") == 0)
             ;
     if (!mp__mpi.failed)
         mp_mpi_barrier();
     queue_free(mq);
     mp__error_restore(&saved);
+}
+
+/* ---- as an mp_queue ------------------------------------------------------------ */
+
+static const mp__queue_ops queue_ops = {
+    "a queue shared by MPI ranks (mp_mpi_queue_create)", q_put, q_get, q_close,
+    mp__mpi_qsize, mp__mpi_qtask_done, mp__mpi_qjoin, q_destroy};
+
+static int create_queue(int home, bool joinable, mp_queue **out, const char *fn)
+{
+    mp_mpi_queue *mq = NULL;
+    if (!out)
+        return mp__error(MP_EINVAL, "%s: out is NULL", fn);
+    *out = NULL;
+    int rc = create(home, joinable, &mq, fn);
+    if (rc)
+        return rc;
+    /* Every rank made its handle: a failure here is this rank's alone, so
+     * its release is the collective part the others wait in. */
+    if ((rc = mp__queue_wrap(joinable ? MP_ATTACH_JOINABLE_QUEUE : MP_ATTACH_QUEUE, &queue_ops,
+                             mq, out)) != 0)
+        q_destroy(mq);
+    return rc;
+}
+
+int mp_mpi_queue_create(int home, mp_queue **out)
+{
+    return create_queue(home, false, out, "mp_mpi_queue_create");
+}
+
+int mp_mpi_joinable_queue_create(int home, mp_queue **out)
+{
+    return create_queue(home, true, out, "mp_mpi_joinable_queue_create");
+}
+
+int mp_mpi_queue_is_local(const mp_queue *q)
+{
+    const mp_mpi_queue *mq = mp__queue_impl(q, &queue_ops);
+    if (!mq)
+        return mp__error(MP_EINVAL, "mp_mpi_queue_is_local: %s",
+                         q ? "not a queue made by mp_mpi_queue_create" : "q is NULL");
+    return mq->q ? 1 : 0;
 }

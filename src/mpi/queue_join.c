@@ -1,4 +1,4 @@
-/* mp_mpi_queue as a JoinableQueue, and its size. The counts live where the
+/* A queue shared by every rank as a JoinableQueue, and its size. The counts live where the
  * queue lives: in the home's mp_queue (its shared control block counts
  * every message put and not yet task_done'd, whoever put it). Ranks of the
  * home's host call mp_queue_task_done/join/qsize on the real queue; ranks on
@@ -14,6 +14,7 @@
  * A rank that dies while others join ends the job as everywhere in the
  * layer: every join watches the job and returns MP_ECHILD. */
 #include "mpi/queue_mpi.h"
+#include "os/os.h"
 
 #include <string.h>
 
@@ -75,9 +76,9 @@ static int ask(mp_mpi_queue *mq, int op, double deadline, qreq *a, const char *f
     return mp__mpi_qawait(mq, req, deadline, OP_CANCEL, a, fn);
 }
 
-int mp_mpi_queue_task_done(mp_mpi_queue *mq)
+int mp__mpi_qtask_done(void *impl, const char *fn)
 {
-    static const char *fn = "mp_mpi_queue_task_done";
+    mp_mpi_queue *mq = impl;
     qreq a;
     int rc = need(mq, true, fn);
     if (rc || mq->q)
@@ -92,9 +93,8 @@ int mp_mpi_queue_task_done(mp_mpi_queue *mq)
 }
 
 /* The same-host join in slices, with the failure check between them. */
-static int local_join(mp_mpi_queue *mq, double timeout, const char *fn)
+static int local_join(mp_mpi_queue *mq, double deadline, const char *fn)
 {
-    double deadline = timeout == 0 ? 0 : mp__deadline(timeout);
     for (;;) {
         int rc = mp_queue_join(mq->q, mp__mpi_slice(deadline));
         if (rc != MP_ETIMEDOUT)
@@ -105,43 +105,33 @@ static int local_join(mp_mpi_queue *mq, double timeout, const char *fn)
     }
 }
 
-int mp_mpi_queue_join(mp_mpi_queue *mq, double timeout)
+int mp__mpi_qjoin(void *impl, double deadline, const char *fn)
 {
-    static const char *fn = "mp_mpi_queue_join";
+    mp_mpi_queue *mq = impl;
     qreq a;
     int rc = need(mq, true, fn);
     if (rc || mq->q)
-        return rc ? rc : local_join(mq, timeout, fn);
+        return rc ? rc : local_join(mq, deadline, fn);
     /* A poll still gets one round trip to the home's broker. */
-    double deadline = mp__deadline(timeout >= 0 && timeout < 0.005 ? 0.005 : timeout);
-    if ((rc = ask(mq, OP_JOIN, deadline, &a, fn)) != 0)
+    double until = deadline >= 0 && deadline < mp__now() + 0.005 ? mp__now() + 0.005
+                                                                 : deadline;
+    if ((rc = ask(mq, OP_JOIN, until, &a, fn)) != 0)
         return rc;
     if (a.op == MP_ETIMEDOUT)
-        return mp__error(MP_ETIMEDOUT, "%s: %s", fn, timeout == 0 ? "messages are not yet "
-                                                                    "task_done" : "timed out");
+        return mp__error(MP_ETIMEDOUT, "%s: %s", fn, deadline == 0 ? "messages are not yet "
+                                                                     "task_done" : "timed out");
     return a.op ? mp__error(a.op, "%s: the queue on rank %d answered %s", fn, mq->home,
                             mp_err_name(a.op))
                 : 0;
 }
 
-int64_t mp_mpi_queue_qsize(mp_mpi_queue *mq)
+int64_t mp__mpi_qsize(void *impl, const char *fn)
 {
-    static const char *fn = "mp_mpi_queue_qsize";
+    mp_mpi_queue *mq = impl;
     qreq a;
     int rc = need(mq, false, fn);
     if (rc || mq->q)
         return rc ? rc : mp_queue_qsize(mq->q);
     rc = ask(mq, OP_QSIZE, -1, &a, fn);
     return rc ? rc : a.val;
-}
-
-int mp_mpi_queue_empty(mp_mpi_queue *mq)
-{
-    int64_t n = mp_mpi_queue_qsize(mq);
-    return n < 0 ? (int)n : n == 0;
-}
-
-int mp_mpi_queue_is_joinable(const mp_mpi_queue *mq)
-{
-    return mq && mq->joinable ? 1 : 0;
 }

@@ -1,4 +1,5 @@
-/* mp_mpi_queue's state, shared by queue.c (put, get, close, the broker)
+/* The state of a queue shared by every rank (mp_mpi_queue_create serves it
+ * to its user as an mp_queue), shared by queue.c (put, get, close, the broker)
  * and queue_join.c (JoinableQueue counts, sizes). */
 #ifndef MPROC_MPI_QUEUE_H
 #define MPROC_MPI_QUEUE_H
@@ -32,6 +33,8 @@ typedef struct plist {
     parked *v;
     int n, cap;
 } plist;
+
+typedef struct mp_mpi_queue mp_mpi_queue;
 
 struct mp_mpi_queue {
     int home, tag;
@@ -68,5 +71,9 @@ int mp__mpi_qawait(mp_mpi_queue *mq, uint64_t req, double deadline, int op, qreq
                    const char *fn);
 /* A request {req, op} to the home's broker (rank on another host). */
 void mp__mpi_qrequest(mp_mpi_queue *mq, uint64_t req, int op);
+/* The JoinableQueue and size calls of the ops table (queue_join.c). */
+int mp__mpi_qtask_done(void *impl, const char *fn);
+int mp__mpi_qjoin(void *impl, double deadline, const char *fn);
+int64_t mp__mpi_qsize(void *impl, const char *fn);
 
 #endif

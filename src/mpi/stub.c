@@ -26,112 +26,31 @@ int mp_mpi_spawn(const char *entry, mp_msg *args, mp_mpi_error *err)
     return off("mp_mpi_spawn");
 }
 int mp_mpi_failure(mp_mpi_error *err) { return off("mp_mpi_failure"); }
-int mp_mpi_pipe(int peer, mp_mpi_conn **out) { return off("mp_mpi_pipe"); }
-int mp_mpi_conn_send(mp_mpi_conn *c, const mp_msg *m, double timeout)
+int mp_mpi_pipe(int peer, mp_conn **out)
 {
-    return off("mp_mpi_conn_send");
+    if (out)
+        *out = NULL;
+    return off("mp_mpi_pipe");
 }
-int mp_mpi_conn_recv(mp_mpi_conn *c, mp_msg **out, double timeout)
-{
-    return off("mp_mpi_conn_recv");
-}
-int mp_mpi_conn_close(mp_mpi_conn *c) { return off("mp_mpi_conn_close"); }
-int mp_mpi_conn_is_local(const mp_mpi_conn *c) { return 0; }
-void mp_mpi_conn_destroy(mp_mpi_conn *c) {}
+int mp_mpi_conn_is_local(const mp_conn *c) { return off("mp_mpi_conn_is_local"); }
 int mp_mpi_allreduce_tensor(mp_tensor *t, mp_mpi_op op) { return off("mp_mpi_allreduce_tensor"); }
 int mp_mpi_barrier(void) { return off("mp_mpi_barrier"); }
-int mp_mpi_pool_create(mp_mpi_pool **out) { return off("mp_mpi_pool_create"); }
-int mp_mpi_pool_size(const mp_mpi_pool *p) { return off("mp_mpi_pool_size"); }
-int mp_mpi_pool_apply_async(mp_mpi_pool *p, const char *task, const mp_msg *in,
-                            mp_mpi_result **res)
+int mp_mpi_pool_create(mp_pool **out)
 {
-    return off("mp_mpi_pool_apply_async");
+    if (out)
+        *out = NULL;
+    return off("mp_mpi_pool_create");
 }
-int mp_mpi_pool_apply(mp_mpi_pool *p, const char *task, const mp_msg *in, mp_msg **out)
+int mp_mpi_queue_create(int home, mp_queue **out)
 {
-    return off("mp_mpi_pool_apply");
+    if (out)
+        *out = NULL;
+    return off("mp_mpi_queue_create");
 }
-int mp_mpi_pool_map(mp_mpi_pool *p, const char *task, const mp_msg *const *in, size_t n,
-                    mp_msg **out)
+int mp_mpi_joinable_queue_create(int home, mp_queue **out)
 {
-    return off("mp_mpi_pool_map");
-}
-int mp_mpi_result_wait(mp_mpi_result *r, mp_mpi_pool *p, double timeout)
-{
-    return off("mp_mpi_result_wait");
-}
-int mp_mpi_result_get(mp_mpi_result *r, mp_mpi_pool *p, double timeout, mp_msg **out)
-{
-    return off("mp_mpi_result_get");
-}
-const char *mp_mpi_result_error(const mp_mpi_result *r) { return ""; }
-void mp_mpi_result_release(mp_mpi_result *r) {}
-void mp_mpi_pool_destroy(mp_mpi_pool *p) {}
-int mp_mpi_queue_create(int home, mp_mpi_queue **out) { return off("mp_mpi_queue_create"); }
-int mp_mpi_queue_put(mp_mpi_queue *q, const mp_msg *m, double timeout)
-{
-    return off("mp_mpi_queue_put");
-}
-int mp_mpi_queue_get(mp_mpi_queue *q, mp_msg **out, double timeout)
-{
-    return off("mp_mpi_queue_get");
-}
-int mp_mpi_queue_close(mp_mpi_queue *q) { return off("mp_mpi_queue_close"); }
-int mp_mpi_queue_is_local(const mp_mpi_queue *q) { return 0; }
-void mp_mpi_queue_destroy(mp_mpi_queue *q) {}
-int mp_mpi_joinable_queue_create(int home, mp_mpi_queue **out)
-{
+    if (out)
+        *out = NULL;
     return off("mp_mpi_joinable_queue_create");
 }
-int mp_mpi_queue_is_joinable(const mp_mpi_queue *q) { return 0; }
-int mp_mpi_queue_task_done(mp_mpi_queue *q) { return off("mp_mpi_queue_task_done"); }
-int mp_mpi_queue_join(mp_mpi_queue *q, double timeout) { return off("mp_mpi_queue_join"); }
-int64_t mp_mpi_queue_qsize(mp_mpi_queue *q) { return off("mp_mpi_queue_qsize"); }
-int mp_mpi_queue_empty(mp_mpi_queue *q) { return off("mp_mpi_queue_empty"); }
-int mp_mpi_pool_map_async(mp_mpi_pool *p, const char *task, const mp_msg *const *in, size_t n,
-                          mp_mpi_result **res)
-{
-    return off("mp_mpi_pool_map_async");
-}
-int mp_mpi_pool_starmap(mp_mpi_pool *p, const char *task, const mp_msg *const *args, size_t n,
-                        size_t nargs, mp_msg **out)
-{
-    return off("mp_mpi_pool_starmap");
-}
-int mp_mpi_pool_starmap_async(mp_mpi_pool *p, const char *task, const mp_msg *const *args,
-                              size_t n, size_t nargs, mp_mpi_result **res)
-{
-    return off("mp_mpi_pool_starmap_async");
-}
-size_t mp_mpi_result_count(const mp_mpi_result *r) { return 0; }
-bool mp_mpi_result_ready(mp_mpi_result *r) { return false; }
-int mp_mpi_result_item(mp_mpi_result *r, size_t i, mp_msg **out)
-{
-    return off("mp_mpi_result_item");
-}
-int mp_mpi_pool_imap(mp_mpi_pool *p, const char *task, const mp_msg *const *in, size_t n,
-                     mp_mpi_imap **it)
-{
-    return off("mp_mpi_pool_imap");
-}
-int mp_mpi_pool_imap_unordered(mp_mpi_pool *p, const char *task, const mp_msg *const *in,
-                               size_t n, mp_mpi_imap **it)
-{
-    return off("mp_mpi_pool_imap_unordered");
-}
-int mp_mpi_imap_next(mp_mpi_imap *it, double timeout, mp_msg **out, size_t *index)
-{
-    return off("mp_mpi_imap_next");
-}
-void mp_mpi_imap_destroy(mp_mpi_imap *it) {}
-int mp_mpi_pool_map_array(mp_mpi_pool *p, const char *task, const void *in, size_t n,
-                          size_t in_size, void *out, size_t out_size, size_t chunksize)
-{
-    return off("mp_mpi_pool_map_array");
-}
-int mp_mpi_pool_map_array_async(mp_mpi_pool *p, const char *task, const void *in, size_t n,
-                                size_t in_size, void *out, size_t out_size, size_t chunksize,
-                                mp_mpi_result **res)
-{
-    return off("mp_mpi_pool_map_array_async");
-}
+int mp_mpi_queue_is_local(const mp_queue *q) { return off("mp_mpi_queue_is_local"); }

@@ -449,10 +449,17 @@ static int set_state(mp_pool *p, int state, const char *call)
     return 0;
 }
 
-int mp_pool_close(mp_pool *p) { return set_state(p, MP__POOL_CLOSED, "mp_pool_close"); }
+int mp_pool_close(mp_pool *p)
+{
+    if (p && p->ops)
+        return p->ops->close(p->impl, "mp_pool_close");
+    return set_state(p, MP__POOL_CLOSED, "mp_pool_close");
+}
 
 int mp_pool_terminate(mp_pool *p)
 {
+    if (p && p->ops)
+        return p->ops->terminate(p->impl, "mp_pool_terminate");
     return set_state(p, MP__POOL_TERMINATED, "mp_pool_terminate");
 }
 
@@ -461,6 +468,8 @@ int mp_pool_join(mp_pool *p)
     bool do_join;
     if (!p)
         return mp__error(MP_EINVAL, "mp_pool_join: pool is NULL");
+    if (p->ops)
+        return p->ops->join(p->impl, "mp_pool_join");
     if (pthread_equal(pthread_self(), p->thread))
         return mp__error(MP_ESTATE, "mp_pool_join: called from a callback (the handler "
                          "thread would wait for itself)");
@@ -484,13 +493,18 @@ int mp_pool_size(const mp_pool *p)
 {
     if (!p)
         return mp__error(MP_EINVAL, "mp_pool_size: pool is NULL");
-    return p->nprocs;
+    return p->ops ? p->ops->size(p->impl) : p->nprocs;
 }
 
 void mp_pool_destroy(mp_pool *p)
 {
     if (!p)
         return;
+    if (p->ops) {
+        p->ops->destroy(p->impl);
+        free(p);
+        return;
+    }
     if (pthread_equal(pthread_self(), p->thread)) {
         /* From a callback the handler would free itself: refuse (and leak). */
         mp__log(MP_LOG_ERROR, "mp_pool_destroy: called from a callback; ignored");

@@ -11,6 +11,7 @@
 #include "mproc/process.h"
 #include "mproc/queue.h"
 #include "os/os.h"
+#include "pool/remote.h"
 
 #define MP__TASK_NAME_MAX MP_ENTRY_NAME_MAX
 
@@ -104,6 +105,8 @@ enum { MP__JOB_MSG = 0, MP__JOB_ARRAY = 1, MP__JOB_VEC = 2 };
 
 struct mp_async_result {
     atomic_int refs;
+    const mp__result_ops *ops; /* NULL: this struct is the result; else impl is */
+    void *impl;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int kind;
@@ -146,6 +149,15 @@ int mp__result_wait_locked(mp_async_result *r, bool (*pred)(mp_async_result *, v
 int mp__result_first_error(const mp_async_result *r, const char *call);
 /* Handler thread: runs the callback of a ready result. */
 void mp__result_callback(mp_async_result *r);
+
+/* A lazy iterator: over a map_async result, or served by ops. */
+struct mp_imap {
+    mp_async_result *r;
+    bool unordered;
+    size_t pos; /* items handed out */
+    const mp__imap_ops *ops;
+    void *impl;
+};
 
 /* ---- the pool -------------------------------------------------------------- */
 
@@ -196,6 +208,8 @@ typedef struct worker {
 } worker;
 
 struct mp_pool {
+    const mp__pool_ops *ops; /* NULL: the local pool below; else impl serves it */
+    void *impl;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int nprocs;

@@ -64,6 +64,11 @@ void mp_async_result_release(mp_async_result *r)
 {
     if (!r || atomic_fetch_sub(&r->refs, 1) != 1)
         return;
+    if (r->ops) {
+        r->ops->release(r->impl);
+        free(r);
+        return;
+    }
     for (size_t i = 0; i < r->n; i++) {
         if (r->outs)
             mp_msg_destroy(r->outs[i]);
@@ -166,6 +171,8 @@ int mp_async_result_wait(mp_async_result *r, double timeout)
     int rc;
     if (!r)
         return mp__error(MP_EINVAL, "mp_async_result_wait: result is NULL");
+    if (r->ops)
+        return r->ops->wait(r->impl, timeout, "mp_async_result_wait");
     pthread_mutex_lock(&r->mu);
     rc = mp__result_wait_locked(r, is_ready, NULL, timeout);
     pthread_mutex_unlock(&r->mu);
@@ -187,6 +194,8 @@ int mp_async_result_get(mp_async_result *r, double timeout, const mp_msg **out)
     int rc;
     if (!r)
         return mp__error(MP_EINVAL, "mp_async_result_get: result is NULL");
+    if (r->ops)
+        return mp__remote_get(r, timeout, out, "mp_async_result_get");
     pthread_mutex_lock(&r->mu);
     rc = mp__result_wait_locked(r, is_ready, NULL, timeout);
     if (rc)
@@ -205,6 +214,8 @@ bool mp_async_result_ready(const mp_async_result *r)
         mp__error(MP_EINVAL, "mp_async_result_ready: result is NULL");
         return false;
     }
+    if (r->ops)
+        return r->ops->ready(r->impl);
     mp_async_result *w = (mp_async_result *)r;
     pthread_mutex_lock(&w->mu);
     bool ready = w->ready;
@@ -216,6 +227,8 @@ int mp_async_result_successful(const mp_async_result *r)
 {
     if (!r)
         return mp__error(MP_EINVAL, "mp_async_result_successful: result is NULL");
+    if (r->ops)
+        return mp__remote_successful(r);
     mp_async_result *w = (mp_async_result *)r;
     pthread_mutex_lock(&w->mu);
     int rc = !w->ready ? mp__error(MP_ESTATE, "mp_async_result_successful: not ready yet")
@@ -230,6 +243,8 @@ int mp_async_result_item(const mp_async_result *r, size_t i, const mp_msg **out)
 {
     if (!r || !out)
         return mp__error(MP_EINVAL, "mp_async_result_item: %s is NULL", r ? "out" : "result");
+    if (r->ops)
+        return mp__remote_item(r, i, out);
     mp_async_result *w = (mp_async_result *)r;
     int rc = 0;
     pthread_mutex_lock(&w->mu);
@@ -250,6 +265,8 @@ const char *mp_async_result_error(const mp_async_result *r)
 {
     if (!r)
         return "";
+    if (r->ops)
+        return mp__remote_error(r);
     mp_async_result *w = (mp_async_result *)r;
     pthread_mutex_lock(&w->mu);
     const char *e = w->ready && w->first_bad < w->n ? mp__result_err(w, w->first_bad) : "";

@@ -168,6 +168,8 @@ int mp_pool_apply_async(mp_pool *p, const char *task, const mp_msg *in,
     const mp_msg *one[1] = {in};
     source s = {SRC_MSGS, one, 0, NULL, 0, NULL, 0, NULL};
     int rc = check_msgs(one, 1, "mp_pool_apply_async");
+    if (!rc && p && p->ops && res && task)
+        return mp__remote_submit(p, task, one, 1, 0, true, cb, res, "mp_pool_apply_async");
     return rc ? rc : submit(p, task, MP__JOB_MSG, &s, 1, 1, cb, res, "mp_pool_apply_async");
 }
 
@@ -176,6 +178,8 @@ int mp_pool_map_async(mp_pool *p, const char *task, const mp_msg *const *in, siz
 {
     source s = {SRC_MSGS, in, 0, NULL, 0, NULL, 0, NULL};
     int rc = check_msgs(in, n, "mp_pool_map_async");
+    if (!rc && p && p->ops && res && task)
+        return mp__remote_submit(p, task, in, n, 0, false, cb, res, "mp_pool_map_async");
     return rc ? rc
               : submit(p, task, MP__JOB_MSG, &s, n, chunksize, cb, res, "mp_pool_map_async");
 }
@@ -190,6 +194,9 @@ int mp_pool_starmap_async(mp_pool *p, const char *task, const mp_msg *const *arg
         rc = mp__error(MP_EINVAL, "mp_pool_starmap_async: nargs = %zu, want 1..1024", nargs);
     if (!rc)
         rc = check_msgs(args, n * nargs, "mp_pool_starmap_async");
+    if (!rc && p && p->ops && res && task)
+        return mp__remote_submit(p, task, args, n, nargs, false, cb, res,
+                                 "mp_pool_starmap_async");
     return rc ? rc
               : submit(p, task, MP__JOB_MSG, &s, n, chunksize, cb, res,
                        "mp_pool_starmap_async");
@@ -204,6 +211,9 @@ int mp_pool_map_array_async(mp_pool *p, const char *task, const void *in, size_t
     int rc;
     if (n && (!in || !out || in_size == 0 || out_size == 0))
         return mp__error(MP_EINVAL, "mp_pool_map_array_async: want in, out and item sizes");
+    if (p && p->ops && res && task)
+        return mp__remote_map_array(p, task, in, n, in_size, out, out_size, chunksize, cb, res,
+                                    "mp_pool_map_array_async");
     rc = submit(p, task, vec ? MP__JOB_VEC : MP__JOB_ARRAY, &s, n, chunksize, cb, res,
                 "mp_pool_map_array_async");
     mp_msg_destroy(s.vatt);
@@ -215,6 +225,8 @@ int mp_pool_map_array_async(mp_pool *p, const char *task, const void *in, size_t
 /* Waits for r, moves its messages to out (may be NULL), releases r. */
 static int finish(mp_async_result *r, mp_msg **out, const char *call)
 {
+    if (r->ops)
+        return mp__remote_finish(r, out, call);
     int rc = mp_async_result_wait(r, -1);
     pthread_mutex_lock(&r->mu);
     if (!rc)
@@ -267,18 +279,15 @@ int mp_pool_map_array(mp_pool *p, const char *task, const void *in, size_t n, si
                       void *out, size_t out_size, size_t chunksize)
 {
     mp_async_result *r;
+    if (p && p->ops && task && (!n || (in && out && in_size && out_size)))
+        return p->ops->map_array(p->impl, task, in, n, in_size, out, out_size, chunksize, NULL,
+                                 "mp_pool_map_array");
     int rc = mp_pool_map_array_async(p, task, in, n, in_size, out, out_size, chunksize, NULL,
                                      &r);
     return rc ? rc : finish(r, NULL, "mp_pool_map_array");
 }
 
 /* ---- lazy iterators ---------------------------------------------------------------- */
-
-struct mp_imap {
-    mp_async_result *r;
-    bool unordered;
-    size_t pos; /* items handed out */
-};
 
 static int imap_create(mp_pool *p, const char *task, const mp_msg *const *in, size_t n,
                        size_t chunksize, bool unordered, mp_imap **it, const char *call)
@@ -288,6 +297,8 @@ static int imap_create(mp_pool *p, const char *task, const mp_msg *const *in, si
     if (!it)
         return mp__error(MP_EINVAL, "%s: it is NULL", call);
     *it = NULL;
+    if (p && p->ops && task && !check_msgs(in, n, call))
+        return mp__remote_imap(p, task, in, n, unordered, it, call);
     m = calloc(1, sizeof *m);
     if (!m)
         return mp__error(MP_ENOMEM, "%s: out of memory", call);
@@ -327,6 +338,8 @@ int mp_imap_next(mp_imap *it, double timeout, mp_msg **out, size_t *index)
     if (!it || !out)
         return mp__error(MP_EINVAL, "mp_imap_next: %s is NULL", it ? "out" : "it");
     *out = NULL;
+    if (it->ops)
+        return mp__remote_imap_next(it, timeout, out, index);
     r = it->r;
     if (it->pos >= r->n)
         return mp__error(MP_ECLOSED, "mp_imap_next: all %zu items were returned", r->n);
@@ -352,6 +365,10 @@ void mp_imap_destroy(mp_imap *it)
 {
     if (!it)
         return;
+    if (it->ops) {
+        mp__remote_imap_destroy(it);
+        return;
+    }
     mp_async_result_release(it->r);
     free(it);
 }

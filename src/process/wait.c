@@ -4,6 +4,7 @@
  * record (a NUDGE, src/wire/rx.c) as a message, and miss a queue that was
  * closed after a reader took its end-of-stream record. */
 #include "ipc/ipc.h"
+#include "ipc/remote.h"
 #include "process/process_internal.h"
 
 #include <errno.h>
@@ -19,12 +20,18 @@ static int item_fd(const mp_wait_item *it, int *fd)
     case MP_WAIT_CONN:
         if (!it->u.conn)
             break;
+        if (mp__conn_is_remote(it->u.conn))
+            return mp__error(MP_ENOTSUP, "mp_wait: a connection between MPI ranks has no fd "
+                                         "to poll; call mp_conn_poll on it with a timeout");
         *fd = mp_conn_fileno(it->u.conn);
         return 0;
     case MP_WAIT_QUEUE:
     case MP_WAIT_SIMPLE_QUEUE:
         if (!it->u.queue)
             break;
+        if (it->kind == MP_WAIT_QUEUE && mp__queue_is_remote(it->u.queue))
+            return mp__error(MP_ENOTSUP, "mp_wait: a queue shared by MPI ranks has no fd to "
+                                         "poll; call mp_queue_get on it with a timeout");
         *fd = mp_queue_fileno(it->u.queue);
         return 0;
     case MP_WAIT_PROCESS:

@@ -6,6 +6,17 @@
 # MPICH is installed beside the main MPI.
 set(run ${CMAKE_CURRENT_LIST_DIR}/run.sh)
 
+# The stub that -DMPROC_MPI=OFF builds (src/mpi/stub.c), checked in every
+# build: its constructors fail with MP_ENOTSUP and say how to enable MPI.
+add_library(mproc_mpi_stub STATIC ${PROJECT_SOURCE_DIR}/src/mpi/stub.c)
+target_link_libraries(mproc_mpi_stub PUBLIC mproc_static)
+target_include_directories(mproc_mpi_stub PRIVATE ${PROJECT_SOURCE_DIR}/src)
+mproc_use_flags(mproc_mpi_stub)
+add_executable(mpi_stub_test ${CMAKE_CURRENT_LIST_DIR}/stub_test.c)
+target_link_libraries(mpi_stub_test PRIVATE mproc_mpi_stub)
+mproc_use_flags(mpi_stub_test)
+add_test(NAME mpi_stub_test COMMAND mpi_stub_test)
+
 # The suite's cases for one build of the layer: tests PREFIX_<case>_<shm|tcp>.
 function(mproc_mpi_suite_tests prefix layer)
   foreach(s suite iter_suite)

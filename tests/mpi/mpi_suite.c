@@ -47,7 +47,7 @@ static void check_pattern(mp_tensor *t, int64_t nbytes, unsigned seed)
 }
 
 /* Even ranks send and check the echo; odd ranks echo. */
-static void echo_sizes(mp_mpi_conn *c, bool sender)
+static void echo_sizes(mp_conn *c, bool sender)
 {
     static const int64_t sizes[] = {0, 1, 7, 4096, 65536 + 3, 1 << 20, 64 << 20};
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
@@ -58,8 +58,8 @@ static void echo_sizes(mp_mpi_conn *c, bool sender)
             OK(mp_msg_create(&m));
             OK(mp_msg_set_payload(m, &k, sizeof k));
             OK(mp_msg_add_tensor(m, "data", t));
-            OK(mp_mpi_conn_send(c, m, 30));
-            OK(mp_mpi_conn_recv(c, &back, 30));
+            OK(mp_conn_send(c, m, 30));
+            OK(mp_conn_recv(c, &back, 30));
             size_t len = 0;
             const void *pl = mp_msg_payload(back, &len);
             CHECK(len == sizeof k && memcmp(pl, &k, len) == 0, "payload of echo %zu", k);
@@ -69,8 +69,8 @@ static void echo_sizes(mp_mpi_conn *c, bool sender)
             CHECK(sizes[k] == 0 || mp_tensor_is_shared(t), "received tensor not in shared memory");
             check_pattern(t, sizes[k], (unsigned)k);
         } else {
-            OK(mp_mpi_conn_recv(c, &m, 30));
-            OK(mp_mpi_conn_send(c, m, 30));
+            OK(mp_conn_recv(c, &m, 30));
+            OK(mp_conn_send(c, m, 30));
         }
         mp_tensor_release(t);
         mp_msg_destroy(m);
@@ -79,7 +79,7 @@ static void echo_sizes(mp_mpi_conn *c, bool sender)
 }
 
 /* A strided view, a 0-d float, several tensors and a long payload. */
-static void shapes(mp_mpi_conn *c, bool sender)
+static void shapes(mp_conn *c, bool sender)
 {
     mp_msg *m = NULL;
     if (sender) {
@@ -99,12 +99,12 @@ static void shapes(mp_mpi_conn *c, bool sender)
         OK(mp_msg_add_tensor(m, "t", at));
         OK(mp_msg_add_tensor(m, NULL, s));
         OK(mp_msg_add_tensor(m, "empty", e));
-        OK(mp_mpi_conn_send(c, m, 30));
+        OK(mp_conn_send(c, m, 30));
         mp_tensor_release(a), mp_tensor_release(at), mp_tensor_release(s), mp_tensor_release(e);
     } else {
         mp_tensor *t = NULL;
         size_t len = 0;
-        OK(mp_mpi_conn_recv(c, &m, 30));
+        OK(mp_conn_recv(c, &m, 30));
         CHECK(mp_msg_count(m) == 3, "count %zu", mp_msg_count(m));
         mp_msg_payload(m, &len);
         CHECK(len == 100000, "payload %zu", len);
@@ -131,36 +131,36 @@ static void shapes(mp_mpi_conn *c, bool sender)
 }
 
 /* Timeouts, host-local objects, close. */
-static void edges(mp_mpi_conn *c, bool sender, bool local)
+static void edges(mp_conn *c, bool sender, bool local)
 {
     mp_msg *m = NULL;
     mp_queue *q = NULL;
     if (sender) {
-        CHECK(mp_mpi_conn_recv(c, &m, 0) == MP_ETIMEDOUT, "poll of an empty conn");
-        CHECK(mp_mpi_conn_recv(c, &m, 0.05) == MP_ETIMEDOUT, "timed recv");
+        CHECK(mp_conn_recv(c, &m, 0) == MP_ETIMEDOUT, "poll of an empty conn");
+        CHECK(mp_conn_recv(c, &m, 0.05) == MP_ETIMEDOUT, "timed recv");
         OK(mp_queue_create(0, &q));
         OK(mp_msg_create(&m));
         OK(mp_msg_add_queue(m, "q", q));
-        int rc = mp_mpi_conn_send(c, m, 30);
+        int rc = mp_conn_send(c, m, 30);
         CHECK(rc == (local ? 0 : MP_ENOTSUP), "queue attachment: %s", mp_err_name(rc));
         mp_msg_destroy(m), m = NULL;
         mp_queue_release(q);
         for (int i = 0; i < 3; i++)
-            OK(mp_mpi_conn_send(c, NULL == m ? (mp_msg_create(&m), m) : m, 30));
-        OK(mp_mpi_conn_close(c));
-        CHECK(mp_mpi_conn_send(c, m, 1) == MP_ECLOSED, "send after close");
+            OK(mp_conn_send(c, NULL == m ? (mp_msg_create(&m), m) : m, 30));
+        OK(mp_conn_close(c));
+        CHECK(mp_conn_send(c, m, 1) == MP_ECLOSED, "send after close");
     } else {
         if (local) {
-            OK(mp_mpi_conn_recv(c, &m, 30));
+            OK(mp_conn_recv(c, &m, 30));
             OK(mp_msg_get_queue(m, 0, &q));
             mp_queue_release(q);
             mp_msg_destroy(m);
         }
         for (int i = 0; i < 3; i++) {
-            OK(mp_mpi_conn_recv(c, &m, 30));
+            OK(mp_conn_recv(c, &m, 30));
             mp_msg_destroy(m);
         }
-        int rc = mp_mpi_conn_recv(c, &m, 30);
+        int rc = mp_conn_recv(c, &m, 30);
         CHECK(rc == MP_ECLOSED, "recv after the peer closed: %s", mp_err_name(rc));
         m = NULL;
     }
@@ -172,32 +172,32 @@ static void edges(mp_mpi_conn *c, bool sender, bool local)
  * destroying the conn returns. */
 static void abandoned(int partner, bool sender)
 {
-    mp_mpi_conn *c = NULL;
+    mp_conn *c = NULL;
     OK(mp_mpi_pipe(partner, &c));
     if (!sender)
-        OK(mp_mpi_conn_close(c));
+        OK(mp_conn_close(c));
     OK(mp_mpi_barrier());
     if (sender) {
         mp_tensor *t = pattern_tensor(1 << 20, 5);
         mp_msg *m = NULL;
         OK(mp_msg_create(&m));
         OK(mp_msg_add_tensor(m, NULL, t));
-        int rc = mp_mpi_conn_send(c, m, 10);
+        int rc = mp_conn_send(c, m, 10);
         CHECK(rc == 0 || rc == MP_ECLOSED, "first send to a closed peer: %s", mp_err_name(rc));
         double t0 = MPI_Wtime();
-        rc = mp_mpi_conn_send(c, m, 10);
+        rc = mp_conn_send(c, m, 10);
         CHECK(rc == MP_ECLOSED, "second send to a closed peer: %s after %.2f s",
               mp_err_name(rc), MPI_Wtime() - t0);
         mp_msg_destroy(m);
         mp_tensor_release(t);
     }
-    mp_mpi_conn_destroy(c);
+    mp_conn_release(c);
 }
 
 MP_ENTRY(case_roundtrip)
 {
     int partner = rank ^ 1;
-    mp_mpi_conn *c = NULL;
+    mp_conn *c = NULL;
     const char *env = getenv("MPROC_MPI_LOCAL");
     bool want_local = !(env && !strcmp(env, "0"));
     if (partner >= size)
@@ -207,7 +207,7 @@ MP_ENTRY(case_roundtrip)
     echo_sizes(c, rank % 2 == 0);
     shapes(c, rank % 2 == 0);
     edges(c, rank % 2 == 0, want_local);
-    mp_mpi_conn_destroy(c);
+    mp_conn_release(c);
     abandoned(partner, rank % 2 == 0);
     return 0;
 }
@@ -215,7 +215,7 @@ MP_ENTRY(case_roundtrip)
 MP_ENTRY(case_alltoall)
 {
     enum { N = 50 };
-    mp_mpi_conn **c = calloc((size_t)size, sizeof *c);
+    mp_conn **c = calloc((size_t)size, sizeof *c);
     int64_t len = 256;
     for (int r = 0; r < size; r++)
         if (r != rank)
@@ -231,7 +231,7 @@ MP_ENTRY(case_alltoall)
             OK(mp_msg_create(&m));
             OK(mp_msg_set_payload(m, hdr, sizeof hdr));
             OK(mp_msg_add_tensor(m, NULL, t));
-            OK(mp_mpi_conn_send(c[r], m, 30));
+            OK(mp_conn_send(c[r], m, 30));
             mp_msg_destroy(m);
             mp_tensor_release(t);
         }
@@ -241,7 +241,7 @@ MP_ENTRY(case_alltoall)
             mp_msg *m = NULL;
             mp_tensor *t = NULL;
             int hdr[2];
-            OK(mp_mpi_conn_recv(c[r], &m, 30));
+            OK(mp_conn_recv(c[r], &m, 30));
             memcpy(hdr, mp_msg_payload(m, NULL), sizeof hdr);
             CHECK(hdr[0] == r && hdr[1] == i, "from %d got %d/%d, want %d/%d", r, hdr[0], hdr[1],
                   r, i);
@@ -252,7 +252,7 @@ MP_ENTRY(case_alltoall)
         }
     }
     for (int r = 0; r < size; r++)
-        mp_mpi_conn_destroy(c[r]);
+        mp_conn_release(c[r]);
     free(c);
     return 0;
 }
@@ -291,12 +291,12 @@ MP_ENTRY(case_raise)
     if (rank == 1)
         mp_raise("rank %d gives up on purpose", rank);
     /* The others wait on a message that never comes: the failure ends it. */
-    mp_mpi_conn *c = NULL;
+    mp_conn *c = NULL;
     mp_msg *m = NULL;
     int rc = mp_mpi_pipe(1, &c);
     if (rc == 0)
-        rc = mp_mpi_conn_recv(c, &m, -1);
-    mp_mpi_conn_destroy(c);
+        rc = mp_conn_recv(c, &m, -1);
+    mp_conn_release(c);
     return rc;
 }
 
@@ -305,7 +305,7 @@ MP_ENTRY(case_kill)
     /* Rank 2 trades a few messages with rank 3, then is SIGKILLed while
      * every other rank blocks: in recv (rank 3) or in a barrier. */
     if (rank >= 2) {
-        mp_mpi_conn *c = NULL;
+        mp_conn *c = NULL;
         mp_msg *m = NULL;
         OK(mp_mpi_pipe(rank ^ 1, &c));
         for (int i = 0; i < 5; i++) {
@@ -314,16 +314,16 @@ MP_ENTRY(case_kill)
             OK(mp_msg_add_tensor(m, NULL, t));
             mp_tensor_release(t);
             if (rank == 2)
-                OK(mp_mpi_conn_send(c, m, 30));
+                OK(mp_conn_send(c, m, 30));
             mp_msg_destroy(m), m = NULL;
             if (rank == 3)
-                OK(mp_mpi_conn_recv(c, &m, 30));
+                OK(mp_conn_recv(c, &m, 30));
             mp_msg_destroy(m), m = NULL;
         }
         if (rank == 2)
             kill(getpid(), SIGKILL);
-        int rc = mp_mpi_conn_recv(c, &m, -1);
-        mp_mpi_conn_destroy(c);
+        int rc = mp_conn_recv(c, &m, -1);
+        mp_conn_release(c);
         return rc;
     }
     return mp_mpi_barrier();
@@ -332,7 +332,7 @@ MP_ENTRY(case_kill)
 MP_ENTRY(case_queue)
 {
     enum { K = 30 };
-    mp_mpi_queue *q = NULL;
+    mp_queue *q = NULL;
     mp_msg *m = NULL;
     int64_t total = (int64_t)size * K, len = 1000;
     mp_tensor *seen = NULL;
@@ -341,8 +341,8 @@ MP_ENTRY(case_queue)
     const char *env = getenv("MPROC_MPI_LOCAL");
     bool local_path = !(env && !strcmp(env, "0"));
     CHECK(mp_mpi_queue_is_local(q) == (rank == 0 || local_path), "is_local");
-    CHECK(mp_mpi_queue_get(q, &m, 0) == MP_ETIMEDOUT, "poll of the empty queue");
-    CHECK(mp_mpi_queue_get(q, &m, 0.05) == MP_ETIMEDOUT, "timed get");
+    CHECK(mp_queue_get(q, &m, 0) == MP_ETIMEDOUT, "poll of the empty queue");
+    CHECK(mp_queue_get(q, &m, 0.05) == MP_ETIMEDOUT, "timed get");
     OK(mp_mpi_barrier());
     for (int i = 0; i < K; i++) {
         mp_tensor *t = pattern_tensor(len, (unsigned)(rank * 100 + i));
@@ -350,7 +350,7 @@ MP_ENTRY(case_queue)
         OK(mp_msg_create(&m));
         OK(mp_msg_set_payload(m, hdr, sizeof hdr));
         OK(mp_msg_add_tensor(m, "t", t));
-        OK(mp_mpi_queue_put(q, m, 30));
+        OK(mp_queue_put(q, m, 30));
         mp_msg_destroy(m), m = NULL;
         mp_tensor_release(t);
     }
@@ -359,22 +359,22 @@ MP_ENTRY(case_queue)
         OK(mp_queue_create(0, &local));
         OK(mp_msg_create(&m));
         OK(mp_msg_add_queue(m, NULL, local));
-        CHECK(mp_mpi_queue_put(q, m, 30) == MP_ENOTSUP, "a queue sent to another host");
+        CHECK(mp_queue_put(q, m, 30) == MP_ENOTSUP, "a queue sent to another host");
         mp_msg_destroy(m), m = NULL;
         mp_queue_release(local);
     }
     OK(mp_mpi_barrier()); /* every put is in */
     if (rank == size - 1)
-        OK(mp_mpi_queue_close(q));
+        OK(mp_queue_close(q));
     OK(mp_mpi_barrier());
-    CHECK(mp_mpi_queue_put(q, NULL == m ? (mp_msg_create(&m), m) : m, 1) == MP_ECLOSED,
+    CHECK(mp_queue_put(q, NULL == m ? (mp_msg_create(&m), m) : m, 1) == MP_ECLOSED,
           "put after close");
     mp_msg_destroy(m), m = NULL;
     OK(mp_tensor_empty(MP_INT32, 1, &total, &seen));
     for (int r = 0; r < 64; r++)
         last[r] = -1;
     for (;;) {
-        int rc = mp_mpi_queue_get(q, &m, 30), hdr[2];
+        int rc = mp_queue_get(q, &m, 30), hdr[2];
         mp_tensor *t = NULL;
         if (rc == MP_ECLOSED)
             break;
@@ -394,7 +394,7 @@ MP_ENTRY(case_queue)
         CHECK(((int32_t *)mp_tensor_data(seen))[i] == 1, "message %lld taken %d times",
               (long long)i, ((int32_t *)mp_tensor_data(seen))[i]);
     mp_tensor_release(seen);
-    mp_mpi_queue_destroy(q);
+    mp_queue_release(q);
     return 0;
 }
 
@@ -404,7 +404,7 @@ MP_ENTRY(case_queue)
  * that was put is taken exactly once. */
 MP_ENTRY(case_queue_full)
 {
-    mp_mpi_queue *q = NULL;
+    mp_queue *q = NULL;
     mp_msg *m = NULL;
     mp_tensor *counts = NULL;
     int64_t two = 2, *n;
@@ -418,20 +418,20 @@ MP_ENTRY(case_queue_full)
     if (rank == 1) {
         int rc = 0;
         for (int i = 0; i < 200000 && rc == 0; i++)
-            if ((rc = mp_mpi_queue_put(q, m, 0.2)) == 0)
+            if ((rc = mp_queue_put(q, m, 0.2)) == 0)
                 n[0]++;
         CHECK(rc == MP_ETIMEDOUT, "filling: %s after %lld puts", mp_err_name(rc),
               (long long)n[0]);
-        CHECK(mp_mpi_queue_put(q, m, 0) == MP_ETIMEDOUT, "poll of a full queue");
+        CHECK(mp_queue_put(q, m, 0) == MP_ETIMEDOUT, "poll of a full queue");
         double t0 = MPI_Wtime();
-        rc = mp_mpi_queue_put(q, m, 0.1);
+        rc = mp_queue_put(q, m, 0.1);
         CHECK(rc == MP_ETIMEDOUT && MPI_Wtime() - t0 >= 0.09, "timed put to a full queue: %s "
               "after %.3f s", mp_err_name(rc), MPI_Wtime() - t0);
     }
     OK(mp_mpi_barrier()); /* the queue is full */
     if (rank == 1) {
         double t0 = MPI_Wtime();
-        OK(mp_mpi_queue_put(q, m, -1)); /* waits until rank 0 drains */
+        OK(mp_queue_put(q, m, -1)); /* waits until rank 0 drains */
         n[0]++;
         CHECK(MPI_Wtime() - t0 >= 0.2, "the put waited for room: %.3f s", MPI_Wtime() - t0);
     }
@@ -439,7 +439,7 @@ MP_ENTRY(case_queue_full)
         struct timespec ts = {0, 300 * 1000 * 1000};
         nanosleep(&ts, NULL);
         mp_msg *got = NULL;
-        while (mp_mpi_queue_get(q, &got, 1) == 0) {
+        while (mp_queue_get(q, &got, 1) == 0) {
             n[1]++;
             mp_msg_destroy(got), got = NULL;
         }
@@ -449,7 +449,7 @@ MP_ENTRY(case_queue_full)
           (long long)n[0], (long long)n[1]);
     mp_tensor_release(counts);
     mp_msg_destroy(m);
-    mp_mpi_queue_destroy(q);
+    mp_queue_release(q);
     return 0;
 }
 
@@ -493,17 +493,17 @@ static mp_msg *int_msg(int64_t x)
 MP_ENTRY(case_pool)
 {
     enum { N = 40 };
-    mp_mpi_pool *p = NULL;
+    mp_pool *p = NULL;
     mp_msg *in[N], *out[N];
     OK(mp_mpi_pool_create(&p));
     if (rank != 0) {
         CHECK(p == NULL, "a worker rank got a pool");
         return 0;
     }
-    CHECK(mp_mpi_pool_size(p) == size - 1, "size %d", mp_mpi_pool_size(p));
+    CHECK(mp_pool_size(p) == size - 1, "size %d", mp_pool_size(p));
     for (int i = 0; i < N; i++)
         in[i] = int_msg(i + 100);
-    OK(mp_mpi_pool_map(p, "square", (const mp_msg *const *)in, N, out));
+    OK(mp_pool_map(p, "square", (const mp_msg *const *)in, N, 0, out));
     for (int i = 0; i < N; i++) {
         int64_t v;
         memcpy(&v, mp_msg_payload(out[i], NULL), sizeof v);
@@ -511,22 +511,37 @@ MP_ENTRY(case_pool)
         mp_msg_destroy(out[i]), mp_msg_destroy(in[i]);
     }
     /* A failing task fails alone; the others and the worker carry on. */
-    mp_mpi_result *r[3];
+    mp_async_result *r[3];
     for (int i = 0; i < 3; i++) {
         mp_msg *m = int_msg(12 + i);
-        OK(mp_mpi_pool_apply_async(p, "square", m, &r[i]));
+        OK(mp_pool_apply_async(p, "square", m, NULL, &r[i]));
         mp_msg_destroy(m);
     }
-    mp_msg *o = NULL;
-    OK(mp_mpi_result_get(r[0], p, 30, &o));
-    mp_msg_destroy(o), o = NULL;
-    CHECK(mp_mpi_result_get(r[1], p, 30, &o) == MP_ECHILD, "the raising task");
+    const mp_msg *b = NULL; /* borrowed from the result, as with a local pool */
+    OK(mp_async_result_get(r[0], 30, &b));
+    int64_t v0 = 0;
+    memcpy(&v0, mp_msg_payload(b, NULL), sizeof v0);
+    CHECK(v0 == 144, "apply_async result %lld", (long long)v0);
+    CHECK(mp_async_result_get(r[1], 30, &b) == MP_ECHILD, "the raising task");
     CHECK(strstr(mp_last_error(), "unlucky 13") != NULL, "error text: %s", mp_last_error());
-    CHECK(strstr(mp_mpi_result_error(r[1]), "unlucky 13") != NULL, "result error");
-    OK(mp_mpi_result_get(r[2], p, 30, &o));
-    mp_msg_destroy(o), o = NULL;
+    CHECK(strstr(mp_async_result_error(r[1]), "unlucky 13") != NULL, "result error");
+    CHECK(mp_async_result_successful(r[1]) == 0 && mp_async_result_successful(r[0]) == 1,
+          "successful");
+    OK(mp_async_result_wait(r[2], 30));
+    OK(mp_async_result_get(r[2], 0, &b));
+    OK(mp_async_result_get(r[2], 0, &b)); /* borrowed: as often as wanted */
+    CHECK(mp_async_result_retain(r[2]) == r[2], "retain");
+    mp_async_result_release(r[2]);
     for (int i = 0; i < 3; i++)
-        mp_mpi_result_release(r[i]);
+        mp_async_result_release(r[i]);
+    /* No handler thread: callbacks are refused, with the reason. */
+    mp_pool_callbacks cb = {.size = sizeof cb};
+    mp_async_result *cr = NULL;
+    mp_msg *o = NULL;
+    OK(mp_msg_create(&o));
+    CHECK(mp_pool_apply_async(p, "square", o, &cb, &cr) == MP_ENOTSUP && cr == NULL &&
+          strstr(mp_last_error(), "callbacks"), "callbacks on a pool over ranks");
+    mp_msg_destroy(o), o = NULL;
     /* Tensors both ways. */
     int64_t n = 1 << 16;
     mp_tensor *t = NULL, *back = NULL;
@@ -536,14 +551,24 @@ MP_ENTRY(case_pool)
         ((float *)mp_tensor_data(t))[i] = (float)i;
     OK(mp_msg_create(&m));
     OK(mp_msg_add_tensor(m, NULL, t));
-    OK(mp_mpi_pool_apply(p, "twice", m, &o));
+    OK(mp_pool_apply(p, "twice", m, &o));
     OK(mp_msg_find_tensor(o, "r", &back));
     for (int64_t i = 0; i < n; i++)
         CHECK(((float *)mp_tensor_data(back))[i] == 2.0f * (float)i, "tensor item %lld",
               (long long)i);
-    CHECK(mp_mpi_pool_apply(p, "nosuch", m, &o) == MP_ENOENT, "unknown task");
-    mp_tensor_release(t), mp_tensor_release(back), mp_msg_destroy(m), mp_msg_destroy(o);
-    mp_mpi_pool_destroy(p);
+    mp_msg_destroy(o), o = NULL;
+    CHECK(mp_pool_apply(p, "nosuch", m, &o) == MP_ENOENT && o == NULL, "unknown task");
+    mp_tensor_release(t), mp_tensor_release(back), mp_msg_destroy(m);
+    /* close, join: queued work still runs; later submissions are refused. */
+    m = int_msg(3);
+    OK(mp_pool_apply_async(p, "square", m, NULL, &r[0]));
+    OK(mp_pool_close(p));
+    CHECK(mp_pool_apply(p, "square", m, &o) == MP_ESTATE, "apply after close");
+    OK(mp_pool_join(p));
+    CHECK(mp_async_result_ready(r[0]), "join ran the queued task");
+    mp_async_result_release(r[0]);
+    mp_msg_destroy(m);
+    mp_pool_destroy(p);
     return 0;
 }
 
