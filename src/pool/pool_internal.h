@@ -87,6 +87,8 @@ int mp__pack_open(const mp_msg *m, mp__pack_view *v);
 void mp__pack_close(mp__pack_view *v);
 /* Item i as a new message (payload copy + attachments retained). */
 int mp__pack_item(const mp__pack_view *v, uint32_t i, mp_msg **out);
+/* The same into m, emptied first (mp__msg_reset). */
+int mp__pack_item_into(const mp__pack_view *v, uint32_t i, mp_msg *m);
 /* Copies attachments [from, from + n) of src onto dst. */
 int mp__msg_copy_attachments(const mp_msg *src, size_t from, size_t n, mp_msg *dst);
 

@@ -40,6 +40,14 @@ void mp_msg_destroy(mp_msg *m)
     free(m);
 }
 
+void mp__msg_reset(mp_msg *m)
+{
+    for (size_t i = 0; i < m->count; i++)
+        attach_drop(&m->att[i]);
+    m->count = 0;
+    mp__msg_adopt_payload(m, NULL, 0);
+}
+
 void mp__msg_adopt_payload(mp_msg *m, void *payload, size_t len)
 {
     if (m->payload != m->small)
