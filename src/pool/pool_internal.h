@@ -244,6 +244,15 @@ void mp__worker_answer(mp_pool *p, worker *w, mp_msg *m);
 /* VEC: takes a cached shared array of at least bytes (NULL when none). */
 mp_tensor *mp__pool_vec_take(mp_pool *p, int which, size_t bytes);
 /* The chunk size a map of n items gets. */
-size_t mp__pool_chunksize(const mp_pool *p, size_t n, size_t chunksize);
+/* The chunk size to use: chunksize, or for 0 Python's rule
+ * ceil(n / (4 * nprocs)), capped for small items (item_bytes: their mean
+ * payload, 0 when unknown or carrying attachments) so that a chunk travels
+ * inline (docs/pool.md). */
+size_t mp__pool_chunksize(const mp_pool *p, size_t n, size_t chunksize, size_t item_bytes);
+/* A chunk's record stays under the wire's inline limit (60 KiB) with room
+ * for the header and the task name; the cap applies only when it leaves at
+ * least this many items per chunk. */
+#define MP__POOL_INLINE_BUDGET (56u * 1024u)
+#define MP__POOL_INLINE_MIN_ITEMS 256u
 
 #endif
