@@ -186,10 +186,17 @@ int mp__pack_open(const mp_msg *m, mp__pack_view *v)
     v->name_buf[h.name_len] = '\0';
     v->name = v->name_buf;
     off += h.name_len;
-    v->owned = malloc((h.count ? h.count : 1) * sizeof *v->owned);
-    v->payloads = malloc((h.count ? h.count : 1) * sizeof *v->payloads);
-    v->first_attach = malloc((h.count ? h.count : 1) * sizeof *v->first_attach);
-    if (!v->owned || !v->payloads || !v->first_attach) {
+    /* one block for the three tables (entries first: the most aligned) */
+    size_t n = h.count ? h.count : 1;
+    _Static_assert(sizeof(mp__pack_entry) % sizeof(char *) == 0 &&
+                       sizeof(char *) == sizeof(size_t),
+                   "the view's tables share one block");
+    v->owned = malloc(n * (sizeof *v->owned + sizeof *v->payloads + sizeof *v->first_attach));
+    if (v->owned) {
+        v->payloads = (const char **)(void *)(v->owned + n);
+        v->first_attach = (size_t *)(void *)(v->payloads + n);
+    }
+    if (!v->owned) {
         mp__pack_close(v);
         return mp__error(MP_ENOMEM, "pool: out of memory reading a frame");
     }
@@ -212,12 +219,19 @@ int mp__pack_open(const mp_msg *m, mp__pack_view *v)
 
 void mp__pack_close(mp__pack_view *v)
 {
-    free(v->owned);
-    free(v->payloads);
-    free(v->first_attach);
+    free(v->owned); /* the payloads and first_attach tables are in its block */
     v->owned = NULL;
     v->payloads = NULL;
     v->first_attach = NULL;
+}
+
+int mp__pack_item_into(const mp__pack_view *v, uint32_t i, mp_msg *m)
+{
+    mp__msg_reset(m);
+    int rc = mp_msg_set_payload(m, v->payloads[i], v->entries[i].len);
+    if (!rc)
+        rc = mp__msg_copy_attachments(v->msg, v->first_attach[i], v->entries[i].nattach, m);
+    return rc;
 }
 
 int mp__pack_item(const mp__pack_view *v, uint32_t i, mp_msg **out)
@@ -226,9 +240,7 @@ int mp__pack_item(const mp__pack_view *v, uint32_t i, mp_msg **out)
     int rc = mp_msg_create(&m);
     if (rc)
         return rc;
-    rc = mp_msg_set_payload(m, v->payloads[i], v->entries[i].len);
-    if (!rc)
-        rc = mp__msg_copy_attachments(v->msg, v->first_attach[i], v->entries[i].nattach, m);
+    rc = mp__pack_item_into(v, i, m);
     if (rc) {
         mp_msg_destroy(m);
         return rc;

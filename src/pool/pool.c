@@ -541,11 +541,20 @@ int mp__pool_submit(mp_pool *p, mp__chunk *head, mp__chunk *tail)
     return 0;
 }
 
-size_t mp__pool_chunksize(const mp_pool *p, size_t n, size_t chunksize)
+size_t mp__pool_chunksize(const mp_pool *p, size_t n, size_t chunksize, size_t item_bytes)
 {
     size_t div = 4 * (size_t)p->nprocs;
     if (chunksize)
         return chunksize;
     chunksize = (n + div - 1) / div;
+    /* Small items: at most as many as keep the chunk's record inline (no
+     * spill segment to create, fault in and unmap on each side, which cost
+     * more CPU than the items themselves), when that still leaves enough
+     * items per chunk to amortize its round trip. */
+    if (item_bytes) {
+        size_t cap = MP__POOL_INLINE_BUDGET / (sizeof(mp__pack_entry) + item_bytes);
+        if (cap >= MP__POOL_INLINE_MIN_ITEMS && chunksize > cap)
+            chunksize = cap;
+    }
     return chunksize ? chunksize : 1;
 }

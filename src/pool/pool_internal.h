@@ -88,6 +88,8 @@ int mp__pack_open(const mp_msg *m, mp__pack_view *v);
 void mp__pack_close(mp__pack_view *v);
 /* Item i as a new message (payload copy + attachments retained). */
 int mp__pack_item(const mp__pack_view *v, uint32_t i, mp_msg **out);
+/* The same into m, emptied first (mp__msg_reset). */
+int mp__pack_item_into(const mp__pack_view *v, uint32_t i, mp_msg *m);
 /* Copies attachments [from, from + n) of src onto dst. */
 int mp__msg_copy_attachments(const mp_msg *src, size_t from, size_t n, mp_msg *dst);
 
@@ -256,6 +258,15 @@ void mp__worker_answer(mp_pool *p, worker *w, mp_msg *m);
 /* VEC: takes a cached shared array of at least bytes (NULL when none). */
 mp_tensor *mp__pool_vec_take(mp_pool *p, int which, size_t bytes);
 /* The chunk size a map of n items gets. */
-size_t mp__pool_chunksize(const mp_pool *p, size_t n, size_t chunksize);
+/* The chunk size to use: chunksize, or for 0 Python's rule
+ * ceil(n / (4 * nprocs)), capped for small items (item_bytes: their mean
+ * payload, 0 when unknown or carrying attachments) so that a chunk travels
+ * inline (docs/pool.md). */
+size_t mp__pool_chunksize(const mp_pool *p, size_t n, size_t chunksize, size_t item_bytes);
+/* A chunk's record stays under the wire's inline limit (60 KiB) with room
+ * for the header and the task name; the cap applies only when it leaves at
+ * least this many items per chunk. */
+#define MP__POOL_INLINE_BUDGET (56u * 1024u)
+#define MP__POOL_INLINE_MIN_ITEMS 256u
 
 #endif

@@ -99,6 +99,25 @@ static int vec_arrays(mp_pool *p, mp_async_result *r, source *s, size_t n, const
     return rc;
 }
 
+/* The mean payload of the first items, for the default chunk size; 0 when
+ * unknown (starmap, slices) or when an item carries attachments (their fds
+ * and segments, not the bytes, decide the chunk's cost). */
+static size_t item_bytes(const source *s, size_t n)
+{
+    size_t sum = 0, k = n < 256 ? n : 256, len;
+    if (s->type == SRC_ARRAY)
+        return s->in_size;
+    if (s->type != SRC_MSGS)
+        return 0;
+    for (size_t i = 0; i < k; i++) {
+        if (!s->msgs[i] || mp_msg_count(s->msgs[i]))
+            return 0;
+        mp_msg_payload(s->msgs[i], &len);
+        sum += len;
+    }
+    return k ? sum / k + 1 : 0;
+}
+
 static int submit(mp_pool *p, const char *task, int kind, source *s, size_t n,
                   size_t chunksize, const mp_pool_callbacks *cb, mp_async_result **res,
                   const char *call)
@@ -122,7 +141,7 @@ static int submit(mp_pool *p, const char *task, int kind, source *s, size_t n,
     r->out_size = s->out_size;
     if (kind == MP__JOB_VEC && n && (rc = vec_arrays(p, r, s, n, call)) != 0)
         goto out_release;
-    chunksize = mp__pool_chunksize(p, n, chunksize);
+    chunksize = mp__pool_chunksize(p, n, chunksize, item_bytes(s, n));
     for (size_t start = 0; start < n; start += chunksize) {
         size_t count = n - start < chunksize ? n - start : chunksize;
         rc = make_chunk(r, s, start, count, &c);

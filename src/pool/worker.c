@@ -86,43 +86,36 @@ static int add_failure(mp__packer *res, const char *name, int rc, bool raised)
     return mp__packer_add(res, NULL, 0, NULL, code, err);
 }
 
-/* Runs one item; records its outcome in the result pack. */
-static int run_item(const mp__pack_view *v, uint32_t i, mp_task_fn fn, mp__packer *res)
+/* Runs one item through the chunk's two messages in and out (emptied and
+ * reused per item: the task may not keep either past its call); records
+ * its outcome in the result pack. */
+static int run_item(const mp__pack_view *v, uint32_t i, mp_task_fn fn, mp__packer *res,
+                    mp_msg *in, mp_msg *out)
 {
-    mp_msg *in = NULL, *out = NULL;
     char err[MP__MESSAGE_MAX + 128];
     const void *pl;
     size_t len;
-    int rc = mp__pack_item(v, i, &in);
-    if (!rc)
-        rc = mp_msg_create(&out);
+    int rc = mp__pack_item_into(v, i, in);
+    mp__msg_reset(out);
     if (rc) {
         snprintf(err, sizeof err, "task '%s': worker could not build item %u: %s", v->name,
                  i, mp_last_error());
-        rc = mp__packer_add(res, NULL, 0, NULL, rc, err);
-        goto out;
+        return mp__packer_add(res, NULL, 0, NULL, rc, err);
     }
     mp__error_clear();
     bool raised;
     rc = call_task(fn, in, out, &raised);
-    if (raised || rc) {
-        rc = add_failure(res, v->name, rc, raised);
-        goto out;
-    }
+    if (raised || rc)
+        return add_failure(res, v->name, rc, raised);
     /* A result that cannot travel (a tensor that cannot be shared) would
      * fail the send of the whole chunk: fail this item, with the cause. */
     if ((rc = mp__wire_check_sendable(out)) < 0) {
         snprintf(err, sizeof err, "task '%s': its result cannot be sent to the parent: %s",
                  v->name, mp_last_error());
-        rc = mp__packer_add(res, NULL, 0, NULL, rc, err);
-        goto out;
+        return mp__packer_add(res, NULL, 0, NULL, rc, err);
     }
     pl = mp_msg_payload(out, &len);
-    rc = mp__packer_add(res, pl, len, out, 0, NULL);
-out:
-    mp_msg_destroy(in);
-    mp_msg_destroy(out);
-    return rc;
+    return mp__packer_add(res, pl, len, out, 0, NULL);
 }
 
 /* An array task's call, run through call_task so that mp_raise is caught. */
@@ -226,7 +219,7 @@ static int serve(mp_conn *conn, mp_msg *frame)
 {
     mp__pack_view v;
     mp__packer res;
-    mp_msg *reply = NULL;
+    mp_msg *reply = NULL, *in = NULL, *out = NULL;
     mp_task_fn fn;
     mp_array_task_fn afn;
     uint32_t count;
@@ -243,15 +236,22 @@ static int serve(mp_conn *conn, mp_msg *frame)
     rc = mp__packer_init(&res, MP__PACK_RESULT, NULL, v.count);
     if (!rc && afn)
         rc = run_slice(&v, afn, &res);
+    if (!rc && fn && !afn && v.count) {
+        rc = mp_msg_create(&in);
+        if (!rc)
+            rc = mp_msg_create(&out);
+    }
     for (uint32_t i = 0; !rc && !afn && i < v.count; i++) {
         if (fn) {
-            rc = run_item(&v, i, fn, &res);
+            rc = run_item(&v, i, fn, &res, in, out);
         } else {
             char err[128];
             snprintf(err, sizeof err, "task '%s' is not registered in the worker", v.name);
             rc = mp__packer_add(&res, NULL, 0, NULL, MP_ENOENT, err);
         }
     }
+    mp_msg_destroy(in);
+    mp_msg_destroy(out);
     mp__pack_close(&v);
     if (rc) {
         mp__packer_drop(&res);

@@ -39,14 +39,18 @@ int mp__olock_init(mp__olock *l, const char *call)
     return mp__robust_init(&l->mutex, MP__MUTEX_ERRORCHECK, call);
 }
 
+/* Whether the calling thread holds l. The owner fields say who took it
+ * last; the fast release leaves them (a store fewer on the path every
+ * acquisition takes), so with fast locks the futex word, which holds the
+ * holder's tid, says whether that holder still holds it. */
 bool mp__olock_mine(const mp__olock *l)
 {
-    const mp__fast_thread *t = mp__fast_self();
-    if (t)
-        return atomic_load_explicit(&l->owner_tid, memory_order_relaxed) == t->tid &&
-               atomic_load_explicit(&l->owner_pid, memory_order_relaxed) == t->pid;
-    return atomic_load_explicit(&l->owner_tid, memory_order_relaxed) == mp__tid() &&
-           atomic_load_explicit(&l->owner_pid, memory_order_relaxed) == mp__pid();
+    mp__fast_thread me;
+    const mp__fast_thread *t = mp__fast_self(&me);
+    pid_t pid = t ? t->pid : mp__pid(), tid = t ? t->tid : mp__tid();
+    return atomic_load_explicit(&l->owner_tid, memory_order_relaxed) == tid &&
+           atomic_load_explicit(&l->owner_pid, memory_order_relaxed) == pid &&
+           (!MP__FAST_LOCKS || mp__mutex_holder_tid(&l->mutex) == tid);
 }
 
 static void set_owner(mp__olock *l, pid_t pid, pid_t tid)
@@ -56,37 +60,51 @@ static void set_owner(mp__olock *l, pid_t pid, pid_t tid)
 }
 
 /* The uncontended acquire, inline in the public calls: a free lock needs
- * no owner check (the swap fails when the caller holds it already). */
-static inline bool fast_acquire(mp__olock *l)
+ * no owner check (the swap fails when the caller holds it already). The
+ * owner fields and the depth are written only when they changed: a lock
+ * taken again by the thread that released it last (the usual case) costs
+ * no store beyond the robust mutex's own. Returns as mp__fast_try. */
+MP__FAST_INLINE int fast_try_acquire(mp__olock *l, const mp__fast_thread *t)
 {
-    const mp__fast_thread *t = mp__fast_self();
-    if (!mp__fast_lock(&l->mutex, t))
-        return false;
-    set_owner(l, t->pid, t->tid);
-    l->depth = 1;
-    return true;
+    int r = mp__fast_try(&l->mutex, t);
+    if (__builtin_expect(r != MP__FAST_TAKEN, 0))
+        return r;
+    if (__builtin_expect(atomic_load_explicit(&l->owner_tid, memory_order_relaxed) != t->tid ||
+                             atomic_load_explicit(&l->owner_pid, memory_order_relaxed) != t->pid,
+                         0))
+        set_owner(l, t->pid, t->tid);
+    if (__builtin_expect(l->depth != 1, 0))
+        l->depth = 1;
+    return MP__FAST_TAKEN;
 }
 
-/* The release of a lock the calling thread holds once, inline. */
-static inline bool fast_release(mp__olock *l)
+static bool fast_acquire(mp__olock *l, const mp__fast_thread *t)
 {
-    const mp__fast_thread *t = mp__fast_self();
-    if (!t || atomic_load_explicit(&l->owner_tid, memory_order_relaxed) != t->tid ||
-        atomic_load_explicit(&l->owner_pid, memory_order_relaxed) != t->pid || l->depth != 1)
-        return false;
-    l->depth = 0;
-    set_owner(l, 0, 0);
-    if (mp__fast_unlock(&l->mutex, t))
-        return true;
-    set_owner(l, t->pid, t->tid); /* the general path releases it */
-    l->depth = 1;
-    return false;
+    int r = fast_try_acquire(l, t);
+    if (r == MP__FAST_GIVE_BACK)
+        mp__fast_give_back(&l->mutex, t->head);
+    return r == MP__FAST_TAKEN;
+}
+
+enum { FAST_RELEASED = 0, FAST_WAKE = 1, FAST_NO = -1 };
+
+/* The release of a lock the calling thread holds once, inline. It leaves
+ * the owner fields and the depth of 1 (mp__olock_mine checks the word).
+ * FAST_WAKE: released, a waiter must be woken (mp__fast_wake); FAST_NO:
+ * the general path must release it. */
+MP__FAST_INLINE int fast_try_release(mp__olock *l, const mp__fast_thread *t)
+{
+    if (!t || l->depth != 1 || !mp__fast_holds(&l->mutex, t) ||
+        atomic_load_explicit(&l->owner_tid, memory_order_relaxed) != t->tid)
+        return FAST_NO;
+    return mp__fast_release_held(&l->mutex, t) ? FAST_WAKE : FAST_RELEASED;
 }
 
 int mp__olock_lock(mp__olock *l, bool recursive, double timeout, const char *call)
 {
     int err, dead_pid;
-    if (fast_acquire(l))
+    mp__fast_thread me;
+    if (fast_acquire(l, mp__fast_self(&me)))
         return 0;
     if (mp__olock_mine(l)) {
         if (!recursive)
@@ -163,7 +181,10 @@ int mp__olock_consistent(mp__olock *l, const char *call)
 
 /* ---- Lock ------------------------------------------------------------------ */
 
-static mp__olock *olock_of(const mp__sync *s) { return &((lock_shared *)s->base)->lock; }
+static mp__olock *olock_of(const mp__sync *s)
+{
+    return &((lock_shared *)mp__sync_base(s))->lock;
+}
 
 static int create(int kind, const char *call, mp__sync **out)
 {
@@ -212,21 +233,69 @@ mp_lock *mp_lock_retain(mp_lock *l)
 
 void mp_lock_release(mp_lock *l) { mp__sync_release(l ? &l->s : NULL, unmap_hook); }
 
+/* The public calls' paths past the inline one: the handle and timeout
+ * checks, the calling thread's first check (mp__fast_self), a lock that is
+ * held, recursive, not recoverable or left by a dead holder, a waiter to
+ * wake. Out of line and reached by tail calls only, so that the fast paths
+ * call nothing and save no register. */
+static __attribute__((noinline)) int acquire_slow(mp__sync *s, int fast, bool recursive,
+                                                  double timeout, const char *call)
+{
+    mp__fast_thread me;
+    if (fast == MP__FAST_GIVE_BACK)
+        mp__fast_give_back(&olock_of(s)->mutex, mp__fast_self(&me)->head);
+    MP__CHECK_HANDLE(s, call);
+    int rc = mp__check_timeout(timeout, call);
+    return rc ? rc : mp__olock_lock(olock_of(s), recursive, timeout, call);
+}
+
+static __attribute__((noinline)) int release_slow(mp__sync *s, int fast, const char *call)
+{
+    mp__fast_thread me;
+    const mp__fast_thread *t = mp__fast_self(&me);
+    if (fast == FAST_WAKE) {
+        mp__fast_wake(&olock_of(s)->mutex, t->head);
+        return 0;
+    }
+    MP__CHECK_HANDLE(s, call);
+    fast = fast_try_release(olock_of(s), t);
+    if (fast == FAST_WAKE)
+        mp__fast_wake(&olock_of(s)->mutex, t->head);
+    if (fast != FAST_NO)
+        return 0;
+    return mp__olock_unlock(olock_of(s), call);
+}
+
+/* A NaN timeout is an error even for a free lock: checked before taking. */
+MP__FAST_INLINE int public_fast_acquire(mp__sync *s, double timeout)
+{
+    mp__fast_thread me;
+    const mp__fast_thread *t = mp__fast_ready(&me);
+    if (__builtin_expect(!s || !t || isnan(timeout), 0))
+        return MP__FAST_BUSY;
+    return fast_try_acquire(olock_of(s), t);
+}
+
+MP__FAST_INLINE int public_fast_release(mp__sync *s)
+{
+    mp__fast_thread me;
+    return s ? fast_try_release(olock_of(s), mp__fast_ready(&me)) : FAST_NO;
+}
+
 int mp_lock_lock(mp_lock *l, double timeout)
 {
-    MP__CHECK_HANDLE(l, "mp_lock_lock");
-    if (!isnan(timeout) && fast_acquire(olock_of(&l->s)))
+    int fast = public_fast_acquire((mp__sync *)l, timeout);
+    if (__builtin_expect(fast == MP__FAST_TAKEN, 1))
         return 0;
-    int rc = mp__check_timeout(timeout, "mp_lock_lock");
-    return rc ? rc : mp__olock_lock(olock_of(&l->s), false, timeout, "mp_lock_lock");
+    return acquire_slow((mp__sync *)l, fast, false, timeout, "mp_lock_lock");
 }
 
 int mp_lock_unlock(mp_lock *l)
 {
-    MP__CHECK_HANDLE(l, "mp_lock_unlock");
-    if (fast_release(olock_of(&l->s)))
+    int fast = public_fast_release((mp__sync *)l);
+    if (__builtin_expect(fast == FAST_RELEASED, 1))
         return 0;
-    return mp__olock_unlock(olock_of(&l->s), "mp_lock_unlock");
+    return release_slow((mp__sync *)l, fast, "mp_lock_unlock");
 }
 
 int mp_lock_consistent(mp_lock *l)
@@ -262,19 +331,18 @@ void mp_rlock_release(mp_rlock *l) { mp__sync_release(l ? &l->s : NULL, unmap_ho
 
 int mp_rlock_lock(mp_rlock *l, double timeout)
 {
-    MP__CHECK_HANDLE(l, "mp_rlock_lock");
-    if (!isnan(timeout) && fast_acquire(olock_of(&l->s)))
+    int fast = public_fast_acquire((mp__sync *)l, timeout);
+    if (__builtin_expect(fast == MP__FAST_TAKEN, 1))
         return 0;
-    int rc = mp__check_timeout(timeout, "mp_rlock_lock");
-    return rc ? rc : mp__olock_lock(olock_of(&l->s), true, timeout, "mp_rlock_lock");
+    return acquire_slow((mp__sync *)l, fast, true, timeout, "mp_rlock_lock");
 }
 
 int mp_rlock_unlock(mp_rlock *l)
 {
-    MP__CHECK_HANDLE(l, "mp_rlock_unlock");
-    if (fast_release(olock_of(&l->s)))
+    int fast = public_fast_release((mp__sync *)l);
+    if (__builtin_expect(fast == FAST_RELEASED, 1))
         return 0;
-    return mp__olock_unlock(olock_of(&l->s), "mp_rlock_unlock");
+    return release_slow((mp__sync *)l, fast, "mp_rlock_unlock");
 }
 
 int mp_rlock_consistent(mp_rlock *l)

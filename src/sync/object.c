@@ -19,11 +19,25 @@ static size_t page_round(size_t n)
     return (n + pg - 1) / pg * pg;
 }
 
-static int handle_new(int kind, int fd, size_t size, void *base, mp__sync **out)
+/* The handle lives in a private page just below the shared mapping, at a
+ * fixed distance from it (MP__SYNC_GAP): a lock's fast path finds the
+ * shared words by adding to the handle's address, not by loading
+ * s->base first (a dependent load that every acquire and release would
+ * wait for). One reservation holds both, so one munmap drops both. */
+static int map_handle(int kind, int fd, size_t size, const char *call, mp__sync **out)
 {
-    mp__sync *s = calloc(1, sizeof *s);
-    if (!s)
-        return MP_ENOMEM;
+    size_t pg = page_round(1);
+    char *r = mp__sys.mmap(NULL, pg + size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                           -1, 0);
+    if (r == MAP_FAILED)
+        return mp__errno_error(errno, "%s: mmap(%zu bytes)", call, pg + size);
+    void *base = mp__sys.mmap(r + pg, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+    if (base == MAP_FAILED) {
+        int err = errno;
+        mp__sys.munmap(r, pg + size);
+        return mp__errno_error(err, "%s: mmap(%zu bytes)", call, size);
+    }
+    mp__sync *s = (mp__sync *)(r + pg - MP__SYNC_GAP);
     atomic_init(&s->refs, 1);
     s->kind = kind;
     s->fd = fd;
@@ -33,10 +47,18 @@ static int handle_new(int kind, int fd, size_t size, void *base, mp__sync **out)
     return 0;
 }
 
+/* Unmaps the handle's page and, unless base was cleared (a hook keeps the
+ * shared mapping), the shared mapping; s is gone after. */
+static void unmap_handle(mp__sync *s)
+{
+    size_t pg = page_round(1), size = s->size;
+    char *r = (char *)s + MP__SYNC_GAP - pg;
+    mp__sys.munmap(r, s->base ? pg + size : pg);
+}
+
 int mp__sync_new(int kind, size_t size, const char *call, mp__sync **out)
 {
     int fd = -1, rc, err;
-    void *base = MAP_FAILED;
     mp__sync_hdr *h;
 
     size = page_round(size);
@@ -55,25 +77,16 @@ int mp__sync_new(int kind, size_t size, const char *call, mp__sync **out)
         rc = mp__errno_error(errno, "%s: fcntl(F_ADD_SEALS)", call);
         goto out_close;
     }
-    base = mp__sys.mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (base == MAP_FAILED) {
-        rc = mp__errno_error(errno, "%s: mmap(%zu bytes)", call, size);
+    rc = map_handle(kind, fd, size, call, out);
+    if (rc)
         goto out_close;
-    }
-    h = base;
+    h = (*out)->base;
     h->magic = MP__SYNC_MAGIC;
     h->version = MP__SYNC_VERSION;
     h->kind = (uint32_t)kind;
     h->size = size;
-    rc = handle_new(kind, fd, size, base, out);
-    if (rc) {
-        mp__error(rc, "%s: out of memory for the handle", call);
-        goto out_unmap;
-    }
     return 0;
 
-out_unmap:
-    mp__sys.munmap(base, size);
 out_close:
     mp__close(fd);
 out:
@@ -91,10 +104,9 @@ void mp__sync_release(mp__sync *s, void (*unmap_hook)(mp__sync *s))
         return;
     if (unmap_hook)
         unmap_hook(s);
-    if (s->base)
-        mp__sys.munmap(s->base, s->size);
-    mp__close(s->fd);
-    free(s);
+    int fd = s->fd;
+    unmap_handle(s);
+    mp__close(fd);
 }
 
 /* ---- wire --------------------------------------------------------------- */
@@ -127,7 +139,7 @@ static int sync_decode_kind(int kind, const void *buf, size_t len, int *fds, int
     wire_desc d;
     struct stat st;
     int fd = nfds == 1 ? fds[0] : -1, seals, rc;
-    void *base = MAP_FAILED;
+    mp__sync *s;
     const mp__sync_hdr *h;
 
     for (int i = 1; i < nfds; i++)
@@ -150,26 +162,19 @@ static int sync_decode_kind(int kind, const void *buf, size_t len, int *fds, int
                        "%llu bytes", (unsigned long long)d.size);
         goto out_close;
     }
-    base = mp__sys.mmap(NULL, d.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (base == MAP_FAILED) {
-        rc = mp__errno_error(errno, "sync object decode: mmap");
+    rc = map_handle(kind, fd, d.size, "sync object decode", &s);
+    if (rc)
         goto out_close;
-    }
-    h = base;
+    h = s->base;
     if (h->magic != MP__SYNC_MAGIC || h->version != MP__SYNC_VERSION ||
         h->kind != (uint32_t)kind || h->size != d.size) {
+        unmap_handle(s);
         rc = mp__error(MP_EPROTO, "sync object decode: segment header does not match");
-        goto out_unmap;
+        goto out_close;
     }
-    rc = handle_new(kind, fd, d.size, base, (mp__sync **)obj);
-    if (rc) {
-        mp__error(rc, "sync object decode: out of memory");
-        goto out_unmap;
-    }
+    *obj = s;
     return 0;
 
-out_unmap:
-    mp__sys.munmap(base, d.size);
 out_close:
     mp__close(fd);
     return rc;

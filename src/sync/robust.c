@@ -75,7 +75,8 @@ int mp__robust_lock(pthread_mutex_t *m, double deadline)
 
 void mp__guard_lock(pthread_mutex_t *m)
 {
-    if (mp__fast_lock(m, mp__fast_self()))
+    mp__fast_thread t;
+    if (mp__fast_lock(m, mp__fast_self(&t)))
         return;
     if (pthread_mutex_lock(m) == EOWNERDEAD)
         pthread_mutex_consistent(m);
@@ -83,7 +84,8 @@ void mp__guard_lock(pthread_mutex_t *m)
 
 void mp__guard_unlock(pthread_mutex_t *m)
 {
-    if (!mp__fast_unlock(m, mp__fast_self()))
+    mp__fast_thread t;
+    if (!mp__fast_unlock(m, mp__fast_self(&t)))
         pthread_mutex_unlock(m);
 }
 
@@ -92,16 +94,18 @@ bool mp__mutex_held(const pthread_mutex_t *m)
     return mp__mutex_dead_holder(m) || mp__mutex_live_holder(m);
 }
 
-bool mp__mutex_live_holder(const pthread_mutex_t *m)
+pid_t mp__mutex_holder_tid(const pthread_mutex_t *m)
 {
 #if TOKEN_WORDS
     const _Atomic uint32_t *w = (const _Atomic uint32_t *)(const void *)m;
-    return (atomic_load_explicit(w, memory_order_relaxed) & FUTEX_TID_MASK) != 0;
+    return (pid_t)(atomic_load_explicit(w, memory_order_relaxed) & FUTEX_TID_MASK);
 #else
     (void)m;
-    return false;
+    return 0;
 #endif
 }
+
+bool mp__mutex_live_holder(const pthread_mutex_t *m) { return mp__mutex_holder_tid(m) != 0; }
 
 bool mp__mutex_dead_holder(const pthread_mutex_t *m)
 {

@@ -31,6 +31,12 @@ typedef struct mp__sync {
     void *base; /* the shared mapping; starts with mp__sync_hdr */
 } mp__sync;
 
+/* Every handle sits MP__SYNC_GAP bytes below its shared mapping (object.c),
+ * so s->base == mp__sync_base(s), computed without a load. */
+#define MP__SYNC_GAP 64
+_Static_assert(sizeof(mp__sync) <= MP__SYNC_GAP, "a handle fits below its mapping");
+static inline void *mp__sync_base(const mp__sync *s) { return (char *)s + MP__SYNC_GAP; }
+
 /* Creates a zeroed segment of at least `size` bytes holding `kind` and a
  * handle over it. `call` names the public call for error sentences. */
 int mp__sync_new(int kind, size_t size, const char *call, mp__sync **out);
@@ -69,13 +75,16 @@ bool mp__mutex_held(const pthread_mutex_t *m);
 /* Held by a live thread / left held by a holder that died (the kernel marked
  * the word FUTEX_OWNER_DIED and nobody took it since). mp__mutex_held: either. */
 bool mp__mutex_live_holder(const pthread_mutex_t *m);
+/* The tid in m's futex word: its live holder's, or 0 (free, or its holder
+ * died); 0 where the word's layout is unknown (not glibc). */
+pid_t mp__mutex_holder_tid(const pthread_mutex_t *m);
 bool mp__mutex_dead_holder(const pthread_mutex_t *m);
 
 
 /* ---- owned locks: the body of Lock, RLock and Condition ------------------ */
 typedef struct mp__olock {
     pthread_mutex_t mutex; /* robust, error-checking */
-    _Atomic int32_t owner_pid, owner_tid; /* 0 when free */
+    _Atomic int32_t owner_pid, owner_tid; /* of the last holder (mp__olock_mine) */
     uint32_t depth;                        /* written by the owner only */
     uint32_t inconsistent;                 /* set on EOWNERDEAD until marked */
 } mp__olock;

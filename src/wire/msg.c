@@ -35,13 +35,23 @@ void mp_msg_destroy(mp_msg *m)
     for (size_t i = 0; i < m->count; i++)
         attach_drop(&m->att[i]);
     free(m->att);
-    free(m->payload);
+    if (m->payload != m->small)
+        free(m->payload);
     free(m);
+}
+
+void mp__msg_reset(mp_msg *m)
+{
+    for (size_t i = 0; i < m->count; i++)
+        attach_drop(&m->att[i]);
+    m->count = 0;
+    mp__msg_adopt_payload(m, NULL, 0);
 }
 
 void mp__msg_adopt_payload(mp_msg *m, void *payload, size_t len)
 {
-    free(m->payload);
+    if (m->payload != m->small)
+        free(m->payload);
     m->payload = payload;
     m->len = len;
 }
@@ -53,6 +63,12 @@ int mp_msg_set_payload(mp_msg *m, const void *data, size_t len)
         return mp__error(MP_EINVAL, "mp_msg_set_payload: message is NULL");
     if (len && !data)
         return mp__error(MP_EINVAL, "mp_msg_set_payload: data is NULL but len is %zu", len);
+    if (len && len <= MP__MSG_INLINE) {
+        /* memmove: data may be this message's own payload */
+        memmove(m->small, data, len);
+        mp__msg_adopt_payload(m, m->small, len);
+        return 0;
+    }
     if (len) {
         copy = malloc(len);
         if (!copy)

@@ -14,12 +14,18 @@ typedef struct mp__attach {
     } u;
 } mp__attach;
 
+/* Payloads up to this size live in the message itself: a pool map of small
+ * items builds and drops a message per item, and the payload's own
+ * malloc/free was a third of that. */
+#define MP__MSG_INLINE 16
+
 struct mp_msg {
-    unsigned char *payload;
+    unsigned char *payload; /* small, or malloc'd */
     size_t len;
     mp__attach *att;
     size_t count;
     size_t cap;
+    _Alignas(16) unsigned char small[MP__MSG_INLINE];
 };
 
 /* Appends an attachment that already holds its reference (decoder's path:

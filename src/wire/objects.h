@@ -69,6 +69,9 @@ int mp__msg_copy_object(mp_msg *dst, const mp_msg *src, size_t index);
  * result with it, so one unsendable result fails its item, not the chunk. */
 int mp__wire_check_sendable(const mp_msg *m);
 
+/* Empties m (drops its attachments and payload) for reuse: a worker runs
+ * every item of a chunk through the same two messages. */
+void mp__msg_reset(mp_msg *m);
 /* Takes ownership of a malloc'd payload of len bytes. */
 void mp__msg_adopt_payload(mp_msg *m, void *payload, size_t len);
 

@@ -58,10 +58,17 @@ static void test_map_chunksizes(void **state)
     check_map(p, 5);
     check_map(p, 0);
     check_map(p, 100);
-    assert_int_equal(mp__pool_chunksize(p, 10, 0), 2);    /* ceil(10 / 8) */
-    assert_int_equal(mp__pool_chunksize(p, 1000, 0), 125);
-    assert_int_equal(mp__pool_chunksize(p, 3, 0), 1);
-    assert_int_equal(mp__pool_chunksize(p, 10, 7), 7);
+    assert_int_equal(mp__pool_chunksize(p, 10, 0, 0), 2);    /* ceil(10 / 8) */
+    assert_int_equal(mp__pool_chunksize(p, 1000, 0, 0), 125);
+    assert_int_equal(mp__pool_chunksize(p, 3, 0, 0), 1);
+    assert_int_equal(mp__pool_chunksize(p, 10, 7, 0), 7);
+    assert_int_equal(mp__pool_chunksize(p, 10, 7, 8), 7);
+    /* small items: capped so that a chunk travels inline */
+    size_t cap = MP__POOL_INLINE_BUDGET / (sizeof(mp__pack_entry) + 8);
+    assert_int_equal(mp__pool_chunksize(p, 100000, 0, 8), cap);
+    assert_int_equal(mp__pool_chunksize(p, 1000, 0, 8), 125); /* under the cap */
+    /* larger items: Python's rule (the cap would leave too few per chunk) */
+    assert_int_equal(mp__pool_chunksize(p, 100000, 0, 4096), 12500);
     assert_mp_ok(mp_pool_map(p, "square", NULL, 0, 0, NULL)); /* empty: fine */
     mp_pool_destroy(p);
 }

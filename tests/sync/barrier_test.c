@@ -284,6 +284,11 @@ static void test_create_faults(void **state)
     assert_mp_ok(mp__sys_fault("mmap", ENOMEM, 0, 1));
     assert_mp_err(mp_event_create(&e), MP_ENOMEM);
     assert_null(e);
+    /* the segment's own mapping, into the reservation that holds the
+     * handle: the reservation goes too (the teardown counts mappings) */
+    assert_mp_ok(mp__sys_fault("mmap", ENOMEM, 1, 1));
+    assert_mp_err(mp_lock_create(&l), MP_ENOMEM);
+    assert_null(l);
 }
 
 

@@ -153,12 +153,96 @@ static void test_fork_child_rechecks(void **state)
     mp_lock_release(l);
 }
 
+static int take_guard_and_die(void *p)
+{
+    pthread_mutex_t *m = p;
+    if (pthread_mutex_lock(m) != 0 || pthread_mutex_unlock(m) != 0)
+        return 1;
+    mp__guard_lock(m);
+    raise(SIGKILL);
+    return 2;
+}
+
+/* A waiter queued in the kernel (FUTEX_WAITERS set by glibc's slow path)
+ * is woken by the fast release, which hands the wake to its slow path. */
+static void *acquire_waiting(void *p)
+{
+    mp_lock *l = p;
+    int rc = mp_lock_lock(l, 10);
+    if (rc == 0)
+        rc = mp_lock_unlock(l);
+    return (void *)(intptr_t)rc;
+}
+
+static void test_fast_release_wakes_waiter(void **state)
+{
+    mp_lock *l;
+    pthread_t th;
+    void *rc;
+    (void)state;
+    assert_mp_ok(mp_lock_create(&l));
+    assert_mp_ok(mp_lock_lock(l, 0));
+    assert_int_equal(pthread_create(&th, NULL, acquire_waiting, l), 0);
+    nap(0.1); /* long enough for the waiter to sleep in the kernel, usually */
+    assert_mp_ok(mp_lock_unlock(l));
+    assert_int_equal(pthread_join(th, &rc), 0);
+    assert_int_equal((intptr_t)rc, 0);
+    assert_false(mp_lock_locked(l));
+    mp_lock_release(l);
+}
+
+/* The fast paths leave glibc's __owner, __count and __nusers alone (a
+ * free mutex may keep a stale tid in __owner): glibc's own calls must
+ * still see the right state through every mix, in this thread and another
+ * one (whose tid is not the stale one). */
+static void *glibc_then_fast(void *p)
+{
+    pthread_mutex_t *m = p;
+    int bad = pthread_mutex_trylock(m) != 0 || pthread_mutex_trylock(m) != EDEADLK ||
+              pthread_mutex_unlock(m) != 0;
+    mp__guard_lock(m);
+    bad |= pthread_mutex_trylock(m) != EDEADLK;
+    mp__guard_unlock(m);
+    return (void *)(intptr_t)bad;
+}
+
+static void test_glibc_fields_left_alone(void **state)
+{
+    pthread_mutex_t *m = shared_page();
+    pthread_t th;
+    void *bad;
+    (void)state;
+    assert_mp_ok(mp__robust_init(m, MP__MUTEX_ERRORCHECK, "test"));
+    assert_true(mp__robust_fast_available());
+    /* fast lock, glibc unlock; glibc lock (writes __owner), fast unlock */
+    mp__guard_lock(m);
+    assert_int_equal(pthread_mutex_trylock(m), EDEADLK);
+    assert_int_equal(pthread_mutex_unlock(m), 0);
+    assert_int_equal(pthread_mutex_lock(m), 0);
+    mp__guard_unlock(m);
+    assert_false(mp__mutex_held(m));
+    /* another thread over the stale __owner */
+    assert_int_equal(pthread_create(&th, NULL, glibc_then_fast, m), 0);
+    assert_int_equal(pthread_join(th, &bad), 0);
+    assert_int_equal((intptr_t)bad, 0);
+    /* a holder that dies after such a mix still leaves it EOWNERDEAD */
+    assert_int_equal(reap(fork_child(take_guard_and_die, m)), 128 + SIGKILL);
+    assert_int_equal(pthread_mutex_trylock(m), EOWNERDEAD);
+    assert_int_equal(pthread_mutex_consistent(m), 0);
+    mp__guard_unlock(m); /* consistent again: the fast release takes it */
+    assert_false(mp__mutex_held(m));
+    pthread_mutex_destroy(m);
+    munmap(m, 4096);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_mixed_death, setup, teardown),
         cmocka_unit_test_setup_teardown(test_thread_exit_holding, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fork_child_rechecks, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fast_release_wakes_waiter, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_glibc_fields_left_alone, setup, teardown),
     };
 #if !defined(__GLIBC__) || !defined(__PTHREAD_MUTEX_HAVE_PREV) || defined(__SANITIZE_THREAD__)
     fprintf(stderr, "fastlock_test: no inline fast path on this libc or under TSan\n");
