@@ -164,7 +164,37 @@ void mp__packer_drop(mp__packer *p)
 
 /* ---- reading ---------------------------------------------------------------- */
 
-int mp__pack_open(const mp_msg *m, mp__pack_view *v)
+/* The view's three tables in one block (entries first: the most aligned):
+ * malloc'd and owned by the view, or the reusable *buf (grown as needed). */
+static int open_tables(mp__pack_view *v, size_t count, void **buf, size_t *cap)
+{
+    size_t n = count ? count : 1;
+    size_t need = n * (sizeof *v->owned + sizeof *v->payloads + sizeof *v->first_attach);
+    mp__pack_entry *t;
+    _Static_assert(sizeof(mp__pack_entry) % sizeof(char *) == 0 &&
+                       sizeof(char *) == sizeof(size_t),
+                   "the view's tables share one block");
+    if (!buf) {
+        t = v->owned = malloc(need);
+    } else {
+        if (*cap < need) {
+            void *q = realloc(*buf, need);
+            if (q) {
+                *buf = q;
+                *cap = need;
+            }
+        }
+        t = *cap >= need ? *buf : NULL;
+    }
+    if (!t)
+        return mp__error(MP_ENOMEM, "pool: out of memory reading a frame");
+    v->entries = t;
+    v->payloads = (const char **)(void *)(t + n);
+    v->first_attach = (size_t *)(void *)(v->payloads + n);
+    return 0;
+}
+
+int mp__pack_open_into(const mp_msg *m, mp__pack_view *v, void **buf, size_t *cap)
 {
     size_t len, off, nattach = mp_msg_count(m), a = 0;
     const char *pl = mp_msg_payload(m, &len);
@@ -186,24 +216,13 @@ int mp__pack_open(const mp_msg *m, mp__pack_view *v)
     v->name_buf[h.name_len] = '\0';
     v->name = v->name_buf;
     off += h.name_len;
-    /* one block for the three tables (entries first: the most aligned) */
-    size_t n = h.count ? h.count : 1;
-    _Static_assert(sizeof(mp__pack_entry) % sizeof(char *) == 0 &&
-                       sizeof(char *) == sizeof(size_t),
-                   "the view's tables share one block");
-    v->owned = malloc(n * (sizeof *v->owned + sizeof *v->payloads + sizeof *v->first_attach));
-    if (v->owned) {
-        v->payloads = (const char **)(void *)(v->owned + n);
-        v->first_attach = (size_t *)(void *)(v->payloads + n);
-    }
-    if (!v->owned) {
+    if (open_tables(v, h.count, buf, cap) != 0) {
         mp__pack_close(v);
-        return mp__error(MP_ENOMEM, "pool: out of memory reading a frame");
+        return MP_ENOMEM;
     }
-    memcpy(v->owned, pl + sizeof h, (size_t)h.count * sizeof(mp__pack_entry));
-    v->entries = v->owned;
+    memcpy((void *)v->entries, pl + sizeof h, (size_t)h.count * sizeof(mp__pack_entry));
     for (uint32_t i = 0; i < h.count; i++) {
-        const mp__pack_entry *e = &v->owned[i];
+        const mp__pack_entry *e = &v->entries[i];
         if (e->len > len - off || e->err_len > len - off - e->len ||
             e->nattach > nattach - a) {
             mp__pack_close(v);
@@ -217,10 +236,16 @@ int mp__pack_open(const mp_msg *m, mp__pack_view *v)
     return 0;
 }
 
+int mp__pack_open(const mp_msg *m, mp__pack_view *v)
+{
+    return mp__pack_open_into(m, v, NULL, NULL);
+}
+
 void mp__pack_close(mp__pack_view *v)
 {
     free(v->owned); /* the payloads and first_attach tables are in its block */
     v->owned = NULL;
+    v->entries = NULL;
     v->payloads = NULL;
     v->first_attach = NULL;
 }

@@ -174,36 +174,22 @@ static void vec_result(mp_pool *p, const mp__chunk *c, const mp__pack_view *v)
     }
 }
 
-/* A result pack for the worker's current chunk. */
-void mp__worker_answer(mp_pool *p, worker *w, mp_msg *m)
+/* Records the items of an answered chunk (under r->mu): failures with
+ * their sentences; ARRAY results copied to the caller's array; MSG results
+ * stay in the answer, which r keeps (f, NULL when nothing succeeded). */
+static bool record_items(mp_async_result *r, const mp__chunk *c, const mp__pack_view *v,
+                         mp__result_frame *f)
 {
-    mp__chunk *c = mp__cur_pop(w);
-    mp_async_result *r = c->r;
-    mp__pack_view v;
-    size_t want = r->kind == MP__JOB_VEC ? 1 : c->count;
-    int rc = mp__pack_open(m, &v);
-    if (rc == 0 && (v.magic != MP__PACK_RESULT || v.count != want))
-        rc = mp__error(MP_EPROTO, "pool: worker answered %u items for a chunk of %zu",
-                       v.count, want);
-    if (rc) {
-        mp__chunk_fail(p, c, rc, mp_last_error());
-        mp__pack_close(&v);
-        return;
-    }
     bool ready = false;
-    if (r->kind == MP__JOB_VEC) {
-        vec_result(p, c, &v);
-        goto done;
-    }
-    pthread_mutex_lock(&r->mu);
-    for (uint32_t i = 0; i < v.count; i++) {
-        const mp__pack_entry *e = &v.entries[i];
-        mp_msg *out = NULL;
+    if (f)
+        r->frames[c->start / r->chunk] = f;
+    for (uint32_t i = 0; i < v->count; i++) {
+        const mp__pack_entry *e = &v->entries[i];
         char err[MP__WHY_MAX];
         int irc = e->rc;
         err[0] = '\0'; /* not "= {0}": 2 KiB cleared per item shows in profiles */
         if (irc) {
-            snprintf(err, sizeof err, "%.*s", (int)e->err_len, v.payloads[i] + e->len);
+            snprintf(err, sizeof err, "%.*s", (int)e->err_len, v->payloads[i] + e->len);
         } else if (r->kind == MP__JOB_ARRAY) {
             if (e->len != r->out_size) {
                 irc = MP_EPROTO;
@@ -211,21 +197,73 @@ void mp__worker_answer(mp_pool *p, worker *w, mp_msg *m)
                          "%zu bytes per item", r->task, (unsigned long long)e->len,
                          r->out_size);
             } else {
-                memcpy((char *)r->out_array + (c->start + i) * r->out_size, v.payloads[i],
+                memcpy((char *)r->out_array + (c->start + i) * r->out_size, v->payloads[i],
                        e->len);
             }
-        } else if ((irc = mp__pack_item(&v, i, &out)) != 0) {
-            snprintf(err, sizeof err, "%s", mp_last_error());
         }
-        ready |= mp__result_item_locked(r, c->start + i, irc, out, err);
+        ready |= mp__result_item_locked(r, c->start + i, irc, err);
     }
-    mp__result_publish(r);
-    if (ready)
-        mp__pool_push_ready(p, r);
-done:
+    return ready;
+}
+
+/* MSG: the answer kept whole (f takes m), for a chunk with
+ * some item that succeeded; NULL with *rc set when it cannot be kept. */
+static mp__result_frame *keep_answer(const mp_async_result *r, const mp__chunk *c, mp_msg *m,
+                                     int *rc)
+{
+    size_t k = c->start / r->chunk;
+    mp__result_frame *f = NULL;
+    if (r->frames && k < r->nframes && !r->frames[k] && (f = malloc(sizeof *f)) != NULL) {
+        f->msg = m;
+        f->open = false; /* the taker opens it: its tables are the taker's memory */
+        return f;
+    }
+    *rc = mp__error(MP_ENOMEM, "pool: out of memory keeping a chunk's results");
+    return NULL;
+}
+
+static bool any_success(const mp__pack_view *v)
+{
+    for (uint32_t i = 0; i < v->count; i++)
+        if (v->entries[i].rc == 0)
+            return true;
+    return false;
+}
+
+/* A result pack for the worker's current chunk (takes m). */
+void mp__worker_answer(mp_pool *p, worker *w, mp_msg *m)
+{
+    mp__chunk *c = mp__cur_pop(w);
+    mp_async_result *r = c->r;
+    mp__pack_view v;
+    mp__result_frame *f = NULL;
+    size_t want = r->kind == MP__JOB_VEC ? 1 : c->count;
+    /* the tables in the handler's scratch: no allocation per answer here */
+    int rc = mp__pack_open_into(m, &v, &p->scratch, &p->scratch_cap);
+    if (rc == 0 && (v.magic != MP__PACK_RESULT || v.count != want))
+        rc = mp__error(MP_EPROTO, "pool: worker answered %u items for a chunk of %zu",
+                       v.count, want);
+    if (rc == 0 && r->kind == MP__JOB_MSG && any_success(&v))
+        f = keep_answer(r, c, m, &rc);
+    if (rc) {
+        mp__chunk_fail(p, c, rc, mp_last_error());
+        mp__pack_close(&v);
+        mp_msg_destroy(m);
+        return;
+    }
+    if (r->kind == MP__JOB_VEC) {
+        vec_result(p, c, &v);
+    } else {
+        pthread_mutex_lock(&r->mu);
+        bool ready = record_items(r, c, &v, f);
+        mp__result_publish(r);
+        if (ready)
+            mp__pool_push_ready(p, r);
+    }
     mp__pack_close(&v);
+    if (!f) /* else r keeps it */
+        mp_msg_destroy(m);
     note_answer(w, c);
     mp__chunk_free(c);
     w->chunks++;
 }
-

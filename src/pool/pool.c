@@ -173,8 +173,10 @@ static void drain(mp_pool *p, worker *w)
     while (w->proc && mp_conn_recv(w->conn, &m, 0) == 0) {
         if (!w->ready)
             w->ready = true; /* its first message: the initializer ran */
-        else if (w->cur)
-            mp__worker_answer(p, w, m);
+        else if (w->cur) {
+            mp__worker_answer(p, w, m); /* takes m */
+            continue;
+        }
         mp_msg_destroy(m);
     }
 }
@@ -351,6 +353,7 @@ static void pool_free(mp_pool *p)
     mp_tensor_release(p->vcache[0]);
     mp_tensor_release(p->vcache[1]);
     free(p->ready);
+    free(p->scratch);
     mp__close(p->wake_fd);
     pthread_cond_destroy(&p->cv);
     pthread_mutex_destroy(&p->mu);

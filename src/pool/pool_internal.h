@@ -77,7 +77,7 @@ typedef struct mp__pack_view {
     const mp_msg *msg;
     uint32_t magic, count;
     const mp__pack_entry *entries; /* unaligned-safe copy */
-    mp__pack_entry *owned;
+    mp__pack_entry *owned;         /* the tables' block when the view owns it */
     const char *name;   /* TASK: NUL-terminated copy */
     char name_buf[MP__TASK_NAME_MAX + 1];
     const char **payloads;
@@ -85,6 +85,10 @@ typedef struct mp__pack_view {
 } mp__pack_view;
 
 int mp__pack_open(const mp_msg *m, mp__pack_view *v);
+/* The same with the view's tables in *buf (cap bytes, grown as needed and
+ * kept by the caller for the next frame): no allocation per frame once it
+ * is large enough. The view owns nothing then (closing it is harmless). */
+int mp__pack_open_into(const mp_msg *m, mp__pack_view *v, void **buf, size_t *cap);
 void mp__pack_close(mp__pack_view *v);
 /* Item i as a new message (payload copy + attachments retained). */
 int mp__pack_item(const mp__pack_view *v, uint32_t i, mp_msg **out);
@@ -105,6 +109,14 @@ int mp__pool_worker_main(mp_conn *conn);
  * map_array of an array task, over the shared copies vin and vout. */
 enum { MP__JOB_MSG = 0, MP__JOB_ARRAY = 1, MP__JOB_VEC = 2 };
 
+/* MSG: a chunk's answer, kept whole; its view is opened by the thread that
+ * first takes an item (open). */
+typedef struct mp__result_frame {
+    mp_msg *msg;
+    bool open;
+    mp__pack_view v;
+} mp__result_frame;
+
 struct mp_async_result {
     atomic_int refs;
     const mp__result_ops *ops; /* NULL: this struct is the result; else impl is */
@@ -113,11 +125,16 @@ struct mp_async_result {
     pthread_cond_t cv;
     int kind;
     size_t n, ndone;
-    mp_msg **outs;   /* MSG: result per item (owned until taken); else NULL */
+    mp_msg **outs;   /* MSG: items borrowed (built once, kept); NULL before the first */
+    /* MSG: each chunk's answer as it came (frames[start / chunk]); an item
+     * becomes its own message only when it is taken or borrowed, in the
+     * caller's thread: the handler thread moves chunks, not items. */
+    mp__result_frame **frames;
+    size_t chunk, nframes;
     int *rcs;        /* per item */
     char **errs;     /* per failed item; NULL until the first failure */
     uint8_t *done;   /* per item */
-    size_t *order;   /* MSG: completion order (imap_unordered); else NULL */
+    size_t *order;   /* completion order (imap_unordered only); else NULL */
     bool ready;
     size_t first_bad; /* index of the first failed item, n when none */
     void *out_array;  /* ARRAY, VEC */
@@ -128,14 +145,15 @@ struct mp_async_result {
     char task[MP__TASK_NAME_MAX + 1];
 };
 
-int mp__result_new(int kind, size_t n, const char *task, const mp_pool_callbacks *cb,
-                   mp_async_result **out);
-/* Handler thread, with r->mu held: records item i's outcome (takes msg,
- * may be NULL; err copied); true when that made the result ready. A whole
+/* order: keep the completion order (imap_unordered). */
+int mp__result_new(int kind, size_t n, bool order, const char *task,
+                   const mp_pool_callbacks *cb, mp_async_result **out);
+/* Handler thread, with r->mu held: records item i's outcome (err copied;
+ * a success's message stays in its chunk's answer, r->frames); true when
+ * that made the result ready. A whole
  * chunk goes under one lock, so waiters wake once per chunk, not per item:
  * mp__result_publish wakes them and unlocks. */
-bool mp__result_item_locked(mp_async_result *r, size_t i, int rc, mp_msg *msg,
-                            const char *err);
+bool mp__result_item_locked(mp_async_result *r, size_t i, int rc, const char *err);
 void mp__result_publish(mp_async_result *r);
 /* Items [start, start + count) all with one outcome (no messages). */
 bool mp__result_range_locked(mp_async_result *r, size_t start, size_t count, int rc,
@@ -149,6 +167,17 @@ int mp__result_wait_locked(mp_async_result *r, bool (*pred)(mp_async_result *, v
 /* With r->mu held and r ready: 0, or the first failed item's code with the
  * sentence "call: [item i: ]its error" (the item number when r has several). */
 int mp__result_first_error(const mp_async_result *r, const char *call);
+/* MSG: sets the chunk size and the table of chunk answers (before the
+ * handler can see r). */
+int mp__result_set_chunks(mp_async_result *r, size_t chunk);
+/* MSG, with r->mu held (or r private to the caller): item i's result as a
+ * new message (the caller's), built from its chunk's answer, or the one a
+ * borrow built before. The item must be done and successful. */
+int mp__result_take(mp_async_result *r, size_t i, mp_msg **out);
+/* MSG: frees chunk k's answer (every item of it taken; r private). */
+void mp__result_drop_frame(mp_async_result *r, size_t k);
+/* The same, but borrowed: built into outs[i] once, kept there. */
+int mp__result_borrow(mp_async_result *r, size_t i, const mp_msg **out);
 /* Handler thread: runs the callback of a ready result. */
 void mp__result_callback(mp_async_result *r);
 
@@ -231,6 +260,8 @@ struct mp_pool {
      * last finished call, reused by the next one that fits (under mu), so
      * repeated calls do not pay for fresh pages each time. */
     mp_tensor *vcache[2];
+    void *scratch;            /* handler thread: the tables of the answer it reads */
+    size_t scratch_cap;
     mp_async_result **ready;  /* handler thread: results awaiting callbacks */
     size_t nready, ready_cap;
     char start_error[MP__WHY_MAX + 64]; /* handler thread: last start failure */
@@ -254,7 +285,7 @@ void mp__chunk_fail(mp_pool *p, mp__chunk *c, int rc, const char *why);
 void mp__cur_push(worker *w, mp__chunk *c);
 mp__chunk *mp__cur_pop(worker *w);
 void mp__worker_ended(mp_pool *p, int slot);
-void mp__worker_answer(mp_pool *p, worker *w, mp_msg *m);
+void mp__worker_answer(mp_pool *p, worker *w, mp_msg *m); /* takes m */
 /* VEC: takes a cached shared array of at least bytes (NULL when none). */
 mp_tensor *mp__pool_vec_take(mp_pool *p, int which, size_t bytes);
 /* The chunk size a map of n items gets. */

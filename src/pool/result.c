@@ -9,8 +9,8 @@
 
 /* ---- results --------------------------------------------------------------------- */
 
-int mp__result_new(int kind, size_t n, const char *task, const mp_pool_callbacks *user_cb,
-                   mp_async_result **out)
+int mp__result_new(int kind, size_t n, bool order, const char *task,
+                   const mp_pool_callbacks *user_cb, mp_async_result **out)
 {
     mp_pool_callbacks copy, *cb = NULL;
     if (user_cb) {
@@ -21,12 +21,10 @@ int mp__result_new(int kind, size_t n, const char *task, const mp_pool_callbacks
     }
     mp_async_result *r = calloc(1, sizeof *r);
     size_t m = n ? n : 1;
-    bool msgs = kind == MP__JOB_MSG; /* arrays keep no message and no order per item */
-    if (!r || (msgs && !(r->outs = calloc(m, sizeof *r->outs))) ||
-        !(r->rcs = calloc(m, sizeof(int))) || !(r->done = calloc(m, 1)) ||
-        (msgs && !(r->order = calloc(m, sizeof(size_t))))) {
+    /* outs comes with the first borrow; order only for imap_unordered */
+    if (!r || !(r->rcs = calloc(m, sizeof(int))) || !(r->done = calloc(m, 1)) ||
+        (order && !(r->order = calloc(m, sizeof(size_t))))) {
         if (r) {
-            free(r->outs);
             free(r->rcs);
             free(r->done);
         }
@@ -75,6 +73,9 @@ void mp_async_result_release(mp_async_result *r)
         if (r->errs)
             free(r->errs[i]);
     }
+    for (size_t k = 0; r->frames && k < r->nframes; k++)
+        mp__result_drop_frame(r, k);
+    free(r->frames);
     free(r->outs);
     free(r->rcs);
     free(r->errs);
@@ -87,17 +88,70 @@ void mp_async_result_release(mp_async_result *r)
     free(r);
 }
 
-bool mp__result_item_locked(mp_async_result *r, size_t i, int rc, mp_msg *msg,
-                            const char *err)
+int mp__result_set_chunks(mp_async_result *r, size_t chunk)
 {
-    if (r->done[i] || (msg && !r->outs)) { /* cannot happen: each item is answered once */
-        mp_msg_destroy(msg);
-        return false;
+    r->chunk = chunk;
+    r->nframes = r->n ? (r->n - 1) / chunk + 1 : 0;
+    if (r->nframes && !(r->frames = calloc(r->nframes, sizeof *r->frames)))
+        return mp__error(MP_ENOMEM, "mp_pool: out of memory for a result of %zu chunks",
+                         r->nframes);
+    return 0;
+}
+
+void mp__result_drop_frame(mp_async_result *r, size_t k)
+{
+    mp__result_frame *f = r->frames[k];
+    if (!f)
+        return;
+    r->frames[k] = NULL;
+    if (f->open)
+        mp__pack_close(&f->v);
+    mp_msg_destroy(f->msg);
+    free(f);
+}
+
+int mp__result_take(mp_async_result *r, size_t i, mp_msg **out)
+{
+    size_t k = i / r->chunk;
+    mp__result_frame *f = k < r->nframes ? r->frames[k] : NULL;
+    int rc;
+    *out = r->outs ? r->outs[i] : NULL;
+    if (*out) {
+        r->outs[i] = NULL;
+        return 0;
     }
+    if (!f) /* cannot happen: a successful item's chunk answer is kept */
+        return mp__error(MP_EPROTO, "mp_pool: item %zu has no result", i);
+    if (!f->open) {
+        if ((rc = mp__pack_open(f->msg, &f->v)) != 0)
+            return rc;
+        f->open = true;
+    }
+    return mp__pack_item(&f->v, (uint32_t)(i - k * r->chunk), out);
+}
+
+int mp__result_borrow(mp_async_result *r, size_t i, const mp_msg **out)
+{
+    mp_msg *m;
+    int rc;
+    *out = NULL;
+    if (!r->outs && !(r->outs = calloc(r->n, sizeof *r->outs)))
+        return mp__error(MP_ENOMEM, "mp_pool: out of memory for a result of %zu items", r->n);
+    if (!r->outs[i]) {
+        if ((rc = mp__result_take(r, i, &m)) != 0)
+            return rc;
+        r->outs[i] = m;
+    }
+    *out = r->outs[i];
+    return 0;
+}
+
+bool mp__result_item_locked(mp_async_result *r, size_t i, int rc, const char *err)
+{
+    if (r->done[i]) /* cannot happen: each item is answered once */
+        return false;
     r->done[i] = 1;
     r->rcs[i] = rc;
-    if (r->outs)
-        r->outs[i] = msg;
     if (rc) {
         /* sentences are rare: their table comes with the first */
         if (!r->errs)
@@ -119,7 +173,7 @@ bool mp__result_range_locked(mp_async_result *r, size_t start, size_t count, int
     bool ready = false;
     if (rc || r->order) {
         for (size_t i = 0; i < count; i++)
-            ready |= mp__result_item_locked(r, start + i, rc, NULL, err);
+            ready |= mp__result_item_locked(r, start + i, rc, err);
         return ready;
     }
     /* success of a whole slice of an array: rcs stay 0 */
@@ -202,8 +256,11 @@ int mp_async_result_get(mp_async_result *r, double timeout, const mp_msg **out)
         rc = mp__error(rc, "mp_async_result_get: not ready within %g s", timeout);
     else
         rc = mp__result_first_error(r, "mp_async_result_get");
-    if (!rc && out)
-        *out = r->n && r->outs ? r->outs[0] : NULL;
+    if (!rc && out) {
+        *out = NULL;
+        if (r->n && r->kind == MP__JOB_MSG)
+            rc = mp__result_borrow(r, 0, out);
+    }
     pthread_mutex_unlock(&r->mu);
     return rc;
 }
@@ -255,8 +312,10 @@ int mp_async_result_item(const mp_async_result *r, size_t i, const mp_msg **out)
     else if (w->rcs[i])
         rc = mp__error(w->rcs[i], "mp_async_result_item: item %zu: %s", i,
                        mp__result_err(w, i));
+    else if (w->kind == MP__JOB_MSG)
+        rc = mp__result_borrow(w, i, out);
     else
-        *out = w->outs ? w->outs[i] : NULL;
+        *out = NULL;
     pthread_mutex_unlock(&w->mu);
     return rc;
 }

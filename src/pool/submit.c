@@ -2,6 +2,7 @@
  * blocking forms wait on the result. Also the lazy iterators. */
 #include "pool/pool_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +17,7 @@ typedef struct source {
     void *out;                 /* ARRAY, VEC */
     size_t out_size;
     mp_msg *vatt;              /* VEC: the shared in and out arrays */
+    bool order;                /* MSGS: keep the completion order (imap_unordered) */
 } source;
 
 static int add_item(mp__packer *pk, const source *s, size_t i)
@@ -135,13 +137,15 @@ static int submit(mp_pool *p, const char *task, int kind, source *s, size_t n,
                          call, task, mp__array_task_lookup(task)
                                          ? "; an MP_ARRAY_TASK runs with mp_pool_map_array only"
                                          : "");
-    if ((rc = mp__result_new(kind, n, task, cb, &r)) != 0)
+    if ((rc = mp__result_new(kind, n, s->order, task, cb, &r)) != 0)
         return rc;
     r->out_array = s->out; /* set before the handler can see r */
     r->out_size = s->out_size;
     if (kind == MP__JOB_VEC && n && (rc = vec_arrays(p, r, s, n, call)) != 0)
         goto out_release;
     chunksize = mp__pool_chunksize(p, n, chunksize, item_bytes(s, n));
+    if (kind == MP__JOB_MSG && (rc = mp__result_set_chunks(r, chunksize)) != 0)
+        goto out_release;
     for (size_t start = 0; start < n; start += chunksize) {
         size_t count = n - start < chunksize ? n - start : chunksize;
         rc = make_chunk(r, s, start, count, &c);
@@ -185,17 +189,18 @@ int mp_pool_apply_async(mp_pool *p, const char *task, const mp_msg *in,
                         const mp_pool_callbacks *cb, mp_async_result **res)
 {
     const mp_msg *one[1] = {in};
-    source s = {SRC_MSGS, one, 0, NULL, 0, NULL, 0, NULL};
+    source s = {SRC_MSGS, one, 0, NULL, 0, NULL, 0, NULL, false};
     int rc = check_msgs(one, 1, "mp_pool_apply_async");
     if (!rc && p && p->ops && res && task)
         return mp__remote_submit(p, task, one, 1, 0, true, cb, res, "mp_pool_apply_async");
     return rc ? rc : submit(p, task, MP__JOB_MSG, &s, 1, 1, cb, res, "mp_pool_apply_async");
 }
 
-int mp_pool_map_async(mp_pool *p, const char *task, const mp_msg *const *in, size_t n,
-                      size_t chunksize, const mp_pool_callbacks *cb, mp_async_result **res)
+static int map_async(mp_pool *p, const char *task, const mp_msg *const *in, size_t n,
+                     size_t chunksize, const mp_pool_callbacks *cb, mp_async_result **res,
+                     bool order)
 {
-    source s = {SRC_MSGS, in, 0, NULL, 0, NULL, 0, NULL};
+    source s = {SRC_MSGS, in, 0, NULL, 0, NULL, 0, NULL, order};
     int rc = check_msgs(in, n, "mp_pool_map_async");
     if (!rc && p && p->ops && res && task)
         return mp__remote_submit(p, task, in, n, 0, false, cb, res, "mp_pool_map_async");
@@ -203,11 +208,17 @@ int mp_pool_map_async(mp_pool *p, const char *task, const mp_msg *const *in, siz
               : submit(p, task, MP__JOB_MSG, &s, n, chunksize, cb, res, "mp_pool_map_async");
 }
 
+int mp_pool_map_async(mp_pool *p, const char *task, const mp_msg *const *in, size_t n,
+                      size_t chunksize, const mp_pool_callbacks *cb, mp_async_result **res)
+{
+    return map_async(p, task, in, n, chunksize, cb, res, false);
+}
+
 int mp_pool_starmap_async(mp_pool *p, const char *task, const mp_msg *const *args, size_t n,
                           size_t nargs, size_t chunksize, const mp_pool_callbacks *cb,
                           mp_async_result **res)
 {
-    source s = {SRC_STAR, args, nargs, NULL, 0, NULL, 0, NULL};
+    source s = {SRC_STAR, args, nargs, NULL, 0, NULL, 0, NULL, false};
     int rc = 0;
     if (nargs == 0 || nargs > 1024 || (n && n * nargs / n != nargs))
         rc = mp__error(MP_EINVAL, "mp_pool_starmap_async: nargs = %zu, want 1..1024", nargs);
@@ -226,7 +237,7 @@ int mp_pool_map_array_async(mp_pool *p, const char *task, const void *in, size_t
                             const mp_pool_callbacks *cb, mp_async_result **res)
 {
     bool vec = task && mp__array_task_lookup(task);
-    source s = {vec ? SRC_VEC : SRC_ARRAY, NULL, 0, in, in_size, out, out_size, NULL};
+    source s = {vec ? SRC_VEC : SRC_ARRAY, NULL, 0, in, in_size, out, out_size, NULL, false};
     int rc;
     if (n && (!in || !out || in_size == 0 || out_size == 0))
         return mp__error(MP_EINVAL, "mp_pool_map_array_async: want in, out and item sizes");
@@ -241,21 +252,60 @@ int mp_pool_map_array_async(mp_pool *p, const char *task, const void *in, size_t
 
 /* ---- blocking forms ------------------------------------------------------------- */
 
+static bool is_done(mp_async_result *r, void *arg)
+{
+    return r->ready || r->done[*(const size_t *)arg];
+}
+
+/* MSG: waits for the items in order and builds each one's message from its
+ * chunk's answer as the chunk arrives, here, beside the workers: the
+ * handler thread only moves chunks. r is the caller's alone (the handler
+ * writes no outs and never drops a kept answer), so the building runs
+ * unlocked. Stops at the first failed item; 0 when all n were built. */
+static int build_outs(mp_async_result *r, mp_msg **out)
+{
+    size_t pos = 0, end;
+    int rc = 0;
+    pthread_mutex_lock(&r->mu);
+    while (pos < r->n && rc == 0) {
+        mp__result_wait_locked(r, is_done, &pos, -1);
+        for (end = pos; end < r->n && r->done[end] && !r->rcs[end]; end++)
+            ;
+        if (end == pos)
+            break; /* item pos failed */
+        pthread_mutex_unlock(&r->mu);
+        for (; pos < end && rc == 0; pos++) {
+            rc = mp__result_take(r, pos, &out[pos]);
+            if ((pos + 1) % r->chunk == 0 || pos + 1 == r->n)
+                mp__result_drop_frame(r, pos / r->chunk); /* its last item */
+        }
+        pthread_mutex_lock(&r->mu);
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (rc == 0 && pos == r->n)
+        return 0;
+    for (size_t i = 0; i < pos; i++) { /* the failed one was not built: NULL */
+        mp_msg_destroy(out[i]);
+        out[i] = NULL;
+    }
+    return rc ? rc : 1;
+}
+
 /* Waits for r, moves its messages to out (may be NULL), releases r. */
 static int finish(mp_async_result *r, mp_msg **out, const char *call)
 {
     if (r->ops)
         return mp__remote_finish(r, out, call);
+    char why[MP__WHY_MAX];
+    int built = out && r->kind == MP__JOB_MSG ? build_outs(r, out) : 1;
+    if (built < 0)
+        snprintf(why, sizeof why, "%s", mp_last_error());
     int rc = mp_async_result_wait(r, -1);
     pthread_mutex_lock(&r->mu);
     if (!rc)
         rc = mp__result_first_error(r, call);
-    if (!rc && out && r->outs) {
-        for (size_t i = 0; i < r->n; i++) {
-            out[i] = r->outs[i];
-            r->outs[i] = NULL;
-        }
-    }
+    if (!rc && built < 0)
+        rc = mp__error(built, "%s: %s", call, why);
     pthread_mutex_unlock(&r->mu);
     mp_async_result_release(r);
     return rc;
@@ -321,7 +371,7 @@ static int imap_create(mp_pool *p, const char *task, const mp_msg *const *in, si
     m = calloc(1, sizeof *m);
     if (!m)
         return mp__error(MP_ENOMEM, "%s: out of memory", call);
-    rc = mp_pool_map_async(p, task, in, n, chunksize, NULL, &m->r);
+    rc = map_async(p, task, in, n, chunksize, NULL, &m->r, unordered);
     if (rc) {
         free(m);
         return rc;
@@ -374,8 +424,8 @@ int mp_imap_next(mp_imap *it, double timeout, mp_msg **out, size_t *index)
         *index = i;
     if (r->rcs[i])
         rc = mp__error(r->rcs[i], "mp_imap_next: item %zu: %s", i, mp__result_err(r, i));
-    *out = r->outs[i];
-    r->outs[i] = NULL;
+    else
+        rc = mp__result_take(r, i, out);
     pthread_mutex_unlock(&r->mu);
     return rc;
 }
