@@ -259,6 +259,23 @@ int mp__pack_item_into(const mp__pack_view *v, uint32_t i, mp_msg *m)
     return rc;
 }
 
+int mp__pack_build(const mp_msg *src, const void *payload, size_t len, size_t first_attach,
+                   size_t nattach, mp_msg **out)
+{
+    mp_msg *m;
+    int rc = mp_msg_create(&m);
+    if (!rc)
+        rc = mp_msg_set_payload(m, payload, len);
+    if (!rc && nattach)
+        rc = mp__msg_copy_attachments(src, first_attach, nattach, m);
+    if (rc) {
+        mp_msg_destroy(m);
+        return rc;
+    }
+    *out = m;
+    return 0;
+}
+
 int mp__pack_item(const mp__pack_view *v, uint32_t i, mp_msg **out)
 {
     mp_msg *m;

@@ -209,13 +209,16 @@ static bool record_items(mp_async_result *r, const mp__chunk *c, const mp__pack_
 /* MSG: the answer kept whole (f takes m), for a chunk with
  * some item that succeeded; NULL with *rc set when it cannot be kept. */
 static mp__result_frame *keep_answer(const mp_async_result *r, const mp__chunk *c, mp_msg *m,
-                                     int *rc)
+                                     const mp__pack_view *v, int *rc)
 {
     size_t k = c->start / r->chunk;
     mp__result_frame *f = NULL;
     if (r->frames && k < r->nframes && !r->frames[k] && (f = malloc(sizeof *f)) != NULL) {
         f->msg = m;
-        f->open = false; /* the taker opens it: its tables are the taker's memory */
+        f->next = 0;
+        f->off = (size_t)(v->payloads[0] - (const char *)mp_msg_payload(m, NULL));
+        f->att = 0;
+        f->open = false; /* the taker opens it if need be: its memory, not ours */
         return f;
     }
     *rc = mp__error(MP_ENOMEM, "pool: out of memory keeping a chunk's results");
@@ -244,7 +247,7 @@ void mp__worker_answer(mp_pool *p, worker *w, mp_msg *m)
         rc = mp__error(MP_EPROTO, "pool: worker answered %u items for a chunk of %zu",
                        v.count, want);
     if (rc == 0 && r->kind == MP__JOB_MSG && any_success(&v))
-        f = keep_answer(r, c, m, &rc);
+        f = keep_answer(r, c, m, &v, &rc);
     if (rc) {
         mp__chunk_fail(p, c, rc, mp_last_error());
         mp__pack_close(&v);

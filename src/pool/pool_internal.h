@@ -94,6 +94,10 @@ void mp__pack_close(mp__pack_view *v);
 int mp__pack_item(const mp__pack_view *v, uint32_t i, mp_msg **out);
 /* The same into m, emptied first (mp__msg_reset). */
 int mp__pack_item_into(const mp__pack_view *v, uint32_t i, mp_msg *m);
+/* A new message: len bytes at payload, and attachments [first_attach,
+ * first_attach + nattach) of src. */
+int mp__pack_build(const mp_msg *src, const void *payload, size_t len, size_t first_attach,
+                   size_t nattach, mp_msg **out);
 /* Copies attachments [from, from + n) of src onto dst. */
 int mp__msg_copy_attachments(const mp_msg *src, size_t from, size_t n, mp_msg *dst);
 
@@ -109,10 +113,13 @@ int mp__pool_worker_main(mp_conn *conn);
  * map_array of an array task, over the shared copies vin and vout. */
 enum { MP__JOB_MSG = 0, MP__JOB_ARRAY = 1, MP__JOB_VEC = 2 };
 
-/* MSG: a chunk's answer, kept whole; its view is opened by the thread that
- * first takes an item (open). */
+/* MSG: a chunk's answer, kept whole (validated by the handler). Items
+ * taken in order are read with a cursor (next item, its payload offset and
+ * first attachment); one taken out of order opens the view (open). */
 typedef struct mp__result_frame {
     mp_msg *msg;
+    uint32_t next;
+    size_t off, att;
     bool open;
     mp__pack_view v;
 } mp__result_frame;

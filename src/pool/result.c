@@ -110,6 +110,30 @@ void mp__result_drop_frame(mp_async_result *r, size_t k)
     free(f);
 }
 
+/* Item j of f, at or after its cursor: walks the entries up to it, builds
+ * it, moves the cursor past it. No table: the handler checked the frame. */
+static int frame_next(mp__result_frame *f, uint32_t j, mp_msg **out)
+{
+    const char *pl = mp_msg_payload(f->msg, NULL);
+    mp__pack_entry e;
+    int rc;
+    for (;;) {
+        memcpy(&e, pl + sizeof(mp__pack_hdr) + (size_t)f->next * sizeof e, sizeof e);
+        if (f->next == j)
+            break;
+        f->off += e.len + e.err_len;
+        f->att += e.nattach;
+        f->next++;
+    }
+    rc = mp__pack_build(f->msg, pl + f->off, e.len, f->att, e.nattach, out);
+    if (rc)
+        return rc;
+    f->off += e.len + e.err_len;
+    f->att += e.nattach;
+    f->next++;
+    return 0;
+}
+
 int mp__result_take(mp_async_result *r, size_t i, mp_msg **out)
 {
     size_t k = i / r->chunk;
@@ -122,6 +146,8 @@ int mp__result_take(mp_async_result *r, size_t i, mp_msg **out)
     }
     if (!f) /* cannot happen: a successful item's chunk answer is kept */
         return mp__error(MP_EPROTO, "mp_pool: item %zu has no result", i);
+    if (!f->open && i - k * r->chunk >= f->next)
+        return frame_next(f, (uint32_t)(i - k * r->chunk), out);
     if (!f->open) {
         if ((rc = mp__pack_open(f->msg, &f->v)) != 0)
             return rc;

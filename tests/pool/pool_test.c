@@ -217,6 +217,122 @@ static void test_close_lets_work_finish(void **state)
     mp_pool_destroy(p);
 }
 
+/* Item v of a mixed chunk: fails when v % 3 == 1; else answers v repeated
+ * v % 4 + 1 times (payloads inline and not), with a tensor holding v when
+ * v % 5 == 0 (attachments between items). */
+MP_TASK(mixed)
+{
+    int64_t v = in_i64(in), rep[4], n = 1;
+    mp_tensor *t;
+    int rc;
+    if (v % 3 == 1)
+        return mp__error(MP_EINVAL, "mixed: %lld refused", (long long)v);
+    for (int i = 0; i < 4; i++)
+        rep[i] = v;
+    rc = mp_msg_set_payload(out, rep, (size_t)(v % 4 + 1) * sizeof v);
+    if (rc || v % 5)
+        return rc;
+    if ((rc = mp_tensor_empty_shared(MP_INT64, 1, &n, &t)) != 0)
+        return rc;
+    *(int64_t *)mp_tensor_data(t) = v;
+    rc = mp_msg_add_tensor(out, "v", t);
+    mp_tensor_release(t);
+    return rc;
+}
+
+static void check_mixed(const mp_msg *m, int64_t v)
+{
+    size_t len;
+    const int64_t *p = mp_msg_payload(m, &len);
+    mp_tensor *t;
+    assert_int_equal(len, (size_t)(v % 4 + 1) * sizeof v);
+    for (size_t i = 0; i < len / sizeof v; i++)
+        assert_int_equal(p[i], v);
+    assert_int_equal(mp_msg_count(m), v % 5 ? 0 : 1);
+    if (v % 5 == 0) {
+        assert_mp_ok(mp_msg_get_tensor(m, 0, &t));
+        assert_int_equal(*(int64_t *)mp_tensor_data(t), v);
+        mp_tensor_release(t);
+    }
+}
+
+/* A chunk's answer stays whole in the result and its items become messages
+ * when taken: in order (map, imap), out of order (items borrowed backwards,
+ * imap_unordered), across failed items and attachments. */
+static void test_chunk_answers(void **state)
+{
+    enum { N = 20, CH = 6 };
+    mp_pool *p = pool_new(2, 0);
+    mp_msg *in[N], *out[N], *m;
+    const mp_msg *o, *o2;
+    mp_async_result *r;
+    mp_imap *it;
+    size_t idx;
+    bool seen[N] = {0};
+    for (int i = 0; i < N; i++)
+        in[i] = msg_i64(i);
+
+    assert_mp_ok(mp_pool_map_async(p, "mixed", (const mp_msg *const *)in, N, CH, NULL, &r));
+    assert_mp_ok(mp_async_result_wait(r, 30));
+    for (int i = N - 1; i >= 0; i--) {
+        if (i % 3 == 1) {
+            assert_mp_err(mp_async_result_item(r, (size_t)i, &o), MP_EINVAL);
+            assert_non_null(strstr(mp_last_error(), "refused"));
+            continue;
+        }
+        assert_mp_ok(mp_async_result_item(r, (size_t)i, &o));
+        check_mixed(o, i);
+        assert_mp_ok(mp_async_result_item(r, (size_t)i, &o2));
+        assert_ptr_equal(o, o2); /* built once */
+    }
+    assert_mp_err(mp_async_result_get(r, 0, &o), MP_EINVAL);
+    assert_non_null(strstr(mp_last_error(), "item 1: "));
+    mp_async_result_release(r);
+
+    assert_mp_ok(mp_pool_imap(p, "mixed", (const mp_msg *const *)in, N, CH, &it));
+    for (size_t i = 0; i < N; i++) {
+        int rc = mp_imap_next(it, 30, &m, &idx);
+        assert_int_equal(idx, i);
+        if (i % 3 == 1) {
+            assert_int_equal(rc, MP_EINVAL);
+            assert_null(m);
+        } else {
+            assert_mp_ok(rc);
+            check_mixed(m, (int64_t)i);
+            mp_msg_destroy(m);
+        }
+    }
+    mp_imap_destroy(it);
+
+    assert_mp_ok(mp_pool_imap_unordered(p, "mixed", (const mp_msg *const *)in, N, CH, &it));
+    for (size_t i = 0; i < N; i++) {
+        int rc = mp_imap_next(it, 30, &m, &idx);
+        assert_false(seen[idx]);
+        seen[idx] = true;
+        if (rc == 0)
+            check_mixed(m, (int64_t)idx);
+        else
+            assert_int_equal(idx % 3, 1);
+        mp_msg_destroy(m);
+    }
+    mp_imap_destroy(it);
+
+    /* blocking map: every item built in order, or none handed out */
+    assert_mp_err(mp_pool_map(p, "mixed", (const mp_msg *const *)in, N, CH, out), MP_EINVAL);
+    assert_non_null(strstr(mp_last_error(), "mp_pool_map: item 1: "));
+    for (int i = 0; i < N; i++)
+        mp_msg_destroy(in[i]);
+    for (int i = 0; i < N; i++)
+        in[i] = msg_i64(i / 2 * 3 + i % 2 * 2); /* 0, 2, 3, 5, 6, ...: none refused */
+    assert_mp_ok(mp_pool_map(p, "mixed", (const mp_msg *const *)in, N, CH, out));
+    for (int i = 0; i < N; i++) {
+        check_mixed(out[i], i / 2 * 3 + i % 2 * 2);
+        mp_msg_destroy(out[i]);
+        mp_msg_destroy(in[i]);
+    }
+    mp_pool_destroy(p);
+}
+
 /* ---- imap and the typed path ---------------------------------------------------- */
 
 static void test_imap(void **state)
@@ -406,6 +522,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_callbacks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_terminate_in_flight, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_lets_work_finish, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_chunk_answers, setup, teardown),
         cmocka_unit_test_setup_teardown(test_imap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_map_array, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tensors_zero_copy, setup, teardown),
