@@ -183,6 +183,8 @@ int mp__result_set_chunks(mp_async_result *r, size_t chunk);
 int mp__result_take(mp_async_result *r, size_t i, mp_msg **out);
 /* MSG: frees chunk k's answer (every item of it taken; r private). */
 void mp__result_drop_frame(mp_async_result *r, size_t k);
+/* The same for item j of chunk k (no division: a map's builder walks them). */
+int mp__result_take_at(mp_async_result *r, size_t k, uint32_t j, mp_msg **out);
 /* The same, but borrowed: built into outs[i] once, kept there. */
 int mp__result_borrow(mp_async_result *r, size_t i, const mp_msg **out);
 /* Handler thread: runs the callback of a ready result. */

@@ -137,6 +137,12 @@ static int frame_next(mp__result_frame *f, uint32_t j, mp_msg **out)
 int mp__result_take(mp_async_result *r, size_t i, mp_msg **out)
 {
     size_t k = i / r->chunk;
+    return mp__result_take_at(r, k, (uint32_t)(i - k * r->chunk), out);
+}
+
+int mp__result_take_at(mp_async_result *r, size_t k, uint32_t j, mp_msg **out)
+{
+    size_t i = k * r->chunk + j;
     mp__result_frame *f = k < r->nframes ? r->frames[k] : NULL;
     int rc;
     *out = r->outs ? r->outs[i] : NULL;
@@ -146,14 +152,14 @@ int mp__result_take(mp_async_result *r, size_t i, mp_msg **out)
     }
     if (!f) /* cannot happen: a successful item's chunk answer is kept */
         return mp__error(MP_EPROTO, "mp_pool: item %zu has no result", i);
-    if (!f->open && i - k * r->chunk >= f->next)
-        return frame_next(f, (uint32_t)(i - k * r->chunk), out);
+    if (!f->open && j >= f->next)
+        return frame_next(f, j, out);
     if (!f->open) {
         if ((rc = mp__pack_open(f->msg, &f->v)) != 0)
             return rc;
         f->open = true;
     }
-    return mp__pack_item(&f->v, (uint32_t)(i - k * r->chunk), out);
+    return mp__pack_item(&f->v, j, out);
 }
 
 int mp__result_borrow(mp_async_result *r, size_t i, const mp_msg **out)

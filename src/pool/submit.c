@@ -274,10 +274,13 @@ static int build_outs(mp_async_result *r, mp_msg **out)
         if (end == pos)
             break; /* item pos failed */
         pthread_mutex_unlock(&r->mu);
+        size_t k = pos / r->chunk, j = pos - k * r->chunk;
         for (; pos < end && rc == 0; pos++) {
-            rc = mp__result_take(r, pos, &out[pos]);
-            if ((pos + 1) % r->chunk == 0 || pos + 1 == r->n)
-                mp__result_drop_frame(r, pos / r->chunk); /* its last item */
+            rc = mp__result_take_at(r, k, (uint32_t)j, &out[pos]);
+            if (++j == r->chunk || pos + 1 == r->n) {
+                mp__result_drop_frame(r, k++); /* its last item */
+                j = 0;
+            }
         }
         pthread_mutex_lock(&r->mu);
     }
