@@ -159,6 +159,8 @@ typedef struct mp__sys_table {
     int (*mkdir)(const char *path, mode_t mode);
     int (*open)(const char *path, int flags, mode_t mode);
     int (*lstat)(const char *path, struct stat *st);
+    /* Naming a foreign fd (/proc/self/fd/N) when adopting or receiving it. */
+    ssize_t (*readlink)(const char *path, char *buf, size_t n);
     int (*setsockopt)(int fd, int level, int name, const void *val, socklen_t len);
     /* Starting the daemon; posix_spawn returns the error number. */
     int (*posix_spawn)(pid_t *pid, const char *path, const posix_spawn_file_actions_t *acts,

@@ -45,8 +45,8 @@ static int real_lstat(const char *path, struct stat *st)
         .recvmsg = recvmsg, .socketpair = socketpair, .fcntl = real_fcntl, .fstat = real_fstat,    \
         .close = close, .dup = dup, .read = read, .socket = socket, .connect = connect,            \
         .send = send, .recv = recv, .poll = poll, .mkdir = mkdir, .open = real_open,               \
-        .lstat = real_lstat, .setsockopt = setsockopt, .posix_spawn = posix_spawn,                 \
-        .waitpid = waitpid, .kill = kill,                                                          \
+        .lstat = real_lstat, .readlink = readlink, .setsockopt = setsockopt,                       \
+        .posix_spawn = posix_spawn, .waitpid = waitpid, .kill = kill,                              \
     }
 
 const mp__sys_table mp__sys_real = REAL_CALLS;
@@ -80,6 +80,7 @@ enum {
     F_MKDIR,
     F_OPEN,
     F_LSTAT,
+    F_READLINK,
     F_SETSOCKOPT,
     F_POSIX_SPAWN,
     F_WAITPID,
@@ -113,6 +114,7 @@ static const char *const names[F_COUNT] = {
     [F_MKDIR] = "mkdir",
     [F_OPEN] = "open",
     [F_LSTAT] = "lstat",
+    [F_READLINK] = "readlink",
     [F_SETSOCKOPT] = "setsockopt",
     [F_POSIX_SPAWN] = "posix_spawn",
     [F_WAITPID] = "waitpid",
@@ -256,6 +258,10 @@ static int f_lstat(const char *path, struct stat *st)
 {
     return hit(F_LSTAT) ? -1 : mp__sys_real.lstat(path, st);
 }
+static ssize_t f_readlink(const char *path, char *buf, size_t n)
+{
+    return hit(F_READLINK) ? -1 : mp__sys_real.readlink(path, buf, n);
+}
 static int f_setsockopt(int fd, int level, int name, const void *val, socklen_t len)
 {
     return hit(F_SETSOCKOPT) ? -1 : mp__sys_real.setsockopt(fd, level, name, val, len);
@@ -357,6 +363,9 @@ static void install(int i)
         break;
     case F_LSTAT:
         mp__sys.lstat = f_lstat;
+        break;
+    case F_READLINK:
+        mp__sys.readlink = f_readlink;
         break;
     case F_SETSOCKOPT:
         mp__sys.setsockopt = f_setsockopt;

@@ -17,11 +17,6 @@ int mp__pool_wrap(const mp__pool_ops *ops, void *impl, mp_pool **out)
     return 0;
 }
 
-void *mp__pool_impl(const mp_pool *p, const mp__pool_ops *ops)
-{
-    return p && p->ops == ops ? p->impl : NULL;
-}
-
 /* Callbacks run on the local pool's handler thread; a served pool has
  * none, so they are refused rather than never called. */
 static int no_callbacks(const mp_pool *p, const mp_pool_callbacks *cb, const char *fn)

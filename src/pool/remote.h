@@ -57,8 +57,6 @@ typedef struct mp__pool_ops {
 
 /* A pool served by ops over impl; mp_pool_destroy calls ops->destroy. */
 int mp__pool_wrap(const mp__pool_ops *ops, void *impl, mp_pool **out);
-/* impl when p is served by ops, else NULL. */
-void *mp__pool_impl(const mp_pool *p, const mp__pool_ops *ops);
 
 /* The pool layer's side of a served pool (remote.c), called by the public
  * calls when p->ops (r->ops, it->ops) is set. */

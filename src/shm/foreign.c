@@ -17,14 +17,19 @@
 #include <string.h>
 #include <unistd.h>
 
-/* fd's path as /proc/self/fd shows it ("/dev/shm/x (deleted)"), or "". */
+/* fd's path as /proc/self/fd shows it ("/dev/shm/x (deleted)"); when it
+ * cannot be read, why (which matches no path the rules accept). */
 static void fd_path(int fd, char *path, size_t cap)
 {
     char link[64];
     ssize_t n;
     snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-    n = readlink(link, path, cap - 1);
-    path[n > 0 ? n : 0] = '\0';
+    n = mp__sys.readlink(link, path, cap - 1);
+    if (n > 0)
+        path[n] = '\0';
+    else
+        snprintf(path, cap, "path unknown: readlink %s: %s", link,
+                 n < 0 ? strerror(errno) : "empty");
 }
 
 bool mp__shm_unlinked_posix(int fd, const struct stat *st)

@@ -219,20 +219,15 @@ MP__FAST_INLINE bool mp__fast_release_held(pthread_mutex_t *m, const mp__fast_th
     return false;
 }
 
-/* The same, waking the waiter itself. */
-MP__FAST_INLINE void mp__fast_unlock_held(pthread_mutex_t *m, const mp__fast_thread *t)
-{
-    if (mp__fast_release_held(m, t))
-        mp__fast_wake(m, t->head);
-}
-
-/* Releases m when t holds it consistently; false otherwise: then
- * pthread_mutex_unlock must release it (and report what is wrong). */
+/* Releases m when t holds it consistently, waking a waiter itself; false
+ * otherwise: then pthread_mutex_unlock must release it (and report what is
+ * wrong). */
 MP__FAST_INLINE bool mp__fast_unlock(pthread_mutex_t *m, const mp__fast_thread *t)
 {
     if (!t || !mp__fast_holds(m, t))
         return false;
-    mp__fast_unlock_held(m, t);
+    if (mp__fast_release_held(m, t))
+        mp__fast_wake(m, t->head);
     return true;
 }
 
@@ -261,10 +256,6 @@ MP__FAST_INLINE bool mp__fast_release_held(pthread_mutex_t *m, const mp__fast_th
 {
     (void)m, (void)t;
     return false;
-}
-MP__FAST_INLINE void mp__fast_unlock_held(pthread_mutex_t *m, const mp__fast_thread *t)
-{
-    (void)m, (void)t;
 }
 enum { MP__FAST_BUSY = 0, MP__FAST_TAKEN = 1, MP__FAST_GIVE_BACK = -1 };
 MP__FAST_INLINE int mp__fast_try(pthread_mutex_t *m, const mp__fast_thread *t)

@@ -192,6 +192,19 @@ def test_no_leaks_after_100_epochs(strategy):
     assert own_segments(pids) == []
 
 
+def _wait_reclaimed(pids, fds):
+    """Waits (30 s at most, for a loaded machine) until the segments of this
+    process and of pids are gone and no fd above fds is open, then asserts
+    it. file_system segments of a killed worker go when the manager daemon
+    sees no process uses them."""
+    end = time.monotonic() + 30
+    while (own_segments(pids) or own_fds() > fds) and time.monotonic() < end:
+        gc.collect()
+        time.sleep(0.1)
+    assert own_segments(pids) == []
+    assert own_fds() <= fds
+
+
 def _reaped(pid, timeout=30):
     # DataLoader's shutdown joins its workers; give a loaded machine time
     end = time.monotonic() + timeout
@@ -226,12 +239,7 @@ def test_worker_death_leaves_no_segments(strategy, method):
     assert all(_reaped(p) for p in pids)
     # the killed worker's segments are reclaimed (file_system: by the
     # manager daemon once no process uses them); give it time under load
-    end = time.monotonic() + 30
-    while (own_segments(pids) or own_fds() > fds) and time.monotonic() < end:
-        gc.collect()
-        time.sleep(0.1)
-    assert own_segments(pids) == []
-    assert own_fds() <= fds
+    _wait_reclaimed(pids, fds)
 
 
 def test_spawned_worker_collates_into_mproc_memory():
@@ -295,9 +303,4 @@ def test_break_mid_epoch_leaves_nothing(strategy, persistent):
     del dl
     gc.collect()
     assert all(_reaped(p) for p in set(pids))
-    end = time.monotonic() + 30
-    while (own_segments(pids) or own_fds() > fds) and time.monotonic() < end:
-        gc.collect()
-        time.sleep(0.1)
-    assert own_segments(pids) == []
-    assert own_fds() <= fds
+    _wait_reclaimed(pids, fds)

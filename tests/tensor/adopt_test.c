@@ -6,6 +6,7 @@
 #include "mp_test.h"
 #include "tensor/tensor_internal.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,6 +124,22 @@ static void test_refuses(void **state)
     close(fd);
 }
 
+/* /proc/self/fd unreadable (a sandbox, an injected failure): an unlinked
+ * POSIX segment cannot be told from a disk file, so it is refused, and the
+ * sentence says the path was not readable instead of naming "". */
+static void test_path_unknown(void **state)
+{
+    (void)state;
+    int fd = torch_like(4096, true);
+    assert_mp_ok(mp__sys_fault("readlink", EACCES, 0, 100));
+    expect_einval(fd, 0, 4096, "path unknown: readlink /proc/self/fd/");
+    mp__sys_fault_reset();
+    mp_tensor *t;
+    assert_mp_ok(mp_tensor_adopt_fd(fd, 0, 4096, &t)); /* readable again: adopted */
+    mp_tensor_release(t);
+    close(fd);
+}
+
 /* The adopted memory crosses a queue as an fd: the receiver sees writes
  * through the foreign owner's mapping, and a producer that adopted, sent and
  * exited leaves its tensor alive in the queue. */
@@ -182,6 +199,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_adopts_without_copy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sealed_memfd, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refuses, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_path_unknown, setup, teardown),
         cmocka_unit_test_setup_teardown(test_travels_and_outlives_producer, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
