@@ -3,7 +3,7 @@
 # CMakeLists.txt, which builds MPROC_SOURCES into libmproc; src/cuda/ is
 # added by cmake/cuda.cmake.
 set(MPROC_OS_SOURCES atfork.c coderef.c error.c extstruct.c hazard.c ids.c parse.c pidfd.c record.c sys.c util.c)
-set(MPROC_SHM_SOURCES cache.c foreign.c handle.c manager_client.c manager_inspect.c manager_util.c
+set(MPROC_SHM_SOURCES cache.c foreign.c handle.c manager_client.c manager_inspect.c manager_util.c pins.c
     recycle.c segment.c strategy.c)
 set(MPROC_TENSOR_SOURCES adopt.c dlpack.c dtype.c recycle.c stats.c storage.c strategy.c tensor.c view.c)
 set(MPROC_WIRE_SOURCES frame_decode.c frame_encode.c kinds.c msg.c rx.c wire.c)

@@ -40,7 +40,7 @@ endif()
 mproc_tests(tensor adopt_test empty_tensor_test share_test stats_test tensor_test)
 mproc_tests(wire kinds_test malformed_test wire_test)
 mproc_tests(sync barrier_test fastlock_test sync_behaviour_test sync_test)
-mproc_tests(ipc emfile_test mpmc_test pipe_test queue_test ring_test ring_threads_test rx_test
+mproc_tests(ipc emfile_test mpmc_test pins_test pipe_test queue_test ring_test ring_threads_test rx_test
             start_methods_test
             toomanyrefs_test wait_test)
 mproc_tests(process backtrace_test process_behaviour_test process_test registry_test)

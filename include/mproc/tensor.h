@@ -170,6 +170,11 @@ typedef struct mp_tensor_stats {
      * and those mapped now: created + mapped - unmapped. */
     uint64_t segments_unmapped;
     uint64_t segments_live;
+    /* Of segments_received, those that arrived with no fd because the
+     * receiving end had pinned them: a file_descriptor storage sent to the
+     * same pipe or queue end again (docs/sharing.md, "Handoff without an
+     * fd"). */
+    uint64_t segments_received_by_pin;
 } mp_tensor_stats;
 /* Fills *out with this process's counters (see above). Set size first:
  * mp_tensor_stats st = {.size = sizeof st}; mp_tensor_stats_get(&st);

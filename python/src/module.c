@@ -337,9 +337,9 @@ static PyObject *py_tensor_stats(PyObject *self, PyObject *unused)
     if (rc != 0)
         return mpy_raise(rc);
 #define F(name) #name, (unsigned long long)st.name
-    return Py_BuildValue("{sKsKsKsKsKsKsK}", F(shared_copies), F(shared_copy_bytes),
+    return Py_BuildValue("{sKsKsKsKsKsKsKsK}", F(shared_copies), F(shared_copy_bytes),
                          F(segments_created), F(segments_received), F(segments_mapped),
-                         F(segments_unmapped), F(segments_live));
+                         F(segments_unmapped), F(segments_live), F(segments_received_by_pin));
 #undef F
 }
 
@@ -355,7 +355,8 @@ static PyMethodDef methods[] = {
     {"tensor_stats", py_tensor_stats, METH_NOARGS,
      "tensor_stats() -> dict: libmproc's shared-memory counters for tensor storages in this "
      "process (mp_tensor_stats_get): shared_copies, shared_copy_bytes, segments_created, "
-     "segments_received, segments_mapped, segments_unmapped, segments_live."},
+     "segments_received, segments_mapped, segments_unmapped, segments_live, "
+     "segments_received_by_pin."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_mproc",

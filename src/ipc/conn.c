@@ -17,7 +17,7 @@ enum { CONN_READ = 1, CONN_WRITE = 2 };
 
 #define CONN_CTL_MAGIC 0x6c74636e6e6f636dull /* "mconnctl" */
 
-#define CONN_CTL_VERSION 3u
+#define CONN_CTL_VERSION 4u
 
 /* Shared by the two ends of a pipe (a sealed memfd): the receive side of
  * each end, so several threads or processes receiving on one end take turns
@@ -41,6 +41,13 @@ struct mp_conn {
     void *impl;
 };
 
+/* What this end receives on, and what its peer end receives on (where this
+ * end's sends arrive). */
+static mp__rx *conn_rx(const mp_conn *c, bool peer)
+{
+    return &((conn_ctl *)mp__segment_data(c->seg))->rx[peer ? 1 - c->end : c->end];
+}
+
 static int conn_new(int sock, int mode, int end, mp__segment *seg, mp_conn **out)
 {
     mp_conn *c = calloc(1, sizeof *c);
@@ -51,15 +58,13 @@ static int conn_new(int sock, int mode, int end, mp__segment *seg, mp_conn **out
     c->mode = mode;
     c->end = end;
     c->seg = mp__segment_retain(seg);
+    if ((mode & CONN_READ) && mp__pins_attach(&conn_rx(c, false)->pins) < 0) {
+        mp__segment_release(c->seg);
+        free(c);
+        return MP_ENOMEM;
+    }
     *out = c;
     return 0;
-}
-
-/* What this end receives on, and what its peer end receives on (where this
- * end's sends arrive). */
-static mp__rx *conn_rx(const mp_conn *c, bool peer)
-{
-    return &((conn_ctl *)mp__segment_data(c->seg))->rx[peer ? 1 - c->end : c->end];
 }
 
 static mp__ring *conn_ring(const mp_conn *c, bool peer)
@@ -146,6 +151,8 @@ void mp_conn_release(mp_conn *c)
     }
     if (c->sock >= 0)
         mp_conn_close(c);
+    if (c->mode & CONN_READ)
+        mp__pins_detach(&conn_rx(c, false)->pins);
     mp__segment_release(c->seg);
     free(c);
 }
@@ -285,6 +292,11 @@ int mp_conn_fileno(const mp_conn *c)
                                      "arrive by MPI); call mp_conn_poll with a timeout "
                                      "instead", c->ops->what);
     return c ? c->sock : -1;
+}
+
+mp__pins *mp__conn_pins(const mp_conn *c)
+{
+    return c && !c->ops ? &conn_rx(c, false)->pins : NULL;
 }
 
 int mp_conn_close(mp_conn *c)

@@ -14,7 +14,7 @@
 #include "wire/wire.h"
 
 #define MP__QCTL_MAGIC 0x6c7463716f72706dull /* "mproqctl" */
-#define MP__QCTL_VERSION 3u
+#define MP__QCTL_VERSION 4u
 
 /* Lives in a sealed memfd segment that every process holding the queue maps.
  * What producers write and what consumers write sit on separate cache lines,
@@ -84,6 +84,8 @@ static inline double mp__ipc_deadline(double timeout)
 
 /* The socket under a connection, borrowed (for poll sets). */
 int mp__conn_fd(const mp_conn *c);
+/* The pins of the end c receives on (tests), NULL for a remote connection. */
+mp__pins *mp__conn_pins(const mp_conn *c);
 
 /* Checks that fd is an AF_UNIX SOCK_SEQPACKET socket (for decoders). */
 int mp__check_seqpacket(int fd, const char *what);

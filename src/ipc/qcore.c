@@ -49,6 +49,8 @@ int mp__queue_create(int kind, int64_t maxsize, mp__queue **out)
     q->ctl = mp__segment_data(q->seg);
     if ((rc = init_ctl(q->ctl, kind, maxsize)) < 0)
         goto out_seg;
+    if ((rc = mp__pins_attach(&q->ctl->rx.pins)) < 0)
+        goto out_seg;
     q->kind = kind;
     atomic_init(&q->refs, 1);
     *out = q;
@@ -81,6 +83,7 @@ void mp__queue_release(mp__queue *q)
     }
     mp__close(q->rsock);
     mp__close(q->wsock);
+    mp__pins_detach(&q->ctl->rx.pins);
     mp__segment_release(q->seg);
     free(q);
 }

@@ -281,6 +281,8 @@ static int q_decode_kind(int kind, const void *buf, size_t len, int *fds, int nf
                                   "version or kind");
         goto out_seg;
     }
+    if ((rc = mp__pins_attach(&q->ctl->rx.pins)) < 0)
+        goto out_seg;
     q->kind = kind;
     q->rsock = fds[0];
     q->wsock = fds[1];

@@ -286,7 +286,7 @@ int mp__ring_send(mp__ring *r, int sock, mp__rx *rx, const mp_msg *m, double dea
     /* Payload only: the slot holds the bytes themselves, no frame. */
     if (m->count == 0 && m->len <= MP__RING_DATA)
         return send_inline(r, sock, RING_PAYLOAD, m->payload, m->len, deadline, pipe, fn);
-    if ((rc = mp__frame_encode(m, &o)) < 0)
+    if ((rc = mp__frame_encode(m, &rx->pins, &o)) < 0)
         return rc;
     if (o.nfds == 0 && o.len <= MP__RING_DATA)
         rc = send_inline(r, sock, RING_FRAME, o.buf, o.len, deadline, pipe, fn);
@@ -372,7 +372,8 @@ static void advance(mp__ring *r, uint32_t h)
 }
 
 /* Slot h holds a message: copy it out, move head, then decode. */
-static int take_slot(mp__ring *r, int sock, uint32_t h, mp_msg **out, bool *taken)
+static int take_slot(mp__ring *r, int sock, mp__rx *rx, uint32_t h, mp_msg **out,
+                     bool *taken)
 {
     const mp__ring_slot *s = &r->slot[h & MASK];
     unsigned char buf[MP__RING_DATA];
@@ -403,7 +404,7 @@ static int take_slot(mp__ring *r, int sock, uint32_t h, mp_msg **out, bool *take
         *out = m;
         return 0;
     }
-    return mp__wire_decode(buf, len, NULL, 0, out);
+    return mp__wire_decode_rx(rx, buf, len, NULL, 0, out);
 }
 
 /* Slot h is a mark: receive its record. *done is false when the mark was
@@ -564,7 +565,7 @@ int mp__ring_recv(mp__ring *r, int sock, mp__rx *rx, mp_msg **out, double deadli
             continue;
         }
         if (r->slot[h & MASK].type != RING_MARK)
-            return take_slot(r, sock, h, out, taken);
+            return take_slot(r, sock, rx, h, out, taken);
         rc = take_mark(r, sock, rx, h, out, taken, &done);
         if (done || rc < 0)
             return rc;

@@ -98,6 +98,7 @@ typedef enum mp__fork_level {
                             * request, whose message shares tensors (below) */
     MP__FORK_PROCESS_LIST, /* process.c list_lock: the live children */
     MP__FORK_STORAGE_USER, /* tensor/storage.c user_lock: segment -> storage */
+    MP__FORK_SHM_PINS,     /* shm/pins.c lock: pins, which hold segments */
     MP__FORK_SHM_CACHE,    /* shm/cache.c lock: the mapping cache */
     MP__FORK_SHM_RECYCLE,  /* shm/recycle.c lock: the pool of reusable segments */
     MP__FORK_SHM_MANAGER,  /* shm/manager_client.c lock: daemon reports */

@@ -2,6 +2,7 @@
  * memory for its tensors. The counters are plain relaxed atomics: a reader
  * wants totals, not a snapshot consistent across fields while other
  * threads share and receive. */
+#include "shm/pins.h"
 #include "tensor/tensor_priv.h"
 
 static atomic_ullong copies, copy_bytes, created, received, mapped;
@@ -32,6 +33,7 @@ int mp_tensor_stats_get(mp_tensor_stats *out)
     st.segments_created = atomic_load_explicit(&created, memory_order_relaxed);
     st.segments_received = atomic_load_explicit(&received, memory_order_relaxed);
     st.segments_mapped = atomic_load_explicit(&mapped, memory_order_relaxed);
+    st.segments_received_by_pin = mp__pins_received_count();
     st.segments_unmapped = mp__segment_user_unmapped();
     /* Read last: a segment counted unmapped was counted created or mapped
      * before, so the difference never goes below zero. */

@@ -4,6 +4,7 @@
 #ifndef MPROC_WIRE_FRAME_H
 #define MPROC_WIRE_FRAME_H
 
+#include "shm/pins.h"
 #include "shm/shm.h"
 #include "wire/msg_impl.h"
 
@@ -43,6 +44,10 @@ typedef struct mp__frame_header {
  * name; the receiver builds an empty storage. Every other storage has
  * 1..2^40 bytes. */
 #define MP__FRAME_STORAGE_EMPTY 2u
+/* A storage the receiving end pinned (shm/pins.h): ref and size as for a
+ * file_descriptor storage but no fd; an mp__pin_ref follows. Only a
+ * decoder given the end's receive side accepts one. */
+#define MP__FRAME_STORAGE_PINNED 3u
 typedef struct mp__frame_storage {
     uint32_t strategy;
     uint32_t ref;         /* fd index, or name length */
@@ -84,11 +89,15 @@ typedef struct mp__frame_out {
     mp__segment *spill;   /* body segment when spilled (its fd is the last fd) */
     mp__segment_handle handles[MP__WIRE_MAX_FDS];
     int nhandles;         /* exported storages (FS: in-flight references) */
+    mp__pins *pins;       /* the receiving end's pins, or NULL */
+    mp__pin_ref pinned[MP__WIRE_MAX_FDS]; /* handles[i] PINNED: its in-flight count */
 } mp__frame_out;
 
-/* Encodes m; on success the caller must call mp__frame_out_done(), passing
- * sent = whether the record reached the socket. */
-int mp__frame_encode(const mp_msg *m, mp__frame_out *out);
+/* Encodes m for the end whose pins are pins (NULL: no end, every storage
+ * travels by fd or name); on success the caller must call
+ * mp__frame_out_done(), passing sent = whether the record reached the
+ * socket. */
+int mp__frame_encode(const mp_msg *m, mp__pins *pins, mp__frame_out *out);
 void mp__frame_out_done(mp__frame_out *out, bool sent);
 
 /* Sends a queue's end-of-stream marker. A reader that finds it at the head

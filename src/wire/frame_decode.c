@@ -10,6 +10,7 @@
 
 #include "tensor/tensor_internal.h"
 #include "wire/frame.h"
+#include "wire/wire.h"
 
 #define BAD(...) mp__error(MP_EPROTO, "receiving a message: malformed frame: " __VA_ARGS__)
 
@@ -52,12 +53,15 @@ typedef struct dec {
     mp__storage **storages;
     mp__segment_handle *handles;
     bool *opened;
+    mp__pin_ref *pinned;   /* handles[i] PINNED: the pin it names */
+    mp__pins *pins;        /* the receiving end's pins, or NULL */
     mp_msg *m;             /* NULL in the checking pass */
 } dec;
 
 static int dec_alloc(dec *d, uint32_t nstorages)
 {
-    size_t each = sizeof *d->storages + sizeof *d->handles + sizeof *d->opened;
+    size_t each = sizeof *d->storages + sizeof *d->handles + sizeof *d->pinned +
+                  sizeof *d->opened;
     unsigned char *block;
     d->nstorages = nstorages;
     if (!nstorages)
@@ -66,7 +70,9 @@ static int dec_alloc(dec *d, uint32_t nstorages)
         return mp__error(MP_ENOMEM, "receiving a message: out of memory");
     d->storages = (mp__storage **)block;
     d->handles = (mp__segment_handle *)(block + nstorages * sizeof *d->storages);
-    d->opened = (bool *)(block + nstorages * (sizeof *d->storages + sizeof *d->handles));
+    d->pinned = (mp__pin_ref *)(block + nstorages * (sizeof *d->storages + sizeof *d->handles));
+    d->opened = (bool *)(block + nstorages * (sizeof *d->storages + sizeof *d->handles +
+                                              sizeof *d->pinned));
     return 0;
 }
 
@@ -134,6 +140,17 @@ static int parse_storages(dec *d, reader *r)
                 return rc;
             memcpy(h->name, q, fs.ref);
             h->name[fs.ref] = '\0';
+        } else if (fs.strategy == MP__FRAME_STORAGE_PINNED) {
+            if (!d->pins)
+                return BAD("storage %u names a pin, but it did not arrive on a pipe's or a "
+                           "queue's end", i);
+            if (!(q = take(r, sizeof *d->pinned)))
+                return BAD("storage %u: its pin reference is truncated", i);
+            memcpy(&d->pinned[i], q, sizeof *d->pinned);
+            if (!mp__pins_ref_ok(&d->pinned[i])) {
+                h->strategy = MP__FRAME_STORAGE_EMPTY; /* holds no count to give back */
+                return BAD("storage %u: pin slot %u is out of range", i, d->pinned[i].slot);
+            }
         } else {
             return BAD("storage %u: unknown sharing strategy %u", i, fs.strategy);
         }
@@ -355,16 +372,24 @@ static int open_storages(dec *d)
                 return rc;
             continue;
         }
-        if (h->strategy == MP__STRATEGY_FD) {
-            int idx = h->fd;
-            h->fd = d->fds[idx];
-            d->fds[idx] = -1;
-        }
-        d->opened[i] = true;   /* mp__segment_open owns the handle from here */
-        if ((rc = mp__segment_open(h, &seg)) < 0) {
-            if (rc == MP_EPROTO)
-                rc = bad_because("storage fd");
-            return rc;
+        d->opened[i] = true;   /* the open owns the handle from here */
+        if (h->strategy == MP__FRAME_STORAGE_PINNED) {
+            if ((rc = mp__pins_open(d->pins, &d->pinned[i], h->size, &seg)) < 0)
+                return rc;
+        } else {
+            bool by_fd = h->strategy == MP__STRATEGY_FD;
+            if (by_fd) {
+                int idx = h->fd;
+                h->fd = d->fds[idx];
+                d->fds[idx] = -1;
+            }
+            if ((rc = mp__segment_open(h, &seg)) < 0) {
+                if (rc == MP_EPROTO)
+                    rc = bad_because("storage fd");
+                return rc;
+            }
+            if (by_fd && d->pins)
+                mp__pins_received(d->pins, seg);
         }
         rc = mp__storage_from_segment(seg, &d->storages[i]);
         mp__segment_release(seg);
@@ -375,6 +400,12 @@ static int open_storages(dec *d)
 }
 
 int mp__wire_decode(const void *buf, size_t len, int *fds, int nfds, mp_msg **out)
+{
+    return mp__wire_decode_rx(NULL, buf, len, fds, nfds, out);
+}
+
+int mp__wire_decode_rx(mp__rx *rx, const void *buf, size_t len, int *fds, int nfds,
+                       mp_msg **out)
 {
     mp__frame_header h;
     mp__segment *spill = NULL;
@@ -402,6 +433,7 @@ int mp__wire_decode(const void *buf, size_t len, int *fds, int nfds, mp_msg **ou
     d = &dd;
     d->fds = fds;
     d->nfds = nfds;
+    d->pins = rx ? &rx->pins : NULL;
     r = (reader){(const unsigned char *)buf + sizeof h, h.body_len, 0};
     if (h.flags & MP__FRAME_SPILLED) {
         d->nfds = nfds - 1;
@@ -453,6 +485,9 @@ out_dec:
          * (calloc'd entries past a failure read as file_descriptor). */
         if (rc < 0 && !d->opened[i] && d->handles[i].strategy == MP__STRATEGY_FS)
             mp__segment_handle_drop(&d->handles[i], true);
+        /* and every pinned one an in-flight count */
+        if (rc < 0 && !d->opened[i] && d->handles[i].strategy == MP__FRAME_STORAGE_PINNED)
+            mp__pins_drop(d->pins, &d->pinned[i]);
     }
     if (d) {
         mp_msg_destroy(d->m);

@@ -112,6 +112,13 @@ static int export_storages(enc *e)
             o->nhandles++;
             continue;
         }
+        if (o->pins && mp__pins_reserve(o->pins, e->segs[i], &o->pinned[i])) {
+            *h = (mp__segment_handle){.strategy = MP__FRAME_STORAGE_PINNED, .fd = -1,
+                                      .size = mp__segment_size(e->segs[i])};
+            e->ref[i] = 0;
+            o->nhandles++;
+            continue;
+        }
         if ((rc = mp__segment_export(e->segs[i], h)) < 0)
             return rc;
         o->nhandles++;
@@ -171,6 +178,8 @@ static uint64_t body_len(const enc *e)
         n += sizeof(mp__frame_storage);
         if (e->o->handles[i].strategy == MP__STRATEGY_FS)
             n += mp__pad8(strlen(e->o->handles[i].name));
+        else if (e->o->handles[i].strategy == MP__FRAME_STORAGE_PINNED)
+            n += sizeof(mp__pin_ref);
     }
     n += mp__pad8(e->m->len);
     for (size_t i = 0; i < e->m->count; i++) {
@@ -215,6 +224,8 @@ static void write_body(const enc *e, unsigned char *p)
         p = put(p, &fs, sizeof fs);
         if (nl)
             p = put(p, h->name, nl);
+        else if (h->strategy == MP__FRAME_STORAGE_PINNED)
+            p = put(p, &e->o->pinned[i], sizeof e->o->pinned[i]);
     }
     p = put(p, e->m->payload, e->m->len);
     for (size_t i = 0; i < e->m->count; i++) {
@@ -273,7 +284,7 @@ static int place_body(enc *e, uint64_t blen, mp__frame_header *h, unsigned char 
     return 0;
 }
 
-int mp__frame_encode(const mp_msg *m, mp__frame_out *o)
+int mp__frame_encode(const mp_msg *m, mp__pins *pins, mp__frame_out *o)
 {
     enc e;
     mp__frame_header h = {.magic = MP__FRAME_MAGIC, .version = MP__FRAME_VERSION};
@@ -286,6 +297,7 @@ int mp__frame_encode(const mp_msg *m, mp__frame_out *o)
     o->nfds = 0;
     o->nhandles = 0;
     o->spill = NULL;
+    o->pins = pins;
     if (!m)
         return mp__error(MP_EINVAL, "sending a message: message is NULL");
     if (m->count && !(e.objs = calloc(m->count, sizeof *e.objs)))
@@ -329,9 +341,12 @@ void mp__frame_out_done(mp__frame_out *o, bool sent)
 {
     /* FS exports took an in-flight reference each; the receiver adopts them
      * when the record arrives, so they are given back only if it never left. */
-    for (int i = 0; i < o->nhandles && !sent; i++)
+    for (int i = 0; i < o->nhandles && !sent; i++) {
         if (o->handles[i].strategy == MP__STRATEGY_FS)
             mp__segment_handle_drop(&o->handles[i], false);
+        else if (o->handles[i].strategy == MP__FRAME_STORAGE_PINNED)
+            mp__pins_unreserve(o->pins, &o->pinned[i]); /* the same for a pin's count */
+    }
     o->nhandles = 0;
     mp__segment_release(o->spill);
     o->spill = NULL;
@@ -351,7 +366,7 @@ int mp__wire_encode(const mp_msg *m, void **buf, size_t *len, int *fds, int *nfd
     *nfds = 0;
     if (!(o = malloc(sizeof *o)))
         return mp__error(MP_ENOMEM, "mp__wire_encode: out of memory");
-    if ((rc = mp__frame_encode(m, o)) == 0) {
+    if ((rc = mp__frame_encode(m, NULL, o)) == 0) {
         /* The fds stay valid while the message holds its storages; a spill
          * segment would be unmapped and closed here, so it is refused. */
         if (o->spill) {

@@ -25,6 +25,7 @@ int mp__rx_init(mp__rx *rx, const char *fn)
     int err;
     atomic_init(&rx->fd_records, 0);
     atomic_init(&rx->fast_inside, 0);
+    mp__pins_init(&rx->pins);
     pthread_mutexattr_init(&a);
     pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
     pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);

@@ -39,7 +39,7 @@ int mp__wire_send_rx(int sock, mp__rx *rx, const mp_msg *m, double deadline)
     int rc;
     if (sock < 0 || !m)
         return mp__error(MP_EINVAL, "sending a message: %s", sock < 0 ? "bad socket" : "NULL message");
-    if ((rc = mp__frame_encode(m, &o)) < 0)
+    if ((rc = mp__frame_encode(m, rx ? &rx->pins : NULL, &o)) < 0)
         return rc;
     if (rx && o.nfds > 0)
         mp__rx_announce_fds(rx, sock);
@@ -200,7 +200,7 @@ int mp__wire_recv_rx(int sock, mp__rx *rx, mp_msg **out, double deadline, bool *
                                         "the %zu bytes a frame may have inline",
                              sizeof rbuf - 8);
         }
-        return mp__wire_decode(rbuf, (size_t)n, fds, nfds, out);
+        return mp__wire_decode_rx(rx, rbuf, (size_t)n, fds, nfds, out);
     }
 }
 

@@ -8,6 +8,7 @@
 
 #include "mproc/msg.h"
 #include "os/os.h"
+#include "shm/pins.h"
 #include "wire/objects.h"
 
 /* The receive side of one socket end, in shared memory that every process
@@ -19,6 +20,7 @@ typedef struct mp__rx {
     pthread_mutex_t lock;          /* robust, process-shared: one reader at a time */
     _Atomic uint32_t fd_records;   /* set for good before the first record with fds */
     _Atomic uint32_t fast_inside;  /* a reader is in a one-call receive */
+    mp__pins pins;                 /* storages the end's receiver keeps mapped (shm/pins.h) */
 } mp__rx;
 
 int mp__rx_init(mp__rx *rx, const char *fn);
@@ -57,5 +59,10 @@ bool mp__wire_drop_nudge(int sock, mp__rx *rx);
 #define MP__WIRE_MAX_FDS MP__MAX_FDS
 int mp__wire_encode(const mp_msg *m, void **buf, size_t *len, int *fds, int *nfds);
 int mp__wire_decode(const void *buf, size_t len, int *fds, int nfds, mp_msg **out);
+/* As mp__wire_decode, for a message taken off the end whose receive side is
+ * rx (NULL: none): storages named by a pin of rx are resolved, and storages
+ * that arrived by fd may be pinned. */
+int mp__wire_decode_rx(mp__rx *rx, const void *buf, size_t len, int *fds, int nfds,
+                       mp_msg **out);
 
 #endif

@@ -4,6 +4,7 @@
  * failures count nothing, and the struct is read the extensible way. */
 #include "mp_test.h"
 #include "os/os.h"
+#include "shm/pins.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -87,11 +88,14 @@ static void test_local(void **state)
 }
 
 /* The receiving child: the first message maps the segment, the second
- * reuses the mapping; releasing both unmaps it. Exit 0 when all holds. */
+ * reuses the mapping; a file_descriptor segment that arrived twice is
+ * pinned by the end (src/shm/pins.c), so it is unmapped once both messages
+ * and the end are released. Exit 0 when all holds. */
 static int child_receives(mp_conn *in)
 {
     mp_tensor_stats s0 = mp_test_tensor_stats(), d;
     mp_msg *m1 = NULL, *m2 = NULL;
+    bool pinned;
     if (mp_conn_recv(in, &m1, 30) != 0 || mp_conn_recv(in, &m2, 30) != 0)
         return 10;
     d = since(&s0);
@@ -102,8 +106,14 @@ static int child_receives(mp_conn *in)
     if (since(&s0).segments_unmapped != 0)
         return 12; /* m2's tensor still maps it */
     mp_msg_destroy(m2);
+    /* file_descriptor: the end pinned it; file_system: named segments are
+     * never pinned (a name needs no fd) */
+    pinned = mp__shm_strategy() == MP__STRATEGY_FD;
+    if (since(&s0).segments_unmapped != (pinned ? 0u : 1u) || mp__pins_held() != (int)pinned)
+        return 13;
+    mp_conn_release(in);
     d = since(&s0);
-    return d.segments_unmapped == 1 && d.segments_live == 0 ? 0 : 13;
+    return d.segments_unmapped == 1 && d.segments_live == 0 && mp__pins_held() == 0 ? 0 : 14;
 }
 
 /* A segment created after the fork is new to the child; sending it twice

@@ -1,0 +1,433 @@
+/* Handoff without an fd.
+ *
+ * Sending a file_descriptor storage costs an fd passed with SCM_RIGHTS: the
+ * socket path, and an fstat and close at the receiver even when it maps the
+ * segment already. When a process sends the same storage to the same end
+ * again and again (a reused batch buffer, a ring of them, a state_dict sent
+ * every step), the receiving end pins it instead, and senders name the pin.
+ *
+ * The table. Each receiving end has a table of MP__PIN_SLOTS pins in its
+ * control segment, beside its reader lock. One process owns a table: the
+ * first that pins into it. A pin is (dev, ino) of a segment the owner keeps
+ * mapped (a reference and its fd held in this file's local entry), and a
+ * state word: a generation, a LIVE bit and a count of messages in flight
+ * that name the pin. A segment is pinned when it arrives by fd for the
+ * second time, so a stream of new storages never pins (nothing extra stays
+ * mapped for it); slots are found by hashing (dev, ino).
+ *
+ * Lifetime. A sender that finds its segment's (dev, ino) in a LIVE pin
+ * takes an in-flight count by a compare-and-swap of the exact state it read
+ * (so the owner cannot have let go of the pin meanwhile) and sends (slot,
+ * gen) with no fd. The receiver maps the segment from its own pin and then
+ * gives the count back. The owner unpins only by a compare-and-swap from
+ * (gen, LIVE, 0 in flight): a pin named by a message in flight is never let
+ * go, so the segment outlives every message naming it, as an fd in flight
+ * would keep it. Every field is read with sequentially consistent loads
+ * between the state's load and its compare-and-swap, so a sender never
+ * names a pin whose fields it read half old and half new.
+ *
+ * Several receivers. A sender does not know which process takes its
+ * message. Pins are for the ends that one process receives on; a second
+ * process that takes a message naming a pin, or that receives a storage by
+ * fd, turns the table off for good (owner = MP__PINS_OFF), and later sends
+ * carry fds again. A message named a pin before that still resolves: from
+ * the second process's own mapping cache (a fork child inherits its
+ * parent's), else through /proc/<owner>/fd/<fd> (the owner keeps the pin
+ * while the message is in flight), else through the sender's fd, which the
+ * message names too. Only when the owner died and the sender no longer holds
+ * the storage is the message lost, with MP_EBROKEN.
+ *
+ * Crashes. A sender killed between taking a count and publishing its
+ * message leaves the count: that pin is never let go, and stays mapped in
+ * the owner until it releases its last handle of the end. A receiver killed
+ * after taking a message and before giving its count back: the same. A
+ * killed owner leaves its pins to nobody; a later process that receives
+ * there turns the table off.
+ *
+ * Idle pins. A pin no message named in the last IDLE_RECEIVES receives of
+ * its end is let go at the next sweep, so a stream that moves on to other
+ * storages does not keep old ones mapped; the owner's last handle of the
+ * end lets go of all of them. */
+#include "shm/pins.h"
+#include "shm/shm_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define PROBE 8u            /* slots looked at per (dev, ino) */
+#define SEEN 64u            /* segments remembered as received once */
+#define IDLE_RECEIVES 1024u /* a pin unnamed this long is let go */
+#define SWEEP_EVERY 64u
+
+/* This process's side of one table: what it pins there, and what it saw. */
+typedef struct local {
+    mp__pins *table;
+    pid_t pid; /* a fork child's inherited copy holds references, pins nothing */
+    int users; /* handles receiving on the end */
+    uint64_t clock; /* storages received on the end */
+    mp__segment *seg[MP__PIN_SLOTS];
+    uint64_t used[MP__PIN_SLOTS];
+    uint64_t seen_dev[SEEN], seen_ino[SEEN];
+    unsigned seen_next;
+    struct local *next;
+} local;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static local *locals;
+static int held;
+static atomic_ullong by_pin; /* storages received by a pin */
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static void before_fork(void) { pthread_mutex_lock(&lock); }
+static void after_fork(void) { pthread_mutex_unlock(&lock); }
+static void init(void)
+{
+    static const mp__fork_handlers h = {before_fork, after_fork, after_fork};
+    mp__atfork_register(MP__FORK_SHM_PINS, &h);
+}
+
+static void locked(void)
+{
+    pthread_once(&once, init);
+    pthread_mutex_lock(&lock);
+}
+
+static uint32_t gen_of(uint64_t state) { return (uint32_t)(state >> 32); }
+
+static unsigned home(uint64_t dev, uint64_t ino)
+{
+    uint64_t h = (dev * 0x9e3779b97f4a7c15ull) ^ (ino * 0xc2b2ae3d27d4eb4full);
+    return (unsigned)(h >> 40) & (MP__PIN_SLOTS - 1);
+}
+
+void mp__pins_init(mp__pins *p)
+{
+    atomic_init(&p->owner, 0);
+    for (unsigned i = 0; i < MP__PIN_SLOTS; i++) {
+        atomic_init(&p->slot[i].state, 0);
+        atomic_init(&p->slot[i].dev, 0);
+        atomic_init(&p->slot[i].ino, 0);
+        atomic_init(&p->slot[i].fd, -1);
+    }
+}
+
+/* ---- senders ----------------------------------------------------------------- */
+
+bool mp__pins_reserve(mp__pins *p, const mp__segment *s, mp__pin_ref *ref)
+{
+    uint64_t dev = (uint64_t)s->dev, ino = (uint64_t)s->ino;
+    unsigned h = home(dev, ino);
+    if (s->strategy != MP__STRATEGY_FD || atomic_load_explicit(&p->owner,
+                                                               memory_order_relaxed) <= 0)
+        return false;
+    for (unsigned k = 0; k < PROBE; k++) {
+        mp__pin *pin = &p->slot[(h + k) & (MP__PIN_SLOTS - 1)];
+        uint64_t st = atomic_load(&pin->state);
+        while ((st & MP__PIN_LIVE) && (st & MP__PIN_INFLIGHT) < MP__PIN_INFLIGHT &&
+               atomic_load(&pin->dev) == dev && atomic_load(&pin->ino) == ino) {
+            if (atomic_compare_exchange_weak(&pin->state, &st, st + 1)) {
+                *ref = (mp__pin_ref){.slot = (h + k) & (MP__PIN_SLOTS - 1),
+                                     .gen = gen_of(st), .sender_pid = mp__pid(),
+                                     .sender_fd = s->fd, .dev = dev, .ino = ino};
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
+/* Gives one in-flight count back, if ref still names the pin. */
+static bool give_back(mp__pins *p, const mp__pin_ref *ref)
+{
+    mp__pin *pin = &p->slot[ref->slot];
+    uint64_t st = atomic_load(&pin->state);
+    while (gen_of(st) == ref->gen && (st & MP__PIN_LIVE) && (st & MP__PIN_INFLIGHT))
+        if (atomic_compare_exchange_weak(&pin->state, &st, st - 1))
+            return true;
+    return false;
+}
+
+void mp__pins_unreserve(mp__pins *p, const mp__pin_ref *ref)
+{
+    (void)give_back(p, ref);
+}
+
+/* ---- this process's entries (under lock) ------------------------------------ */
+
+static local *find(mp__pins *p)
+{
+    for (local *l = locals; l; l = l->next)
+        if (l->table == p)
+            return l;
+    return NULL;
+}
+
+/* Lets go of slot i's pin: false when a message in flight names it. */
+static bool unpin(local *l, unsigned i, bool owner)
+{
+    mp__pin *pin = &l->table->slot[i];
+    bool clean = true;
+    if (!l->seg[i])
+        return true;
+    if (owner) {
+        uint64_t st = atomic_load(&pin->state);
+        clean = (st & MP__PIN_LIVE) && !(st & MP__PIN_INFLIGHT) &&
+                atomic_compare_exchange_strong(&pin->state, &st, st & ~MP__PIN_LIVE);
+    }
+    if (!clean)
+        return false;
+    mp__segment_release(l->seg[i]);
+    l->seg[i] = NULL;
+    held--;
+    return true;
+}
+
+/* A fork child's inherited entry: the references are its own to drop, the
+ * pins its parent's. */
+static void disown(local *l)
+{
+    for (unsigned i = 0; i < MP__PIN_SLOTS; i++)
+        (void)unpin(l, i, false);
+    l->pid = mp__pid();
+    l->seen_next = 0;
+    memset(l->seen_ino, 0, sizeof l->seen_ino);
+}
+
+static local *find_own(mp__pins *p)
+{
+    local *l = find(p);
+    if (l && l->pid != mp__pid())
+        disown(l);
+    return l;
+}
+
+int mp__pins_attach(mp__pins *p)
+{
+    local *l;
+    locked();
+    if (!(l = find_own(p))) {
+        if (!(l = calloc(1, sizeof *l))) {
+            pthread_mutex_unlock(&lock);
+            return mp__error(MP_ENOMEM, "receiving end: out of memory");
+        }
+        l->table = p;
+        l->pid = mp__pid();
+        l->next = locals;
+        locals = l;
+    }
+    l->users++;
+    pthread_mutex_unlock(&lock);
+    return 0;
+}
+
+void mp__pins_detach(mp__pins *p)
+{
+    local *l, **pp;
+    bool owner, stuck = false;
+    locked();
+    if (!(l = find_own(p)) || --l->users > 0) {
+        pthread_mutex_unlock(&lock);
+        return;
+    }
+    owner = atomic_load(&p->owner) == l->pid;
+    for (unsigned i = 0; i < MP__PIN_SLOTS; i++)
+        if (!unpin(l, i, owner)) {
+            stuck = true; /* a message in flight names it: never reuse the table */
+            (void)unpin(l, i, false);
+        }
+    if (owner)
+        atomic_store(&p->owner, stuck ? MP__PINS_OFF : 0);
+    for (pp = &locals; *pp != l; pp = &(*pp)->next)
+        ;
+    *pp = l->next;
+    pthread_mutex_unlock(&lock);
+    free(l);
+}
+
+int mp__pins_held(void)
+{
+    int n;
+    locked();
+    n = held;
+    pthread_mutex_unlock(&lock);
+    return n;
+}
+
+uint64_t mp__pins_received_count(void)
+{
+    return atomic_load_explicit(&by_pin, memory_order_relaxed);
+}
+
+/* ---- receivers ---------------------------------------------------------------- */
+
+/* Whether this process owns p's table, claiming it when nobody does; a
+ * second receiving process turns it off. */
+static bool own(mp__pins *p, bool claim)
+{
+    int32_t self = (int32_t)mp__pid(), o = atomic_load(&p->owner);
+    if (o == self)
+        return true;
+    if (o == 0 && claim && atomic_compare_exchange_strong(&p->owner, &o, self))
+        return true;
+    if (o != MP__PINS_OFF && o != 0)
+        atomic_store(&p->owner, MP__PINS_OFF);
+    return false;
+}
+
+static void sweep(local *l)
+{
+    for (unsigned i = 0; i < MP__PIN_SLOTS; i++)
+        if (l->seg[i] && l->clock - l->used[i] > IDLE_RECEIVES)
+            (void)unpin(l, i, true);
+}
+
+static bool seen_before(local *l, uint64_t dev, uint64_t ino)
+{
+    for (unsigned i = 0; i < SEEN; i++)
+        if (l->seen_ino[i] == ino && l->seen_dev[i] == dev && ino)
+            return true;
+    l->seen_dev[l->seen_next] = dev;
+    l->seen_ino[l->seen_next] = ino;
+    l->seen_next = (l->seen_next + 1) % SEEN;
+    return false;
+}
+
+/* Pins s in a free slot of its probe run, else in the least recently named
+ * one no message in flight names. */
+static void pin(local *l, mp__segment *s)
+{
+    uint64_t dev = (uint64_t)s->dev, ino = (uint64_t)s->ino;
+    unsigned h = home(dev, ino), best = MP__PIN_SLOTS;
+    for (unsigned k = 0; k < PROBE; k++) {
+        unsigned i = (h + k) & (MP__PIN_SLOTS - 1);
+        if (l->seg[i] && l->seg[i]->dev == s->dev && l->seg[i]->ino == s->ino)
+            return; /* pinned already (a sender did not find it in time) */
+        if (!l->seg[i]) {
+            best = i;
+            break;
+        }
+        if (best == MP__PIN_SLOTS || l->used[i] < l->used[best])
+            best = i;
+    }
+    if (best == MP__PIN_SLOTS || !unpin(l, best, true))
+        return;
+    mp__pin *p = &l->table->slot[best];
+    uint64_t st = atomic_load(&p->state);
+    atomic_store(&p->dev, dev);
+    atomic_store(&p->ino, ino);
+    atomic_store(&p->fd, s->fd);
+    l->seg[best] = mp__segment_retain(s);
+    l->used[best] = l->clock;
+    held++;
+    atomic_store(&p->state, ((uint64_t)(gen_of(st) + 1) << 32) | MP__PIN_LIVE);
+}
+
+void mp__pins_received(mp__pins *p, mp__segment *s)
+{
+    local *l;
+    if (s->strategy != MP__STRATEGY_FD || atomic_load(&p->owner) == MP__PINS_OFF)
+        return;
+    locked();
+    if ((l = find_own(p)) && own(p, true)) {
+        l->clock++;
+        if (l->clock % SWEEP_EVERY == 0)
+            sweep(l);
+        if (seen_before(l, (uint64_t)s->dev, (uint64_t)s->ino))
+            pin(l, s);
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+bool mp__pins_ref_ok(const mp__pin_ref *ref)
+{
+    return ref->slot < MP__PIN_SLOTS;
+}
+
+/* Maps the segment behind /proc/<pid>/fd/<fd> when it is ref's (dev, ino). */
+static int open_proc(pid_t pid, int fd, const mp__pin_ref *ref, uint64_t size,
+                     mp__segment **out)
+{
+    char path[64];
+    struct stat st;
+    mp__segment_handle h = {.strategy = MP__STRATEGY_FD, .size = size};
+    if (pid <= 0 || fd < 0)
+        return MP_ENOENT;
+    snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)pid, fd);
+    if ((h.fd = mp__sys.open(path, O_RDWR | O_CLOEXEC, 0)) < 0)
+        return MP_ENOENT;
+    if (mp__sys.fstat(h.fd, &st) != 0 || (uint64_t)st.st_dev != ref->dev ||
+        (uint64_t)st.st_ino != ref->ino) {
+        mp__close(h.fd);
+        return MP_ENOENT;
+    }
+    return mp__segment_open(&h, out);
+}
+
+/* The segment, retained: from this process's pin, its mapping cache, the
+ * owner's fd or the sender's. */
+static int resolve(mp__pins *p, const mp__pin_ref *ref, uint64_t size, mp__segment **out)
+{
+    mp__pin *pin = &p->slot[ref->slot];
+    local *l;
+    int rc;
+    *out = NULL;
+    locked();
+    if ((l = find_own(p)) && own(p, false) && l->seg[ref->slot] &&
+        (uint64_t)l->seg[ref->slot]->ino == ref->ino &&
+        (uint64_t)l->seg[ref->slot]->dev == ref->dev) {
+        *out = mp__segment_retain(l->seg[ref->slot]);
+        l->used[ref->slot] = ++l->clock;
+    }
+    pthread_mutex_unlock(&lock);
+    if (!*out)
+        *out = mp__cache_lookup((dev_t)ref->dev, (ino_t)ref->ino);
+    if (*out) {
+        size_t have = (*out)->map_len;
+        if (size <= have)
+            return 0;
+        mp__segment_release(*out);
+        *out = NULL;
+        return mp__error(MP_EPROTO, "receiving a message: a pinned storage claims %llu bytes "
+                                    "of a %zu-byte segment", (unsigned long long)size, have);
+    }
+    rc = open_proc(atomic_load(&p->owner) > 0 ? atomic_load(&p->owner) : 0,
+                   atomic_load(&pin->fd), ref, size, out);
+    if (rc == MP_ENOENT)
+        rc = open_proc(ref->sender_pid, ref->sender_fd, ref, size, out);
+    if (rc == MP_ENOENT)
+        rc = mp__error(MP_EBROKEN, "receiving a message: it named a storage pinned by another "
+                       "process receiving on this end, which has exited, and its sender "
+                       "(pid %d) no longer holds it; the message was dropped. Give each "
+                       "receiving process its own pipe or queue", (int)ref->sender_pid);
+    return rc;
+}
+
+int mp__pins_open(mp__pins *p, const mp__pin_ref *ref, uint64_t size, mp__segment **out)
+{
+    int rc;
+    *out = NULL;
+    if (!mp__pins_ref_ok(ref))
+        return mp__error(MP_EPROTO, "receiving a message: pin slot %u is out of range",
+                         ref->slot);
+    rc = resolve(p, ref, size, out);
+    if (rc == 0)
+        atomic_fetch_add_explicit(&by_pin, 1, memory_order_relaxed);
+    if (!give_back(p, ref) && rc == 0) {
+        mp__segment_release(*out);
+        *out = NULL;
+        rc = mp__error(MP_EPROTO, "receiving a message: it names pin %u of generation %u, "
+                                  "which no message in flight names", ref->slot, ref->gen);
+    }
+    return rc;
+}
+
+void mp__pins_drop(mp__pins *p, const mp__pin_ref *ref)
+{
+    if (mp__pins_ref_ok(ref))
+        (void)give_back(p, ref);
+}

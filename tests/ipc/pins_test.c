@@ -1,0 +1,280 @@
+/* Handoff without an fd (src/shm/pins.c): a storage sent again to the same
+ * end crosses with no fd, the receiver's fds stay flat, the storage
+ * outlives its sender while a message names it, a failed send gives its
+ * count back, a second receiving process turns pins off and still gets
+ * every message (or MP_EBROKEN, named, when nobody holds the storage any
+ * more), and a producer or consumer SIGKILLed at every step of a pinned
+ * handoff leaves the others working and nothing mapped. */
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ipc/ipc.h"
+#include "mp_test.h"
+#include "shm/pins.h"
+
+static int setup(void **state) { return mp_test_setup_fd(state); }
+static int teardown(void **state) { return mp_test_teardown(state); }
+
+#define N 20
+
+static uint64_t by_pin(void) { return mp_test_tensor_stats().segments_received_by_pin; }
+
+static int reap(pid_t pid)
+{
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    return status;
+}
+
+static void expect_exit0(pid_t pid)
+{
+    int status = reap(pid);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fail_msg("child failed: status 0x%x (exit %d)", status, WEXITSTATUS(status));
+}
+
+/* One end for the tests: a one-way pipe or a queue. */
+typedef struct ep {
+    mp_conn *r, *w;
+    mp_queue *q;
+} ep;
+
+static void ep_open(ep *e, bool queue)
+{
+    memset(e, 0, sizeof *e);
+    if (queue)
+        assert_mp_ok(mp_queue_create(0, &e->q));
+    else
+        assert_mp_ok(mp_pipe(false, &e->r, &e->w));
+}
+
+static void ep_close(ep *e)
+{
+    mp_conn_release(e->r);
+    mp_conn_release(e->w);
+    mp_queue_release(e->q);
+}
+
+static mp__pins *ep_pins(const ep *e)
+{
+    return e->q ? &((mp__queue *)e->q)->ctl->rx.pins : mp__conn_pins(e->r);
+}
+
+static int ep_send(ep *e, mp_msg *m)
+{
+    int rc = e->q ? mp_queue_put(e->q, m, 5) : mp_conn_send(e->w, m, 5);
+    mp_msg_destroy(m);
+    return rc;
+}
+
+static int ep_recv(ep *e, mp_msg **m, double timeout)
+{
+    return e->q ? mp_queue_get(e->q, m, timeout) : mp_conn_recv(e->r, m, timeout);
+}
+
+/* A message of t, whose first element is set to seq first. */
+static mp_msg *with(mp_tensor *t, int32_t seq)
+{
+    mp_msg *m = NULL;
+    ((int32_t *)mp_tensor_data(t))[0] = seq;
+    assert_mp_ok(mp_msg_create(&m));
+    assert_mp_ok(mp_msg_set_payload(m, &seq, sizeof seq));
+    assert_mp_ok(mp_msg_add_tensor(m, "t", t));
+    return m;
+}
+
+static mp_msg *note(int32_t seq)
+{
+    mp_msg *m = NULL;
+    assert_mp_ok(mp_msg_create(&m));
+    assert_mp_ok(mp_msg_set_payload(m, &seq, sizeof seq));
+    return m;
+}
+
+/* 0 when m carries seq (and, with a tensor, a tensor starting with it). */
+static int seq_of(mp_msg *m, int32_t *seq)
+{
+    size_t len = 0;
+    const void *p = mp_msg_payload(m, &len);
+    mp_tensor *t = NULL;
+    int bad = len != sizeof *seq;
+    if (!bad)
+        memcpy(seq, p, sizeof *seq);
+    if (!bad && mp_msg_count(m) == 1) {
+        bad = mp_msg_get_tensor(m, 0, &t) != 0 || ((int32_t *)mp_tensor_data(t))[0] != *seq;
+        mp_tensor_release(t);
+    }
+    mp_msg_destroy(m);
+    return bad;
+}
+
+static int recv_seq(ep *e, int32_t want, double timeout)
+{
+    mp_msg *m = NULL;
+    int32_t seq = -1;
+    int rc = ep_recv(e, &m, timeout);
+    if (rc < 0)
+        return rc;
+    return seq_of(m, &seq) || seq != want ? 100 + want : 0;
+}
+
+static mp_tensor *tensor(void)
+{
+    int64_t n = 1024;
+    mp_tensor *t = NULL;
+    assert_mp_ok(mp_tensor_empty_shared(MP_INT32, 1, &n, &t));
+    return t;
+}
+
+/* A pipe to say "go" between processes. */
+typedef struct gate { int fd[2]; } gate;
+static void gate_open(gate *g) { assert_int_equal(pipe(g->fd), 0); }
+static void gate_pass(gate *g) { char c = 1; assert_int_equal(write(g->fd[1], &c, 1), 1); }
+static int gate_wait(gate *g)
+{
+    struct pollfd p = {.fd = g->fd[0], .events = POLLIN};
+    char c;
+    return poll(&p, 1, 10000) == 1 && read(g->fd[0], &c, 1) == 1 ? 0 : -1;
+}
+static void gate_close(gate *g) { close(g->fd[0]); close(g->fd[1]); }
+
+/* ---- repeated handoffs ---------------------------------------------------- */
+
+/* The child receives N messages of one storage: from the third on with no
+ * fd (the second pinned it), with the data of each, and with as many fds
+ * open after the last as after the third. */
+static int receive_repeated(ep *e, gate *ack)
+{
+    uint64_t pinned0 = by_pin();
+    int fds = 0;
+    for (int32_t i = 0; i < N; i++) {
+        if (recv_seq(e, i, 10) != 0)
+            return 10;
+        if (i == 2)
+            fds = mp_test_count_fds();
+        gate_pass(ack);
+    }
+    if (by_pin() - pinned0 != N - 2)
+        return 11;
+    if (mp_test_count_fds() != fds || mp__pins_held() != 1 ||
+        atomic_load(&ep_pins(e)->owner) != getpid())
+        return 12;
+    ep_close(e);
+    return mp__pins_held() == 0 ? 0 : 13;
+}
+
+static void repeated(bool queue)
+{
+    mp_tensor *t = tensor();
+    gate ack;
+    pid_t pid;
+    ep e;
+    ep_open(&e, queue);
+    gate_open(&ack);
+    if ((pid = fork()) == 0)
+        _exit(receive_repeated(&e, &ack));
+    for (int32_t i = 0; i < N; i++) {
+        assert_mp_ok(ep_send(&e, with(t, i)));
+        assert_int_equal(gate_wait(&ack), 0); /* t is written only once received */
+    }
+    expect_exit0(pid);
+    assert_int_equal(atomic_load(&ep_pins(&e)->owner), 0); /* let go cleanly */
+    gate_close(&ack);
+    ep_close(&e);
+    mp_tensor_release(t);
+}
+
+static void test_repeated_pipe(void **state) { (void)state; repeated(false); }
+static void test_repeated_queue(void **state) { (void)state; repeated(true); }
+
+/* The sender lets go of the storage while a message names it: the
+ * receiver's pin keeps it, with its data. */
+static void test_pin_outlives_sender(void **state)
+{
+    mp_tensor *t = tensor();
+    gate ack, go;
+    pid_t pid;
+    ep e;
+    (void)state;
+    ep_open(&e, false);
+    gate_open(&ack);
+    gate_open(&go);
+    if ((pid = fork()) == 0) {
+        uint64_t pinned0 = by_pin();
+        for (int32_t i = 0; i < 2; i++) {
+            if (recv_seq(&e, i, 10))
+                _exit(10);
+            gate_pass(&ack);
+        }
+        if (gate_wait(&go) || recv_seq(&e, 77, 10))
+            _exit(11);
+        _exit(by_pin() - pinned0 == 1 ? 0 : 12);
+    }
+    for (int32_t i = 0; i < 2; i++) {
+        assert_mp_ok(ep_send(&e, with(t, i)));
+        assert_int_equal(gate_wait(&ack), 0);
+    }
+    assert_mp_ok(ep_send(&e, with(t, 77)));
+    mp_tensor_release(t); /* the last reference here: unmapped, fd closed */
+    gate_pass(&go);
+    expect_exit0(pid);
+    gate_close(&ack);
+    gate_close(&go);
+    ep_close(&e);
+}
+
+/* In one process: a send that times out on a full ring gives its count
+ * back, so the owner's last handle lets go of the pin cleanly. */
+static void test_failed_send_gives_count_back(void **state)
+{
+    mp_tensor *t = tensor();
+    mp__pins *p;
+    uint64_t pinned0 = by_pin(), inflight = 0;
+    int n = 0;
+    ep e;
+    (void)state;
+    ep_open(&e, false);
+    p = ep_pins(&e);
+    for (int32_t i = 0; i < 2; i++) {
+        assert_mp_ok(ep_send(&e, with(t, i)));
+        assert_int_equal(recv_seq(&e, i, 5), 0);
+    }
+    assert_int_equal(mp__pins_held(), 1);
+    mp_msg *small = note(0);
+    while (mp_conn_send(e.w, small, 0) == 0)
+        n++;
+    mp_msg_destroy(small);
+    assert_true(n >= (int)MP__RING_SLOTS - 1);
+    small = with(t, 5);
+    assert_mp_err(mp_conn_send(e.w, small, 0), MP_ETIMEDOUT);
+    mp_msg_destroy(small);
+    for (unsigned i = 0; i < MP__PIN_SLOTS; i++)
+        inflight += atomic_load(&p->slot[i].state) & MP__PIN_INFLIGHT;
+    assert_int_equal(inflight, 0);
+    for (int i = 0; i < n; i++)
+        assert_int_equal(recv_seq(&e, 0, 5), 0);
+    assert_mp_ok(ep_send(&e, with(t, 6)));
+    assert_int_equal(recv_seq(&e, 6, 5), 0);
+    assert_int_equal(by_pin() - pinned0, 1);
+    mp_conn_release(e.r);
+    e.r = NULL;
+    assert_int_equal(mp__pins_held(), 0);
+    assert_int_equal(atomic_load(&p->owner), 0); /* let go cleanly: free to claim */
+    ep_close(&e);
+    mp_tensor_release(t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_repeated_pipe, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_repeated_queue, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pin_outlives_sender, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_failed_send_gives_count_back, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
