@@ -1,9 +1,11 @@
 /* Messaging benchmarks, each beside the bare primitive in the same run:
  *
- *  - one-way handoff of an already-shared tensor (4 KiB, 1 MiB, 64 MiB):
- *    ping-pong of a message over a Pipe between two processes, beside a raw
- *    socketpair ping-pong carrying 1 byte + 1 fd (SCM_RIGHTS). Reported per
- *    one-way trip (round trip / 2, both sides).
+ *  - one-way handoff of an already-shared tensor: ping-pong of a message
+ *    over a Pipe between two processes, reported per one-way trip (round
+ *    trip / 2, both sides). First handoff (4 KiB, 64 MiB; pins off, so the
+ *    fd crosses every time) beside a raw socketpair ping-pong carrying 1
+ *    byte + 1 fd (SCM_RIGHTS); repeated handoff (4 KiB, 1 MiB, 64 MiB; the
+ *    ends pin the storage, no fd) beside a 16-byte message on the same pipe.
  *  - fresh private tensor throughput (1 MiB, 64 MiB): a borrowed private
  *    tensor sent over a Pipe (moved into shared memory, one copy, then only
  *    the fd crosses; the receiver maps it), beside mmap of a fresh shared
@@ -212,41 +214,59 @@ static int raw_pingpong(void *ctx, size_t iters)
     return 0;
 }
 
-static void bench_handoff(const bench_opts *o, size_t bytes, const char *label)
+/* pinned: the repeated handoff, which the receiving ends pin after the
+ * second arrival, so it crosses with no fd; beside a 16-byte message over
+ * the same pipe and echo child (what the ring costs without a storage).
+ * Not pinned (MPROC_PINS=0 in both processes): every handoff passes the
+ * fd, as a first handoff does; beside the raw SCM_RIGHTS ping-pong. */
+static void bench_handoff(const bench_opts *o, size_t bytes, const char *label, bool pinned)
 {
     int64_t n = (int64_t)bytes;
     mp_tensor *t = NULL;
     mp_conn *a = NULL, *b = NULL;
-    pingpong p = {0};
+    pingpong p = {0}, small = {0};
     int sv[2], rc;
     bench_stats m, r;
-    char op[64];
+    char op[96];
     pid_t pid, raw_pid;
+    if (!pinned)
+        setenv("MPROC_PINS", "0", 1);
     if ((rc = mp_tensor_empty_shared(MP_UINT8, 1, &n, &t)) || (rc = mp_pipe(true, &a, &b)) ||
-        (rc = mp_msg_create(&p.m)) || (rc = mp_msg_add_tensor(p.m, "t", t)))
+        (rc = mp_msg_create(&p.m)) || (rc = mp_msg_add_tensor(p.m, "t", t)) ||
+        (rc = mp_msg_create(&small.m)) ||
+        (rc = mp_msg_set_payload(small.m, "0123456789abcdef", 16)))
         die("handoff setup", rc);
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
         die("socketpair", MP_ESYS);
-    p.c = a;
+    p.c = small.c = a;
     p.sock = sv[0];
     p.fd = memfd_create("bench", MFD_CLOEXEC);
     pid = start(run_echo, b, a, sv[0]);
     raw_pid = start(run_raw_echo, &sv[1], a, sv[0]);
     mp_conn_release(b);
     close(sv[1]);
-    latency_pair(mproc_pingpong, &p, raw_pingpong, &p, bench_iters(o, 2000), o, &m, &r);
+    if (pinned)
+        latency_pair(mproc_pingpong, &p, mproc_pingpong, &small, bench_iters(o, 2000), o, &m,
+                     &r);
+    else
+        latency_pair(mproc_pingpong, &p, raw_pingpong, &p, bench_iters(o, 2000), o, &m, &r);
     mp_conn_close(a);
     close(sv[0]);
     reap(pid);
     reap(raw_pid);
     mp_conn_release(a);
     close(p.fd);
-    snprintf(op, sizeof op, "handoff shared tensor %s (pipe, one way)", label);
+    unsetenv("MPROC_PINS");
+    snprintf(op, sizeof op, "handoff shared tensor %s, %s (pipe, one way)", label,
+             pinned ? "repeated: pinned, no fd" : "first: with its fd");
     halve(&m);
     halve(&r);
-    bench_emit_stats(op, "latency", &m, "socketpair SCM_RIGHTS ping-pong 1 byte + 1 fd (one way)",
+    bench_emit_stats(op, "latency", &m,
+                     pinned ? "16-byte message ping-pong, same pipe (one way)"
+                            : "socketpair SCM_RIGHTS ping-pong 1 byte + 1 fd (one way)",
                      &r);
     mp_msg_destroy(p.m);
+    mp_msg_destroy(small.m);
     mp_tensor_release(t);
 }
 
@@ -604,9 +624,11 @@ int main(int argc, char **argv)
     else
         bench_set_placement("parent on cpu %d, helper processes on cpu %d",
                             bench_cpu_of_slot(0), bench_cpu_of_slot(1));
-    bench_handoff(&o, 4 * KIB, "4 KiB");
-    bench_handoff(&o, 1 * MIB, "1 MiB");
-    bench_handoff(&o, 64 * MIB, "64 MiB");
+    bench_handoff(&o, 4 * KIB, "4 KiB", false);
+    bench_handoff(&o, 64 * MIB, "64 MiB", false);
+    bench_handoff(&o, 4 * KIB, "4 KiB", true);
+    bench_handoff(&o, 1 * MIB, "1 MiB", true);
+    bench_handoff(&o, 64 * MIB, "64 MiB", true);
     bench_fresh(&o, 1 * MIB, "1 MiB", 200);
     bench_fresh(&o, 64 * MIB, "64 MiB", 8);
     bench_small(&o);

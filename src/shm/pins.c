@@ -71,6 +71,7 @@ typedef struct local {
     int users; /* handles receiving on the end */
     uint64_t clock; /* storages received on the end */
     mp__segment *seg[MP__PIN_SLOTS];
+    uint32_t gen[MP__PIN_SLOTS];
     uint64_t used[MP__PIN_SLOTS];
     uint64_t seen_dev[SEEN], seen_ino[SEEN];
     unsigned seen_next;
@@ -128,7 +129,7 @@ bool mp__pins_reserve(mp__pins *p, const mp__segment *s, mp__pin_ref *ref)
     for (unsigned k = 0; k < PROBE; k++) {
         mp__pin *pin = &p->slot[(h + k) & (MP__PIN_SLOTS - 1)];
         uint64_t st = atomic_load(&pin->state);
-        while ((st & MP__PIN_LIVE) && (st & MP__PIN_INFLIGHT) < MP__PIN_INFLIGHT &&
+        while ((st & MP__PIN_LIVE) && (st & MP__PIN_SENT) < MP__PIN_SENT &&
                atomic_load(&pin->dev) == dev && atomic_load(&pin->ino) == ino) {
             if (atomic_compare_exchange_weak(&pin->state, &st, st + 1)) {
                 *ref = (mp__pin_ref){.slot = (h + k) & (MP__PIN_SLOTS - 1),
@@ -141,13 +142,15 @@ bool mp__pins_reserve(mp__pins *p, const mp__segment *s, mp__pin_ref *ref)
     return false;
 }
 
-/* Gives one in-flight count back, if ref still names the pin. */
+/* Counts one message naming ref as done, if ref still names the pin with a
+ * message in flight. */
 static bool give_back(mp__pins *p, const mp__pin_ref *ref)
 {
-    mp__pin *pin = &p->slot[ref->slot];
-    uint64_t st = atomic_load(&pin->state);
-    while (gen_of(st) == ref->gen && (st & MP__PIN_LIVE) && (st & MP__PIN_INFLIGHT))
-        if (atomic_compare_exchange_weak(&pin->state, &st, st - 1))
+    uint64_t st = atomic_load(&p->slot[ref->slot].state);
+    _Atomic uint32_t *done = &p->done[ref->slot];
+    uint32_t d = atomic_load(done);
+    while (gen_of(st) == ref->gen && (st & MP__PIN_LIVE) && (st & MP__PIN_SENT) > d)
+        if (atomic_compare_exchange_weak(done, &d, d + 1))
             return true;
     return false;
 }
@@ -175,8 +178,10 @@ static bool unpin(local *l, unsigned i, bool owner)
     if (!l->seg[i])
         return true;
     if (owner) {
+        /* state first: done only grows, up to what state counts as sent,
+         * and the exchange fails if a send came in between */
         uint64_t st = atomic_load(&pin->state);
-        clean = (st & MP__PIN_LIVE) && !(st & MP__PIN_INFLIGHT) &&
+        clean = (st & MP__PIN_LIVE) && (st & MP__PIN_SENT) == atomic_load(&l->table->done[i]) &&
                 atomic_compare_exchange_strong(&pin->state, &st, st & ~MP__PIN_LIVE);
     }
     if (!clean)
@@ -305,8 +310,15 @@ static void pin(local *l, mp__segment *s)
     unsigned h = home(dev, ino), best = MP__PIN_SLOTS;
     for (unsigned k = 0; k < PROBE; k++) {
         unsigned i = (h + k) & (MP__PIN_SLOTS - 1);
-        if (l->seg[i] && l->seg[i]->dev == s->dev && l->seg[i]->ino == s->ino)
-            return; /* pinned already (a sender did not find it in time) */
+        if (l->seg[i] && l->seg[i]->dev == s->dev && l->seg[i]->ino == s->ino) {
+            /* pinned already: a sender raced the pin, or its count is
+             * spent (2^31 sends), which a new generation renews */
+            uint64_t st = atomic_load(&l->table->slot[i].state);
+            if ((st & MP__PIN_SENT) < MP__PIN_SENT || !unpin(l, i, true))
+                return;
+            best = i;
+            break;
+        }
         if (!l->seg[i]) {
             best = i;
             break;
@@ -317,20 +329,32 @@ static void pin(local *l, mp__segment *s)
     if (best == MP__PIN_SLOTS || !unpin(l, best, true))
         return;
     mp__pin *p = &l->table->slot[best];
-    uint64_t st = atomic_load(&p->state);
+    uint32_t gen = gen_of(atomic_load(&p->state)) + 1;
     atomic_store(&p->dev, dev);
     atomic_store(&p->ino, ino);
     atomic_store(&p->fd, s->fd);
+    atomic_store(&l->table->done[best], 0);
     l->seg[best] = mp__segment_retain(s);
+    l->gen[best] = gen;
     l->used[best] = l->clock;
     held++;
-    atomic_store(&p->state, ((uint64_t)(gen_of(st) + 1) << 32) | MP__PIN_LIVE);
+    atomic_store(&p->state, ((uint64_t)gen << 32) | MP__PIN_LIVE);
+}
+
+/* MPROC_PINS=0 in a receiving process: it pins nothing, so every storage
+ * comes to it with its fd (read at each arrival by fd, which costs far
+ * more than a getenv). */
+static bool pins_wanted(void)
+{
+    const char *v = getenv("MPROC_PINS");
+    return !v || strcmp(v, "0") != 0;
 }
 
 void mp__pins_received(mp__pins *p, mp__segment *s)
 {
     local *l;
-    if (s->strategy != MP__STRATEGY_FD || atomic_load(&p->owner) == MP__PINS_OFF)
+    if (s->strategy != MP__STRATEGY_FD || atomic_load(&p->owner) == MP__PINS_OFF ||
+        !pins_wanted())
         return;
     locked();
     if ((l = find_own(p)) && own(p, true)) {
@@ -368,9 +392,11 @@ static int open_proc(pid_t pid, int fd, const mp__pin_ref *ref, uint64_t size,
     return mp__segment_open(&h, out);
 }
 
-/* The segment, retained: from this process's pin, its mapping cache, the
+/* The segment, retained: from this process's pin (the owner's hot path,
+ * which also counts the message done: *counted), its mapping cache, the
  * owner's fd or the sender's. */
-static int resolve(mp__pins *p, const mp__pin_ref *ref, uint64_t size, mp__segment **out)
+static int resolve(mp__pins *p, const mp__pin_ref *ref, uint64_t size, mp__segment **out,
+                   bool *counted)
 {
     mp__pin *pin = &p->slot[ref->slot];
     local *l;
@@ -378,10 +404,15 @@ static int resolve(mp__pins *p, const mp__pin_ref *ref, uint64_t size, mp__segme
     *out = NULL;
     locked();
     if ((l = find_own(p)) && own(p, false) && l->seg[ref->slot] &&
-        (uint64_t)l->seg[ref->slot]->ino == ref->ino &&
+        l->gen[ref->slot] == ref->gen && (uint64_t)l->seg[ref->slot]->ino == ref->ino &&
         (uint64_t)l->seg[ref->slot]->dev == ref->dev) {
+        /* This process pinned it at this generation and only it lets go:
+         * the pin is live, so the count is taken without reading state
+         * (the senders' cache line). */
         *out = mp__segment_retain(l->seg[ref->slot]);
         l->used[ref->slot] = ++l->clock;
+        atomic_fetch_add(&p->done[ref->slot], 1);
+        *counted = true;
     }
     pthread_mutex_unlock(&lock);
     if (!*out)
@@ -414,10 +445,11 @@ int mp__pins_open(mp__pins *p, const mp__pin_ref *ref, uint64_t size, mp__segmen
     if (!mp__pins_ref_ok(ref))
         return mp__error(MP_EPROTO, "receiving a message: pin slot %u is out of range",
                          ref->slot);
-    rc = resolve(p, ref, size, out);
+    bool counted = false;
+    rc = resolve(p, ref, size, out, &counted);
     if (rc == 0)
         atomic_fetch_add_explicit(&by_pin, 1, memory_order_relaxed);
-    if (!give_back(p, ref) && rc == 0) {
+    if (!counted && !give_back(p, ref) && rc == 0) {
         mp__segment_release(*out);
         *out = NULL;
         rc = mp__error(MP_EPROTO, "receiving a message: it names pin %u of generation %u, "

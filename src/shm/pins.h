@@ -12,16 +12,19 @@
 
 #define MP__PIN_SLOTS 128u /* a power of two */
 
-/* state: gen << 32 | MP__PIN_LIVE | messages in flight naming the pin. */
+/* state: gen << 32 | MP__PIN_LIVE | messages sent naming the pin; only
+ * senders and the owner write it. Those received (or given back) count in
+ * the table's done[], which only receivers write: a handoff moves no cache
+ * line from one side to the other but the ring's. */
 #define MP__PIN_LIVE (UINT64_C(1) << 31)
-#define MP__PIN_INFLIGHT (MP__PIN_LIVE - 1)
+#define MP__PIN_SENT (MP__PIN_LIVE - 1)
 
 typedef struct mp__pin {
     _Atomic uint64_t state;
     _Atomic uint64_t dev;
     _Atomic uint64_t ino;
     _Atomic int32_t fd; /* the owner's fd of the segment */
-    uint32_t reserved;
+    uint32_t reserved[9];
 } mp__pin;
 
 /* Lives beside an endpoint's reader lock (mp__rx), in its control segment. */
@@ -29,9 +32,9 @@ typedef struct mp__pins {
     /* 0: nobody pins yet; > 0: the pid of the one process that pins;
      * MP__PINS_OFF: a second process received here, so pins are off for
      * good (a sender cannot tell which process will take its message). */
-    _Atomic int32_t owner;
-    uint32_t reserved;
-    mp__pin slot[MP__PIN_SLOTS];
+    _Alignas(64) _Atomic int32_t owner;
+    _Alignas(64) _Atomic uint32_t done[MP__PIN_SLOTS];
+    _Alignas(64) mp__pin slot[MP__PIN_SLOTS];
 } mp__pins;
 #define MP__PINS_OFF (-1)
 
