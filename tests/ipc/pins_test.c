@@ -268,6 +268,211 @@ static void test_failed_send_gives_count_back(void **state)
     mp_tensor_release(t);
 }
 
+/* ---- a second receiving process ------------------------------------------- */
+
+/* O (the owner) pins t, then R takes a message naming O's pin: R's cache
+ * does not have t (made after the fork), so R opens it through O's fd,
+ * and the queue's pins are off from then on. With kill_owner, the sender
+ * lets go of t and O is killed first: nobody holds t any more, and R gets
+ * MP_EBROKEN for that message and the next one normally. */
+static void second_receiver(bool kill_owner)
+{
+    gate ack, go_r, done_r;
+    pid_t owner, reader;
+    mp_tensor *t;
+    mp_msg *m;
+    ep e;
+    ep_open(&e, true);
+    gate_open(&ack);
+    gate_open(&go_r);
+    gate_open(&done_r);
+    if ((owner = fork()) == 0) {
+        for (int32_t i = 0; i < 2; i++) {
+            if (recv_seq(&e, i, 10))
+                _exit(10);
+            gate_pass(&ack);
+        }
+        pause(); /* holds the pin until killed */
+        _exit(0);
+    }
+    if ((reader = fork()) == 0) {
+        uint64_t pinned0 = by_pin();
+        if (gate_wait(&go_r))
+            _exit(20);
+        if (kill_owner) {
+            if (ep_recv(&e, &m, 10) != MP_EBROKEN || !strstr(mp_last_error(), "has exited"))
+                _exit(21);
+        } else if (recv_seq(&e, 2, 10) || by_pin() - pinned0 != 1) {
+            _exit(22);
+        }
+        if (atomic_load(&ep_pins(&e)->owner) != MP__PINS_OFF)
+            _exit(23);
+        gate_pass(&done_r);
+        if (recv_seq(&e, 3, 10) || by_pin() - pinned0 != !kill_owner)
+            _exit(24); /* pins off: 3 came with its fd */
+        _exit(0);
+    }
+    t = tensor();
+    for (int32_t i = 0; i < 2; i++) {
+        assert_mp_ok(ep_send(&e, with(t, i)));
+        assert_int_equal(gate_wait(&ack), 0);
+    }
+    assert_int_equal(atomic_load(&ep_pins(&e)->owner), owner);
+    assert_mp_ok(ep_send(&e, with(t, 2)));
+    if (kill_owner) {
+        mp_tensor_release(t);
+        t = NULL;
+        kill(owner, SIGKILL);
+        assert_int_equal(WTERMSIG(reap(owner)), SIGKILL);
+    }
+    gate_pass(&go_r);
+    assert_int_equal(gate_wait(&done_r), 0);
+    assert_mp_ok(ep_send(&e, kill_owner ? note(3) : with(t, 3)));
+    expect_exit0(reader);
+    if (!kill_owner) {
+        kill(owner, SIGKILL);
+        reap(owner);
+    }
+    mp_tensor_release(t);
+    gate_close(&ack);
+    gate_close(&go_r);
+    gate_close(&done_r);
+    ep_close(&e);
+}
+
+static void test_second_receiver_turns_pins_off(void **state)
+{
+    (void)state;
+    second_receiver(false);
+}
+
+static void test_broken_when_nobody_holds_it(void **state)
+{
+    (void)state;
+    second_receiver(true);
+}
+
+/* ---- SIGKILL at every step ------------------------------------------------ */
+
+static int kill_step;
+static void killer(int step)
+{
+    if (step == kill_step)
+        raise(SIGKILL);
+}
+
+/* The child sends t twice (the parent pins it), then a third time by the
+ * pin and is killed at step: the message arrives iff it was published,
+ * and the parent's own pinned send still works, a count the child left or
+ * not. Teardown finds nothing mapped. */
+static void producer_killed(int step)
+{
+    mp_tensor *t = tensor();
+    uint64_t pinned0;
+    bool published = step == MP__RING_STEP_PUBLISHED || step == MP__RING_STEP_UNLOCKED;
+    gate ack;
+    pid_t pid;
+    ep e;
+    ep_open(&e, false);
+    gate_open(&ack);
+    if ((pid = fork()) == 0) {
+        for (int32_t i = 0; i < 2; i++)
+            if (ep_send(&e, with(t, i)) || gate_wait(&ack))
+                _exit(10);
+        kill_step = step;
+        mp__ring_fault = killer;
+        (void)ep_send(&e, with(t, 2));
+        _exit(11);
+    }
+    for (int32_t i = 0; i < 2; i++) {
+        assert_int_equal(recv_seq(&e, i, 10), 0);
+        gate_pass(&ack);
+    }
+    assert_int_equal(WTERMSIG(reap(pid)), SIGKILL);
+    pinned0 = by_pin();
+    if (published)
+        assert_int_equal(recv_seq(&e, 2, 5), 0);
+    else
+        assert_mp_err(recv_seq(&e, 2, 0.3), MP_ETIMEDOUT);
+    assert_mp_ok(ep_send(&e, with(t, 3)));
+    assert_int_equal(recv_seq(&e, 3, 5), 0);
+    assert_int_equal(by_pin() - pinned0, 1u + published);
+    gate_close(&ack);
+    ep_close(&e);
+    assert_int_equal(mp__pins_held(), 0);
+    mp_tensor_release(t);
+}
+
+static void test_producer_killed_at_every_step(void **state)
+{
+    (void)state;
+    producer_killed(MP__RING_STEP_LOCKED);
+    producer_killed(MP__RING_STEP_FILLED);
+    producer_killed(MP__RING_STEP_PUBLISHED);
+    producer_killed(MP__RING_STEP_UNLOCKED);
+}
+
+/* The child pins t and is killed taking a message that names the pin:
+ * before it moved the ring's head the message is still there and the
+ * parent gets it (from its own mapping, pins now off), after it the
+ * message is lost; the next messages arrive either way. */
+static void consumer_killed(int step)
+{
+    mp_tensor *t = tensor();
+    bool kept = step == MP__RING_STEP_COPIED;
+    uint64_t pinned0;
+    gate ack;
+    pid_t pid;
+    ep e;
+    ep_open(&e, false);
+    gate_open(&ack);
+    if ((pid = fork()) == 0) {
+        mp_msg *m = NULL;
+        for (int32_t i = 0; i < 2; i++) {
+            if (recv_seq(&e, i, 10))
+                _exit(10);
+            gate_pass(&ack);
+        }
+        kill_step = step;
+        mp__ring_fault = killer;
+        (void)ep_recv(&e, &m, 10);
+        _exit(11);
+    }
+    for (int32_t i = 0; i < 2; i++) {
+        assert_mp_ok(ep_send(&e, with(t, i)));
+        assert_int_equal(gate_wait(&ack), 0);
+    }
+    assert_mp_ok(ep_send(&e, with(t, 2)));
+    assert_int_equal(WTERMSIG(reap(pid)), SIGKILL);
+    assert_mp_ok(ep_send(&e, note(3)));
+    pinned0 = by_pin();
+    if (kept)
+        assert_int_equal(recv_seq(&e, 2, 5), 0);
+    assert_int_equal(recv_seq(&e, 3, 5), 0);
+    assert_int_equal(by_pin() - pinned0, kept);
+    assert_int_equal(atomic_load(&ep_pins(&e)->owner), kept ? MP__PINS_OFF : pid);
+    /* Kept: pins are off, 4 comes with its fd. Lost: nobody took a pinned
+     * message since, so 4 still names the dead owner's pin; taking it turns
+     * pins off. Either way 5 comes with its fd. */
+    assert_mp_ok(ep_send(&e, with(t, 4)));
+    assert_int_equal(recv_seq(&e, 4, 5), 0);
+    assert_int_equal(by_pin() - pinned0, 1);
+    assert_int_equal(atomic_load(&ep_pins(&e)->owner), MP__PINS_OFF);
+    assert_mp_ok(ep_send(&e, with(t, 5)));
+    assert_int_equal(recv_seq(&e, 5, 5), 0);
+    assert_int_equal(by_pin() - pinned0, 1);
+    gate_close(&ack);
+    ep_close(&e);
+    mp_tensor_release(t);
+}
+
+static void test_consumer_killed_at_every_step(void **state)
+{
+    (void)state;
+    consumer_killed(MP__RING_STEP_COPIED);
+    consumer_killed(MP__RING_STEP_TAKEN);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -275,6 +480,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_repeated_queue, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pin_outlives_sender, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failed_send_gives_count_back, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_second_receiver_turns_pins_off, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_broken_when_nobody_holds_it, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_producer_killed_at_every_step, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_consumer_killed_at_every_step, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
