@@ -172,7 +172,7 @@ typedef struct mp_tensor_stats {
     uint64_t segments_live;
     /* Of segments_received, those that arrived with no fd because the
      * receiving end had pinned them: a file_descriptor storage sent to the
-     * same pipe or queue end again (docs/sharing.md, "Handoff without an
+     * same pipe or queue end again (docs/tensor.md, "Handoff without an
      * fd"). */
     uint64_t segments_received_by_pin;
 } mp_tensor_stats;

@@ -575,6 +575,12 @@ static PyObject *py_rx_cache_size(PyObject *self, PyObject *unused)
     return PyLong_FromSsize_t(PyDict_GET_SIZE(F.rx_cache));
 }
 
+static PyObject *py_pins_held(PyObject *self, PyObject *unused)
+{
+    (void)self, (void)unused;
+    return PyLong_FromLong(mpy_pins_held());
+}
+
 static PyMethodDef fast_functions[] = {
     {"dumps", py_dumps, METH_O,
      "dumps(obj) -> (payload, attachments or None): obj as an mproc message."},
@@ -584,6 +590,9 @@ static PyMethodDef fast_functions[] = {
      "_fast_setup(registry, register, dumps_py, loads_py): mproc._sharing's hooks."},
     {"_rx_cache_size", py_rx_cache_size, METH_NOARGS,
      "Entries in the receive cache (live tensors over received storages), for tests."},
+    {"_pins_held", py_pins_held, METH_NOARGS,
+     "Storages this process keeps pinned (mapped, one fd each) for the ends it receives "
+     "on, for tests: docs/tensor.md, \"Handoff without an fd\"."},
     {NULL, NULL, 0, NULL}};
 
 int mpy_fast_init(PyObject *module)

@@ -5,6 +5,7 @@
  *   Pool's pipes) through multiprocessing.reduction.DupFd.
  * - A connection's socket, for Connection.fileno() and
  *   multiprocessing.connection.wait().
+ * - The storages kept pinned for handoffs without an fd (tests).
  * - A shared tensor written from several buffers (a message's arena). */
 #include "mpy.h"
 
@@ -42,6 +43,11 @@ int mpy_wire_decode(const void *buf, size_t len, int *fds, int nfds, mp_msg **ou
 int mpy_conn_fileno(const mp_conn *c)
 {
     return mp__conn_fd(c);
+}
+
+int mpy_pins_held(void)
+{
+    return mp__pins_held();
 }
 
 _Static_assert(sizeof(mpy_part) == sizeof(mp__segment_part) &&

@@ -70,6 +70,8 @@ int mpy_wait(mpy_blocking_fn call, void *ctx, double timeout);
 int mpy_wire_encode(const mp_msg *m, void **buf, size_t *len, int *fds, int *nfds, int maxfds);
 int mpy_wire_decode(const void *buf, size_t len, int *fds, int nfds, mp_msg **out);
 int mpy_conn_fileno(const mp_conn *c);
+/* Storages this process keeps pinned for the ends it receives on (tests). */
+int mpy_pins_held(void);
 /* nbytes of a new shared uint8 tensor written from parts (sorted by off, not
  * overlapping), in one pass and without page faults. */
 typedef struct mpy_part {

@@ -9,18 +9,22 @@
  * The table. Each receiving end has a table of MP__PIN_SLOTS pins in its
  * control segment, beside its reader lock. One process owns a table: the
  * first that pins into it. A pin is (dev, ino) of a segment the owner keeps
- * mapped (a reference and its fd held in this file's local entry), and a
- * state word: a generation, a LIVE bit and a count of messages in flight
- * that name the pin. A segment is pinned when it arrives by fd for the
+ * mapped (a reference and its fd held in this file's local entry), a
+ * state word (a generation, a LIVE bit and the count of messages sent that
+ * name the pin), and the count of those received, done[], on another cache
+ * line: senders write one, receivers the other, so a handoff moves no line
+ * between them but the ring's. In flight = sent - done. A segment is
+ * pinned when it arrives by fd for the
  * second time, so a stream of new storages never pins (nothing extra stays
  * mapped for it); slots are found by hashing (dev, ino).
  *
  * Lifetime. A sender that finds its segment's (dev, ino) in a LIVE pin
- * takes an in-flight count by a compare-and-swap of the exact state it read
+ * counts its message sent by a compare-and-swap of the exact state it read
  * (so the owner cannot have let go of the pin meanwhile) and sends (slot,
  * gen) with no fd. The receiver maps the segment from its own pin and then
- * gives the count back. The owner unpins only by a compare-and-swap from
- * (gen, LIVE, 0 in flight): a pin named by a message in flight is never let
+ * counts it done. The owner unpins only by a compare-and-swap of the state
+ * it read, when done equals its sent count (done only grows, up to sent):
+ * a pin named by a message in flight is never let
  * go, so the segment outlives every message naming it, as an fd in flight
  * would keep it. Every field is read with sequentially consistent loads
  * between the state's load and its compare-and-swap, so a sender never
@@ -284,8 +288,11 @@ static bool own(mp__pins *p, bool claim)
     return false;
 }
 
-static void sweep(local *l)
+/* One more storage received on l's end; lets go of idle pins now and then. */
+static void tick(local *l)
 {
+    if (++l->clock % SWEEP_EVERY)
+        return;
     for (unsigned i = 0; i < MP__PIN_SLOTS; i++)
         if (l->seg[i] && l->clock - l->used[i] > IDLE_RECEIVES)
             (void)unpin(l, i, true);
@@ -358,9 +365,7 @@ void mp__pins_received(mp__pins *p, mp__segment *s)
         return;
     locked();
     if ((l = find_own(p)) && own(p, true)) {
-        l->clock++;
-        if (l->clock % SWEEP_EVERY == 0)
-            sweep(l);
+        tick(l);
         if (seen_before(l, (uint64_t)s->dev, (uint64_t)s->ino))
             pin(l, s);
     }
@@ -410,7 +415,8 @@ static int resolve(mp__pins *p, const mp__pin_ref *ref, uint64_t size, mp__segme
          * the pin is live, so the count is taken without reading state
          * (the senders' cache line). */
         *out = mp__segment_retain(l->seg[ref->slot]);
-        l->used[ref->slot] = ++l->clock;
+        l->used[ref->slot] = l->clock;
+        tick(l);
         atomic_fetch_add(&p->done[ref->slot], 1);
         *counted = true;
     }

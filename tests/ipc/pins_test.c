@@ -268,6 +268,33 @@ static void test_failed_send_gives_count_back(void **state)
     mp_tensor_release(t);
 }
 
+/* A pin that no message named for over 1024 storages received on its end
+ * is let go (so a stream that moved on does not keep old storages mapped);
+ * the one in use stays. */
+static void test_idle_pin_is_let_go(void **state)
+{
+    mp_tensor *old = tensor(), *cur = tensor();
+    ep e;
+    (void)state;
+    ep_open(&e, false);
+    for (int32_t i = 0; i < 2; i++) {
+        assert_mp_ok(ep_send(&e, with(old, i)));
+        assert_int_equal(recv_seq(&e, i, 5), 0);
+    }
+    assert_int_equal(mp__pins_held(), 1);
+    for (int32_t i = 0; i < 1200; i++) {
+        assert_mp_ok(ep_send(&e, with(cur, i)));
+        assert_int_equal(recv_seq(&e, i, 5), 0);
+    }
+    assert_int_equal(mp__pins_held(), 1); /* cur's; old's was let go */
+    assert_mp_ok(ep_send(&e, with(old, 7))); /* with its fd again */
+    assert_int_equal(recv_seq(&e, 7, 5), 0);
+    ep_close(&e);
+    assert_int_equal(mp__pins_held(), 0);
+    mp_tensor_release(old);
+    mp_tensor_release(cur);
+}
+
 /* ---- a second receiving process ------------------------------------------- */
 
 /* O (the owner) pins t, then R takes a message naming O's pin: R's cache
@@ -480,6 +507,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_repeated_queue, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pin_outlives_sender, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failed_send_gives_count_back, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_idle_pin_is_let_go, setup, teardown),
         cmocka_unit_test_setup_teardown(test_second_receiver_turns_pins_off, setup, teardown),
         cmocka_unit_test_setup_teardown(test_broken_when_nobody_holds_it, setup, teardown),
         cmocka_unit_test_setup_teardown(test_producer_killed_at_every_step, setup, teardown),

@@ -241,7 +241,7 @@ def test_tensor_stats(strategy):
     s0 = mproc.tensor_stats()
     assert set(s0) == {"shared_copies", "shared_copy_bytes", "segments_created",
                        "segments_received", "segments_mapped", "segments_unmapped",
-                       "segments_live"}
+                       "segments_live", "segments_received_by_pin"}
     a = _mproc.Storage.empty(4096)
     a.share_memory_()  # shared already: no copy
     d = delta(s0)
@@ -261,6 +261,28 @@ def test_tensor_stats(strategy):
     gc.collect()
     d = delta(s0)
     assert d["segments_unmapped"] == 2 and d["segments_live"] == 0
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_repeated_handoff_needs_no_fd(shared):
+    """The same storage sent again to one receiving process crosses with no
+    fd: its end pins it at the second arrival, and the child's fds stay
+    flat (mproc's file_descriptor segments, and torch's own, adopted)."""
+    q, r = mp.Queue(), mp.Queue()
+    t = torch.zeros(1024)
+    if shared:
+        t.share_memory_()
+    p = mp.Process(target=workers.count_pinned, args=(q, r, 12))
+    p.start()
+    for i in range(12):
+        t[0] = i
+        q.put(t)
+        assert r.get(timeout=30) == i
+    pinned, fds3, fds12 = r.get(timeout=30)
+    p.join(30)
+    assert p.exitcode == 0
+    assert pinned == 10, "the 3rd to 12th arrivals name the pin"
+    assert fds12 == fds3
 
 
 _NUMPY_LATE = """

@@ -113,3 +113,19 @@ def share_and_send_twice(q, done):
     q.put(t)
     q.put(t[2:])
     done.get()  # keeps t until the parent has both
+
+
+def count_pinned(q, r, n):
+    """Receives n tensors, answering each one's first element; then how many
+    arrived by a pin (no fd) and the open fds after the 3rd and the last."""
+    import mproc
+    s0 = mproc.tensor_stats()["segments_received_by_pin"]
+    fds3 = None
+    for i in range(n):
+        t = q.get(timeout=30)
+        r.put(int(t[0]))
+        del t
+        if i == 2:
+            fds3 = len(os.listdir("/proc/self/fd"))
+    pinned = mproc.tensor_stats()["segments_received_by_pin"] - s0
+    r.put((pinned, fds3, len(os.listdir("/proc/self/fd"))))
