@@ -114,6 +114,7 @@ void mp__pins_init(mp__pins *p)
 {
     atomic_init(&p->owner, 0);
     for (unsigned i = 0; i < MP__PIN_SLOTS; i++) {
+        atomic_init(&p->done[i], 0);
         atomic_init(&p->slot[i].state, 0);
         atomic_init(&p->slot[i].dev, 0);
         atomic_init(&p->slot[i].ino, 0);

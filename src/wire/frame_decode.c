@@ -116,7 +116,10 @@ static int parse_storages(dec *d, reader *r)
         if (!q)
             return BAD("storage table ends after %u of %u entries", i, d->nstorages);
         memcpy(&fs, q, sizeof fs);
-        h->strategy = (int)fs.strategy;
+        /* A pinned entry holds an in-flight count to give back on failure
+         * only once its reference was read and checked (below). */
+        h->strategy = fs.strategy == MP__FRAME_STORAGE_PINNED ? (int)MP__FRAME_STORAGE_EMPTY
+                                                              : (int)fs.strategy;
         h->size = fs.size;
         h->fd = -1;
         h->name[0] = '\0';
@@ -147,10 +150,9 @@ static int parse_storages(dec *d, reader *r)
             if (!(q = take(r, sizeof *d->pinned)))
                 return BAD("storage %u: its pin reference is truncated", i);
             memcpy(&d->pinned[i], q, sizeof *d->pinned);
-            if (!mp__pins_ref_ok(&d->pinned[i])) {
-                h->strategy = MP__FRAME_STORAGE_EMPTY; /* holds no count to give back */
+            if (!mp__pins_ref_ok(&d->pinned[i]))
                 return BAD("storage %u: pin slot %u is out of range", i, d->pinned[i].slot);
-            }
+            h->strategy = MP__FRAME_STORAGE_PINNED;
         } else {
             return BAD("storage %u: unknown sharing strategy %u", i, fs.strategy);
         }

@@ -141,6 +141,12 @@ static void test_fds(void **state)
     r.s.strategy = MP__STRATEGY_FD;
     r.s.size = 0;
     expect_eproto(&r, sizeof r, 1, 0, "size 0");
+    /* a pinned entry off an end's receive side: nothing to resolve it by
+     * (nothing to give a count back to either) */
+    r = good_frame(64);
+    r.h.nfds = 0;
+    r.s.strategy = MP__FRAME_STORAGE_PINNED;
+    expect_eproto(&r, sizeof r, 0, 0, "names a pin, but it did not arrive");
 }
 
 static void test_tensor(void **state)
