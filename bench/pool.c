@@ -150,7 +150,10 @@ int main(int argc, char **argv)
     close(sv[1]);
     c.sock = sv[0];
 
-    bench_opts few = o; /* 100k tasks a repetition: three are plenty */
+    /* chunksize 1: 100k round trips a repetition, three are plenty; the
+     * default-chunksize rows take about 10 ms a repetition and get all of
+     * them (as many as Python's side, bench/python/bench_pool_map.py) */
+    bench_opts few = o;
     if (few.reps > 3)
         few.reps = 3;
     double raw = bench_measure_us(run_raw, &c, c.n, &few);
@@ -158,8 +161,8 @@ int main(int argc, char **argv)
     c.chunksize = 1;
     double m1 = bench_measure_us(run_map, &c, c.n, &few);
     c.chunksize = 0;
-    double md = bench_measure_us(run_map, &c, c.n, &few);
-    double ma = bench_measure_us(run_array, &c, c.n, &few);
+    double md = bench_measure_us(run_map, &c, c.n, &o);
+    double ma = bench_measure_us(run_array, &c, c.n, &o);
     size_t nv = bench_iters(&o, 10000000);
     c.vin = malloc(nv * sizeof *c.vin);
     c.vout = malloc(nv * sizeof *c.vout);

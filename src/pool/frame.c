@@ -2,6 +2,8 @@
 #include "pool/pool_internal.h"
 #include "wire/objects.h"
 
+#include <malloc.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,20 +37,96 @@ int mp__msg_copy_attachments(const mp_msg *src, size_t from, size_t n, mp_msg *d
 
 /* ---- building --------------------------------------------------------------- */
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem)
+/* Chunk buffers kept for the next chunks: a map's chunks are built in the
+ * caller's thread and freed by the handler thread as they are answered, and
+ * glibc trims what they free from its heap, so each map paid a page fault
+ * per 4 KiB of chunk again. Bounded; taken by trylock only (busy: malloc
+ * and free as usual), so a fork leaves the child no lock held. */
+#define PACKBUF_MAX 64
+#define PACKBUF_BIG (256u * 1024u) /* larger ones are rare: freed */
+static struct {
+    atomic_flag busy;
+    unsigned n;
+    void *buf[PACKBUF_MAX];
+} packbufs = {ATOMIC_FLAG_INIT, 0, {NULL}};
+
+static void *packbuf_get(size_t total)
 {
-    size_t c = *cap ? *cap : 8;
-    void *q;
-    if (need <= *cap)
-        return 0;
-    while (c < need)
-        c *= 2;
-    q = realloc(*p, c * elem);
+    void *b = NULL;
+    if (total > PACKBUF_BIG ||
+        atomic_flag_test_and_set_explicit(&packbufs.busy, memory_order_acquire))
+        return malloc(total);
+    for (unsigned i = packbufs.n; i-- > 0;) {
+        if (malloc_usable_size(packbufs.buf[i]) >= total) {
+            b = packbufs.buf[i];
+            packbufs.buf[i] = packbufs.buf[--packbufs.n];
+            break;
+        }
+    }
+    atomic_flag_clear_explicit(&packbufs.busy, memory_order_release);
+    return b ? b : malloc(total);
+}
+
+void mp__pack_buf_put(void *buf)
+{
+    if (buf && malloc_usable_size(buf) <= PACKBUF_BIG &&
+        !atomic_flag_test_and_set_explicit(&packbufs.busy, memory_order_acquire)) {
+        bool kept = packbufs.n < PACKBUF_MAX;
+        if (kept)
+            packbufs.buf[packbufs.n++] = buf;
+        atomic_flag_clear_explicit(&packbufs.busy, memory_order_release);
+        if (kept)
+            return;
+    }
+    free(buf);
+}
+
+/* The pack is built in place, in the buffer it is sent from: the header,
+ * room for cap entries, room for the name, then the data; finish closes
+ * the gap left by unused entries. */
+#define PACK_FIXED(p) (sizeof(mp__pack_hdr) + (size_t)(p)->cap * sizeof(mp__pack_entry) + \
+                       (p)->name_len)
+
+static mp__pack_entry *pack_entries(const mp__packer *p)
+{
+    return (mp__pack_entry *)(void *)(p->buf + sizeof(mp__pack_hdr));
+}
+
+static char *pack_data(const mp__packer *p)
+{
+    return p->buf + PACK_FIXED(p);
+}
+
+/* Resizes p's buffer for cap entries and data_cap bytes of data (never
+ * below what it holds), moving the data after the entries. */
+static int pack_resize(mp__packer *p, size_t cap, size_t data_cap)
+{
+    size_t old_fixed = PACK_FIXED(p), fixed, total;
+    char *q;
+    if (cap > UINT32_MAX)
+        return mp__error(MP_EOVERFLOW, "pool: too many items in one chunk");
+    fixed = sizeof(mp__pack_hdr) + cap * sizeof(mp__pack_entry) + p->name_len;
+    if (data_cap > SIZE_MAX - fixed || cap > (SIZE_MAX - 4096) / sizeof(mp__pack_entry))
+        return mp__error(MP_ENOMEM, "pool: a chunk of %zu items is too large", cap);
+    total = fixed + data_cap;
+    q = p->buf ? realloc(p->buf, total) : packbuf_get(total);
     if (!q)
-        return mp__error(MP_ENOMEM, "pool: out of memory building a chunk");
-    *p = q;
-    *cap = c;
+        return mp__error(MP_ENOMEM, "pool: out of memory for a %zu-byte chunk", total);
+    p->buf = q;
+    if (fixed != old_fixed && p->len)
+        memmove(q + fixed, q + old_fixed, p->len);
+    p->cap = (uint32_t)cap;
+    /* what malloc gave beyond the request is room for data too */
+    p->data_cap = malloc_usable_size(q) - fixed;
     return 0;
+}
+
+static size_t grown(size_t have, size_t need)
+{
+    size_t c = have ? have : 8;
+    while (c < need)
+        c = c > SIZE_MAX / 2 ? need : c * 2;
+    return c;
 }
 
 int mp__packer_init(mp__packer *p, uint32_t magic, const char *name, size_t count_hint)
@@ -57,41 +135,30 @@ int mp__packer_init(mp__packer *p, uint32_t magic, const char *name, size_t coun
     p->magic = magic;
     if (name)
         snprintf(p->name, sizeof p->name, "%s", name);
-    size_t cap = 0;
-    if (count_hint && grow((void **)&p->entries, &cap, count_hint, sizeof *p->entries))
-        return MP_ENOMEM;
-    p->cap = (uint32_t)cap;
+    p->name_len = (uint32_t)strlen(p->name);
     /* room for small items (8 bytes each) from the start: fewer reallocs */
-    if (count_hint && grow((void **)&p->data, &p->data_cap, count_hint * 8, 1)) {
-        mp__packer_drop(p);
-        return MP_ENOMEM;
-    }
-    int rc = mp_msg_create(&p->msg);
+    size_t cap = count_hint ? count_hint : 8;
+    int rc = cap <= SIZE_MAX / 8 ? pack_resize(p, cap, cap * 8)
+                                 : mp__error(MP_ENOMEM, "pool: %zu items in a chunk", cap);
+    if (!rc)
+        rc = mp_msg_create(&p->msg);
     if (rc)
-        mp__packer_drop(p); /* the entries, for callers that only free on failure */
+        mp__packer_drop(p); /* the buffer, for callers that only free on failure */
     return rc;
 }
 
-static int add_bytes(mp__packer *p, const void *b, size_t n)
+/* Room for one more entry and n more bytes of data. */
+static int make_room(mp__packer *p, size_t n)
 {
-    if (grow((void **)&p->data, &p->data_cap, p->len + n, 1))
-        return MP_ENOMEM;
-    if (n)
-        memcpy(p->data + p->len, b, n);
-    p->len += n;
-    return 0;
-}
-
-static int add_entry(mp__packer *p, mp__pack_entry e)
-{
-    size_t cap = p->cap;
+    size_t cap = p->count < p->cap ? p->cap : grown(p->cap, (size_t)p->count + 1);
+    size_t dcap = p->data_cap;
     if (p->count == UINT32_MAX)
         return mp__error(MP_EOVERFLOW, "pool: too many items in one chunk");
-    if (grow((void **)&p->entries, &cap, (size_t)p->count + 1, sizeof e))
-        return MP_ENOMEM;
-    p->cap = (uint32_t)cap;
-    p->entries[p->count++] = e;
-    return 0;
+    if (n > SIZE_MAX - p->len)
+        return mp__error(MP_ENOMEM, "pool: a chunk's item of %zu bytes is too large", n);
+    if (p->len + n > dcap)
+        dcap = grown(dcap, p->len + n);
+    return cap == p->cap && dcap == p->data_cap ? 0 : pack_resize(p, cap, dcap);
 }
 
 int mp__packer_add(mp__packer *p, const void *payload, size_t len, const mp_msg *attach,
@@ -105,19 +172,17 @@ int mp__packer_add(mp__packer *p, const void *payload, size_t len, const mp_msg 
             return r;
     }
     /* the common case, one call per item of every chunk: room for it all */
-    if (p->count < p->cap && len + e.err_len <= p->data_cap - p->len) {
-        if (len)
-            memcpy(p->data + p->len, payload, len);
-        if (e.err_len)
-            memcpy(p->data + p->len + len, err, e.err_len);
-        p->len += len + e.err_len;
-        p->entries[p->count++] = e;
-        return 0;
-    }
-    r = add_bytes(p, payload, len);
-    if (!r)
-        r = add_bytes(p, err, e.err_len);
-    return r ? r : add_entry(p, e);
+    if (!(p->count < p->cap && len + e.err_len <= p->data_cap - p->len) &&
+        (r = make_room(p, len + e.err_len)) != 0)
+        return r;
+    char *d = pack_data(p) + p->len;
+    if (len)
+        memcpy(d, payload, len);
+    if (e.err_len)
+        memcpy(d + len, err, e.err_len);
+    p->len += len + e.err_len;
+    memcpy(pack_entries(p) + p->count++, &e, sizeof e);
+    return 0;
 }
 
 int mp__packer_add_star(mp__packer *p, const mp_msg *const *in, size_t k)
@@ -145,23 +210,14 @@ int mp__packer_add_star(mp__packer *p, const mp_msg *const *in, size_t k)
 
 int mp__packer_finish(mp__packer *p, mp_msg **out)
 {
-    mp__pack_hdr h = {p->magic, p->count, (uint32_t)strlen(p->name), 0};
-    size_t total = sizeof h + p->count * sizeof(mp__pack_entry) + h.name_len + p->len;
-    char *buf = malloc(total), *w = buf;
-    if (!buf) {
-        mp__packer_drop(p);
-        return mp__error(MP_ENOMEM, "pool: out of memory for a %zu-byte chunk", total);
-    }
-    memcpy(w, &h, sizeof h);
-    w += sizeof h;
-    if (p->count)
-        memcpy(w, p->entries, p->count * sizeof(mp__pack_entry));
-    w += p->count * sizeof(mp__pack_entry);
-    memcpy(w, p->name, h.name_len);
-    w += h.name_len;
-    if (p->len)
-        memcpy(w, p->data, p->len);
-    mp__msg_adopt_payload(p->msg, buf, total); /* built in place: no second copy */
+    mp__pack_hdr h = {p->magic, p->count, p->name_len, 0};
+    size_t at = sizeof h + (size_t)p->count * sizeof(mp__pack_entry);
+    if (p->count < p->cap && p->len) /* close the gap of unused entries */
+        memmove(p->buf + at + p->name_len, pack_data(p), p->len);
+    memcpy(p->buf, &h, sizeof h);
+    memcpy(p->buf + at, p->name, p->name_len);
+    mp__msg_adopt_payload(p->msg, p->buf, at + p->name_len + p->len); /* sent as built */
+    p->buf = NULL;
     *out = p->msg;
     p->msg = NULL;
     mp__packer_drop(p);
@@ -171,8 +227,7 @@ int mp__packer_finish(mp__packer *p, mp_msg **out)
 void mp__packer_drop(mp__packer *p)
 {
     mp_msg_destroy(p->msg);
-    free(p->entries);
-    free(p->data);
+    mp__pack_buf_put(p->buf);
     memset(p, 0, sizeof *p);
 }
 
@@ -273,21 +328,13 @@ int mp__pack_item_into(const mp__pack_view *v, uint32_t i, mp_msg *m)
     return rc;
 }
 
-int mp__pack_build(const mp_msg *src, const void *payload, size_t len, size_t first_attach,
-                   size_t nattach, mp_msg **out)
+int mp__pack_build_into(const mp_msg *src, const void *payload, size_t len,
+                        size_t first_attach, size_t nattach, mp_msg *m)
 {
-    mp_msg *m;
-    int rc = mp_msg_create(&m);
-    if (!rc)
-        rc = mp_msg_set_payload(m, payload, len);
+    int rc = mp_msg_set_payload(m, payload, len);
     if (!rc && nattach)
         rc = mp__msg_copy_attachments(src, first_attach, nattach, m);
-    if (rc) {
-        mp_msg_destroy(m);
-        return rc;
-    }
-    *out = m;
-    return 0;
+    return rc;
 }
 
 int mp__pack_item(const mp__pack_view *v, uint32_t i, mp_msg **out)

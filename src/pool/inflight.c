@@ -115,6 +115,8 @@ static void note_answer(worker *w, const mp__chunk *c)
     w->svc = w->svc > 0 ? 0.75 * w->svc + 0.25 * s : s;
     w->t_done = now;
     d = 1 + MP__POOL_HIDE / (w->svc + 1e-9);
+    if (w->svc < MP__POOL_SHORT && d < 2)
+        d = 2;
     w->depth = d >= MP__POOL_DEPTH_MAX ? MP__POOL_DEPTH_MAX : (unsigned)d;
 }
 
@@ -181,8 +183,15 @@ static bool record_items(mp_async_result *r, const mp__chunk *c, const mp__pack_
                          mp__result_frame *f)
 {
     bool ready = false;
+    uint32_t bad = 0;
     if (f)
         r->frames[c->start / r->chunk] = f;
+    if (r->kind == MP__JOB_MSG) { /* all succeeded, the common case: one range */
+        while (bad < v->count && v->entries[bad].rc == 0)
+            bad++;
+        if (bad == v->count)
+            return mp__result_range_locked(r, c->start, v->count, 0, NULL);
+    }
     for (uint32_t i = 0; i < v->count; i++) {
         const mp__pack_entry *e = &v->entries[i];
         char err[MP__WHY_MAX];

@@ -2,6 +2,7 @@
  * and the one result-handler thread that feeds them chunk by chunk,
  * collects results, replaces the dead and runs callbacks. */
 #include "pool/pool_internal.h"
+#include "wire/objects.h"
 #include "process/process_internal.h"
 
 #include <errno.h>
@@ -19,6 +20,8 @@ void mp__chunk_free(mp__chunk *c)
 {
     if (!c)
         return;
+    if (c->frame)
+        mp__pack_buf_put(mp__msg_take_payload(c->frame));
     mp_msg_destroy(c->frame);
     mp_async_result_release(c->r);
     free(c);
@@ -52,14 +55,15 @@ static bool any_worker(const mp_pool *p)
 /* How many chunks w may hold now: its learnt depth, but one while another
  * worker is still starting (it will be free soon: queued work waits for it,
  * as without pipelining) or while w's current chunk has already run longer
- * than the depth was learnt for (a long task among short ones). */
+ * than the depth was learnt for (a long task among short ones: more than
+ * twice its usual time, and more than MP__POOL_HIDE). */
 static unsigned depth_now(const worker *w, bool starting, double now)
 {
     if (starting)
         return 1;
     if (w->cur && w->cur->sent) {
         double start = w->cur->t_sent > w->t_done ? w->cur->t_sent : w->t_done;
-        if (now - start > MP__POOL_HIDE)
+        if (now - start > MP__POOL_HIDE + 2 * w->svc)
             return 1;
     }
     return w->depth;

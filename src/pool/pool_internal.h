@@ -48,14 +48,14 @@ typedef struct mp__pack_hdr {
     uint32_t reserved;
 } mp__pack_hdr;
 
-/* A pack under construction. */
+/* A pack under construction, built in the buffer it is sent from. */
 typedef struct mp__packer {
     mp_msg *msg;
     uint32_t magic;
-    uint32_t count, cap;
-    mp__pack_entry *entries;
-    char *data;
-    size_t len, data_cap;
+    uint32_t count, cap; /* entries written; room for entries */
+    uint32_t name_len;
+    char *buf;           /* header, cap entries, the name's room, data */
+    size_t len, data_cap; /* data bytes written; room for data */
     char name[MP__TASK_NAME_MAX + 1];
 } mp__packer;
 
@@ -70,6 +70,9 @@ int mp__packer_add_star(mp__packer *p, const mp_msg *const *in, size_t k);
 /* Writes the payload into p->msg and hands the message to *out. */
 int mp__packer_finish(mp__packer *p, mp_msg **out);
 void mp__packer_drop(mp__packer *p);
+/* Gives a finished pack's buffer (mp__msg_take_payload; NULL is harmless)
+ * back for the next packs, or frees it. */
+void mp__pack_buf_put(void *buf);
 
 /* A received pack, validated: every entry, length and attachment count
  * checked against the payload and the message (MP_EPROTO otherwise). */
@@ -94,10 +97,10 @@ void mp__pack_close(mp__pack_view *v);
 int mp__pack_item(const mp__pack_view *v, uint32_t i, mp_msg **out);
 /* The same into m, emptied first (mp__msg_reset). */
 int mp__pack_item_into(const mp__pack_view *v, uint32_t i, mp_msg *m);
-/* A new message: len bytes at payload, and attachments [first_attach,
- * first_attach + nattach) of src. */
-int mp__pack_build(const mp_msg *src, const void *payload, size_t len, size_t first_attach,
-                   size_t nattach, mp_msg **out);
+/* Fills the empty message m: len bytes at payload, and attachments
+ * [first_attach, first_attach + nattach) of src. */
+int mp__pack_build_into(const mp_msg *src, const void *payload, size_t len,
+                        size_t first_attach, size_t nattach, mp_msg *m);
 /* Copies attachments [from, from + n) of src onto dst. */
 int mp__msg_copy_attachments(const mp_msg *src, size_t from, size_t n, mp_msg *dst);
 
@@ -185,6 +188,11 @@ int mp__result_take(mp_async_result *r, size_t i, mp_msg **out);
 void mp__result_drop_frame(mp_async_result *r, size_t k);
 /* The same for item j of chunk k (no division: a map's builder walks them). */
 int mp__result_take_at(mp_async_result *r, size_t k, uint32_t j, mp_msg **out);
+/* The same, built into m (empty, the caller's: a map's builder takes its
+ * messages in blocks, mp__msg_create_block) unless a borrow built the item
+ * before: *out is then that message and m stays empty. On failure m may
+ * hold part of the item: the caller destroys it. */
+int mp__result_take_into(mp_async_result *r, size_t k, uint32_t j, mp_msg *m, mp_msg **out);
 /* The same, but borrowed: built into outs[i] once, kept there. */
 int mp__result_borrow(mp_async_result *r, size_t i, const mp_msg **out);
 /* Handler thread: runs the callback of a ready result. */
@@ -224,6 +232,11 @@ enum { MP__POOL_RUN = 0, MP__POOL_CLOSED = 1, MP__POOL_TERMINATED = 2 };
  * paying one round trip each. */
 #define MP__POOL_DEPTH_MAX 32
 #define MP__POOL_HIDE 50e-6
+/* A worker whose chunks run under MP__POOL_SHORT holds two at least, so it
+ * never waits for the handler thread between two of them (on a busy host
+ * that wait, not the chunk, was the cost of a default-chunksize map); the
+ * most that can cost is one such chunk of imbalance at the end. */
+#define MP__POOL_SHORT 2e-3
 
 typedef struct mp_process mp_process;
 

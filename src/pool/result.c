@@ -111,8 +111,9 @@ void mp__result_drop_frame(mp_async_result *r, size_t k)
 }
 
 /* Item j of f, at or after its cursor: walks the entries up to it, builds
- * it, moves the cursor past it. No table: the handler checked the frame. */
-static int frame_next(mp__result_frame *f, uint32_t j, mp_msg **out)
+ * it into m, moves the cursor past it. No table: the handler checked the
+ * frame. */
+static int frame_next(mp__result_frame *f, uint32_t j, mp_msg *m)
 {
     const char *pl = mp_msg_payload(f->msg, NULL);
     mp__pack_entry e;
@@ -125,7 +126,7 @@ static int frame_next(mp__result_frame *f, uint32_t j, mp_msg **out)
         f->att += e.nattach;
         f->next++;
     }
-    rc = mp__pack_build(f->msg, pl + f->off, e.len, f->att, e.nattach, out);
+    rc = mp__pack_build_into(f->msg, pl + f->off, e.len, f->att, e.nattach, m);
     if (rc)
         return rc;
     f->off += e.len + e.err_len;
@@ -140,7 +141,7 @@ int mp__result_take(mp_async_result *r, size_t i, mp_msg **out)
     return mp__result_take_at(r, k, (uint32_t)(i - k * r->chunk), out);
 }
 
-int mp__result_take_at(mp_async_result *r, size_t k, uint32_t j, mp_msg **out)
+int mp__result_take_into(mp_async_result *r, size_t k, uint32_t j, mp_msg *m, mp_msg **out)
 {
     size_t i = k * r->chunk + j;
     mp__result_frame *f = k < r->nframes ? r->frames[k] : NULL;
@@ -152,14 +153,33 @@ int mp__result_take_at(mp_async_result *r, size_t k, uint32_t j, mp_msg **out)
     }
     if (!f) /* cannot happen: a successful item's chunk answer is kept */
         return mp__error(MP_EPROTO, "mp_pool: item %zu has no result", i);
-    if (!f->open && j >= f->next)
-        return frame_next(f, j, out);
-    if (!f->open) {
-        if ((rc = mp__pack_open(f->msg, &f->v)) != 0)
-            return rc;
-        f->open = true;
+    if (!f->open && j >= f->next) {
+        rc = frame_next(f, j, m);
+    } else {
+        if (!f->open) {
+            if ((rc = mp__pack_open(f->msg, &f->v)) != 0)
+                return rc;
+            f->open = true;
+        }
+        rc = mp__pack_item_into(&f->v, j, m);
     }
-    return mp__pack_item(&f->v, j, out);
+    if (!rc)
+        *out = m;
+    return rc;
+}
+
+int mp__result_take_at(mp_async_result *r, size_t k, uint32_t j, mp_msg **out)
+{
+    mp_msg *m, *got;
+    int rc = mp_msg_create(&m);
+    if (rc)
+        return rc;
+    rc = mp__result_take_into(r, k, j, m, &got);
+    if (rc || got != m)
+        mp_msg_destroy(m);
+    if (!rc)
+        *out = got;
+    return rc;
 }
 
 int mp__result_borrow(mp_async_result *r, size_t i, const mp_msg **out)

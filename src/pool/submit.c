@@ -1,6 +1,7 @@
 /* Submission: cut the input into chunks (one pack each), queue them; the
  * blocking forms wait on the result. Also the lazy iterators. */
 #include "pool/pool_internal.h"
+#include "wire/objects.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,7 +147,7 @@ static int submit(mp_pool *p, const char *task, int kind, source *s, size_t n,
     chunksize = mp__pool_chunksize(p, n, chunksize, item_bytes(s, n));
     if (kind == MP__JOB_MSG && (rc = mp__result_set_chunks(r, chunksize)) != 0)
         goto out_release;
-    for (size_t start = 0; start < n; start += chunksize) {
+    for (size_t start = 0, made = 0, next_flush = 1; start < n; start += chunksize) {
         size_t count = n - start < chunksize ? n - start : chunksize;
         rc = make_chunk(r, s, start, count, &c);
         if (rc)
@@ -156,10 +157,25 @@ static int submit(mp_pool *p, const char *task, int kind, source *s, size_t n,
         else
             head = c;
         tail = c;
+        /* The first chunks go at once, then batches of doubling size: the
+         * workers start while the rest are packed, at a handler wake-up
+         * per batch. (VEC: all at the end, see below.) */
+        if (++made == next_flush && kind != MP__JOB_VEC && start + count < n) {
+            next_flush *= 2;
+            rc = mp__pool_submit(p, head, tail); /* frees the chunks on failure */
+            head = tail = NULL;
+            if (rc)
+                goto out_release;
+        }
     }
+    /* VEC: every chunk holds the arrays now; dropping this hold before the
+     * handler can see them keeps the last release of an array out of this
+     * thread while the handler encodes it. */
+    mp_msg_destroy(s->vatt);
+    s->vatt = NULL;
     if (n == 0) /* nothing to hand the handler: done now, in this thread */
         mp__result_callback(r);
-    else if ((rc = mp__pool_submit(p, head, tail)) != 0) /* frees the chunks */
+    else if (head && (rc = mp__pool_submit(p, head, tail)) != 0) /* frees the chunks */
         goto out_release;
     *res = r;
     return 0;
@@ -257,6 +273,40 @@ static bool is_done(mp_async_result *r, void *arg)
     return r->ready || r->done[*(const size_t *)arg];
 }
 
+/* The messages of a map's results come in blocks (one malloc each,
+ * mp__msg_create_block): a message kept by the caller keeps its block's
+ * 16 KiB. */
+#define OUT_BLOCK MP__MSG_BLOCK
+
+/* Builds items [*pos, end) of r's results into out, from their chunks'
+ * answers, taking their messages in blocks. */
+static int build_run(mp_async_result *r, size_t *pos, size_t end, mp_msg **out)
+{
+    mp_msg *blk[OUT_BLOCK];
+    size_t nb = 0, used = 0, k = *pos / r->chunk, j = *pos - k * r->chunk;
+    int rc = 0;
+    for (; *pos < end && rc == 0; (*pos)++) {
+        if (used == nb) {
+            nb = end - *pos < OUT_BLOCK ? end - *pos : OUT_BLOCK;
+            used = 0;
+            if ((rc = mp__msg_create_block(nb, blk)) != 0) {
+                nb = 0;
+                break;
+            }
+        }
+        rc = mp__result_take_into(r, k, (uint32_t)j, blk[used], &out[*pos]);
+        if (rc == 0 && out[*pos] == blk[used])
+            used++;
+        if (rc == 0 && (++j == r->chunk || *pos + 1 == r->n)) {
+            mp__result_drop_frame(r, k++); /* its last item */
+            j = 0;
+        }
+    }
+    while (used < nb) /* unused, or holding part of the item that failed */
+        mp_msg_destroy(blk[used++]);
+    return rc;
+}
+
 /* MSG: waits for the items in order and builds each one's message from its
  * chunk's answer as the chunk arrives, here, beside the workers: the
  * handler thread only moves chunks. r is the caller's alone (the handler
@@ -274,14 +324,7 @@ static int build_outs(mp_async_result *r, mp_msg **out)
         if (end == pos)
             break; /* item pos failed */
         pthread_mutex_unlock(&r->mu);
-        size_t k = pos / r->chunk, j = pos - k * r->chunk;
-        for (; pos < end && rc == 0; pos++) {
-            rc = mp__result_take_at(r, k, (uint32_t)j, &out[pos]);
-            if (++j == r->chunk || pos + 1 == r->n) {
-                mp__result_drop_frame(r, k++); /* its last item */
-                j = 0;
-            }
-        }
+        rc = build_run(r, &pos, end, out);
         pthread_mutex_lock(&r->mu);
     }
     pthread_mutex_unlock(&r->mu);

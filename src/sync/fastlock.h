@@ -114,6 +114,13 @@ MP__FAST_INLINE const mp__fast_thread *mp__fast_self(mp__fast_thread *t)
     ((__pthread_list_t *)((char *)((uintptr_t)(p) & ~(uintptr_t)1) -                      \
                           offsetof(__pthread_list_t, __next)))
 
+/* MP__HEAD_PREV: glibc keeps a __prev slot for the list head too (its
+ * struct pthread's robust_prev, just before the head), writes it when the
+ * first node changes, and never reads it: a node's __prev is read only
+ * when that node is unlinked, and the head is never unlinked (the kernel
+ * follows __next only). The fast paths leave it, a store fewer each way;
+ * every link that is read is written as glibc writes it. */
+
 /* Compiler barriers where glibc has them: the kernel reads the list and
  * the pending slot only when this thread dies, so only the order of the
  * stores as this thread issues them matters. */
@@ -164,10 +171,17 @@ MP__FAST_INLINE int mp__fast_try(pthread_mutex_t *m, const mp__fast_thread *t)
     }
     if (__builtin_expect(MP__OWNER_MARKER(m), 0))
         return MP__FAST_GIVE_BACK;
-    __pthread_list_t *next = MP__LIST_OF(h->list);
-    next->__prev = MP__NODE(m);
-    m->__data.__list.__next = h->list;
-    m->__data.__list.__prev = (void *)h;
+    void *first = h->list;
+    /* glibc links the old first node (or the head itself, its unread
+     * robust_prev, see MP__HEAD_PREV) back to m, and m to them; m's own
+     * links, which a fast release leaves, are usually right already: a
+     * load instead of a store, which the release's swap would wait for. */
+    if (first != (void *)h)
+        MP__LIST_OF(first)->__prev = MP__NODE(m);
+    if (m->__data.__list.__next != first || m->__data.__list.__prev != (void *)h) {
+        m->__data.__list.__next = first;
+        m->__data.__list.__prev = (void *)h;
+    }
     MP__BARRIER();
     h->list = MP__NODE(m);
     MP__BARRIER();
@@ -202,10 +216,10 @@ MP__FAST_INLINE bool mp__fast_release_held(pthread_mutex_t *m, const mp__fast_th
     mp__rhead *h = t->head;
     h->list_op_pending = MP__NODE(m);
     MP__BARRIER();
-    __pthread_list_t *next = MP__LIST_OF(m->__data.__list.__next);
-    __pthread_list_t *prev = MP__LIST_OF(m->__data.__list.__prev);
-    next->__prev = m->__data.__list.__prev;
-    prev->__next = m->__data.__list.__next;
+    void *nx = m->__data.__list.__next, *pv = m->__data.__list.__prev;
+    if (nx != (void *)h) /* the head's robust_prev is never read (MP__HEAD_PREV) */
+        MP__LIST_OF(nx)->__prev = pv;
+    MP__LIST_OF(pv)->__next = nx;
     MP__BARRIER();
     /* (glibc also clears the node's own links, __owner and __nusers;
      * nothing reads them before the next lock writes them, see above, and

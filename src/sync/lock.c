@@ -36,11 +36,27 @@ int mp__check_timeout(double timeout, const char *call)
 
 int mp__olock_init(mp__olock *l, const char *call)
 {
+    l->depth = 1; /* a free lock's depth: the fast acquire need not write it */
     return mp__robust_init(&l->mutex, MP__MUTEX_ERRORCHECK, call);
 }
 
-/* Whether the calling thread holds l. The owner fields say who took it
- * last; the fast release leaves them (a store fewer on the path every
+MP__FAST_INLINE uint64_t owner_word(pid_t pid, pid_t tid)
+{
+    return (uint64_t)(uint32_t)pid << 32 | (uint32_t)tid;
+}
+
+static pid_t owner_pid(const mp__olock *l)
+{
+    return (pid_t)(atomic_load_explicit(&l->owner, memory_order_relaxed) >> 32);
+}
+
+static pid_t owner_tid(const mp__olock *l)
+{
+    return (pid_t)(uint32_t)atomic_load_explicit(&l->owner, memory_order_relaxed);
+}
+
+/* Whether the calling thread holds l. The owner field says who took it
+ * last; the fast release leaves it (a store fewer on the path every
  * acquisition takes), so with fast locks the futex word, which holds the
  * holder's tid, says whether that holder still holds it. */
 bool mp__olock_mine(const mp__olock *l)
@@ -48,33 +64,29 @@ bool mp__olock_mine(const mp__olock *l)
     mp__fast_thread me;
     const mp__fast_thread *t = mp__fast_self(&me);
     pid_t pid = t ? t->pid : mp__pid(), tid = t ? t->tid : mp__tid();
-    return atomic_load_explicit(&l->owner_tid, memory_order_relaxed) == tid &&
-           atomic_load_explicit(&l->owner_pid, memory_order_relaxed) == pid &&
+    return atomic_load_explicit(&l->owner, memory_order_relaxed) == owner_word(pid, tid) &&
            (!MP__FAST_LOCKS || mp__mutex_holder_tid(&l->mutex) == tid);
 }
 
 static void set_owner(mp__olock *l, pid_t pid, pid_t tid)
 {
-    atomic_store_explicit(&l->owner_pid, pid, memory_order_relaxed);
-    atomic_store_explicit(&l->owner_tid, tid, memory_order_relaxed);
+    atomic_store_explicit(&l->owner, owner_word(pid, tid), memory_order_relaxed);
 }
 
 /* The uncontended acquire, inline in the public calls: a free lock needs
- * no owner check (the swap fails when the caller holds it already). The
- * owner fields and the depth are written only when they changed: a lock
- * taken again by the thread that released it last (the usual case) costs
- * no store beyond the robust mutex's own. Returns as mp__fast_try. */
+ * no owner check (the swap fails when the caller holds it already), and
+ * its depth is 1 already (every release leaves it so). The owner field is
+ * written only when it changed: a lock taken again by the thread that
+ * released it last (the usual case) costs no store beyond the robust
+ * mutex's own. Returns as mp__fast_try. */
 MP__FAST_INLINE int fast_try_acquire(mp__olock *l, const mp__fast_thread *t)
 {
     int r = mp__fast_try(&l->mutex, t);
     if (__builtin_expect(r != MP__FAST_TAKEN, 0))
         return r;
-    if (__builtin_expect(atomic_load_explicit(&l->owner_tid, memory_order_relaxed) != t->tid ||
-                             atomic_load_explicit(&l->owner_pid, memory_order_relaxed) != t->pid,
-                         0))
-        set_owner(l, t->pid, t->tid);
-    if (__builtin_expect(l->depth != 1, 0))
-        l->depth = 1;
+    uint64_t me = owner_word(t->pid, t->tid);
+    if (__builtin_expect(atomic_load_explicit(&l->owner, memory_order_relaxed) != me, 0))
+        atomic_store_explicit(&l->owner, me, memory_order_relaxed);
     return MP__FAST_TAKEN;
 }
 
@@ -89,13 +101,14 @@ static bool fast_acquire(mp__olock *l, const mp__fast_thread *t)
 enum { FAST_RELEASED = 0, FAST_WAKE = 1, FAST_NO = -1 };
 
 /* The release of a lock the calling thread holds once, inline. It leaves
- * the owner fields and the depth of 1 (mp__olock_mine checks the word).
- * FAST_WAKE: released, a waiter must be woken (mp__fast_wake); FAST_NO:
- * the general path must release it. */
-MP__FAST_INLINE int fast_try_release(mp__olock *l, const mp__fast_thread *t)
+ * the owner field and the depth of 1 (mp__olock_mine checks the word). The
+ * word says whether this thread holds it (its tid); a Lock held is always
+ * at depth 1, an RLock's depth is checked. FAST_WAKE: released, a waiter
+ * must be woken (mp__fast_wake); FAST_NO: the general path must release
+ * it. */
+MP__FAST_INLINE int fast_try_release(mp__olock *l, const mp__fast_thread *t, bool recursive)
 {
-    if (!t || l->depth != 1 || !mp__fast_holds(&l->mutex, t) ||
-        atomic_load_explicit(&l->owner_tid, memory_order_relaxed) != t->tid)
+    if (!t || (recursive && l->depth != 1) || !mp__fast_holds(&l->mutex, t))
         return FAST_NO;
     return mp__fast_release_held(&l->mutex, t) ? FAST_WAKE : FAST_RELEASED;
 }
@@ -115,7 +128,7 @@ int mp__olock_lock(mp__olock *l, bool recursive, double timeout, const char *cal
         l->depth++;
         return 0;
     }
-    dead_pid = atomic_load_explicit(&l->owner_pid, memory_order_relaxed);
+    dead_pid = owner_pid(l);
     err = mp__robust_lock(&l->mutex, mp__deadline(timeout));
     switch (err) {
     case 0:
@@ -144,20 +157,22 @@ int mp__olock_unlock(mp__olock *l, const char *call)
 {
     int err;
     if (!mp__olock_mine(l)) {
-        pid_t pid = atomic_load_explicit(&l->owner_pid, memory_order_relaxed);
+        pid_t pid = owner_pid(l);
         if (mp__mutex_dead_holder(&l->mutex))
             return mp__error(MP_EPERM, "%s: the lock's holder (pid %d) died holding it; "
                              "lock it (MP_EOWNERDEAD), repair the data it protects and "
                              "call the _consistent function", call, pid);
-        if (atomic_load_explicit(&l->owner_tid, memory_order_relaxed) == 0 ||
+        if (owner_tid(l) == 0 ||
             !mp__mutex_live_holder(&l->mutex))
             return mp__error(MP_ESTATE, "%s: the lock is not held", call);
         return mp__error(MP_EPERM, "%s: the lock is held by another thread (pid %d); only "
                          "the thread that locked it may unlock it", call, pid);
     }
-    if (--l->depth > 0)
+    if (l->depth > 1) {
+        l->depth--;
         return 0;
-    set_owner(l, 0, 0);
+    }
+    set_owner(l, 0, 0); /* the depth stays 1, a free lock's */
     err = pthread_mutex_unlock(&l->mutex);
     if (err)
         return mp__errno_error(err, "%s: pthread_mutex_unlock", call);
@@ -249,7 +264,8 @@ static __attribute__((noinline)) int acquire_slow(mp__sync *s, int fast, bool re
     return rc ? rc : mp__olock_lock(olock_of(s), recursive, timeout, call);
 }
 
-static __attribute__((noinline)) int release_slow(mp__sync *s, int fast, const char *call)
+static __attribute__((noinline)) int release_slow(mp__sync *s, int fast, bool recursive,
+                                                  const char *call)
 {
     mp__fast_thread me;
     const mp__fast_thread *t = mp__fast_self(&me);
@@ -258,7 +274,7 @@ static __attribute__((noinline)) int release_slow(mp__sync *s, int fast, const c
         return 0;
     }
     MP__CHECK_HANDLE(s, call);
-    fast = fast_try_release(olock_of(s), t);
+    fast = fast_try_release(olock_of(s), t, recursive);
     if (fast == FAST_WAKE)
         mp__fast_wake(&olock_of(s)->mutex, t->head);
     if (fast != FAST_NO)
@@ -276,10 +292,10 @@ MP__FAST_INLINE int public_fast_acquire(mp__sync *s, double timeout)
     return fast_try_acquire(olock_of(s), t);
 }
 
-MP__FAST_INLINE int public_fast_release(mp__sync *s)
+MP__FAST_INLINE int public_fast_release(mp__sync *s, bool recursive)
 {
     mp__fast_thread me;
-    return s ? fast_try_release(olock_of(s), mp__fast_ready(&me)) : FAST_NO;
+    return s ? fast_try_release(olock_of(s), mp__fast_ready(&me), recursive) : FAST_NO;
 }
 
 int mp_lock_lock(mp_lock *l, double timeout)
@@ -292,10 +308,10 @@ int mp_lock_lock(mp_lock *l, double timeout)
 
 int mp_lock_unlock(mp_lock *l)
 {
-    int fast = public_fast_release((mp__sync *)l);
+    int fast = public_fast_release((mp__sync *)l, false);
     if (__builtin_expect(fast == FAST_RELEASED, 1))
         return 0;
-    return release_slow((mp__sync *)l, fast, "mp_lock_unlock");
+    return release_slow((mp__sync *)l, fast, false, "mp_lock_unlock");
 }
 
 int mp_lock_consistent(mp_lock *l)
@@ -339,10 +355,10 @@ int mp_rlock_lock(mp_rlock *l, double timeout)
 
 int mp_rlock_unlock(mp_rlock *l)
 {
-    int fast = public_fast_release((mp__sync *)l);
+    int fast = public_fast_release((mp__sync *)l, true);
     if (__builtin_expect(fast == FAST_RELEASED, 1))
         return 0;
-    return release_slow((mp__sync *)l, fast, "mp_rlock_unlock");
+    return release_slow((mp__sync *)l, fast, true, "mp_rlock_unlock");
 }
 
 int mp_rlock_consistent(mp_rlock *l)

@@ -84,8 +84,10 @@ bool mp__mutex_dead_holder(const pthread_mutex_t *m);
 /* ---- owned locks: the body of Lock, RLock and Condition ------------------ */
 typedef struct mp__olock {
     pthread_mutex_t mutex; /* robust, error-checking */
-    _Atomic int32_t owner_pid, owner_tid; /* of the last holder (mp__olock_mine) */
-    uint32_t depth;                        /* written by the owner only */
+    /* The last holder, pid << 32 | tid (mp__olock_mine): one word, so
+     * that the fast acquire checks it with one load and compare. */
+    _Atomic uint64_t owner;
+    uint32_t depth; /* written by the owner only; 1 while the lock is free */
     uint32_t inconsistent;                 /* set on EOWNERDEAD until marked */
 } mp__olock;
 

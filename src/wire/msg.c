@@ -1,5 +1,8 @@
 /* mp_msg: payload bytes plus an ordered list of named attachments. The
  * message holds one reference on everything it attaches. */
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +19,77 @@ int mp_msg_create(mp_msg **out)
     if (!m)
         return mp__error(MP_ENOMEM, "mp_msg_create: out of memory");
     *out = m;
+    return 0;
+}
+
+struct mp__msg_block {
+    atomic_size_t live;         /* messages of the block not destroyed yet */
+    size_t cap;                 /* messages it has room for */
+    struct mp__msg_block *next; /* in the cache */
+    mp_msg m[];
+};
+
+/* Freed full blocks, kept for the next map: a map of 100k results takes
+ * 6 MiB of messages, and freeing them each time lets glibc trim its heap,
+ * so the next map pays a page fault per 4 KiB again. Bounded; taken by
+ * trylock only (busy: malloc/free as usual), so a fork while another
+ * thread holds it leaves the child a cache it never touches, not a lock. */
+#define BLOCK_CACHE_MAX 512 /* 8 MiB */
+static struct {
+    atomic_flag busy;
+    unsigned n;
+    struct mp__msg_block *head;
+} bcache = {ATOMIC_FLAG_INIT, 0, NULL};
+
+static struct mp__msg_block *block_cached(void)
+{
+    struct mp__msg_block *b = NULL;
+    if (atomic_flag_test_and_set_explicit(&bcache.busy, memory_order_acquire))
+        return NULL;
+    if ((b = bcache.head) != NULL) {
+        bcache.head = b->next;
+        bcache.n--;
+    }
+    atomic_flag_clear_explicit(&bcache.busy, memory_order_release);
+    return b;
+}
+
+static void block_free(struct mp__msg_block *b)
+{
+    if (b->cap == MP__MSG_BLOCK &&
+        !atomic_flag_test_and_set_explicit(&bcache.busy, memory_order_acquire)) {
+        bool kept = bcache.n < BLOCK_CACHE_MAX;
+        if (kept) {
+            b->next = bcache.head;
+            bcache.head = b;
+            bcache.n++;
+        }
+        atomic_flag_clear_explicit(&bcache.busy, memory_order_release);
+        if (kept)
+            return;
+    }
+    free(b);
+}
+
+int mp__msg_create_block(size_t n, mp_msg **out)
+{
+    struct mp__msg_block *b = NULL;
+    /* a full block when n is close to one: the cache holds only those */
+    size_t cap = n > MP__MSG_BLOCK / 4 ? MP__MSG_BLOCK : n;
+    if (n == 0 || n > MP__MSG_BLOCK)
+        return n ? mp__error(MP_EINVAL, "mp_msg_create: %zu messages in one block, at most "
+                             "%d", n, MP__MSG_BLOCK) : 0;
+    if (cap == MP__MSG_BLOCK)
+        b = block_cached();
+    if (!b && !(b = malloc(sizeof *b + cap * sizeof(mp_msg))))
+        return mp__error(MP_ENOMEM, "mp_msg_create: out of memory for %zu messages", n);
+    b->cap = cap;
+    memset(b->m, 0, n * sizeof(mp_msg));
+    atomic_init(&b->live, n);
+    for (size_t i = 0; i < n; i++) {
+        b->m[i].block = b;
+        out[i] = &b->m[i];
+    }
     return 0;
 }
 
@@ -37,7 +111,10 @@ void mp_msg_destroy(mp_msg *m)
     free(m->att);
     if (m->payload != m->small)
         free(m->payload);
-    free(m);
+    if (!m->block)
+        free(m);
+    else if (atomic_fetch_sub_explicit(&m->block->live, 1, memory_order_acq_rel) == 1)
+        block_free(m->block);
 }
 
 void mp__msg_reset(mp_msg *m)
@@ -54,6 +131,14 @@ void mp__msg_adopt_payload(mp_msg *m, void *payload, size_t len)
         free(m->payload);
     m->payload = payload;
     m->len = len;
+}
+
+void *mp__msg_take_payload(mp_msg *m)
+{
+    void *p = m->payload != m->small ? m->payload : NULL;
+    m->payload = NULL;
+    m->len = 0;
+    return p;
 }
 
 int mp_msg_set_payload(mp_msg *m, const void *data, size_t len)

@@ -25,6 +25,7 @@ struct mp_msg {
     mp__attach *att;
     size_t count;
     size_t cap;
+    struct mp__msg_block *block; /* NULL: malloc'd alone; else made in this block */
     _Alignas(16) unsigned char small[MP__MSG_INLINE];
 };
 

@@ -73,6 +73,61 @@ static void test_map_chunksizes(void **state)
     mp_pool_destroy(p);
 }
 
+/* A map's results are made in blocks of messages (one allocation each):
+ * every one is still the caller's own, destroyed alone, in any order and
+ * from any thread, and one may outlive the pool and the other results and
+ * be changed like any message. */
+typedef struct {
+    mp_msg **out;
+    size_t from, to;
+} drop_range;
+
+static void *drop_odd(void *arg)
+{
+    drop_range *d = arg;
+    for (size_t i = d->from; i < d->to; i += 2)
+        mp_msg_destroy(d->out[i]);
+    return NULL;
+}
+
+static void test_map_results_are_independent(void **state)
+{
+    enum { N = 2000 };
+    static const size_t chunks[] = {0, 300, 7};
+    mp_pool *p = pool_new(2, 0);
+    mp_msg *in[N], *out[N], *kept = NULL;
+    mp_tensor *t;
+    int64_t shape[1] = {4};
+    char big[40];
+    for (int i = 0; i < N; i++)
+        in[i] = msg_i64(i);
+    for (size_t c = 0; c < sizeof chunks / sizeof chunks[0]; c++) {
+        pthread_t th;
+        drop_range odd = {out, 1, N};
+        assert_mp_ok(mp_pool_map(p, "square", (const mp_msg *const *)in, N, chunks[c], out));
+        for (int i = 0; i < N; i++)
+            assert_int_equal(in_i64(out[i]), (int64_t)i * i);
+        assert_int_equal(pthread_create(&th, NULL, drop_odd, &odd), 0);
+        for (int i = N - 2; i >= 0; i -= 2) /* the evens backwards, one kept */
+            if (i != 1000 || kept)
+                mp_msg_destroy(out[i]);
+            else
+                kept = out[i];
+        assert_int_equal(pthread_join(th, NULL), 0);
+    }
+    mp_pool_destroy(p);
+    assert_int_equal(in_i64(kept), 1000 * 1000);
+    memset(big, 'x', sizeof big);
+    assert_mp_ok(mp_msg_set_payload(kept, big, sizeof big)); /* outgrows the inline bytes */
+    assert_mp_ok(mp_tensor_empty(MP_FLOAT32, 1, shape, &t));
+    assert_mp_ok(mp_msg_add_tensor(kept, "t", t));
+    mp_tensor_release(t);
+    assert_int_equal(mp_msg_count(kept), 1);
+    mp_msg_destroy(kept);
+    for (int i = 0; i < N; i++)
+        mp_msg_destroy(in[i]);
+}
+
 static void test_starmap(void **state)
 {
     enum { N = 6, K = 3 };
@@ -518,6 +573,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_apply_serial_async_parallel, setup, teardown),
         cmocka_unit_test_setup_teardown(test_map_chunksizes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_map_results_are_independent, setup, teardown),
         cmocka_unit_test_setup_teardown(test_starmap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_callbacks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_terminate_in_flight, setup, teardown),

@@ -130,6 +130,19 @@ static void test_rlock_recursion(void **state)
         assert_int_equal(mp_rlock_depth(r), i);
     }
     assert_mp_err(mp_rlock_unlock(r), MP_ESTATE);
+    /* every release leaves a free lock at depth 1 (the inline acquire does
+     * not write it): taken again after the recursive releases, it is one
+     * deep, and one release frees it */
+    for (int round = 0; round < 2; round++) {
+        assert_mp_ok(mp_rlock_lock(r, 0));
+        assert_int_equal(mp_rlock_depth(r), 1);
+        assert_mp_ok(mp_rlock_lock(r, 0));
+        assert_int_equal(mp_rlock_depth(r), 2);
+        assert_mp_ok(mp_rlock_unlock(r));
+        assert_mp_ok(mp_rlock_unlock(r));
+        assert_int_equal(mp_rlock_depth(r), 0);
+        assert_mp_err(mp_rlock_unlock(r), MP_ESTATE);
+    }
     mp_rlock_release(r);
 }
 
@@ -230,6 +243,10 @@ static void test_rlock_owner_dead(void **state)
     assert_mp_ok(mp_rlock_consistent(a.obj));
     assert_mp_ok(mp_rlock_unlock(a.obj));
     assert_int_equal(mp_rlock_depth(a.obj), 0);
+    assert_mp_ok(mp_rlock_lock(a.obj, 0)); /* inline: 1 deep, not the dead owner's 2 */
+    assert_int_equal(mp_rlock_depth(a.obj), 1);
+    assert_mp_ok(mp_rlock_unlock(a.obj));
+    assert_mp_err(mp_rlock_unlock(a.obj), MP_ESTATE);
     mp_rlock_release(a.obj);
     close_pipe(p);
 }
