@@ -199,19 +199,29 @@ static int home_get(mp_mpi_queue *mq, mp_msg **out, double deadline, const char 
  * not answered by the deadline is cancelled with op; the broker then
  * answers it (MP_ETIMEDOUT) unless its answer was already on the way. */
 int mp__mpi_qawait(mp_mpi_queue *mq, uint64_t req, double deadline, int op, qreq *a,
-                        const char *fn)
+                   mp_msg **inl, const char *fn)
 {
+    qframe f;
     MPI_Request r;
-    MPI_Irecv(a, sizeof *a, MPI_BYTE, mq->home, mq->tag + 2, mp__mpi.comm, &r);
-    int rc = mp__mpi_wait(&r, deadline, NULL, fn);
+    MPI_Status st;
+    int count = 0;
+    MPI_Irecv(&f, sizeof f, MPI_BYTE, mq->home, mq->tag + 2, mp__mpi.comm, &r);
+    int rc = mp__mpi_wait(&r, deadline, &st, fn);
     if (rc == MP_ETIMEDOUT) {
         qreq c = {req, op, 0, 0};
         MPI_Send(&c, sizeof c, MPI_BYTE, mq->home, mq->tag + 1, mp__mpi.comm);
-        rc = mp__mpi_wait(&r, -1, NULL, fn);
+        rc = mp__mpi_wait(&r, -1, &st, fn);
     }
-    if (rc == 0 && a->req != req)
-        rc = mp__error(MP_EPROTO, "%s: answer %llu from rank %d, wanted %llu", fn,
-                       (unsigned long long)a->req, mq->home, (unsigned long long)req);
+    if (rc == 0)
+        MPI_Get_count(&st, MPI_BYTE, &count);
+    if (rc == 0 && (f.h.req != req || count < (int)sizeof f.h))
+        return mp__error(MP_EPROTO, "%s: answer %llu from rank %d, wanted %llu", fn,
+                         (unsigned long long)f.h.req, mq->home, (unsigned long long)req);
+    if (rc == 0)
+        *a = f.h;
+    if (rc == 0 && count > (int)sizeof f.h)
+        rc = inl ? mp__mpi_qframe_msg(&f, count, mq->home, mq->tag + 2, inl)
+                 : mp__error(MP_EPROTO, "%s: rank %d answered with a message", fn, mq->home);
     return rc;
 }
 
@@ -250,18 +260,24 @@ static int settle_pending(mp_mpi_queue *mq)
 static int remote_put(mp_mpi_queue *mq, const mp_msg *m, double until, const char *fn)
 {
     double deadline = remote_deadline(until);
-    int slot = settle_pending(mq), rc;
+    int slot = settle_pending(mq), rc = 0;
     qreq h = {++mq->next_req, 0, 0, 0}, a;
+    qframe small;
+    size_t len = 0;
     mp__mpi_inflight *f = NULL;
     if (slot < 0)
         return mp__error(MP_ETIMEDOUT, "%s: %d earlier puts that timed out are still being "
                                        "transferred to rank %d; nothing was sent", fn,
                          MAX_PENDING, mq->home);
-    /* Checked first: once the header is out, the message must follow. */
-    if ((rc = mp__mpi_xfer_check(m)) != 0)
-        return rc;
-    MPI_Send(&h, sizeof h, MPI_BYTE, mq->home, mq->tag, mp__mpi.comm);
-    rc = mp__mpi_xfer_send(m, mq->home, mq->tag, &f);
+    if (mp__mpi_xfer_pack(m, small.msg, sizeof small.msg, &len) == 0) {
+        small.h = h; /* bytes alone: header and message in one */
+        MPI_Send(&small, (int)(sizeof h + len), MPI_BYTE, mq->home, mq->tag, mp__mpi.comm);
+    } else if ((rc = mp__mpi_xfer_check(m)) != 0) {
+        return rc; /* checked first: once the header is out, the message must follow */
+    } else {
+        MPI_Send(&h, sizeof h, MPI_BYTE, mq->home, mq->tag, mp__mpi.comm);
+        rc = mp__mpi_xfer_send(m, mq->home, mq->tag, &f);
+    }
     if (rc == 0 && f) {
         int w = mp__mpi_inflight_wait(f, deadline, fn);
         rc = w < 0 ? w : 0; /* not sent by the deadline: the answer decides */
@@ -270,7 +286,7 @@ static int remote_put(mp_mpi_queue *mq, const mp_msg *m, double until, const cha
         mq->pending[slot] = f, f = NULL; /* the broker takes it, or drops it */
     mp__mpi_inflight_free(f);
     if (rc == 0)
-        rc = mp__mpi_qawait(mq, h.req, deadline, OP_CANCEL_PUT, &a, fn);
+        rc = mp__mpi_qawait(mq, h.req, deadline, OP_CANCEL_PUT, &a, NULL, fn);
     if (rc == 0 && a.op == MP_ETIMEDOUT)
         return mp__error(MP_ETIMEDOUT, "%s: %s", fn, until == 0 ? "the queue is full"
                                                                 : "timed out");
@@ -304,8 +320,8 @@ static int q_get(void *impl, mp_msg **out, double deadline, const char *fn)
     MPI_Send(&r, sizeof r, MPI_BYTE, mq->home, mq->tag + 1, mp__mpi.comm);
     /* A poll gets one round trip to the home's broker. */
     settle_pending(mq);
-    rc = mp__mpi_qawait(mq, r.req, remote_deadline(deadline), OP_CANCEL, &a, fn);
-    if (rc)
+    rc = mp__mpi_qawait(mq, r.req, remote_deadline(deadline), OP_CANCEL, &a, out, fn);
+    if (rc || *out)
         return rc;
     if (a.op == MP_ETIMEDOUT && deadline == 0)
         return mp__error(MP_ETIMEDOUT, "%s: the queue is empty", fn);
@@ -334,7 +350,7 @@ static int q_close(void *impl, const char *fn)
         return rc ? rc : mp_queue_close(mq->q);
     qreq r = {++mq->next_req, OP_CLOSE, 0, 0}, a;
     MPI_Send(&r, sizeof r, MPI_BYTE, mq->home, mq->tag + 1, mp__mpi.comm);
-    rc = mp__mpi_qawait(mq, r.req, -1, OP_CANCEL, &a, fn);
+    rc = mp__mpi_qawait(mq, r.req, -1, OP_CANCEL, &a, NULL, fn);
     return rc ? rc : a.op;
 }
 

@@ -70,11 +70,23 @@ int mp__mpi_qfind(const plist *l, int src, uint64_t req)
 
 /* ---- one round ---------------------------------------------------------------- */
 
+int mp__mpi_qframe_msg(const qframe *f, int count, int src, int tag, mp_msg **out)
+{
+    int rc = mp__mpi_xfer_parse(f->msg, count - (int)sizeof f->h, src, tag, out);
+    if (rc > 0)
+        rc = mp__error(MP_EPROTO, "mp_mpi_queue: rank %d sent a marker on a queue's tag", src);
+    return rc;
+}
+
 void mp__mpi_qanswer(mp_mpi_queue *b, int dest, uint64_t req, int rc, int64_t val,
                      const mp_msg *m)
 {
-    qreq a = {req, rc, 0, val};
-    MPI_Send(&a, sizeof a, MPI_BYTE, dest, b->tag + 2, mp__mpi.comm);
+    qframe a;
+    size_t len = 0;
+    a.h = (qreq){req, rc, 0, val};
+    if (m && mp__mpi_xfer_pack(m, a.msg, sizeof a.msg, &len) == 0)
+        m = NULL; /* bytes alone: inside the answer */
+    MPI_Send(&a, (int)(sizeof a.h + len), MPI_BYTE, dest, b->tag + 2, mp__mpi.comm);
     if (!m)
         return;
     for (int i = 0; i < 64; i++) {
@@ -131,21 +143,35 @@ bool mp__mpi_qready(const mp_queue *lq)
     return mp__queue_size(q) > 0 || atomic_load(&q->ctl->closed);
 }
 
+/* A put's header, and its message: inside it, or right behind it. */
+static int put_recv(mp_mpi_queue *b, MPI_Message *msg, MPI_Status *st, qreq *h, mp_msg **m)
+{
+    qframe f;
+    int count = 0, src = st->MPI_SOURCE;
+    MPI_Get_count(st, MPI_BYTE, &count);
+    if (MPI_Mrecv(&f, sizeof f, MPI_BYTE, msg, st) != MPI_SUCCESS || count < (int)sizeof f.h)
+        return MP_EPROTO; /* not from a put: dropped (no rank sends such) */
+    *h = f.h;
+    if (count > (int)sizeof f.h)
+        return mp__mpi_qframe_msg(&f, count, src, b->tag, m);
+    if (!put_body(b, src, msg, st))
+        return MP_ECHILD; /* the job failed: every call errs out from now on */
+    return mp__mpi_xfer_recv_msg(msg, st, b->tag, m);
+}
+
 static bool broker_puts(mp_mpi_queue *b)
 {
     MPI_Message msg;
     MPI_Status st;
     int found = 0;
-    qreq h;
+    qreq h = {0, 0, 0, 0};
     mp_msg *m = NULL;
     MPI_Improbe(MPI_ANY_SOURCE, b->tag, mp__mpi.comm, &found, &msg, &st);
     if (!found)
         return false;
-    MPI_Mrecv(&h, sizeof h, MPI_BYTE, &msg, &st);
-    int src = st.MPI_SOURCE;
-    if (!put_body(b, src, &msg, &st))
-        return true; /* the job failed: every call errs out from now on */
-    int rc = mp__mpi_xfer_recv_msg(&msg, &st, b->tag, &m), i;
+    int src = st.MPI_SOURCE, rc = put_recv(b, &msg, &st, &h, &m), i;
+    if (h.req == 0 || rc == MP_ECHILD)
+        return true; /* no put's header (requests count from 1), or a failed job */
     b->last_put[src] = h.req;
     if ((i = mp__mpi_qfind(&b->dropped, src, h.req)) >= 0) {
         mp__mpi_qtake(&b->dropped, i); /* cancelled before it came: answered then */

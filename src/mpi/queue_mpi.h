@@ -25,6 +25,16 @@ typedef struct qreq {
     int64_t val; /* OP_QSIZE's answer: the queue's size */
 } qreq;
 
+/* What travels on a queue's tags: a request, answer or put header, and
+ * after it, for a message of payload bytes alone that fits, the message
+ * itself (mp__mpi_xfer_pack): one MPI message where two would be. */
+typedef struct qframe {
+    qreq h;
+    char msg[MP__MPI_SMALL];
+} qframe;
+/* The message inside a frame of count bytes received from src. */
+int mp__mpi_qframe_msg(const qframe *f, int count, int src, int tag, mp_msg **out);
+
 typedef struct parked {
     int src;
     uint64_t req;
@@ -95,9 +105,10 @@ void mp__mpi_qanswer(mp_mpi_queue *b, int dest, uint64_t req, int rc, int64_t va
  * once every message was task_done'd. */
 bool mp__mpi_qbroker_join_op(mp_mpi_queue *b, int src, const qreq *r);
 bool mp__mpi_qbroker_joins(mp_mpi_queue *b);
-/* The broker's answer to request req, cancelled with op at the deadline. */
+/* The broker's answer to request req, cancelled with op at the deadline;
+ * a message that came inside the answer lands in *inl (NULL: none may). */
 int mp__mpi_qawait(mp_mpi_queue *mq, uint64_t req, double deadline, int op, qreq *a,
-                   const char *fn);
+                   mp_msg **inl, const char *fn);
 /* A request {req, op} to the home's broker (rank on another host). */
 void mp__mpi_qrequest(mp_mpi_queue *mq, uint64_t req, int op);
 /* The JoinableQueue and size calls of the ops table (queue_join.c). */
