@@ -22,6 +22,18 @@
  *   arrived yet (another tag: the cancel may overtake it), and answers
  *   MP_ETIMEDOUT; a put already queued keeps its answer, 0.
  *   close: {req, CLOSE} closes the queue for everyone.
+ *
+ * A message of payload bytes alone that fits MP__MPI_SMALL travels inside
+ * its put's header or its get's answer (qframe): one MPI message, not two.
+ * The broker's work is done, one round at a time per queue, by its thread
+ * or by a home thread at hand (queue_broker.c): a home get spins serving
+ * every homed queue before it blocks, and takes a remote put into its own
+ * queue directly when nothing is ahead of it; a home put hands its message
+ * to a parked remote get when the queue is empty. Each short cut is a put
+ * followed at once by the get that takes it, under the queue's broker
+ * lock: order per producer, exactly-once delivery and the answers above
+ * are the queue's own. A get that times out after its answer left
+ * receives it all the same, as above.
  */
 #include "ipc/kinds.h"
 #include "ipc/remote.h"
@@ -30,10 +42,7 @@
 
 #include <pthread.h>
 #include <sched.h>
-#include <stdatomic.h>
 #include <stdlib.h>
-#include <string.h>
-#include <time.h>
 
 static uint32_t nqueues; /* mp_mpi_queue_create calls: every rank counts alike */
 
