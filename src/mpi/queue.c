@@ -336,6 +336,10 @@ static int q_get(void *impl, mp_msg **out, double deadline, const char *fn)
         return mp__error(MP_ETIMEDOUT, "%s: the queue is empty", fn);
     if (a.op == MP_ETIMEDOUT)
         return mp__error(MP_ETIMEDOUT, "%s: timed out", fn);
+    if (a.op == MP_ENOTSUP)
+        return mp__error(a.op, "%s: the message taken for this rank holds an object that "
+                               "stays on rank %d's host (a queue, connection, lock or CUDA "
+                               "tensor); it was dropped", fn, mq->home);
     if (a.op != 0)
         return mp__error(a.op, "%s: %s", fn, a.op == MP_ECLOSED ? "the queue is closed and "
                                                                   "drained" : mp_strerror(a.op));

@@ -6,13 +6,16 @@
  *  - the broker thread, which loops while nobody else does (yields, then
  *    naps while there is nothing to do);
  *  - a thread of the home rank waiting in mp_queue_get on any queue homed
- *    here (home_wait): for a while it runs every homed queue's round
- *    between its looks at its own queue, so a put from another host goes
- *    in, and a get from there is answered, while it spins, with no broker
- *    nap in between (a rank in a ping-pong is always waiting in some get);
- *  - a thread of the home rank that just put (mp__mpi_qbroker_push): it
- *    hands the queue's oldest messages to gets parked by remote ranks at
- *    once, or, when the lock is busy, kicks its holder into another round.
+ *    here (queue.c's home_get): for a while it runs every homed queue's
+ *    round between its looks at its own queue, so a put from another host
+ *    goes in (or straight to it), and a get from there is answered, while
+ *    it spins, with no broker nap in between (a rank in a ping-pong is
+ *    always waiting in some get);
+ *  - a thread of the home rank that puts: its message goes straight to a
+ *    get parked by a remote rank when the queue is empty
+ *    (mp__mpi_qbroker_hand_over); once in the queue, the oldest messages
+ *    go to parked gets at once (mp__mpi_qbroker_push), or, when the lock
+ *    is busy, its holder is kicked into another round.
  *
  * Puts are received and put into the queue under the lock, so each
  * producer's order holds whoever receives them; answers to a rank are sent
@@ -83,6 +86,9 @@ void mp__mpi_qanswer(mp_mpi_queue *b, int dest, uint64_t req, int rc, int64_t va
 {
     qframe a;
     size_t len = 0;
+    int xrc;
+    if (m && (xrc = mp__mpi_xfer_check(m)) != 0)
+        rc = xrc, m = NULL; /* a host-local attachment: the getter gets the error */
     a.h = (qreq){req, rc, 0, val};
     if (m && mp__mpi_xfer_pack(m, a.msg, sizeof a.msg, &len) == 0)
         m = NULL; /* bytes alone: inside the answer */
@@ -321,7 +327,7 @@ bool mp__mpi_qbroker_hand_over(mp_mpi_queue *b, const mp_msg *m)
     double until = b->hand_wait ? mp__now() + HAND_WAIT_S : 0;
     while (broker_requests(b) || (b->gets.n == 0 && until > 0 && mp__now() < until))
         ;
-    if (b->gets.n > 0) {
+    if (b->gets.n > 0 && may_hand_over(b)) { /* still: a request may have closed it */
         parked p = mp__mpi_qtake(&b->gets, 0);
         mp__mpi_qanswer(b, p.src, p.req, 0, 0, m);
         done = true;

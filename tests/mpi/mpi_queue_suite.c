@@ -10,8 +10,10 @@
  *              with such timeouts: every message that was put is taken
  *              exactly once, in order per producer, none lost by a get
  *              that timed out while its message was on its way
- *   qclose     gets parked on every rank while the home waits in a get:
- *              a close ends every one with MP_ECLOSED
+ *   qclose     a message holding a queue, taken on another host: that
+ *              get fails with MP_ENOTSUP; then gets parked on every rank
+ *              while the home waits in a get: a close ends every one with
+ *              MP_ECLOSED
  *   qkill      rank 2 is SIGKILLed while the home spins in a get serving
  *              the others' gets: every rank errors out, nothing hangs
  */
@@ -213,6 +215,25 @@ MP_ENTRY(case_qclose)
     mp_queue *q = NULL;
     mp_msg *m = NULL;
     OK(mp_mpi_queue_create(0, &q));
+    /* A message holding a host-local object, put on the home and taken on
+     * another host: that get fails (it never waits for a message that
+     * cannot come) and the message is gone. */
+    if (rank == 0) {
+        mp_queue *lq = NULL;
+        OK(mp_queue_create(0, &lq));
+        OK(mp_msg_create(&m));
+        OK(mp_msg_add_queue(m, NULL, lq));
+        OK(mp_queue_put(q, m, 30));
+        mp_msg_destroy(m), m = NULL;
+        mp_queue_release(lq);
+    }
+    OK(mp_mpi_barrier());
+    if (rank == 1) {
+        int rc = mp_queue_get(q, &m, 30);
+        CHECK(mp_mpi_queue_is_local(q) ? rc == 0 : rc == MP_ENOTSUP && !m,
+              "a host-local object taken from rank %d's host: %s", rank, mp_err_name(rc));
+        mp_msg_destroy(m), m = NULL;
+    }
     OK(mp_mpi_barrier());
     if (rank == size - 1) {
         nap_us(200000); /* the others are waiting by now */
