@@ -35,7 +35,8 @@ static pthread_rwlock_t homed_lock = PTHREAD_RWLOCK_INITIALIZER;
 static mp_mpi_queue *homed;
 /* Home threads serving every homed queue now, and when the last one
  * stopped (mp__now, in microseconds): broker threads stand back while one
- * serves and for STAND_BACK_US after, when the next is likely to come. */
+ * serves, and nap instead of yielding for STAND_BACK_US after, when the
+ * next is likely to come. */
 static atomic_int spinners;
 static atomic_llong spun_until_us;
 #define STAND_BACK_US 20000
@@ -391,15 +392,15 @@ static void *broker(void *arg)
         }
         bool busy = round_try(b, NULL);
         busy = atomic_exchange(&b->kick, false) || busy;
-        /* One was waiting a moment ago and likely comes back: look in
-         * now and then only. */
-        if (standing_back()) {
-            struct timespec ts = {0, 100000};
-            nanosleep(&ts, NULL);
+        if (busy) {
             idle = 0;
             continue;
         }
-        if (busy) {
+        /* One was waiting a moment ago and likely comes back: nap (20 us)
+         * rather than yield, which would take its core. */
+        if (standing_back()) {
+            struct timespec ts = {0, 20000};
+            nanosleep(&ts, NULL);
             idle = 0;
             continue;
         }
