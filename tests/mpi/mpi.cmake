@@ -62,6 +62,13 @@ function(mproc_mpi_suite_tests prefix layer)
       add_test(NAME ${prefix}_${c}_${v} COMMAND ${run} 4 ${v} ok "ok on 4 ranks" ${qsuite} ${c})
     endforeach()
     add_test(NAME ${prefix}_qkill_${v} COMMAND ${run} 4 ${v} fail "${pat}" ${qsuite} qkill)
+    # The home rank killed: no rank 0 to print the record; a survivor's or
+    # the launcher's report names it.
+    set(hpat "rank 0 with PID .* signal 9|^=   EXIT CODE: 9$|EXIT STRING: Killed [(]signal 9[)]")
+    set(hpat "${hpat}|rank 0 [(]pid [0-9]+ on [^)]+[)] failed: died of signal 9")
+    set(hpat "${hpat}|process_vm_readv[(]pid=[0-9]+ .* No such process")
+    add_test(NAME ${prefix}_qkill_home_${v} COMMAND ${run} 4 ${v} fail "${hpat}" ${qsuite}
+             qkill_home)
   endforeach()
 endfunction()
 

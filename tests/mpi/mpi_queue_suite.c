@@ -16,6 +16,8 @@
  *              MP_ECLOSED
  *   qkill      rank 2 is SIGKILLed while the home spins in a get serving
  *              the others' gets: every rank errors out, nothing hangs
+ *   qkill_home the home is SIGKILLed while every other rank waits in a
+ *              get on its queue: the same
  */
 #include <pthread.h>
 #include <signal.h>
@@ -280,6 +282,36 @@ MP_ENTRY(case_qkill)
     }
     CHECK(rc == MP_ECHILD, "a call while rank 2 died: %s", mp_err_name(rc));
     mp_queue_release(idle), mp_queue_release(back), mp_queue_release(q);
+    return rc;
+}
+
+/* The home itself dies while every other rank waits on its queue (from
+ * another host: gets parked at its broker): they error out, nothing hangs. */
+MP_ENTRY(case_qkill_home)
+{
+    mp_queue *q = NULL;
+    mp_msg *m = NULL;
+    OK(mp_mpi_queue_create(0, &q));
+    for (int i = 0; i < 20; i++) { /* some traffic through the home first */
+        if (rank == 0) {
+            for (int r = 1; r < size; r++) {
+                mp_msg *p = pair_msg(0, i);
+                OK(mp_queue_put(q, p, 30));
+                mp_msg_destroy(p);
+            }
+        } else {
+            OK(mp_queue_get(q, &m, 30));
+            mp_msg_destroy(m), m = NULL;
+        }
+    }
+    OK(mp_mpi_barrier());
+    if (rank == 0) {
+        nap_us(100000); /* the others are waiting by now */
+        kill(getpid(), SIGKILL);
+    }
+    int rc = mp_queue_get(q, &m, -1);
+    CHECK(rc == MP_ECHILD, "a get while the home died: %s", mp_err_name(rc));
+    mp_queue_release(q);
     return rc;
 }
 
