@@ -120,6 +120,10 @@ int mp__mpi_inflight_new(mp__mpi_inflight **out);
 int mp__mpi_xfer_post(mp__mpi_inflight *f, const mp_msg *m, int dest, int tag, int small_tag);
 /* As post, on a new inflight (*out, NULL when nothing was posted). */
 int mp__mpi_xfer_send(const mp_msg *m, int dest, int tag, mp__mpi_inflight **out);
+/* A message of payload bytes alone whose header fits in cap: its header
+ * (as mp__mpi_xfer_parse reads it) into buf, 0 and *len; else 1, nothing
+ * written (queues send such a message inside their own MPI message). */
+int mp__mpi_xfer_pack(const mp_msg *m, char *buf, size_t cap, size_t *len);
 /* 0 when every attachment of m can cross hosts, else MP_ENOTSUP naming it. */
 int mp__mpi_xfer_check(const mp_msg *m);
 /* 1 when every request completed (f is idle again), 0 while pending;

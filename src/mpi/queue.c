@@ -22,6 +22,18 @@
  *   arrived yet (another tag: the cancel may overtake it), and answers
  *   MP_ETIMEDOUT; a put already queued keeps its answer, 0.
  *   close: {req, CLOSE} closes the queue for everyone.
+ *
+ * A message of payload bytes alone that fits MP__MPI_SMALL travels inside
+ * its put's header or its get's answer (qframe): one MPI message, not two.
+ * The broker's work is done, one round at a time per queue, by its thread
+ * or by a home thread at hand (queue_broker.c): a home get spins serving
+ * every homed queue before it blocks, and takes a remote put into its own
+ * queue directly when nothing is ahead of it; a home put hands its message
+ * to a parked remote get when the queue is empty. Each short cut is a put
+ * followed at once by the get that takes it, under the queue's broker
+ * lock: order per producer, exactly-once delivery and the answers above
+ * are the queue's own. A get that times out after its answer left
+ * receives it all the same, as above.
  */
 #include "ipc/kinds.h"
 #include "ipc/remote.h"
@@ -30,217 +42,13 @@
 
 #include <pthread.h>
 #include <sched.h>
-#include <stdatomic.h>
 #include <stdlib.h>
-#include <string.h>
-#include <time.h>
 
 static uint32_t nqueues; /* mp_mpi_queue_create calls: every rank counts alike */
 
-int mp__mpi_qpush(plist *l, parked p)
-{
-    if (l->n == l->cap) {
-        int cap = l->cap ? 2 * l->cap : 16;
-        parked *v = realloc(l->v, (size_t)cap * sizeof *v);
-        if (!v)
-            return MP_ENOMEM;
-        l->v = v, l->cap = cap;
-    }
-    l->v[l->n++] = p;
-    return 0;
-}
-
-/* Removes entry i, keeping the order. */
-parked mp__mpi_qtake(plist *l, int i)
-{
-    parked p = l->v[i];
-    memmove(l->v + i, l->v + i + 1, (size_t)(--l->n - i) * sizeof *l->v);
-    return p;
-}
-
-int mp__mpi_qfind(const plist *l, int src, uint64_t req)
-{
-    for (int i = 0; i < l->n; i++)
-        if (l->v[i].src == src && l->v[i].req == req)
-            return i;
-    return -1;
-}
-
-/* ---- the broker ------------------------------------------------------------- */
-
-void mp__mpi_qanswer(mp_mpi_queue *b, int dest, uint64_t req, int rc, int64_t val, mp_msg *m)
-{
-    qreq a = {req, rc, 0, val};
-    MPI_Send(&a, sizeof a, MPI_BYTE, dest, b->tag + 2, mp__mpi.comm);
-    if (!m)
-        return;
-    for (int i = 0; i < 64; i++) {
-        if (b->sends[i] && mp__mpi_inflight_test(b->sends[i])) {
-            mp__mpi_inflight_free(b->sends[i]);
-            b->sends[i] = NULL;
-        }
-        if (!b->sends[i]) {
-            if (mp__mpi_xfer_send(m, dest, b->tag + 2, &b->sends[i]) != 0 && b->sends[i]) {
-                mp__mpi_inflight_free(b->sends[i]);
-                b->sends[i] = NULL;
-            }
-            return;
-        }
-    }
-    /* All 64 slots busy: finish this one before going on. */
-    mp__mpi_inflight *f = NULL;
-    mp__mpi_xfer_send(m, dest, b->tag + 2, &f);
-    while (f && !mp__mpi_inflight_test(f) && !atomic_load(&b->stop)) {
-        struct timespec ts = {0, 50000};
-        nanosleep(&ts, NULL);
-    }
-    mp__mpi_inflight_free(f);
-}
-
-static bool broker_puts(mp_mpi_queue *b)
-{
-    MPI_Message msg;
-    MPI_Status st;
-    int found = 0;
-    qreq h;
-    mp_msg *m = NULL;
-    MPI_Improbe(MPI_ANY_SOURCE, b->tag, mp__mpi.comm, &found, &msg, &st);
-    if (!found)
-        return false;
-    MPI_Mrecv(&h, sizeof h, MPI_BYTE, &msg, &st);
-    int src = st.MPI_SOURCE;
-    do
-        MPI_Improbe(src, b->tag, mp__mpi.comm, &found, &msg, &st);
-    while (!found);
-    int rc = mp__mpi_xfer_recv_msg(&msg, &st, b->tag, &m), i;
-    b->last_put[src] = h.req;
-    if ((i = mp__mpi_qfind(&b->dropped, src, h.req)) >= 0) {
-        mp__mpi_qtake(&b->dropped, i); /* cancelled before it came: answered then */
-        mp_msg_destroy(m);
-        return true;
-    }
-    /* Behind parked puts it waits its turn: order per producer. */
-    if (rc == 0)
-        rc = b->puts.n ? MP_ETIMEDOUT : mp_queue_put(b->q, m, 0);
-    if (rc == MP_ETIMEDOUT && (rc = mp__mpi_qpush(&b->puts, (parked){src, h.req, m})) == 0)
-        return true;
-    mp_msg_destroy(m);
-    mp__mpi_qanswer(b, src, h.req, rc, 0, NULL);
-    return true;
-}
-
-/* Parked puts, oldest first, go in while the queue has room. */
-static bool broker_retry_puts(mp_mpi_queue *b)
-{
-    bool moved = false;
-    while (b->puts.n > 0) {
-        int rc = mp_queue_put(b->q, b->puts.v[0].m, 0);
-        if (rc == MP_ETIMEDOUT)
-            break;
-        parked p = mp__mpi_qtake(&b->puts, 0);
-        mp_msg_destroy(p.m);
-        mp__mpi_qanswer(b, p.src, p.req, rc, 0, NULL);
-        moved = true;
-    }
-    return moved;
-}
-
-static void cancel_put(mp_mpi_queue *b, int src, uint64_t req)
-{
-    int i = mp__mpi_qfind(&b->puts, src, req);
-    if (i >= 0) {
-        mp_msg_destroy(mp__mpi_qtake(&b->puts, i).m);
-    } else if (req > b->last_put[src]) {
-        if (mp__mpi_qpush(&b->dropped, (parked){src, req, NULL}) != 0) {
-            mp__mpi_qanswer(b, src, req, MP_ENOMEM, 0, NULL);
-            return;
-        }
-    } else {
-        return; /* queued already: its answer (0) is on its way */
-    }
-    mp__mpi_qanswer(b, src, req, MP_ETIMEDOUT, 0, NULL);
-}
-
-static bool broker_requests(mp_mpi_queue *b)
-{
-    MPI_Status st;
-    int found = 0;
-    qreq r;
-    MPI_Iprobe(MPI_ANY_SOURCE, b->tag + 1, mp__mpi.comm, &found, &st);
-    if (!found)
-        return false;
-    MPI_Recv(&r, sizeof r, MPI_BYTE, st.MPI_SOURCE, b->tag + 1, mp__mpi.comm, &st);
-    int i;
-    if (r.op == OP_GET) {
-        if (mp__mpi_qpush(&b->gets, (parked){st.MPI_SOURCE, r.req, NULL}) != 0)
-            mp__mpi_qanswer(b, st.MPI_SOURCE, r.req, MP_ENOMEM, 0, NULL);
-    } else if (r.op == OP_CANCEL) { /* a get or a join that timed out */
-        plist *l = mp__mpi_qfind(&b->gets, st.MPI_SOURCE, r.req) >= 0 ? &b->gets : &b->joins;
-        if ((i = mp__mpi_qfind(l, st.MPI_SOURCE, r.req)) >= 0) {
-            mp__mpi_qtake(l, i);
-            mp__mpi_qanswer(b, st.MPI_SOURCE, r.req, MP_ETIMEDOUT, 0, NULL);
-        }
-    } else if (mp__mpi_qbroker_join_op(b, st.MPI_SOURCE, &r)) {
-        /* task_done, join, qsize: queue_join.c */
-    } else if (r.op == OP_CANCEL_PUT) {
-        cancel_put(b, st.MPI_SOURCE, r.req);
-    } else {
-        mp__mpi_qanswer(b, st.MPI_SOURCE, r.req, mp_queue_close(b->q), 0, NULL);
-    }
-    return true;
-}
-
-/* Parked gets, oldest first, take what the queue has. */
-static bool broker_serve(mp_mpi_queue *b)
-{
-    bool moved = false;
-    while (b->gets.n > 0) {
-        mp_msg *m = NULL;
-        int rc = mp_queue_get(b->q, &m, 0);
-        if (rc == MP_ETIMEDOUT)
-            break;
-        parked p = mp__mpi_qtake(&b->gets, 0);
-        mp__mpi_qanswer(b, p.src, p.req, rc, 0, m);
-        mp_msg_destroy(m);
-        moved = true;
-    }
-    return moved;
-}
-
-static void *broker(void *arg)
-{
-    mp_mpi_queue *b = arg;
-    unsigned idle = 0;
-    while (!atomic_load(&b->stop)) {
-        /* Each step runs every round, whatever the others found. */
-        bool busy = broker_puts(b);
-        busy = broker_requests(b) || busy;
-        busy = broker_serve(b) || busy;
-        busy = broker_retry_puts(b) || busy;
-        busy = mp__mpi_qbroker_joins(b) || busy;
-        if (busy) {
-            idle = 0;
-            continue;
-        }
-        /* Nothing to do: yield a while (a request right behind the last
-         * one is answered at once), then nap, longer the longer it stays
-         * quiet (20 us naps for the first ~40 ms, then 200 us). */
-        if (++idle < 200) {
-            sched_yield();
-            continue;
-        }
-        struct timespec ts = {0, idle < 2200 ? 20000 : 200000};
-        nanosleep(&ts, NULL);
-    }
-    return NULL;
-}
-
 static void queue_free(mp_mpi_queue *mq)
 {
-    if (mq->running) {
-        atomic_store(&mq->stop, true);
-        pthread_join(mq->thread, NULL);
-    }
+    mp__mpi_qbroker_stop(mq);
     for (int i = 0; i < 64; i++) {
         if (mq->sends[i] && !mp__mpi.failed)
             while (!mp__mpi_inflight_test(mq->sends[i]) && mp__mpi_check("mp_queue_release") == 0)
@@ -260,6 +68,7 @@ static void queue_free(mp_mpi_queue *mq)
     free(mq->gets.v), free(mq->puts.v), free(mq->dropped.v), free(mq->joins.v);
     free(mq->last_put);
     mp_queue_release(mq->q);
+    pthread_mutex_destroy(&mq->lock);
     free(mq);
 }
 
@@ -316,6 +125,7 @@ static int create(int home, bool joinable, mp_mpi_queue **out, const char *fn)
     mp_mpi_queue *mq = calloc(1, sizeof *mq);
     if (!mq)
         return mp__error(MP_ENOMEM, "%s: out of memory", fn);
+    pthread_mutex_init(&mq->lock, NULL);
     mq->home = home;
     mq->joinable = joinable;
     mq->tag = MP__TAG_QUEUE + 4 * (int)nqueues++;
@@ -335,12 +145,8 @@ static int create(int home, bool joinable, mp_mpi_queue **out, const char *fn)
         rc = 0;
     if (rc == 0 && (mp__mpi.rank == home || mp_mpi_is_local(home) == 1))
         rc = share_local(mq, fn);
-    if (rc == 0 && mp__mpi.rank == home && remote_ranks()) {
-        if (pthread_create(&mq->thread, NULL, broker, mq) != 0)
-            rc = mp__error(MP_ESYS, "%s: could not start the broker thread", fn);
-        else
-            mq->running = true;
-    }
+    if (rc == 0 && mp__mpi.rank == home && remote_ranks())
+        rc = mp__mpi_qbroker_start(mq, fn);
     if (rc == 0)
         rc = mp_mpi_barrier();
     if (rc != 0) {
@@ -369,23 +175,62 @@ static int local_call(mp_mpi_queue *mq, const mp_msg *in, mp_msg **out, double d
     }
 }
 
+/* A get on the home of a queue that ranks of other hosts use. For a while
+ * it runs every homed queue's broker round between looks at its queue, so
+ * what those ranks put reaches it, and their gets are answered, with no
+ * broker nap in between; then it waits on the queue as any same-host get
+ * does, the broker thread serving. */
+static int home_get(mp_mpi_queue *mq, mp_msg **out, double deadline, const char *fn)
+{
+    int rc = MP_ETIMEDOUT;
+    bool done = false;
+    mp__mpi_qbroker_spinning(1);
+    *out = NULL;
+    for (unsigned spins = 0; spins < 2 * MP__MPI_SPINS && !done; spins++) {
+        mp__mpi_qbroker_all(mq, out);
+        if (*out) {
+            rc = 0, done = true;
+            break;
+        }
+        if (mp__mpi_qready(mq->q))
+            done = (rc = mp_queue_get(mq->q, out, 0)) != MP_ETIMEDOUT;
+        if (!done && spins % 16 == 0)
+            done = (rc = mp__mpi_check(fn)) != 0 ||
+                   (rc = mp__mpi_expired(deadline, fn, "the queue is empty")) != 0;
+        if (!done && spins >= MP__MPI_SPINS)
+            sched_yield();
+    }
+    mp__mpi_qbroker_spinning(-1);
+    return done ? rc : local_call(mq, NULL, out, deadline, fn);
+}
+
 /* The broker's answer to request req (waits, watching the job). A request
  * not answered by the deadline is cancelled with op; the broker then
  * answers it (MP_ETIMEDOUT) unless its answer was already on the way. */
 int mp__mpi_qawait(mp_mpi_queue *mq, uint64_t req, double deadline, int op, qreq *a,
-                        const char *fn)
+                   mp_msg **inl, const char *fn)
 {
+    qframe f;
     MPI_Request r;
-    MPI_Irecv(a, sizeof *a, MPI_BYTE, mq->home, mq->tag + 2, mp__mpi.comm, &r);
-    int rc = mp__mpi_wait(&r, deadline, NULL, fn);
+    MPI_Status st;
+    int count = 0;
+    MPI_Irecv(&f, sizeof f, MPI_BYTE, mq->home, mq->tag + 2, mp__mpi.comm, &r);
+    int rc = mp__mpi_wait(&r, deadline, &st, fn);
     if (rc == MP_ETIMEDOUT) {
         qreq c = {req, op, 0, 0};
         MPI_Send(&c, sizeof c, MPI_BYTE, mq->home, mq->tag + 1, mp__mpi.comm);
-        rc = mp__mpi_wait(&r, -1, NULL, fn);
+        rc = mp__mpi_wait(&r, -1, &st, fn);
     }
-    if (rc == 0 && a->req != req)
-        rc = mp__error(MP_EPROTO, "%s: answer %llu from rank %d, wanted %llu", fn,
-                       (unsigned long long)a->req, mq->home, (unsigned long long)req);
+    if (rc == 0)
+        MPI_Get_count(&st, MPI_BYTE, &count);
+    if (rc == 0 && (f.h.req != req || count < (int)sizeof f.h))
+        return mp__error(MP_EPROTO, "%s: answer %llu from rank %d, wanted %llu", fn,
+                         (unsigned long long)f.h.req, mq->home, (unsigned long long)req);
+    if (rc == 0)
+        *a = f.h;
+    if (rc == 0 && count > (int)sizeof f.h)
+        rc = inl ? mp__mpi_qframe_msg(&f, count, mq->home, mq->tag + 2, inl)
+                 : mp__error(MP_EPROTO, "%s: rank %d answered with a message", fn, mq->home);
     return rc;
 }
 
@@ -424,18 +269,24 @@ static int settle_pending(mp_mpi_queue *mq)
 static int remote_put(mp_mpi_queue *mq, const mp_msg *m, double until, const char *fn)
 {
     double deadline = remote_deadline(until);
-    int slot = settle_pending(mq), rc;
+    int slot = settle_pending(mq), rc = 0;
     qreq h = {++mq->next_req, 0, 0, 0}, a;
+    qframe small;
+    size_t len = 0;
     mp__mpi_inflight *f = NULL;
     if (slot < 0)
         return mp__error(MP_ETIMEDOUT, "%s: %d earlier puts that timed out are still being "
                                        "transferred to rank %d; nothing was sent", fn,
                          MAX_PENDING, mq->home);
-    /* Checked first: once the header is out, the message must follow. */
-    if ((rc = mp__mpi_xfer_check(m)) != 0)
-        return rc;
-    MPI_Send(&h, sizeof h, MPI_BYTE, mq->home, mq->tag, mp__mpi.comm);
-    rc = mp__mpi_xfer_send(m, mq->home, mq->tag, &f);
+    if (mp__mpi_xfer_pack(m, small.msg, sizeof small.msg, &len) == 0) {
+        small.h = h; /* bytes alone: header and message in one */
+        MPI_Send(&small, (int)(sizeof h + len), MPI_BYTE, mq->home, mq->tag, mp__mpi.comm);
+    } else if ((rc = mp__mpi_xfer_check(m)) != 0) {
+        return rc; /* checked first: once the header is out, the message must follow */
+    } else {
+        MPI_Send(&h, sizeof h, MPI_BYTE, mq->home, mq->tag, mp__mpi.comm);
+        rc = mp__mpi_xfer_send(m, mq->home, mq->tag, &f);
+    }
     if (rc == 0 && f) {
         int w = mp__mpi_inflight_wait(f, deadline, fn);
         rc = w < 0 ? w : 0; /* not sent by the deadline: the answer decides */
@@ -444,7 +295,7 @@ static int remote_put(mp_mpi_queue *mq, const mp_msg *m, double until, const cha
         mq->pending[slot] = f, f = NULL; /* the broker takes it, or drops it */
     mp__mpi_inflight_free(f);
     if (rc == 0)
-        rc = mp__mpi_qawait(mq, h.req, deadline, OP_CANCEL_PUT, &a, fn);
+        rc = mp__mpi_qawait(mq, h.req, deadline, OP_CANCEL_PUT, &a, NULL, fn);
     if (rc == 0 && a.op == MP_ETIMEDOUT)
         return mp__error(MP_ETIMEDOUT, "%s: %s", fn, until == 0 ? "the queue is full"
                                                                 : "timed out");
@@ -458,9 +309,13 @@ static int q_put(void *impl, const mp_msg *m, double deadline, const char *fn)
 {
     mp_mpi_queue *mq = impl;
     int rc = check_args(mq, m, fn);
-    if (rc || mq->q)
-        return rc ? rc : local_call(mq, m, NULL, deadline, fn);
-    return remote_put(mq, m, deadline, fn);
+    if (rc || !mq->q)
+        return rc ? rc : remote_put(mq, m, deadline, fn);
+    if (mq->running && mp__mpi_qbroker_hand_over(mq, m))
+        return 0;
+    if ((rc = local_call(mq, m, NULL, deadline, fn)) == 0 && mq->running)
+        mp__mpi_qbroker_push(mq); /* a rank of another host may wait for it */
+    return rc;
 }
 
 static int q_get(void *impl, mp_msg **out, double deadline, const char *fn)
@@ -468,18 +323,23 @@ static int q_get(void *impl, mp_msg **out, double deadline, const char *fn)
     mp_mpi_queue *mq = impl;
     int rc = check_args(mq, out, fn);
     if (rc || mq->q)
-        return rc ? rc : local_call(mq, NULL, out, deadline, fn);
+        return rc ? rc : mq->running ? home_get(mq, out, deadline, fn)
+                                     : local_call(mq, NULL, out, deadline, fn);
     qreq r = {++mq->next_req, OP_GET, 0, 0}, a;
     MPI_Send(&r, sizeof r, MPI_BYTE, mq->home, mq->tag + 1, mp__mpi.comm);
     /* A poll gets one round trip to the home's broker. */
     settle_pending(mq);
-    rc = mp__mpi_qawait(mq, r.req, remote_deadline(deadline), OP_CANCEL, &a, fn);
-    if (rc)
+    rc = mp__mpi_qawait(mq, r.req, remote_deadline(deadline), OP_CANCEL, &a, out, fn);
+    if (rc || *out)
         return rc;
     if (a.op == MP_ETIMEDOUT && deadline == 0)
         return mp__error(MP_ETIMEDOUT, "%s: the queue is empty", fn);
     if (a.op == MP_ETIMEDOUT)
         return mp__error(MP_ETIMEDOUT, "%s: timed out", fn);
+    if (a.op == MP_ENOTSUP)
+        return mp__error(a.op, "%s: the message taken for this rank holds an object that "
+                               "stays on rank %d's host (a queue, connection, lock or CUDA "
+                               "tensor); it was dropped", fn, mq->home);
     if (a.op != 0)
         return mp__error(a.op, "%s: %s", fn, a.op == MP_ECLOSED ? "the queue is closed and "
                                                                   "drained" : mp_strerror(a.op));
@@ -503,7 +363,7 @@ static int q_close(void *impl, const char *fn)
         return rc ? rc : mp_queue_close(mq->q);
     qreq r = {++mq->next_req, OP_CLOSE, 0, 0}, a;
     MPI_Send(&r, sizeof r, MPI_BYTE, mq->home, mq->tag + 1, mp__mpi.comm);
-    rc = mp__mpi_qawait(mq, r.req, -1, OP_CANCEL, &a, fn);
+    rc = mp__mpi_qawait(mq, r.req, -1, OP_CANCEL, &a, NULL, fn);
     return rc ? rc : a.op;
 }
 

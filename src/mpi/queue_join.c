@@ -73,7 +73,7 @@ static int ask(mp_mpi_queue *mq, int op, double deadline, qreq *a, const char *f
 {
     uint64_t req = ++mq->next_req;
     mp__mpi_qrequest(mq, req, op);
-    return mp__mpi_qawait(mq, req, deadline, OP_CANCEL, a, fn);
+    return mp__mpi_qawait(mq, req, deadline, OP_CANCEL, a, NULL, fn);
 }
 
 int mp__mpi_qtask_done(void *impl, const char *fn)

@@ -1,12 +1,14 @@
 /* The state of a queue shared by every rank (mp_mpi_queue_create serves it
- * to its user as an mp_queue), shared by queue.c (put, get, close, the broker)
- * and queue_join.c (JoinableQueue counts, sizes). */
+ * to its user as an mp_queue), shared by queue.c (put, get, close),
+ * queue_broker.c (the home's broker) and queue_join.c (JoinableQueue counts,
+ * sizes). */
 #ifndef MPROC_MPI_QUEUE_H
 #define MPROC_MPI_QUEUE_H
 
 #include "mpi/mpi_internal.h"
 #include "mproc/queue.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 
 #define MP__TAG_QUEUE (1 << 20) /* queue k: tags MP__TAG_QUEUE + 4k .. + 3 */
@@ -22,6 +24,16 @@ typedef struct qreq {
     int32_t pad;
     int64_t val; /* OP_QSIZE's answer: the queue's size */
 } qreq;
+
+/* What travels on a queue's tags: a request, answer or put header, and
+ * after it, for a message of payload bytes alone that fits, the message
+ * itself (mp__mpi_xfer_pack): one MPI message where two would be. */
+typedef struct qframe {
+    qreq h;
+    char msg[MP__MPI_SMALL];
+} qframe;
+/* The message inside a frame of count bytes received from src. */
+int mp__mpi_qframe_msg(const qframe *f, int count, int src, int tag, mp_msg **out);
 
 typedef struct parked {
     int src;
@@ -41,10 +53,17 @@ struct mp_mpi_queue {
     bool joinable;          /* a JoinableQueue (task_done, join) */
     mp_queue *q;            /* home and same-host ranks, else NULL */
     uint64_t next_req;
-    /* the broker (home rank only) */
+    /* the broker (home rank only); lock: one round at a time, and the
+     * fields below it */
     pthread_t thread;
     bool running;
     _Atomic bool stop;
+    _Atomic bool kick;       /* a put came while the lock was held: go round again */
+    pthread_mutex_t lock;
+    mp_mpi_queue *next_homed; /* the rank's homed queues (queue_broker.c) */
+    mp_msg **taker;          /* during a waiting home get's round: its message */
+    double missed_at;        /* mp__now() of the last home put no get took at once */
+    bool hand_wait;          /* a get came right after it: the next waits for one */
     plist gets;      /* parked gets, oldest first */
     plist puts;      /* puts waiting for room, oldest first */
     plist dropped;   /* puts cancelled before they arrived */
@@ -59,16 +78,37 @@ struct mp_mpi_queue {
 int mp__mpi_qpush(plist *l, parked p);
 parked mp__mpi_qtake(plist *l, int i);
 int mp__mpi_qfind(const plist *l, int src, uint64_t req);
+/* The broker (queue_broker.c). start: its thread, and the queue among the
+ * homed ones that waiting home threads serve; stop undoes both. */
+int mp__mpi_qbroker_start(mp_mpi_queue *b, const char *fn);
+void mp__mpi_qbroker_stop(mp_mpi_queue *b);
+/* After a put on the home: gets parked by remote ranks take the queue's
+ * oldest messages now (or the lock's holder goes round again). */
+void mp__mpi_qbroker_push(mp_mpi_queue *b);
+/* Instead of a put on the home: the message goes straight to the oldest
+ * get parked by a remote rank, when the queue is empty (true then). */
+bool mp__mpi_qbroker_hand_over(mp_mpi_queue *b, const mp_msg *m);
+/* Whether a get on the real queue lq would not wait: a message is put (or
+ * on its way in) or it is closed. Two counters and a flag, no system call. */
+bool mp__mpi_qready(const mp_queue *lq);
+/* One round of every homed queue's broker whose lock is free; whether any
+ * did work. From a home thread waiting in a get on mine, between
+ * mp__mpi_qbroker_spinning(+1) and (-1) (broker threads stand back); a put
+ * that may skip mine's queue lands in *got (which must be NULL before). */
+bool mp__mpi_qbroker_all(mp_mpi_queue *mine, mp_msg **got);
+void mp__mpi_qbroker_spinning(int delta);
 /* Sends the answer {req, rc, val} (then m, when not NULL) to dest. */
-void mp__mpi_qanswer(mp_mpi_queue *b, int dest, uint64_t req, int rc, int64_t val, mp_msg *m);
+void mp__mpi_qanswer(mp_mpi_queue *b, int dest, uint64_t req, int rc, int64_t val,
+                     const mp_msg *m);
 /* The broker's part of queue_join.c: a request of op OP_TASK_DONE, OP_JOIN
  * or OP_QSIZE (false for any other op), and the parked joins answered
  * once every message was task_done'd. */
 bool mp__mpi_qbroker_join_op(mp_mpi_queue *b, int src, const qreq *r);
 bool mp__mpi_qbroker_joins(mp_mpi_queue *b);
-/* The broker's answer to request req, cancelled with op at the deadline. */
+/* The broker's answer to request req, cancelled with op at the deadline;
+ * a message that came inside the answer lands in *inl (NULL: none may). */
 int mp__mpi_qawait(mp_mpi_queue *mq, uint64_t req, double deadline, int op, qreq *a,
-                   const char *fn);
+                   mp_msg **inl, const char *fn);
 /* A request {req, op} to the home's broker (rank on another host). */
 void mp__mpi_qrequest(mp_mpi_queue *mq, uint64_t req, int op);
 /* The JoinableQueue and size calls of the ops table (queue_join.c). */

@@ -233,6 +233,20 @@ int mp__mpi_xfer_post(mp__mpi_inflight *f, const mp_msg *m, int dest, int tag, i
     return rc;
 }
 
+int mp__mpi_xfer_pack(const mp_msg *m, char *buf, size_t cap, size_t *len)
+{
+    size_t plen = 0;
+    const void *payload = mp_msg_payload(m, &plen);
+    xfer_head h = {XFER_MAGIC, XFER_VERSION, 0, 0, plen};
+    if (mp_msg_count(m) != 0 || plen > cap || cap - plen < sizeof h)
+        return 1;
+    memcpy(buf, &h, sizeof h);
+    if (plen)
+        memcpy(buf + sizeof h, payload, plen);
+    *len = sizeof h + plen;
+    return 0;
+}
+
 int mp__mpi_xfer_send(const mp_msg *m, int dest, int tag, mp__mpi_inflight **out)
 {
     mp__mpi_inflight *f = NULL;

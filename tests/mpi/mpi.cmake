@@ -19,7 +19,7 @@ add_test(NAME mpi_stub_test COMMAND mpi_stub_test)
 
 # The suite's cases for one build of the layer: tests PREFIX_<case>_<shm|tcp>.
 function(mproc_mpi_suite_tests prefix layer)
-  foreach(s suite iter_suite)
+  foreach(s suite iter_suite queue_suite)
     add_executable(${prefix}_${s} ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/mpi_${s}.c
                    ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/mpi_check.c)
     target_link_libraries(${prefix}_${s} PRIVATE ${layer})
@@ -27,6 +27,7 @@ function(mproc_mpi_suite_tests prefix layer)
   endforeach()
   set(suite $<TARGET_FILE:${prefix}_suite>)
   set(iter $<TARGET_FILE:${prefix}_iter_suite>)
+  set(qsuite $<TARGET_FILE:${prefix}_queue_suite>)
   foreach(v shm tcp)
     foreach(c roundtrip alltoall allreduce queue queue_full pool)
       add_test(NAME ${prefix}_${c}_${v} COMMAND ${run} 4 ${v} ok "ok on 4 ranks" ${suite} ${c})
@@ -55,6 +56,19 @@ function(mproc_mpi_suite_tests prefix layer)
       add_test(NAME ${prefix}_${c}_${v} COMMAND ${run} 4 ${v} ok "ok on 4 ranks" ${iter} ${c})
     endforeach()
     add_test(NAME ${prefix}_join_kill_${v} COMMAND ${run} 4 ${v} fail "${pat}" ${iter} join_kill)
+    # The queue's short cuts on its home rank: hand-overs, timeouts racing
+    # them, close, and a rank killed while the home serves gets.
+    foreach(c qping qraces qclose)
+      add_test(NAME ${prefix}_${c}_${v} COMMAND ${run} 4 ${v} ok "ok on 4 ranks" ${qsuite} ${c})
+    endforeach()
+    add_test(NAME ${prefix}_qkill_${v} COMMAND ${run} 4 ${v} fail "${pat}" ${qsuite} qkill)
+    # The home rank killed: no rank 0 to print the record; a survivor's or
+    # the launcher's report names it.
+    set(hpat "rank 0 with PID .* signal 9|^=   EXIT CODE: 9$|EXIT STRING: Killed [(]signal 9[)]")
+    set(hpat "${hpat}|rank 0 [(]pid [0-9]+ on [^)]+[)] failed: died of signal 9")
+    set(hpat "${hpat}|process_vm_readv[(]pid=[0-9]+ .* No such process")
+    add_test(NAME ${prefix}_qkill_home_${v} COMMAND ${run} 4 ${v} fail "${hpat}" ${qsuite}
+             qkill_home)
   endforeach()
 endfunction()
 
