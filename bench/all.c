@@ -462,7 +462,8 @@ static int write_file(const runner *r, const char *name, bool markdown)
     return 0;
 }
 
-/* latency.png: bench_messaging's handoff results, by the size in the op. */
+/* latency.png: bench_messaging's repeated-handoff results (one per size),
+ * by the size in the op. */
 static int draw_latency(const runner *r)
 {
     double (*pts)[3] = calloc((size_t)r->nresults + 1, sizeof *pts);
@@ -474,7 +475,7 @@ static int draw_latency(const runner *r)
         const bench_record *x = &r->results[i].rec;
         double size = bench_op_size_bytes(x->op);
         if (!strcmp(r->results[i].bench, "messaging") && strstr(x->op, "handoff") &&
-            size > 0) {
+            strstr(x->op, "repeated") && size > 0) {
             pts[n][0] = size;
             pts[n][1] = x->mproc;
             pts[n][2] = x->primitive;

@@ -140,7 +140,7 @@ int bench_plot_latency(const char *png, const char *dat, const char *prim, doubl
             "set logscale xy\nset grid xtics ytics\n"
             "set key top left inside box opaque spacing 1.3\n"
             "plot '%s' using 1:2 with linespoints lw 2 "
-            "title 'mproc Pipe, shared tensor (one way)', "
+            "title 'mproc Pipe, shared tensor sent again (pinned, no fd; one way)', "
             "'' using 1:3 with linespoints lw 2 title '%s'\n",
             png, stamp, dat, prim);
     if (pclose(g) != 0) {
