@@ -87,18 +87,23 @@ static void run_stamp(char *buf, size_t cap)
         snprintf(buf, cap, "%s", stamp);
 }
 
-/* Writes the y tics: every decade and half-decade (1, 5, 10, 50, ...) from
- * 1 us to past the largest point, so a reader can place any value. */
+/* Writes the y tics: every decade and half-decade (0.1, 0.5, 1, 5, ...)
+ * from the decade below the lowest point to past the largest, so a reader
+ * can place any value. */
 static void plot_ytics(FILE *g, double (*pts)[3], int n)
 {
-    double top = 1;
+    double top = 0, low = 1e300, bottom = 1;
     for (int i = 0; i < n; i++)
-        for (int j = 1; j < 3; j++)
+        for (int j = 1; j < 3; j++) {
             top = pts[i][j] > top ? pts[i][j] : top;
+            low = pts[i][j] > 0 && pts[i][j] < low ? pts[i][j] : low;
+        }
+    while (bottom > low && bottom > 1e-6)
+        bottom /= 10;
     fprintf(g, "set ytics (");
-    for (double d = 1; d <= top * 10; d *= 10)
-        fprintf(g, "%s\"%g\" %g, \"%g\" %g", d > 1 ? ", " : "", d, d, 5 * d, 5 * d);
-    fprintf(g, ")\nset yrange [1:%g]\n", top * 3);
+    for (double d = bottom; d <= top * 10; d *= 10)
+        fprintf(g, "%s\"%g\" %g, \"%g\" %g", d > bottom ? ", " : "", d, d, 5 * d, 5 * d);
+    fprintf(g, ")\nset yrange [%g:%g]\n", bottom, top * 3);
 }
 
 /* Draws png from dat (pts: n points) with gnuplot; without gnuplot, says
