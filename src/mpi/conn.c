@@ -95,8 +95,10 @@ static void cancel(MPI_Request *r)
 
 int mp__mpi_pipe(int peer, mp_mpi_conn **out, const char *fn)
 {
-    int rc = mp_mpi_is_local(peer), *ub = NULL, flag = 0;
+    int own = mp__mpi_own(fn), rc = mp_mpi_is_local(peer), *ub = NULL, flag = 0;
     mp_mpi_conn *c;
+    if (own)
+        return own;
     if (rc < 0)
         return rc;
     if (!out || peer == mp__mpi.rank)
@@ -210,6 +212,8 @@ int mp__mpi_conn_send(mp_mpi_conn *c, const mp_msg *m, double deadline, const ch
     int rc;
     if (!c || !m)
         return mp__error(MP_EINVAL, "%s: %s is NULL", fn, !c ? "c" : "m");
+    if ((rc = mp__mpi_own(fn)) != 0)
+        return rc;
     if (c->closed)
         return mp__error(MP_ECLOSED, "%s: this end is closed", fn);
     if (mp__mpi.failed)
@@ -324,7 +328,9 @@ int mp__mpi_conn_recv(mp_mpi_conn *c, mp_msg **out, double deadline, const char 
     if (!c || !out)
         return mp__error(MP_EINVAL, "%s: %s is NULL", fn, !c ? "c" : "out");
     *out = NULL;
-    int rc = wait_small(c, deadline, fn);
+    int rc = mp__mpi_own(fn);
+    if (rc == 0)
+        rc = wait_small(c, deadline, fn);
     if (rc < 0)
         return rc;
     c->small_done = false;
@@ -333,7 +339,9 @@ int mp__mpi_conn_recv(mp_mpi_conn *c, mp_msg **out, double deadline, const char 
 
 static int conn_poll(void *impl, double deadline, const char *fn)
 {
-    int rc = wait_small(impl, deadline, fn);
+    int rc = mp__mpi_own(fn);
+    if (rc == 0)
+        rc = wait_small(impl, deadline, fn);
     /* The end of the stream is ready to receive (as EOF is for mp_pipe). */
     return rc == 1 || rc == MP_ECLOSED ? 1 : rc == MP_ETIMEDOUT ? 0 : rc;
 }
@@ -342,6 +350,8 @@ int mp__mpi_conn_close(mp_mpi_conn *c, const char *fn)
 {
     if (!c)
         return mp__error(MP_EINVAL, "%s: c is NULL", fn);
+    if (mp__mpi_forked())
+        return mp__mpi_own(fn);
     if (c->closed)
         return 0;
     c->closed = true;
@@ -356,7 +366,7 @@ int mp__mpi_conn_close(mp_mpi_conn *c, const char *fn)
 
 void mp__mpi_conn_destroy(mp_mpi_conn *c)
 {
-    if (!c)
+    if (!c || mp__mpi_forked()) /* forked: no MPI here, the memory goes with it */
         return;
     mp__error_saved saved;
     mp__error_save(&saved);

@@ -23,6 +23,22 @@ int mp__mpi_need(const char *fn)
     return 0;
 }
 
+bool mp__mpi_forked(void)
+{
+    return mp__mpi.up && mp__pid() != mp__mpi.pid;
+}
+
+int mp__mpi_own(const char *fn)
+{
+    if (!mp__mpi_forked())
+        return 0;
+    return mp__error(MP_ESTATE, "%s: this object is shared by MPI ranks and belongs to the "
+                                "rank's process (pid %d); this process (pid %d) was forked "
+                                "from it, and MPI cannot be used in a forked process: give "
+                                "the child a local mp_queue or mp_pipe and let the rank "
+                                "forward", fn, (int)mp__mpi.pid, (int)mp__pid());
+}
+
 int mp__mpi_error(int mpirc, const char *fn, const char *what)
 {
     char text[MPI_MAX_ERROR_STRING];
@@ -313,6 +329,7 @@ int mp_mpi_init(int *argc, char ***argv)
         goto fail;
     MPI_Irecv(&mp__mpi.fail_in, sizeof(mp__mpi_fail), MPI_BYTE, MPI_ANY_SOURCE, MP__TAG_FAIL,
               mp__mpi.comm, &mp__mpi.fail_req);
+    mp__mpi.pid = mp__pid();
     mp__mpi.up = true;
     return 0;
 fail:
@@ -415,7 +432,7 @@ int mp_mpi_barrier(void)
 {
     MPI_Request req = MPI_REQUEST_NULL;
     int rc = mp__mpi_need("mp_mpi_barrier");
-    if (rc)
+    if (rc || (rc = mp__mpi_own("mp_mpi_barrier")) != 0)
         return rc;
     if (mp__mpi.failed)
         return mp__mpi_fail_error("mp_mpi_barrier");

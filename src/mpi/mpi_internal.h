@@ -57,12 +57,19 @@ typedef struct mp__mpi_job {
     double next_pid_check;  /* mp__now() of the next pidfd poll */
     int thread_level;       /* what MPI_Init_thread provided */
     pthread_t main_thread;  /* the one that initialized: the failure watch is its */
+    pid_t pid;              /* the rank's process (a process forked from it differs) */
 } mp__mpi_job;
 
 extern mp__mpi_job mp__mpi;
 
 /* MP_ESTATE with a sentence naming fn when the job is not initialized. */
 int mp__mpi_need(const char *fn);
+/* Whether this is a process forked from the rank: MPI must not be called
+ * there, so the cross-rank objects it inherited refuse every call (own:
+ * MP_ESTATE with a sentence naming fn and the fix) and their release frees
+ * nothing (the child's memory goes with it). */
+bool mp__mpi_forked(void);
+int mp__mpi_own(const char *fn);
 /* The failure check every blocking loop makes: 0, or MP_ECHILD with the
  * sentence set (a record arrived, or a same-host rank vanished). Cheap:
  * one MPI_Test, and a poll of the pidfds at most every few ms. */

@@ -187,7 +187,7 @@ static int serve(void)
 int mp__mpi_pool_create(mp_mpi_pool **out)
 {
     int rc = mp__mpi_need("mp_mpi_pool_create");
-    if (rc)
+    if (rc || (rc = mp__mpi_own("mp_mpi_pool_create")) != 0)
         return rc;
     if (!out)
         return mp__error(MP_EINVAL, "mp_mpi_pool_create: out is NULL");

@@ -16,7 +16,8 @@ static mp_mpi_result *item_of(mp_mpi_result *r, size_t i)
 static void r_release(void *r) { mp__mpi_result_release(r); }
 static int r_wait(void *r, double timeout, const char *fn)
 {
-    return mp__mpi_result_wait(r, timeout, fn);
+    int rc = mp__mpi_own(fn);
+    return rc ? rc : mp__mpi_result_wait(r, timeout, fn);
 }
 static bool r_ready(void *r) { return mp__mpi_result_ready(r); }
 static size_t r_count(void *r) { return mp__mpi_result_count(r); }
@@ -59,7 +60,8 @@ static const mp__result_ops result_ops = {r_release, r_wait,      r_ready, r_cou
 
 static int i_next(void *it, double timeout, mp_msg **out, size_t *index)
 {
-    return mp__mpi_imap_next(it, timeout, out, index);
+    int rc = mp__mpi_own("mp_imap_next");
+    return rc ? rc : mp__mpi_imap_next(it, timeout, out, index);
 }
 static void i_destroy(void *it) { mp__mpi_imap_destroy(it); }
 
@@ -88,17 +90,27 @@ static int p_terminate(void *p, const char *fn)
 
 static int p_join(void *p, const char *fn)
 {
+    int rc = mp__mpi_own(fn);
+    if (rc)
+        return rc;
     if (!((mp_mpi_pool *)p)->closed)
         return mp__error(MP_ESTATE, "%s: call mp_pool_close or mp_pool_terminate first", fn);
     return mp__mpi_pool_drain(p);
 }
 
-static void p_destroy(void *p) { mp__mpi_pool_destroy(p); }
+static void p_destroy(void *p)
+{
+    if (!mp__mpi_forked()) /* forked: no MPI here, the memory goes with it */
+        mp__mpi_pool_destroy(p);
+}
 
 static int p_submit(void *impl, const char *task, const mp_msg *const *in, size_t n,
                     size_t nargs, bool one, void **res, const char *fn)
 {
     mp_mpi_result **r = (mp_mpi_result **)res;
+    int rc = mp__mpi_own(fn);
+    if (rc)
+        return rc;
     if (one)
         return mp__mpi_pool_apply_async(impl, task, in[0], r, fn);
     return mp__mpi_pool_group(impl, task, in, n, nargs, r, fn);
@@ -107,6 +119,9 @@ static int p_submit(void *impl, const char *task, const mp_msg *const *in, size_
 static int p_map_array(void *impl, const char *task, const void *in, size_t n, size_t in_size,
                        void *out, size_t out_size, size_t chunksize, void **res, const char *fn)
 {
+    int rc = mp__mpi_own(fn);
+    if (rc)
+        return rc;
     return mp__mpi_pool_map_array(impl, task, in, n, in_size, out, out_size, chunksize,
                                   (mp_mpi_result **)res, fn);
 }
@@ -114,6 +129,9 @@ static int p_map_array(void *impl, const char *task, const void *in, size_t n, s
 static int p_imap(void *impl, const char *task, const mp_msg *const *in, size_t n,
                   bool unordered, void **it, const char *fn)
 {
+    int rc = mp__mpi_own(fn);
+    if (rc)
+        return rc;
     return mp__mpi_pool_imap(impl, task, in, n, !unordered, (mp_mpi_imap **)it, fn);
 }
 

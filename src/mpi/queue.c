@@ -117,7 +117,9 @@ static bool remote_ranks(void)
 
 static int create(int home, bool joinable, mp_mpi_queue **out, const char *fn)
 {
-    int rc = mp_mpi_is_local(home), *ub = NULL, flag = 0;
+    int own = mp__mpi_own(fn), rc = mp_mpi_is_local(home), *ub = NULL, flag = 0;
+    if (own)
+        return own;
     if (rc < 0)
         return rc;
     if (!out)
@@ -236,8 +238,11 @@ int mp__mpi_qawait(mp_mpi_queue *mq, uint64_t req, double deadline, int op, qreq
 
 static int check_args(mp_mpi_queue *mq, const void *m, const char *fn)
 {
+    int rc;
     if (!mq || !m)
         return mp__error(MP_EINVAL, "%s: %s is NULL", fn, !mq ? "q" : "the message");
+    if ((rc = mp__mpi_own(fn)) != 0)
+        return rc;
     return mp__mpi.failed ? mp__mpi_fail_error(fn) : 0;
 }
 
@@ -372,6 +377,8 @@ static void q_destroy(void *impl)
 {
     mp_mpi_queue *mq = impl;
     mp__error_saved saved;
+    if (mp__mpi_forked())
+        return; /* no MPI here: the memory goes with this process */
     mp__error_save(&saved);
     /* Timed-out puts still moving reach the broker (which drops them)
      * before it stops; every rank is done with it after the barrier. */

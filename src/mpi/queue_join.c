@@ -52,8 +52,11 @@ bool mp__mpi_qbroker_joins(mp_mpi_queue *b)
 
 static int need(mp_mpi_queue *mq, bool joinable, const char *fn)
 {
+    int rc;
     if (!mq)
         return mp__error(MP_EINVAL, "%s: q is NULL", fn);
+    if ((rc = mp__mpi_own(fn)) != 0)
+        return rc;
     if (mp__mpi.failed)
         return mp__mpi_fail_error(fn);
     if (joinable && !mq->joinable)

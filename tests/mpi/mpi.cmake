@@ -58,7 +58,7 @@ function(mproc_mpi_suite_tests prefix layer)
     add_test(NAME ${prefix}_join_kill_${v} COMMAND ${run} 4 ${v} fail "${pat}" ${iter} join_kill)
     # The queue's short cuts on its home rank: hand-overs, timeouts racing
     # them, close, and a rank killed while the home serves gets.
-    foreach(c qping qraces qclose)
+    foreach(c qping qraces qclose qfork)
       add_test(NAME ${prefix}_${c}_${v} COMMAND ${run} 4 ${v} ok "ok on 4 ranks" ${qsuite} ${c})
     endforeach()
     add_test(NAME ${prefix}_qkill_${v} COMMAND ${run} 4 ${v} fail "${pat}" ${qsuite} qkill)

@@ -18,9 +18,14 @@
  *              the others' gets: every rank errors out, nothing hangs
  *   qkill_home the home is SIGKILLed while every other rank waits in a
  *              get on its queue: the same
+ *   qfork      a process forked from a rank (which must not call MPI)
+ *              refuses every call on the cross-rank queue and pipe it
+ *              inherited, with MP_ESTATE naming the fork, and releases
+ *              them without touching MPI; the rank's own handles go on
  */
 #include <pthread.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -313,6 +318,66 @@ MP_ENTRY(case_qkill_home)
     CHECK(rc == MP_ECHILD, "a get while the home died: %s", mp_err_name(rc));
     mp_queue_release(q);
     return rc;
+}
+
+/* What a process forked from a rank gets from an inherited cross-rank
+ * object: 0 when every call refused with MP_ESTATE naming the fork. */
+static int forked_calls(mp_queue *q, mp_conn *c)
+{
+    mp_msg *m = pair_msg(9, 9), *in = NULL;
+    int bad = 0;
+#define REFUSED(call) (bad |= (call) != MP_ESTATE || !strstr(mp_last_error(), "forked"))
+    REFUSED(mp_queue_put(q, m, 1));
+    REFUSED(mp_queue_get(q, &in, 1));
+    REFUSED(mp_mpi_barrier());
+    if (c) {
+        REFUSED(mp_conn_send(c, m, 1));
+        REFUSED(mp_conn_recv(c, &in, 1));
+    }
+#undef REFUSED
+    mp_msg_destroy(m);
+    mp_queue_release(q); /* no MPI, no barrier: returns at once */
+    mp_conn_release(c);
+    return bad;
+}
+
+MP_ENTRY(case_qfork)
+{
+    mp_queue *q = NULL;
+    mp_conn *c = NULL;
+    mp_msg *m = NULL;
+    int status = 0;
+    OK(mp_mpi_queue_create(0, &q));
+    if (rank < 2)
+        OK(mp_mpi_pipe(1 - rank, &c));
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0, "fork");
+    if (pid == 0)
+        _exit(forked_calls(q, c)); /* skips MPI's exit handlers */
+    CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "the forked child's calls were not all refused (status 0x%x)", status);
+    /* The rank's own handles are untouched. */
+    if (rank == 0) {
+        for (int r = 1; r < size; r++) {
+            m = pair_msg(0, r);
+            OK(mp_queue_put(q, m, 30));
+            mp_msg_destroy(m), m = NULL;
+        }
+    } else {
+        OK(mp_queue_get(q, &m, 30));
+        mp_msg_destroy(m), m = NULL;
+    }
+    if (c) {
+        OK(mp_conn_send(c, (m = pair_msg(rank, 1)), 30));
+        mp_msg_destroy(m), m = NULL;
+        OK(mp_conn_recv(c, &m, 30));
+        mp_msg_destroy(m), m = NULL;
+        mp_conn_release(c);
+    }
+    OK(mp_mpi_barrier());
+    mp_queue_release(q);
+    return 0;
 }
 
 int main(int argc, char **argv)
