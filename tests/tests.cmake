@@ -7,7 +7,8 @@
 find_library(CMOCKA_LIB cmocka REQUIRED)
 set(MPROC_SKIP_CODE 77)
 
-add_library(mproc_test_support STATIC ${CMAKE_CURRENT_LIST_DIR}/support/support.c)
+add_library(mproc_test_support STATIC ${CMAKE_CURRENT_LIST_DIR}/support/support.c
+            ${CMAKE_CURRENT_LIST_DIR}/support/endpoint.c)
 target_link_libraries(mproc_test_support PUBLIC mproc_internal ${CMOCKA_LIB})
 target_include_directories(mproc_test_support PUBLIC ${CMAKE_CURRENT_LIST_DIR}/support)
 mproc_use_flags(mproc_test_support)
@@ -38,6 +39,13 @@ if(TARGET mproc-shm-manager_tool)               # they run the daemon and the CL
   endif()
 endif()
 mproc_tests(tensor adopt_test empty_tensor_test share_test stats_test tensor_test)
+# Handoffs without an fd open a pin's owner's or sender's fd through /proc
+# when a second process receives: the same tests again as a user who is
+# not root.
+add_test(NAME pins_test_unprivileged
+         COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/support/unprivileged.sh $<TARGET_FILE:pins_test>)
+set_tests_properties(pins_test_unprivileged PROPERTIES TIMEOUT 240 LABELS ipc
+                     SKIP_RETURN_CODE ${MPROC_SKIP_CODE})
 mproc_tests(wire kinds_test malformed_test wire_test)
 mproc_tests(sync barrier_test fastlock_test sync_behaviour_test sync_test)
 mproc_tests(ipc emfile_test mpmc_test pins_test pipe_test queue_test ring_test ring_threads_test rx_test

@@ -95,11 +95,10 @@ static void cancel(MPI_Request *r)
 
 int mp__mpi_pipe(int peer, mp_mpi_conn **out, const char *fn)
 {
-    int own = mp__mpi_own(fn), rc = mp_mpi_is_local(peer), *ub = NULL, flag = 0;
+    int rc = mp__mpi_own(fn), *ub = NULL, flag = 0;
     mp_mpi_conn *c;
-    if (own)
-        return own;
-    if (rc < 0)
+    /* refused in a forked child before anything else can set the sentence */
+    if (rc || (rc = mp_mpi_is_local(peer)) < 0)
         return rc;
     if (!out || peer == mp__mpi.rank)
         return mp__error(MP_EINVAL, "%s: %s", fn, !out ? "out is NULL"

@@ -117,10 +117,9 @@ static bool remote_ranks(void)
 
 static int create(int home, bool joinable, mp_mpi_queue **out, const char *fn)
 {
-    int own = mp__mpi_own(fn), rc = mp_mpi_is_local(home), *ub = NULL, flag = 0;
-    if (own)
-        return own;
-    if (rc < 0)
+    int rc = mp__mpi_own(fn), *ub = NULL, flag = 0;
+    /* refused in a forked child before anything else can set the sentence */
+    if (rc || (rc = mp_mpi_is_local(home)) < 0)
         return rc;
     if (!out)
         return mp__error(MP_EINVAL, "%s: out is NULL", fn);

@@ -128,8 +128,8 @@ bool mp__pins_reserve(mp__pins *p, const mp__segment *s, mp__pin_ref *ref)
 {
     uint64_t dev = (uint64_t)s->dev, ino = (uint64_t)s->ino;
     unsigned h = home(dev, ino);
-    if (s->strategy != MP__STRATEGY_FD || atomic_load_explicit(&p->owner,
-                                                               memory_order_relaxed) <= 0)
+    if (s->strategy != MP__STRATEGY_FD ||
+        atomic_load_explicit(&p->owner, memory_order_relaxed) <= 0)
         return false;
     for (unsigned k = 0; k < PROBE; k++) {
         mp__pin *pin = &p->slot[(h + k) & (MP__PIN_SLOTS - 1)];

@@ -78,9 +78,9 @@ void mp__msg_adopt_payload(mp_msg *m, void *payload, size_t len);
  * the message) and leaves m with none: a pool reuses its chunks' buffers. */
 void *mp__msg_take_payload(mp_msg *m);
 /* n (at most MP__MSG_BLOCK) empty messages in one allocation (out[0..n)):
- * a pool map builds a
- * message per result item, and one malloc and free per item, with glibc
- * consolidating and trimming between maps, cost more than the items. Each
+ * a pool map builds a message per result item, and one malloc and free per
+ * item, with glibc consolidating and trimming between maps, cost more than
+ * the items. Each
  * is still destroyed on its own (from any thread); the block's memory goes
  * with the last of them. */
 #define MP__MSG_BLOCK 256

@@ -37,44 +37,19 @@ static void expect_exit0(pid_t pid)
         fail_msg("child failed: status 0x%x (exit %d)", status, WEXITSTATUS(status));
 }
 
-/* One end for the tests: a one-way pipe or a queue. */
-typedef struct ep {
-    mp_conn *r, *w;
-    mp_queue *q;
-} ep;
-
-static void ep_open(ep *e, bool queue)
-{
-    memset(e, 0, sizeof *e);
-    if (queue)
-        assert_mp_ok(mp_queue_create(0, &e->q));
-    else
-        assert_mp_ok(mp_pipe(false, &e->r, &e->w));
-}
-
-static void ep_close(ep *e)
-{
-    mp_conn_release(e->r);
-    mp_conn_release(e->w);
-    mp_queue_release(e->q);
-}
+/* One end for the tests: a queue, or a one-way pipe (sent on tx, received
+ * on rx). */
+typedef mp_test_ep ep;
+static void ep_open(ep *e, bool queue) { mp_test_ep_open(e, queue, false); }
+#define ep_close mp_test_ep_close
+#define ep_recv mp_test_ep_recv
 
 static mp__pins *ep_pins(const ep *e)
 {
-    return e->q ? &((mp__queue *)e->q)->ctl->rx.pins : mp__conn_pins(e->r);
+    return e->q ? &((mp__queue *)e->q)->ctl->rx.pins : mp__conn_pins(e->rx);
 }
 
-static int ep_send(ep *e, mp_msg *m)
-{
-    int rc = e->q ? mp_queue_put(e->q, m, 5) : mp_conn_send(e->w, m, 5);
-    mp_msg_destroy(m);
-    return rc;
-}
-
-static int ep_recv(ep *e, mp_msg **m, double timeout)
-{
-    return e->q ? mp_queue_get(e->q, m, timeout) : mp_conn_recv(e->r, m, timeout);
-}
+static int ep_send(ep *e, mp_msg *m) { return mp_test_ep_send(e, m, 5); }
 
 /* A message of t, whose first element is set to seq first. */
 static mp_msg *with(mp_tensor *t, int32_t seq)
@@ -245,12 +220,12 @@ static void test_failed_send_gives_count_back(void **state)
     }
     assert_int_equal(mp__pins_held(), 1);
     mp_msg *small = note(0);
-    while (mp_conn_send(e.w, small, 0) == 0)
+    while (mp_conn_send(e.tx, small, 0) == 0)
         n++;
     mp_msg_destroy(small);
     assert_true(n >= (int)MP__RING_SLOTS - 1);
     small = with(t, 5);
-    assert_mp_err(mp_conn_send(e.w, small, 0), MP_ETIMEDOUT);
+    assert_mp_err(mp_conn_send(e.tx, small, 0), MP_ETIMEDOUT);
     mp_msg_destroy(small);
     for (unsigned i = 0; i < MP__PIN_SLOTS; i++)
         inflight += (atomic_load(&p->slot[i].state) & MP__PIN_SENT) - atomic_load(&p->done[i]);
@@ -260,8 +235,8 @@ static void test_failed_send_gives_count_back(void **state)
     assert_mp_ok(ep_send(&e, with(t, 6)));
     assert_int_equal(recv_seq(&e, 6, 5), 0);
     assert_int_equal(by_pin() - pinned0, 1);
-    mp_conn_release(e.r);
-    e.r = NULL;
+    mp_conn_release(e.rx);
+    e.rx = NULL;
     assert_int_equal(mp__pins_held(), 0);
     assert_int_equal(atomic_load(&p->owner), 0); /* let go cleanly: free to claim */
     ep_close(&e);

@@ -62,39 +62,17 @@ static int parse(mp_msg *m, tag *t)
     return 0;
 }
 
-/* One endpoint under test: a queue, or a duplex pipe (send on b, receive on a). */
-typedef struct ep {
-    mp_queue *q;
-    mp_conn *a, *b;
-} ep;
-
-static void ep_open(ep *e, bool queue)
-{
-    memset(e, 0, sizeof *e);
-    if (queue)
-        assert_mp_ok(mp_queue_create(0, &e->q));
-    else
-        assert_mp_ok(mp_pipe(true, &e->a, &e->b));
-}
-
-static void ep_close(ep *e)
-{
-    mp_queue_release(e->q);
-    mp_conn_release(e->a);
-    mp_conn_release(e->b);
-}
-
-static int ep_send(ep *e, mp_msg *m, double timeout)
-{
-    int rc = e->q ? mp_queue_put(e->q, m, timeout) : mp_conn_send(e->b, m, timeout);
-    mp_msg_destroy(m);
-    return rc;
-}
+/* One endpoint under test: a queue, or a duplex pipe (send on tx, receive
+ * on rx). */
+typedef mp_test_ep ep;
+static void ep_open(ep *e, bool queue) { mp_test_ep_open(e, queue, true); }
+#define ep_close mp_test_ep_close
+#define ep_send mp_test_ep_send
 
 static int ep_recv(ep *e, tag *t, double timeout)
 {
     mp_msg *m = NULL;
-    int rc = e->q ? mp_queue_get(e->q, &m, timeout) : mp_conn_recv(e->a, &m, timeout);
+    int rc = mp_test_ep_recv(e, &m, timeout);
     if (rc == 0) {
         rc = parse(m, t);
         mp_msg_destroy(m);
@@ -296,7 +274,7 @@ static void test_fd_readiness(void **state)
         pid_t pid;
         struct pollfd p = {.events = POLLIN};
         ep_open(&e, queue);
-        p.fd = queue ? mp_queue_fileno(e.q) : mp_conn_fileno(e.a);
+        p.fd = queue ? mp_queue_fileno(e.q) : mp_conn_fileno(e.rx);
         /* sent before anyone polled: readable all the same */
         assert_int_equal(poll(&p, 1, 0), 0);
         assert_mp_ok(ep_send(&e, make(1, 9, SMALL), 5));
@@ -315,7 +293,7 @@ static void test_fd_readiness(void **state)
             if (queue)
                 assert_int_equal(mp__queue_poll((mp__queue *)e.q), 0);
             else
-                assert_int_equal(mp_conn_poll(e.a, 0), 0);
+                assert_int_equal(mp_conn_poll(e.rx, 0), 0);
         }
         ep_close(&e);
     }

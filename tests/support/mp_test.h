@@ -12,6 +12,7 @@
 
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
@@ -55,6 +56,19 @@ const char *mp_test_method(void **state);
 mp_process *mp_test_start(const char *entry, mp_msg *args, const char *method);
 /* This process's mp_tensor_stats_get counters now; fails the test on error. */
 mp_tensor_stats mp_test_tensor_stats(void);
+
+/* One end under test (tests/support/endpoint.c), so that a test runs
+ * against a queue and a pipe alike: a queue, or a pipe whose messages are
+ * sent on tx and received on rx (duplex: either way). */
+typedef struct mp_test_ep {
+    mp_queue *q;
+    mp_conn *rx, *tx;
+} mp_test_ep;
+void mp_test_ep_open(mp_test_ep *e, bool queue, bool duplex);
+void mp_test_ep_close(mp_test_ep *e);
+/* Sends m and destroys it, whatever the outcome. */
+int mp_test_ep_send(mp_test_ep *e, mp_msg *m, double timeout);
+int mp_test_ep_recv(mp_test_ep *e, mp_msg **m, double timeout);
 
 /* SIGKILLs and reaps every child of this process. */
 void mp_test_kill_children(void);
