@@ -6,7 +6,7 @@ set(MPROC_OS_SOURCES atfork.c coderef.c error.c extstruct.c hazard.c ids.c parse
 set(MPROC_SHM_SOURCES cache.c foreign.c handle.c manager_client.c manager_inspect.c manager_util.c pins.c
     recycle.c segment.c strategy.c)
 set(MPROC_TENSOR_SOURCES adopt.c dlpack.c dtype.c recycle.c stats.c storage.c strategy.c tensor.c view.c)
-set(MPROC_WIRE_SOURCES frame_decode.c frame_encode.c kinds.c msg.c rx.c wire.c)
+set(MPROC_WIRE_SOURCES compact.c frame_decode.c frame_encode.c kinds.c msg.c rx.c wire.c)
 set(MPROC_SYNC_SOURCES attach.c barrier.c event.c fastlock.c lock.c object.c robust.c
     semaphore.c)
 set(MPROC_IPC_SOURCES conn.c kinds.c qcore.c queue.c ring.c)

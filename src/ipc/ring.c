@@ -60,7 +60,7 @@
 #include "ipc/ring.h"
 #include "wire/frame.h"
 
-enum { RING_PAYLOAD = 1, RING_FRAME = 2, RING_MARK = 3 };
+enum { RING_PAYLOAD = 1, RING_FRAME = 2, RING_MARK = 3, RING_COMPACT = 4 };
 enum { HEAD_EMPTY, HEAD_EOF, HEAD_BELL, HEAD_CLOSED, HEAD_DATA };
 
 #define MASK (MP__RING_SLOTS - 1u)
@@ -282,10 +282,20 @@ int mp__ring_send(mp__ring *r, int sock, mp__rx *rx, const mp_msg *m, double dea
                   bool pipe, const char *fn)
 {
     mp__frame_out o;
+    unsigned char compact[MP__RING_DATA];
+    mp__pin_ref ref;
+    size_t len;
     int rc;
     /* Payload only: the slot holds the bytes themselves, no frame. */
     if (m->count == 0 && m->len <= MP__RING_DATA)
         return send_inline(r, sock, RING_PAYLOAD, m->payload, m->len, deadline, pipe, fn);
+    /* One tensor the receiver pinned: its compact record (wire/compact.c). */
+    if (mp__compact_encode(m, &rx->pins, compact, sizeof compact, &len, &ref) == 1) {
+        rc = send_inline(r, sock, RING_COMPACT, compact, len, deadline, pipe, fn);
+        if (rc < 0)
+            mp__pins_unreserve(&rx->pins, &ref);
+        return rc;
+    }
     if ((rc = mp__frame_encode(m, &rx->pins, &o)) < 0)
         return rc;
     if (o.nfds == 0 && o.len <= MP__RING_DATA)
@@ -380,7 +390,8 @@ static int take_slot(mp__ring *r, int sock, mp__rx *rx, uint32_t h, mp_msg **out
     uint32_t type = s->type, len = s->len;
     mp_msg *m = NULL;
     int rc;
-    if (len > MP__RING_DATA || (type != RING_PAYLOAD && type != RING_FRAME)) {
+    if (len > MP__RING_DATA ||
+        (type != RING_PAYLOAD && type != RING_FRAME && type != RING_COMPACT)) {
         advance(r, h);
         *taken = true;
         return mp__error(MP_EPROTO, "receiving a message: ring slot of type %u and %u bytes "
@@ -404,6 +415,8 @@ static int take_slot(mp__ring *r, int sock, mp__rx *rx, uint32_t h, mp_msg **out
         *out = m;
         return 0;
     }
+    if (type == RING_COMPACT)
+        return mp__compact_decode(&rx->pins, buf, len, out);
     return mp__wire_decode_rx(rx, buf, len, NULL, 0, out);
 }
 

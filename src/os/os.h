@@ -185,6 +185,10 @@ void mp__sys_fault_reset(void);
 /* ---- small helpers (src/os/) -------------------------------------------- */
 
 /* Monotonic clock in seconds. */
+/* A zeroed block of n bytes, for objects made and freed once per message:
+ * glibc's calloc skips its per-thread cache, so a calloc'd block freed
+ * again fills that cache and later frees fall through to the slow path. */
+void *mp__zalloc(size_t n);
 double mp__now(void);
 /* Milliseconds left until deadline (absolute mp__now() seconds) for poll():
  * -1 when deadline < 0 (forever), 0 when passed. */

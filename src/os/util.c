@@ -7,6 +7,8 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -14,6 +16,16 @@
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
 #endif
+
+void *mp__zalloc(size_t n)
+{
+    void *p = malloc(n);
+    /* the compiler would make malloc + memset a calloc again */
+    __asm__ volatile("" : "+r"(p) : : "memory");
+    if (p)
+        memset(p, 0, n);
+    return p;
+}
 
 double mp__now(void)
 {

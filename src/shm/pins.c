@@ -75,6 +75,8 @@ typedef struct local {
     int users; /* handles receiving on the end */
     uint64_t clock; /* storages received on the end */
     mp__segment *seg[MP__PIN_SLOTS];
+    void *kept[MP__PIN_SLOTS]; /* keepsakes (mp__pins_keep) and their release */
+    void (*kept_release[MP__PIN_SLOTS])(void *);
     uint32_t gen[MP__PIN_SLOTS];
     uint64_t used[MP__PIN_SLOTS];
     uint64_t seen_dev[SEEN], seen_ino[SEEN];
@@ -85,6 +87,15 @@ typedef struct local {
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static local *locals;
 static int held;
+/* Keepsakes of pins let go under lock, released once it is let go: their
+ * release takes locks that come before this one (tensor storages). One
+ * locked section lets go of at most the pins of one table, twice over. */
+typedef struct keepsake {
+    void *obj;
+    void (*release)(void *);
+} keepsake;
+static keepsake doomed[2 * MP__PIN_SLOTS];
+static unsigned ndoomed;
 static atomic_ullong by_pin; /* storages received by a pin */
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
@@ -100,6 +111,28 @@ static void locked(void)
 {
     pthread_once(&once, init);
     pthread_mutex_lock(&lock);
+}
+
+static void doom(void *obj, void (*release)(void *))
+{
+    if (obj && ndoomed < sizeof doomed / sizeof doomed[0])
+        doomed[ndoomed++] = (keepsake){obj, release};
+}
+
+/* Lets go of lock, then releases what the section doomed. */
+static void unlocked(void)
+{
+    keepsake d[sizeof doomed / sizeof doomed[0]];
+    unsigned n = ndoomed;
+    if (n == 0) {
+        pthread_mutex_unlock(&lock);
+        return;
+    }
+    memcpy(d, doomed, n * sizeof d[0]);
+    ndoomed = 0;
+    pthread_mutex_unlock(&lock);
+    for (unsigned i = 0; i < n; i++)
+        d[i].release(d[i].obj);
 }
 
 static uint32_t gen_of(uint64_t state) { return (uint32_t)(state >> 32); }
@@ -191,6 +224,8 @@ static bool unpin(local *l, unsigned i, bool owner)
     }
     if (!clean)
         return false;
+    doom(l->kept[i], l->kept_release[i]);
+    l->kept[i] = NULL;
     mp__segment_release(l->seg[i]);
     l->seg[i] = NULL;
     held--;
@@ -222,7 +257,7 @@ int mp__pins_attach(mp__pins *p)
     locked();
     if (!(l = find_own(p))) {
         if (!(l = calloc(1, sizeof *l))) {
-            pthread_mutex_unlock(&lock);
+            unlocked();
             return mp__error(MP_ENOMEM, "receiving end: out of memory");
         }
         l->table = p;
@@ -231,7 +266,7 @@ int mp__pins_attach(mp__pins *p)
         locals = l;
     }
     l->users++;
-    pthread_mutex_unlock(&lock);
+    unlocked();
     return 0;
 }
 
@@ -241,7 +276,7 @@ void mp__pins_detach(mp__pins *p)
     bool owner, stuck = false;
     locked();
     if (!(l = find_own(p)) || --l->users > 0) {
-        pthread_mutex_unlock(&lock);
+        unlocked();
         return;
     }
     owner = atomic_load(&p->owner) == l->pid;
@@ -255,7 +290,7 @@ void mp__pins_detach(mp__pins *p)
     for (pp = &locals; *pp != l; pp = &(*pp)->next)
         ;
     *pp = l->next;
-    pthread_mutex_unlock(&lock);
+    unlocked();
     free(l);
 }
 
@@ -264,7 +299,7 @@ int mp__pins_held(void)
     int n;
     locked();
     n = held;
-    pthread_mutex_unlock(&lock);
+    unlocked();
     return n;
 }
 
@@ -370,7 +405,7 @@ void mp__pins_received(mp__pins *p, mp__segment *s)
         if (seen_before(l, (uint64_t)s->dev, (uint64_t)s->ino))
             pin(l, s);
     }
-    pthread_mutex_unlock(&lock);
+    unlocked();
 }
 
 bool mp__pins_ref_ok(const mp__pin_ref *ref)
@@ -401,27 +436,45 @@ static int open_proc(pid_t pid, int fd, const mp__pin_ref *ref, uint64_t size,
 /* The segment, retained: from this process's pin (the owner's hot path,
  * which also counts the message done: *counted), its mapping cache, the
  * owner's fd or the sender's. */
-static int resolve(mp__pins *p, const mp__pin_ref *ref, uint64_t size, mp__segment **out,
-                   bool *counted)
+static int resolve(mp__pins *p, const mp__pin_ref *given, uint64_t size, mp__segment **out,
+                   bool *counted, mp__pins_reuse *reuse)
 {
-    mp__pin *pin = &p->slot[ref->slot];
+    mp__pin *pin = &p->slot[given->slot];
+    mp__pin_ref full = *given, *ref = &full;
+    bool carried = given->dev || given->ino;
+    unsigned i = given->slot;
     local *l;
     int rc;
     *out = NULL;
     locked();
-    if ((l = find_own(p)) && own(p, false) && l->seg[ref->slot] &&
-        l->gen[ref->slot] == ref->gen && (uint64_t)l->seg[ref->slot]->ino == ref->ino &&
-        (uint64_t)l->seg[ref->slot]->dev == ref->dev) {
+    if ((l = find_own(p)) && own(p, false) && l->seg[i] && l->gen[i] == ref->gen &&
+        (!carried || ((uint64_t)l->seg[i]->ino == ref->ino &&
+                      (uint64_t)l->seg[i]->dev == ref->dev))) {
         /* This process pinned it at this generation and only it lets go:
          * the pin is live, so the count is taken without reading state
          * (the senders' cache line). */
-        *out = mp__segment_retain(l->seg[ref->slot]);
-        l->used[ref->slot] = l->clock;
+        if (size > l->seg[i]->map_len) {
+            unlocked();
+            return mp__error(MP_EPROTO, "receiving a message: a pinned storage claims %llu "
+                             "bytes of a %zu-byte segment", (unsigned long long)size,
+                             l->seg[i]->map_len);
+        }
+        if (!reuse || !l->kept[i] || !(reuse->got = reuse->take(l->kept[i], reuse->ctx)))
+            *out = mp__segment_retain(l->seg[i]);
+        l->used[i] = l->clock;
         tick(l);
-        atomic_fetch_add(&p->done[ref->slot], 1);
+        atomic_fetch_add(&p->done[i], 1);
         *counted = true;
+        unlocked();
+        return 0;
     }
-    pthread_mutex_unlock(&lock);
+    unlocked();
+    if (!*out && !carried) {
+        /* the pin holds them while a message naming it is in flight; the
+         * owner reads no line the senders write on its hot path above */
+        full.dev = atomic_load(&pin->dev);
+        full.ino = atomic_load(&pin->ino);
+    }
     if (!*out)
         *out = mp__cache_lookup((dev_t)ref->dev, (ino_t)ref->ino);
     if (*out) {
@@ -445,15 +498,18 @@ static int resolve(mp__pins *p, const mp__pin_ref *ref, uint64_t size, mp__segme
     return rc;
 }
 
-int mp__pins_open(mp__pins *p, const mp__pin_ref *ref, uint64_t size, mp__segment **out)
+int mp__pins_open(mp__pins *p, const mp__pin_ref *ref, uint64_t size, mp__segment **out,
+                  mp__pins_reuse *reuse)
 {
     int rc;
     *out = NULL;
+    if (reuse)
+        reuse->got = NULL;
     if (!mp__pins_ref_ok(ref))
         return mp__error(MP_EPROTO, "receiving a message: pin slot %u is out of range",
                          ref->slot);
     bool counted = false;
-    rc = resolve(p, ref, size, out, &counted);
+    rc = resolve(p, ref, size, out, &counted, reuse);
     if (rc == 0)
         atomic_fetch_add_explicit(&by_pin, 1, memory_order_relaxed);
     if (!counted && !give_back(p, ref) && rc == 0) {
@@ -463,6 +519,24 @@ int mp__pins_open(mp__pins *p, const mp__pin_ref *ref, uint64_t size, mp__segmen
                                   "which no message in flight names", ref->slot, ref->gen);
     }
     return rc;
+}
+
+void mp__pins_keep(mp__pins *p, const mp__pin_ref *ref, void *obj, void (*release)(void *))
+{
+    local *l;
+    if (!obj)
+        return;
+    locked();
+    if ((l = find_own(p)) && l->seg[ref->slot] && l->gen[ref->slot] == ref->gen &&
+        own(p, false)) {
+        doom(l->kept[ref->slot], l->kept_release[ref->slot]);
+        l->kept[ref->slot] = obj;
+        l->kept_release[ref->slot] = release;
+        obj = NULL;
+    }
+    unlocked();
+    if (obj)
+        release(obj);
 }
 
 void mp__pins_drop(mp__pins *p, const mp__pin_ref *ref)

@@ -44,8 +44,8 @@ typedef struct mp__pin_ref {
     uint32_t gen;
     int32_t sender_pid; /* a last resort: the sender's own fd of the segment */
     int32_t sender_fd;
-    uint64_t dev;
-    uint64_t ino;
+    uint64_t dev;       /* both 0: not carried (a compact record); the */
+    uint64_t ino;       /* receiver reads them from its table if it must */
 } mp__pin_ref;
 
 void mp__pins_init(mp__pins *p);
@@ -59,11 +59,30 @@ void mp__pins_unreserve(mp__pins *p, const mp__pin_ref *ref);
 
 /* Receiver: whether ref's slot is in range (the decoder's check). */
 bool mp__pins_ref_ok(const mp__pin_ref *ref);
+/* Receiver: reusing a pin's keepsake (see mp__pins_keep). take runs under
+ * this layer's lock, so it must take no lock: it retains and returns the
+ * keepsake when it fits the message, else returns NULL. */
+typedef struct mp__pins_reuse {
+    void *(*take)(void *keepsake, void *ctx);
+    void *ctx;
+    void *got; /* out: what take returned, or NULL */
+} mp__pins_reuse;
+
 /* Receiver: the segment ref names, retained, of at least size bytes, and
  * ref's in-flight count given back. MP_EBROKEN when no live process holds
  * it any more (only when more than one process receives on the end and
- * the one that pinned it died), MP_EPROTO for a ref that names no pin. */
-int mp__pins_open(mp__pins *p, const mp__pin_ref *ref, uint64_t size, mp__segment **out);
+ * the one that pinned it died), MP_EPROTO for a ref that names no pin.
+ * With reuse (or NULL), the pin's keepsake may be taken instead: then
+ * reuse->got is set and *out is NULL. */
+int mp__pins_open(mp__pins *p, const mp__pin_ref *ref, uint64_t size, mp__segment **out,
+                  mp__pins_reuse *reuse);
+/* Receiver: obj, an object of a layer above built over ref's segment,
+ * becomes the keepsake of ref's pin in this process (in place of the one
+ * before), and release(obj) runs when the pin is let go or replaced (not
+ * under this layer's lock); when this process no longer holds that pin,
+ * release(obj) runs now. The compact decoder keeps the tensor it built,
+ * to hand it out again while nobody else holds it. */
+void mp__pins_keep(mp__pins *p, const mp__pin_ref *ref, void *obj, void (*release)(void *));
 /* Receiver: gives ref's in-flight count back without opening it (a message
  * that failed to decode). */
 void mp__pins_drop(mp__pins *p, const mp__pin_ref *ref);

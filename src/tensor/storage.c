@@ -27,7 +27,7 @@ static void init(void)
 
 static mp__storage *storage_new(void *data, size_t nbytes, int kind)
 {
-    mp__storage *s = calloc(1, sizeof *s);
+    mp__storage *s = mp__zalloc(sizeof *s);
     if (!s)
         return NULL;
     atomic_init(&s->refs, 1);

@@ -113,7 +113,7 @@ int mp__tensor_make(mp__storage *s, mp_dtype dtype, int ndim, const int64_t *sha
     rc = mp__tensor_check_geometry(dtype, ndim, shape, strides, byte_offset, s->nbytes);
     if (rc < 0)
         return rc;
-    t = calloc(1, sizeof *t);
+    t = mp__zalloc(sizeof *t);
     if (!t)
         return mp__error(MP_ENOMEM, "tensor view: out of memory");
     atomic_init(&t->refs, 1);
@@ -127,6 +127,16 @@ int mp__tensor_make(mp__storage *s, mp_dtype dtype, int ndim, const int64_t *sha
     t->offset = byte_offset;
     *out = t;
     return 0;
+}
+
+bool mp__tensor_is_sole_view(const mp_tensor *t, const mp__segment *seg, mp_dtype dtype,
+                             int ndim, const int64_t *shape, const int64_t *strides,
+                             uint64_t byte_offset)
+{
+    size_t n = sizeof(int64_t) * (size_t)ndim;
+    return atomic_load(&t->refs) == 1 && !t->grad && (!seg || t->storage->seg == seg) &&
+           t->dtype == dtype && t->ndim == ndim && t->offset == byte_offset &&
+           memcmp(t->shape, shape, n) == 0 && memcmp(t->strides, strides, n) == 0;
 }
 
 /* A contiguous tensor over s; drops the caller's reference to s. */

@@ -45,6 +45,16 @@ void mp__storage_set_user(mp__storage *s, void *user);
 int mp__tensor_make(mp__storage *s, mp_dtype dtype, int ndim, const int64_t *shape,
                     const int64_t *strides, uint64_t byte_offset, mp_tensor **out);
 
+/* Whether the caller's reference is t's only one, t has no grad, and t is
+ * exactly this view of seg (NULL: of its own storage): such a tensor can
+ * be handed out again as a new one (the compact decoder's keepsake). */
+bool mp__tensor_is_sole_view(const mp_tensor *t, const mp__segment *seg, mp_dtype dtype,
+                             int ndim, const int64_t *shape, const int64_t *strides,
+                             uint64_t byte_offset);
+
+/* Contiguous strides for shape (sizes below 1 count as 1). */
+void mp__contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
+
 /* Checks a view's geometry against a storage of nbytes without creating it:
  * 0, or MP_EINVAL / MP_EOVERFLOW with the reason. */
 int mp__tensor_check_geometry(mp_dtype dtype, int ndim, const int64_t *shape,

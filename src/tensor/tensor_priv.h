@@ -39,8 +39,6 @@ int mp__storage_alloc(size_t nbytes, mp__storage **out);
  * Sizes must be valid (>= 0); MP_EOVERFLOW names call. */
 int mp__view_span(const char *call, mp_dtype dtype, int ndim, const int64_t *shape,
                   const int64_t *strides, int64_t *lo, int64_t *end);
-/* Contiguous strides for shape. */
-void mp__contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
 /* numel * element size with overflow checks: MP_EINVAL / MP_EOVERFLOW. */
 int mp__shape_nbytes(const char *call, mp_dtype dtype, int ndim, const int64_t *shape,
                      size_t *nbytes);

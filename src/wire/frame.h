@@ -93,6 +93,41 @@ typedef struct mp__frame_out {
     mp__pin_ref pinned[MP__WIRE_MAX_FDS]; /* handles[i] PINNED: its in-flight count */
 } mp__frame_out;
 
+/* The compact record (src/wire/compact.c): a message of one tensor, no
+ * grad, whose storage the receiving end pinned, in one ring slot. Then
+ * uint64 byte_offset (only with MP__COMPACT_OFFSET: else 0), int64
+ * shape[ndim], int64 strides[ndim] (only with MP__COMPACT_STRIDES: else
+ * contiguous), the name (name_len bytes, no NUL; MP__FRAME_NO_NAME: none)
+ * and the payload, unpadded. The pin's (dev, ino) are not sent: the
+ * receiver reads them from its table, where they stay while the record is
+ * in flight. A one-dimensional tensor with a short name and payload fits
+ * one cache line with the slot's header. */
+enum { MP__COMPACT_STRIDES = 1u, MP__COMPACT_OFFSET = 2u };
+typedef struct mp__compact {
+    uint32_t pin_gen;
+    uint16_t pin_slot;
+    uint8_t dtype;
+    uint8_t ndim;
+    int32_t sender_pid;   /* as mp__pin_ref */
+    int32_t sender_fd;
+    uint64_t size;        /* the storage's bytes, as a frame's storage entry */
+    uint32_t payload_len;
+    uint16_t name_len;
+    uint8_t flags;
+    uint8_t reserved;
+} mp__compact;
+
+/* Writes m as a compact record into buf (cap bytes) when it qualifies and
+ * its storage is pinned at pins: 1, *len set and ref holding the pin's
+ * in-flight count (give it back with mp__pins_unreserve if the record is
+ * never sent); 0 when m must go as a frame. */
+int mp__compact_encode(const mp_msg *m, mp__pins *pins, void *buf, size_t cap, size_t *len,
+                       mp__pin_ref *ref);
+/* Builds the message of a compact record received on the end of pins.
+ * MP_EPROTO for a malformed record, as the frame decoder; the pin's
+ * in-flight count is given back whatever happens. */
+int mp__compact_decode(mp__pins *pins, const void *buf, size_t len, mp_msg **out);
+
 /* Encodes m for the end whose pins are pins (NULL: no end, every storage
  * travels by fd or name); on success the caller must call
  * mp__frame_out_done(), passing sent = whether the record reached the

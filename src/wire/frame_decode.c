@@ -376,7 +376,7 @@ static int open_storages(dec *d)
         }
         d->opened[i] = true;   /* the open owns the handle from here */
         if (h->strategy == MP__FRAME_STORAGE_PINNED) {
-            if ((rc = mp__pins_open(d->pins, &d->pinned[i], h->size, &seg)) < 0)
+            if ((rc = mp__pins_open(d->pins, &d->pinned[i], h->size, &seg, NULL)) < 0)
                 return rc;
         } else {
             bool by_fd = h->strategy == MP__STRATEGY_FD;

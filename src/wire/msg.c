@@ -2,6 +2,7 @@
  * message holds one reference on everything it attaches. */
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,15 +10,20 @@
 #include "tensor/tensor_internal.h"
 #include "wire/msg_impl.h"
 
+/* What a new message needs zeroed: the first attachment's room is written
+ * before it is read. */
+#define MSG_CLEARED offsetof(mp_msg, one)
+
 int mp_msg_create(mp_msg **out)
 {
     mp_msg *m;
     if (!out)
         return mp__error(MP_EINVAL, "mp_msg_create: out is NULL");
     *out = NULL;
-    m = calloc(1, sizeof *m);
+    m = malloc(sizeof *m);
     if (!m)
         return mp__error(MP_ENOMEM, "mp_msg_create: out of memory");
+    memset(m, 0, MSG_CLEARED);
     *out = m;
     return 0;
 }
@@ -84,22 +90,23 @@ int mp__msg_create_block(size_t n, mp_msg **out)
     if (!b && !(b = malloc(sizeof *b + cap * sizeof(mp_msg))))
         return mp__error(MP_ENOMEM, "mp_msg_create: out of memory for %zu messages", n);
     b->cap = cap;
-    memset(b->m, 0, n * sizeof(mp_msg));
     atomic_init(&b->live, n);
     for (size_t i = 0; i < n; i++) {
+        memset(&b->m[i], 0, MSG_CLEARED);
         b->m[i].block = b;
         out[i] = &b->m[i];
     }
     return 0;
 }
 
-static void attach_drop(mp__attach *a)
+static void attach_drop(mp_msg *m, mp__attach *a)
 {
     if (!a->ops)
         mp_tensor_release(a->u.tensor);
     else if (a->u.obj)
         a->ops->release(a->u.obj);
-    free(a->name);
+    if (a->name != m->one_name)
+        free(a->name);
 }
 
 void mp_msg_destroy(mp_msg *m)
@@ -107,8 +114,9 @@ void mp_msg_destroy(mp_msg *m)
     if (!m)
         return;
     for (size_t i = 0; i < m->count; i++)
-        attach_drop(&m->att[i]);
-    free(m->att);
+        attach_drop(m, &m->att[i]);
+    if (m->att != &m->one)
+        free(m->att);
     if (m->payload != m->small)
         free(m->payload);
     if (!m->block)
@@ -120,7 +128,7 @@ void mp_msg_destroy(mp_msg *m)
 void mp__msg_reset(mp_msg *m)
 {
     for (size_t i = 0; i < m->count; i++)
-        attach_drop(&m->att[i]);
+        attach_drop(m, &m->att[i]);
     m->count = 0;
     mp__msg_adopt_payload(m, NULL, 0);
 }
@@ -209,29 +217,46 @@ static int check_name(const char *fn, const char *name, size_t *len)
     return 0;
 }
 
+/* Room for more attachments: the first lives in the message (one), the
+ * rest in a malloc'd array that starts as a copy of it. */
+static int grow(mp_msg *m)
+{
+    size_t cap = m->cap < 2 ? 4 : m->cap * 2;
+    mp__attach *grown = m->att == &m->one ? malloc(cap * sizeof *grown)
+                                          : realloc(m->att, cap * sizeof *grown);
+    if (!grown)
+        return mp__error(MP_ENOMEM, "mp_msg: cannot grow to %zu attachments", cap);
+    if (m->att == &m->one)
+        grown[0] = m->one;
+    m->att = grown;
+    m->cap = cap;
+    return 0;
+}
+
 int mp__msg_push(mp_msg *m, const mp__objkind *k, const char *name, size_t name_len, void *ref)
 {
     mp__attach *a;
-    if (m->count == m->cap) {
-        size_t cap = m->cap ? m->cap * 2 : 4;
-        mp__attach *grown = realloc(m->att, cap * sizeof *grown);
-        if (!grown)
-            return mp__error(MP_ENOMEM, "mp_msg: cannot grow to %zu attachments", cap);
-        m->att = grown;
-        m->cap = cap;
+    char *copy = NULL;
+    if (m->count == m->cap && (m->count || m->att) && grow(m) < 0)
+        return MP_ENOMEM;
+    if (!m->att) {
+        m->att = &m->one;
+        m->cap = 1;
     }
     a = &m->att[m->count];
+    if (name) {
+        /* only the first attachment's name lives in one_name */
+        copy = m->count == 0 && name_len < MP__MSG_NAME_INLINE ? m->one_name
+                                                                : malloc(name_len + 1);
+        if (!copy)
+            return mp__error(MP_ENOMEM, "mp_msg: cannot copy an attachment name");
+        memcpy(copy, name, name_len);
+        copy[name_len] = '\0';
+    }
     a->kind = k ? k->kind : MP_ATTACH_TENSOR;
     a->ops = k;
-    a->name = NULL;
+    a->name = copy;
     a->u.obj = ref;
-    if (name) {
-        a->name = malloc(name_len + 1);
-        if (!a->name)
-            return mp__error(MP_ENOMEM, "mp_msg: cannot copy an attachment name");
-        memcpy(a->name, name, name_len);
-        a->name[name_len] = '\0';
-    }
     m->count++;
     return 0;
 }

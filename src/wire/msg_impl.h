@@ -19,14 +19,21 @@ typedef struct mp__attach {
  * malloc/free was a third of that. */
 #define MP__MSG_INLINE 16
 
+/* The first attachment and a short name of it live in the message too:
+ * most messages that carry anything carry one tensor, and its two small
+ * blocks were a third of receiving it. */
+#define MP__MSG_NAME_INLINE 16
+
 struct mp_msg {
     unsigned char *payload; /* small, or malloc'd */
     size_t len;
-    mp__attach *att;
+    mp__attach *att;        /* &one, or malloc'd when more than one */
     size_t count;
     size_t cap;
     struct mp__msg_block *block; /* NULL: malloc'd alone; else made in this block */
     _Alignas(16) unsigned char small[MP__MSG_INLINE];
+    mp__attach one;
+    char one_name[MP__MSG_NAME_INLINE];
 };
 
 /* Appends an attachment that already holds its reference (decoder's path:

@@ -37,6 +37,21 @@ seeds = {
     'closed_marker': (0, header(2, 0, 0, 0, b'', 0)),
     'spilled': (5, header(1, 1, 0, 0, b'', 0)[:48]),
 }
+def compact(dtype, shape, strides=None, off=0, name=b't', payload=b''):
+    # pin_gen, pin_slot (written by the harness: byte 0 bit 4), dtype, ndim,
+    # sender pid and fd, size, payload_len, name_len, flags, reserved
+    flags = (1 if strides is not None else 0) | (2 if off else 0)
+    nl = 0xffff if name is None else len(name)
+    rec = struct.pack('<IHBBiiQIHBB', 0, 0, dtype, len(shape), 0, -1, 4096, len(payload), nl,
+                      flags, 0)
+    rec += struct.pack('<Q', off) if off else b''
+    rec += struct.pack('<%dq' % len(shape), *shape)
+    rec += struct.pack('<%dq' % len(strides), *strides) if strides is not None else b''
+    return rec + (name or b'') + payload
+
+seeds['compact_one_tensor'] = (24, compact(0, [4096], payload=b'abcd'))
+seeds['compact_view'] = (24, compact(11, [8, 8], [1, 8], off=64, name=None))
+seeds['compact_scalar'] = (24, compact(4, [], name=b'scalar', payload=b'xyz'))
 os.makedirs('corpus', exist_ok=True)
 for name, (ctl, frame) in seeds.items():
     with open(os.path.join('corpus', name), 'wb') as f:
