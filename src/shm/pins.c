@@ -434,8 +434,9 @@ static int open_proc(pid_t pid, int fd, const mp__pin_ref *ref, uint64_t size,
 }
 
 /* The segment, retained: from this process's pin (the owner's hot path,
- * which also counts the message done: *counted), its mapping cache, the
- * owner's fd or the sender's. */
+ * which also counts the message done: *counted, and may hand out the pin's
+ * keepsake instead: reuse), its mapping cache, the owner's fd or the
+ * sender's. */
 static int resolve(mp__pins *p, const mp__pin_ref *given, uint64_t size, mp__segment **out,
                    bool *counted, mp__pins_reuse *reuse)
 {
@@ -469,14 +470,13 @@ static int resolve(mp__pins *p, const mp__pin_ref *given, uint64_t size, mp__seg
         return 0;
     }
     unlocked();
-    if (!*out && !carried) {
+    if (!carried) {
         /* the pin holds them while a message naming it is in flight; the
          * owner reads no line the senders write on its hot path above */
         full.dev = atomic_load(&pin->dev);
         full.ino = atomic_load(&pin->ino);
     }
-    if (!*out)
-        *out = mp__cache_lookup((dev_t)ref->dev, (ino_t)ref->ino);
+    *out = mp__cache_lookup((dev_t)ref->dev, (ino_t)ref->ino);
     if (*out) {
         size_t have = (*out)->map_len;
         if (size <= have)

@@ -142,6 +142,54 @@ static void test_views_names_payloads(void **state)
     mp_tensor_release(v);
 }
 
+/* Sends m compactly and returns the tensor received (the message is gone). */
+static mp_tensor *pass(mp_msg *m)
+{
+    unsigned char buf[MP__RING_DATA];
+    size_t len = 0;
+    mp__pin_ref ref;
+    mp_msg *out = NULL;
+    mp_tensor *t = NULL;
+    assert_int_equal(mp__compact_encode(m, &S.rx.pins, buf, sizeof buf, &len, &ref), 1);
+    assert_mp_ok(mp__compact_decode(&S.rx.pins, buf, len, &out));
+    assert_mp_ok(mp_msg_get_tensor(out, 0, &t));
+    mp_msg_destroy(out);
+    return t;
+}
+
+/* The receiver hands the tensor it built out again only while nobody else
+ * holds it and it is the same view with no grad. */
+static void test_tensor_reused_only_when_free(void **state)
+{
+    int64_t shape[2] = {16, 16};
+    mp_msg *m = message(S.base, "t", NULL, 0);
+    mp_tensor *a, *b, *c, *g = NULL, *v;
+    (void)state;
+    a = pass(m);
+    b = pass(m); /* a is still held: a new tensor */
+    assert_ptr_not_equal(a, b);
+    mp_tensor_release(a);
+    mp_tensor_release(b);
+    a = pass(m); /* b was kept, and nobody holds it */
+    assert_ptr_equal(a, b);
+    assert_mp_ok(mp_tensor_empty_shared(MP_UINT8, 1, &(int64_t){4096}, &g));
+    assert_mp_ok(mp_tensor_set_grad(a, g));
+    mp_tensor_release(a);
+    b = pass(m); /* a has a grad now: not handed out again */
+    assert_ptr_not_equal(a, b);
+    assert_null(mp_tensor_grad(b));
+    mp_tensor_release(b);
+    mp_tensor_release(g);
+    mp_msg_destroy(m);
+    m = message(v = view(MP_UINT8, 2, shape, NULL, 0), "t", NULL, 0);
+    c = pass(m); /* another view of the same storage: a new tensor */
+    assert_int_equal(mp_tensor_ndim(c), 2);
+    assert_ptr_not_equal(c, b);
+    mp_tensor_release(c);
+    mp_tensor_release(v);
+    mp_msg_destroy(m);
+}
+
 /* Encodes m and expects it left to the frame, with no count taken. */
 static void not_compact(mp_msg *m, size_t cap)
 {
@@ -256,6 +304,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_views_names_payloads, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tensor_reused_only_when_free, setup, teardown),
         cmocka_unit_test_setup_teardown(test_what_goes_as_a_frame, setup, teardown),
         cmocka_unit_test_setup_teardown(test_malformed, setup, teardown),
     };
