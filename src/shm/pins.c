@@ -96,7 +96,10 @@ typedef struct keepsake {
 } keepsake;
 static keepsake doomed[2 * MP__PIN_SLOTS];
 static unsigned ndoomed;
-static atomic_ullong by_pin; /* storages received by a pin */
+/* Storages received by a pin: by the owner's hot path (under lock, which
+ * it holds anyway), and by any other. */
+static uint64_t by_own_pin;
+static atomic_ullong by_pin;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static void before_fork(void) { pthread_mutex_lock(&lock); }
@@ -305,7 +308,11 @@ int mp__pins_held(void)
 
 uint64_t mp__pins_received_count(void)
 {
-    return atomic_load_explicit(&by_pin, memory_order_relaxed);
+    uint64_t n;
+    locked();
+    n = by_own_pin;
+    unlocked();
+    return n + atomic_load_explicit(&by_pin, memory_order_relaxed);
 }
 
 /* ---- receivers ---------------------------------------------------------------- */
@@ -466,6 +473,7 @@ static int resolve(mp__pins *p, const mp__pin_ref *given, uint64_t size, mp__seg
         tick(l);
         atomic_fetch_add(&p->done[i], 1);
         *counted = true;
+        by_own_pin++;
         unlocked();
         return 0;
     }
@@ -510,14 +518,14 @@ int mp__pins_open(mp__pins *p, const mp__pin_ref *ref, uint64_t size, mp__segmen
                          ref->slot);
     bool counted = false;
     rc = resolve(p, ref, size, out, &counted, reuse);
-    if (rc == 0)
-        atomic_fetch_add_explicit(&by_pin, 1, memory_order_relaxed);
     if (!counted && !give_back(p, ref) && rc == 0) {
         mp__segment_release(*out);
         *out = NULL;
         rc = mp__error(MP_EPROTO, "receiving a message: it names pin %u of generation %u, "
                                   "which no message in flight names", ref->slot, ref->gen);
     }
+    if (rc == 0 && !counted)
+        atomic_fetch_add_explicit(&by_pin, 1, memory_order_relaxed);
     return rc;
 }
 

@@ -129,6 +129,23 @@ int mp__tensor_make(mp__storage *s, mp_dtype dtype, int ndim, const int64_t *sha
     return 0;
 }
 
+void mp__tensor_view_of(const mp_tensor *t, mp__tensor_view *v)
+{
+    int64_t s = 1;
+    v->seg = t->storage->dev.device_type == kDLCPU ? t->storage->seg : NULL;
+    v->shape = t->shape;
+    v->strides = t->strides;
+    v->byte_offset = t->offset;
+    v->dtype = t->dtype;
+    v->ndim = t->ndim;
+    v->has_grad = t->grad != NULL;
+    v->contiguous = true;
+    for (int i = t->ndim - 1; i >= 0 && v->contiguous; i--) {
+        v->contiguous = t->strides[i] == s;
+        s *= t->shape[i] > 0 ? t->shape[i] : 1;
+    }
+}
+
 bool mp__tensor_is_sole_view(const mp_tensor *t, const mp__segment *seg, mp_dtype dtype,
                              int ndim, const int64_t *shape, const int64_t *strides,
                              uint64_t byte_offset)

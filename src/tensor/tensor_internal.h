@@ -45,6 +45,18 @@ void mp__storage_set_user(mp__storage *s, void *user);
 int mp__tensor_make(mp__storage *s, mp_dtype dtype, int ndim, const int64_t *shape,
                     const int64_t *strides, uint64_t byte_offset, mp_tensor **out);
 
+/* What a message encoder needs of a tensor, read in one call. */
+typedef struct mp__tensor_view {
+    mp__segment *seg; /* the shared segment of a CPU storage, else NULL */
+    const int64_t *shape, *strides;
+    uint64_t byte_offset;
+    mp_dtype dtype;
+    int ndim;
+    bool has_grad;
+    bool contiguous;  /* strides are mp__contiguous_strides of shape */
+} mp__tensor_view;
+void mp__tensor_view_of(const mp_tensor *t, mp__tensor_view *v);
+
 /* Whether the caller's reference is t's only one, t has no grad, and t is
  * exactly this view of seg (NULL: of its own storage): such a tensor can
  * be handed out again as a new one (the compact decoder's keepsake). */

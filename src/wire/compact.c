@@ -21,19 +21,6 @@
 
 #define BAD(...) mp__error(MP_EPROTO, "receiving a message: malformed compact record: " __VA_ARGS__)
 
-/* Whether t's strides are mp__contiguous_strides of its shape. */
-static bool contiguous(const mp_tensor *t)
-{
-    const int64_t *shape = mp_tensor_shape(t), *strides = mp_tensor_strides(t);
-    int64_t s = 1;
-    for (int i = mp_tensor_ndim(t) - 1; i >= 0; i--) {
-        if (strides[i] != s)
-            return false;
-        s *= shape[i] > 0 ? shape[i] : 1;
-    }
-    return true;
-}
-
 /* The sizes of everything after the fixed part. */
 static size_t tail_len(const mp__compact *c)
 {
@@ -48,33 +35,35 @@ static unsigned char *put(unsigned char *p, const void *src, size_t n)
     return p + n;
 }
 
+/* n int64s, one at a time: for the few of a shape, a memcpy of unknown
+ * length costs more than the copy (a rep movs' start-up). */
+static void copy64(void *dst, const void *src, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++)
+        memcpy((char *)dst + 8u * i, (const char *)src + 8u * i, 8);
+}
+
 int mp__compact_encode(const mp_msg *m, mp__pins *pins, void *buf, size_t cap, size_t *len,
                        mp__pin_ref *ref)
 {
     const mp__attach *a = m->count == 1 ? &m->att[0] : NULL;
-    const mp_tensor *t;
+    mp__tensor_view t;
     mp__compact c = {0};
     unsigned char *p = buf;
-    mp__storage *st;
-    mp__segment *seg;
     size_t name_len = 0, need;
-    uint64_t offset;
-    if (!pins || !a || a->ops || mp_tensor_grad((t = a->u.tensor)))
+    if (!pins || !a || a->ops)
         return 0;
-    st = mp__tensor_storage(t);
-    if (mp__storage_device(st).device_type != kDLCPU || !(seg = mp__storage_segment(st)))
+    mp__tensor_view_of(a->u.tensor, &t);
+    if (t.has_grad || !t.seg || (a->name && (name_len = strlen(a->name)) > MP_MSG_NAME_MAX))
         return 0;
-    if (a->name && (name_len = strlen(a->name)) > MP_MSG_NAME_MAX)
-        return 0;
-    offset = mp_tensor_byte_offset(t);
-    c.dtype = (uint8_t)mp_tensor_dtype(t);
-    c.ndim = (uint8_t)mp_tensor_ndim(t);
-    c.flags = (contiguous(t) ? 0 : MP__COMPACT_STRIDES) | (offset ? MP__COMPACT_OFFSET : 0);
+    c.dtype = (uint8_t)t.dtype;
+    c.ndim = (uint8_t)t.ndim;
+    c.flags = (t.contiguous ? 0 : MP__COMPACT_STRIDES) | (t.byte_offset ? MP__COMPACT_OFFSET : 0);
     c.name_len = a->name ? (uint16_t)name_len : MP__FRAME_NO_NAME;
-    c.size = mp__segment_size(seg);
+    c.size = mp__segment_size(t.seg);
     if (m->len > cap || (c.payload_len = (uint32_t)m->len,
                          need = sizeof c + tail_len(&c)) > cap ||
-        !mp__pins_reserve(pins, seg, ref))
+        !mp__pins_reserve(pins, t.seg, ref))
         return 0;
     /* c goes out first and the pin's fields after, each as it was stored:
      * copying c once they are in would wait on stores of mixed sizes */
@@ -85,11 +74,14 @@ int mp__compact_encode(const mp_msg *m, mp__pins *pins, void *buf, size_t cap, s
     memcpy(p + offsetof(mp__compact, sender_pid), &ref->sender_pid, sizeof c.sender_pid);
     memcpy(p + offsetof(mp__compact, sender_fd), &ref->sender_fd, sizeof c.sender_fd);
     p += sizeof c;
-    if (offset)
-        p = put(p, &offset, sizeof offset);
-    p = put(p, mp_tensor_shape(t), 8u * c.ndim);
-    if (c.flags & MP__COMPACT_STRIDES)
-        p = put(p, mp_tensor_strides(t), 8u * c.ndim);
+    if (t.byte_offset)
+        p = put(p, &t.byte_offset, sizeof t.byte_offset);
+    copy64(p, t.shape, c.ndim);
+    p += 8u * c.ndim;
+    if (c.flags & MP__COMPACT_STRIDES) {
+        copy64(p, t.strides, c.ndim);
+        p += 8u * c.ndim;
+    }
     p = put(p, a->name ? a->name : "", name_len);
     if (m->len)
         memcpy(p, m->payload, m->len);
@@ -216,10 +208,10 @@ int mp__compact_decode(mp__pins *pins, const void *buf, size_t len, mp_msg **out
         memcpy(&v.offset, p, sizeof v.offset);
         p += sizeof v.offset;
     }
-    memcpy(v.shape, p, 8u * c.ndim);
+    copy64(v.shape, p, c.ndim);
     p += 8u * c.ndim;
     if (c.flags & MP__COMPACT_STRIDES) {
-        memcpy(v.strides, p, 8u * c.ndim);
+        copy64(v.strides, p, c.ndim);
         p += 8u * c.ndim;
     } else if (!contiguous_strides(&v)) {
         mp__pins_drop(pins, &ref);
