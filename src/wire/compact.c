@@ -36,11 +36,14 @@ static unsigned char *put(unsigned char *p, const void *src, size_t n)
 }
 
 /* n int64s, one at a time: for the few of a shape, a memcpy of unknown
- * length costs more than the copy (a rep movs' start-up). */
+ * length costs more than the copy (a rep movs' start-up). The empty asm
+ * keeps compilers from making the loop that memcpy again. */
 static void copy64(void *dst, const void *src, unsigned n)
 {
-    for (unsigned i = 0; i < n; i++)
+    for (unsigned i = 0; i < n; i++) {
         memcpy((char *)dst + 8u * i, (const char *)src + 8u * i, 8);
+        __asm__ volatile("" ::: "memory");
+    }
 }
 
 int mp__compact_encode(const mp_msg *m, mp__pins *pins, void *buf, size_t cap, size_t *len,
