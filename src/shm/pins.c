@@ -51,17 +51,25 @@
  * Idle pins. A pin no message named in the last IDLE_RECEIVES receives of
  * its end is let go at the next sweep, so a stream that moves on to other
  * storages does not keep old ones mapped; the owner's last handle of the
- * end lets go of all of them. */
+ * end lets go of all of them.
+ *
+ * Keepsakes. The owner may leave an object of a layer above with a pin (the
+ * compact decoder's tensor over it, handed out again while nobody holds
+ * it); it is released when the pin is let go, once this file's lock is.
+ *
+ * Locking. This file's lock guards the list of entries and every entry,
+ * except on the owner's path of a compact record: its caller holds the
+ * end's reader lock, under which every change to that end's entry is made
+ * too (receives pin, sweep and take), but for its last release (when no
+ * receive can run on it) and a fork child's disowning (whose entry shows
+ * its parent's pid). That path takes no lock: it finds its entry by the
+ * one this thread used last, unless an entry was freed since. */
 #include "shm/pins.h"
 #include "shm/shm_internal.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define PROBE 8u            /* slots looked at per (dev, ino) */
 #define SEEN 64u            /* segments remembered as received once */
@@ -74,6 +82,7 @@ typedef struct local {
     pid_t pid; /* a fork child's inherited copy holds references, pins nothing */
     int users; /* handles receiving on the end */
     uint64_t clock; /* storages received on the end */
+    _Atomic uint64_t received; /* of them, by this process's pins */
     mp__segment *seg[MP__PIN_SLOTS];
     void *kept[MP__PIN_SLOTS]; /* keepsakes (mp__pins_keep) and their release */
     void (*kept_release[MP__PIN_SLOTS])(void *);
@@ -96,10 +105,20 @@ typedef struct keepsake {
 } keepsake;
 static keepsake doomed[2 * MP__PIN_SLOTS];
 static unsigned ndoomed;
-/* Storages received by a pin: by the owner's hot path (under lock, which
- * it holds anyway), and by any other. */
+/* Storages received by a pin: by the pins of ends let go (locals freed),
+ * and by any other way (a second receiver's); each live local counts its
+ * own. */
 static uint64_t by_own_pin;
 static atomic_ullong by_pin;
+/* The owner's path without this file's lock (mp__pins_open): the table and
+ * entry this thread last took a pin of, good while no entry was freed
+ * since (epoch, bumped under lock before a free). */
+static atomic_ullong epoch;
+static _Thread_local struct {
+    mp__pins *table;
+    struct local *l;
+    unsigned long long epoch;
+} hot;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static void before_fork(void) { pthread_mutex_lock(&lock); }
@@ -293,6 +312,8 @@ void mp__pins_detach(mp__pins *p)
     for (pp = &locals; *pp != l; pp = &(*pp)->next)
         ;
     *pp = l->next;
+    by_own_pin += atomic_load(&l->received);
+    atomic_fetch_add(&epoch, 1);
     unlocked();
     free(l);
 }
@@ -311,6 +332,8 @@ uint64_t mp__pins_received_count(void)
     uint64_t n;
     locked();
     n = by_own_pin;
+    for (local *l = locals; l; l = l->next)
+        n += atomic_load_explicit(&l->received, memory_order_relaxed);
     unlocked();
     return n + atomic_load_explicit(&by_pin, memory_order_relaxed);
 }
@@ -420,90 +443,75 @@ bool mp__pins_ref_ok(const mp__pin_ref *ref)
     return ref->slot < MP__PIN_SLOTS;
 }
 
-/* Maps the segment behind /proc/<pid>/fd/<fd> when it is ref's (dev, ino). */
-static int open_proc(pid_t pid, int fd, const mp__pin_ref *ref, uint64_t size,
-                     mp__segment **out)
+/* l owns p's pin ref names, at ref's generation: the segment (or the
+ * keepsake, reuse), and the message counted done. This process pinned it
+ * and only it lets go: the pin is live, so the count is taken without
+ * reading state (the senders' cache line). */
+static int take_owned(local *l, mp__pins *p, const mp__pin_ref *ref, uint64_t size,
+                      mp__segment **out, mp__pins_reuse *reuse)
 {
-    char path[64];
-    struct stat st;
-    mp__segment_handle h = {.strategy = MP__STRATEGY_FD, .size = size};
-    if (pid <= 0 || fd < 0)
-        return MP_ENOENT;
-    snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)pid, fd);
-    if ((h.fd = mp__sys.open(path, O_RDWR | O_CLOEXEC, 0)) < 0)
-        return MP_ENOENT;
-    if (mp__sys.fstat(h.fd, &st) != 0 || (uint64_t)st.st_dev != ref->dev ||
-        (uint64_t)st.st_ino != ref->ino) {
-        mp__close(h.fd);
-        return MP_ENOENT;
-    }
-    return mp__segment_open(&h, out);
+    unsigned i = ref->slot;
+    if (size > l->seg[i]->map_len)
+        return mp__error(MP_EPROTO, "receiving a message: a pinned storage claims %llu bytes "
+                         "of a %zu-byte segment", (unsigned long long)size, l->seg[i]->map_len);
+    if (!reuse || !l->kept[i] || !(reuse->got = reuse->take(l->kept[i], reuse->ctx)))
+        *out = mp__segment_retain(l->seg[i]);
+    l->used[i] = l->clock;
+    atomic_fetch_add(&p->done[i], 1);
+    atomic_store_explicit(&l->received, atomic_load_explicit(&l->received, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    return 0;
 }
 
-/* The segment, retained: from this process's pin (the owner's hot path,
- * which also counts the message done: *counted, and may hand out the pin's
- * keepsake instead: reuse), its mapping cache, the owner's fd or the
- * sender's. */
+/* Whether l (this process's entry for p) holds the live pin ref names. */
+static bool holds(const local *l, const mp__pin_ref *ref, bool carried)
+{
+    const mp__segment *seg = l->seg[ref->slot];
+    return seg && l->gen[ref->slot] == ref->gen &&
+           (!carried || ((uint64_t)seg->ino == ref->ino && (uint64_t)seg->dev == ref->dev));
+}
+
+/* take_owned without this file's lock, for a caller that holds the end's
+ * reader lock (the ring's receive: mp__pins_open with reuse): everything
+ * of the end's entry is changed only under that lock, but for an entry
+ * freed (its last handle released: no receive can be running on it) or
+ * disowned (a fork child: the entry's pid is its parent's). Not at a sweep
+ * (every SWEEP_EVERY receives), which takes the lock. */
+static bool take_hot(mp__pins *p, const mp__pin_ref *ref, uint64_t size, mp__segment **out,
+                     mp__pins_reuse *reuse)
+{
+    local *l = hot.l;
+    bool carried = ref->dev || ref->ino;
+    if (hot.table != p || hot.epoch != atomic_load(&epoch) || l->pid != mp__pid() ||
+        atomic_load(&p->owner) != l->pid || (l->clock + 1) % SWEEP_EVERY == 0 ||
+        !holds(l, ref, carried) || size > l->seg[ref->slot]->map_len)
+        return false;
+    (void)take_owned(l, p, ref, size, out, reuse); /* cannot fail: size was checked */
+    l->clock++; /* tick() without its sweep */
+    return true;
+}
+
 static int resolve(mp__pins *p, const mp__pin_ref *given, uint64_t size, mp__segment **out,
                    bool *counted, mp__pins_reuse *reuse)
 {
-    mp__pin *pin = &p->slot[given->slot];
-    mp__pin_ref full = *given, *ref = &full;
+    const mp__pin_ref *ref = given;
     bool carried = given->dev || given->ino;
-    unsigned i = given->slot;
     local *l;
     int rc;
     *out = NULL;
     locked();
-    if ((l = find_own(p)) && own(p, false) && l->seg[i] && l->gen[i] == ref->gen &&
-        (!carried || ((uint64_t)l->seg[i]->ino == ref->ino &&
-                      (uint64_t)l->seg[i]->dev == ref->dev))) {
-        /* This process pinned it at this generation and only it lets go:
-         * the pin is live, so the count is taken without reading state
-         * (the senders' cache line). */
-        if (size > l->seg[i]->map_len) {
-            unlocked();
-            return mp__error(MP_EPROTO, "receiving a message: a pinned storage claims %llu "
-                             "bytes of a %zu-byte segment", (unsigned long long)size,
-                             l->seg[i]->map_len);
+    if ((l = find_own(p)) && own(p, false) && holds(l, ref, carried)) {
+        rc = take_owned(l, p, ref, size, out, reuse);
+        if (rc == 0) {
+            tick(l);
+            *counted = true;
+            hot.table = p, hot.l = l, hot.epoch = atomic_load(&epoch);
         }
-        if (!reuse || !l->kept[i] || !(reuse->got = reuse->take(l->kept[i], reuse->ctx)))
-            *out = mp__segment_retain(l->seg[i]);
-        l->used[i] = l->clock;
-        tick(l);
-        atomic_fetch_add(&p->done[i], 1);
-        *counted = true;
-        by_own_pin++;
         unlocked();
-        return 0;
+        return rc;
     }
     unlocked();
-    if (!carried) {
-        /* the pin holds them while a message naming it is in flight; the
-         * owner reads no line the senders write on its hot path above */
-        full.dev = atomic_load(&pin->dev);
-        full.ino = atomic_load(&pin->ino);
-    }
-    *out = mp__cache_lookup((dev_t)ref->dev, (ino_t)ref->ino);
-    if (*out) {
-        size_t have = (*out)->map_len;
-        if (size <= have)
-            return 0;
-        mp__segment_release(*out);
-        *out = NULL;
-        return mp__error(MP_EPROTO, "receiving a message: a pinned storage claims %llu bytes "
-                                    "of a %zu-byte segment", (unsigned long long)size, have);
-    }
-    rc = open_proc(atomic_load(&p->owner) > 0 ? atomic_load(&p->owner) : 0,
-                   atomic_load(&pin->fd), ref, size, out);
-    if (rc == MP_ENOENT)
-        rc = open_proc(ref->sender_pid, ref->sender_fd, ref, size, out);
-    if (rc == MP_ENOENT)
-        rc = mp__error(MP_EBROKEN, "receiving a message: it named a storage pinned by another "
-                       "process receiving on this end, which has exited, and its sender "
-                       "(pid %d) no longer holds it; the message was dropped. Give each "
-                       "receiving process its own pipe or queue", (int)ref->sender_pid);
-    return rc;
+    return mp__pins_borrow(p, given, size, out);
 }
 
 int mp__pins_open(mp__pins *p, const mp__pin_ref *ref, uint64_t size, mp__segment **out,
@@ -516,6 +524,8 @@ int mp__pins_open(mp__pins *p, const mp__pin_ref *ref, uint64_t size, mp__segmen
     if (!mp__pins_ref_ok(ref))
         return mp__error(MP_EPROTO, "receiving a message: pin slot %u is out of range",
                          ref->slot);
+    if (reuse && take_hot(p, ref, size, out, reuse))
+        return 0;
     bool counted = false;
     rc = resolve(p, ref, size, out, &counted, reuse);
     if (!counted && !give_back(p, ref) && rc == 0) {

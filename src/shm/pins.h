@@ -61,7 +61,9 @@ void mp__pins_unreserve(mp__pins *p, const mp__pin_ref *ref);
 bool mp__pins_ref_ok(const mp__pin_ref *ref);
 /* Receiver: reusing a pin's keepsake (see mp__pins_keep). take runs under
  * this layer's lock, so it must take no lock: it retains and returns the
- * keepsake when it fits the message, else returns NULL. */
+ * keepsake when it fits the message, else returns NULL. A caller that
+ * passes one holds the end's reader lock (the ring's receive): the owner
+ * then takes its pin without this layer's lock. */
 typedef struct mp__pins_reuse {
     void *(*take)(void *keepsake, void *ctx);
     void *ctx;

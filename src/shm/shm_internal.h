@@ -2,6 +2,7 @@
 #ifndef MPROC_SHM_INTERNAL_H
 #define MPROC_SHM_INTERNAL_H
 
+#include "shm/pins.h"
 #include "shm/shm.h"
 
 #include <stdatomic.h>
@@ -65,5 +66,9 @@ void mp__fs_unref(mp__fs_header *hd, const char *name);
  * only holders of an fd to it can shrink it: the one kind of unsealed fd a
  * receiver maps (mproc's no-memfd fallback, adopted foreign segments). */
 bool mp__shm_unlinked_posix(int fd, const struct stat *st);
+
+/* pins_borrow.c, for pins.c: the segment a pin names, retained, for a
+ * process that does not hold the pin (mp__pins_open's last resort). */
+int mp__pins_borrow(mp__pins *p, const mp__pin_ref *given, uint64_t size, mp__segment **out);
 
 #endif
