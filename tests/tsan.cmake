@@ -37,4 +37,5 @@ endfunction()
 
 # src/sources.cmake's lists
 mproc_tsan_tests(pool SOURCES ${MPROC_POOL_SOURCES} TESTS pool_test workers_test array_task_test)
-mproc_tsan_tests(ipc SOURCES ${MPROC_IPC_SOURCES} TESTS ring_threads_test)
+mproc_tsan_tests(ipc SOURCES ${MPROC_IPC_SOURCES} ${MPROC_WIRE_SOURCES} ${MPROC_SHM_SOURCES}
+                 TESTS ring_threads_test)

@@ -1,5 +1,7 @@
 /* Threads sharing one endpoint: 4 producer and 4 consumer threads on a
- * queue and on a pipe end, ring and socket messages mixed. Every message
+ * queue and on a pipe end, ring and socket messages mixed, among them a
+ * shared tensor per producer sent again and again (pinned by the end: the
+ * compact records, taken by whichever consumer thread comes). Every message
  * arrives once, and each consumer sees each producer's messages in order.
  * Also built with ThreadSanitizer (tests/ipc/tsan.cmake). Calls wait
  * forever (CTest's timeout catches a hang): TSan does not intercept
@@ -21,6 +23,7 @@ static int teardown(void **state) { return mp_test_teardown(state); }
 typedef struct shared {
     mp_queue *q;
     mp_conn *rx, *tx;
+    mp_tensor *reused[NP]; /* one shared tensor per producer, sent repeatedly */
     _Atomic int got[NP * PER];
     _Atomic int bad;
 } shared;
@@ -50,6 +53,8 @@ static int put(shared *s, uint32_t producer, uint32_t seq)
         if ((rc = mp_tensor_empty(MP_INT32, 1, shape, &x)) == 0)
             rc = mp_msg_add_tensor(m, NULL, x);
         mp_tensor_release(x);
+    } else if (rc == 0 && seq % 3 == 1 && producer < NP) {
+        rc = mp_msg_add_tensor(m, "r", s->reused[producer]);
     }
     if (rc == 0)
         rc = s->q ? mp_queue_put(s->q, m, -1) : mp_conn_send(s->tx, m, -1);
@@ -99,6 +104,11 @@ static void run(shared *s)
 {
     pthread_t th[NP + NC];
     arg args[NP + NC];
+    int64_t n = 256;
+    mp_tensor_stats before = {.size = sizeof before}, after = {.size = sizeof after};
+    assert_mp_ok(mp_tensor_stats_get(&before));
+    for (int i = 0; i < NP; i++)
+        assert_mp_ok(mp_tensor_empty_shared(MP_UINT8, 1, &n, &s->reused[i]));
     for (int i = 0; i < NP + NC; i++) {
         args[i] = (arg){s, (uint32_t)(i < NP ? i : i - NP)};
         assert_int_equal(pthread_create(&th[i], NULL, i < NP ? producer : consumer, &args[i]),
@@ -113,6 +123,12 @@ static void run(shared *s)
     assert_int_equal(atomic_load(&s->bad), 0);
     for (int i = 0; i < NP * PER; i++)
         assert_int_equal(atomic_load(&s->got[i]), 1);
+    for (int i = 0; i < NP; i++)
+        mp_tensor_release(s->reused[i]);
+    /* most of the reused tensors' messages came by a pin (compact records) */
+    assert_mp_ok(mp_tensor_stats_get(&after));
+    assert_true(after.segments_received_by_pin - before.segments_received_by_pin >
+                NP * PER / 3 / 2);
 }
 
 static void test_queue_threads(void **state)
