@@ -49,6 +49,8 @@ ext = Extension(
                                               "fast.c", "fastpickle.c")],
     include_dirs=[os.path.join(ROOT, "include"), os.path.join(ROOT, "src")],
     extra_objects=[ARCHIVE],
+    # relinked when the library changes, not only when these sources do
+    depends=[ARCHIVE, os.path.join("src", "mpy.h")],
     extra_compile_args=extra_compile,
     extra_link_args=extra_link,
 )

@@ -52,11 +52,8 @@ int mp__storage_shared_new(size_t nbytes, mp__storage **out);
 int mp__storage_shared_filled(size_t nbytes, const mp__segment_part *parts, int nparts,
                               mp__storage **out);
 
-/* The counters of mp_tensor_stats_get (stats.c): a storage of nbytes was
- * copied into shared memory; a storage was linked to a segment, one this
- * process created or one that came in a message (from_message), over a
- * mapping no storage used before (new_mapping). */
+/* A counter of mp_tensor_stats_get (stats.c): a storage of nbytes was
+ * copied into shared memory (mp__tensor_stats_linked: tensor_internal.h). */
 void mp__tensor_stats_copied(size_t nbytes);
-void mp__tensor_stats_linked(bool from_message, bool new_mapping);
 
 #endif

@@ -226,7 +226,9 @@ int mp__compact_decode(mp__pins *pins, const void *buf, size_t len, mp_msg **out
     }
     if ((rc = mp__pins_open(pins, &ref, c.size, &seg, &reuse)) < 0)
         return rc; /* it gave the count back */
-    if (!(t = reuse.got)) {
+    if ((t = reuse.got)) {
+        mp__tensor_stats_linked(true, false); /* as mp__storage_from_segment counts */
+    } else {
         rc = tensor_of(pins, &ref, seg, &v, &t);
         mp__segment_release(seg);
         if (rc < 0)

@@ -164,7 +164,14 @@ static void test_tensor_reused_only_when_free(void **state)
     int64_t shape[2] = {16, 16};
     mp_msg *m = message(S.base, "t", NULL, 0);
     mp_tensor *a, *b, *c, *g = NULL, *v;
+    mp_tensor_stats st0 = {.size = sizeof st0}, st1 = {.size = sizeof st1};
     (void)state;
+    assert_mp_ok(mp_tensor_stats_get(&st0));
+    for (int i = 0; i < 10; i++) /* kept and handed out again: counted all the same */
+        mp_tensor_release(pass(m));
+    assert_mp_ok(mp_tensor_stats_get(&st1));
+    assert_int_equal(st1.segments_received - st0.segments_received, 10);
+    assert_int_equal(st1.segments_received_by_pin - st0.segments_received_by_pin, 10);
     a = pass(m);
     b = pass(m); /* a is still held: a new tensor */
     assert_ptr_not_equal(a, b);
