@@ -86,6 +86,10 @@ static inline double mp__ipc_deadline(double timeout)
 int mp__conn_fd(const mp_conn *c);
 /* The pins of the end c receives on (tests), NULL for a remote connection. */
 mp__pins *mp__conn_pins(const mp_conn *c);
+/* Messages to the end c receives on ring no doorbell (mp__ring_quiet): for
+ * an end its owner keeps to itself and never polls (no mp_conn_fileno,
+ * mp_wait or mp_conn_poll on it). A local connection only; 0, or MP_EINVAL. */
+int mp__conn_quiet(mp_conn *c);
 
 /* Checks that fd is an AF_UNIX SOCK_SEQPACKET socket (for decoders). */
 int mp__check_seqpacket(int fd, const char *what);

@@ -15,6 +15,7 @@
  * bytes the conn keeps posted, as a plain MPI_Recv waits: a small message
  * arrives whole there, a larger one (or any with tensors) sends a notice
  * there and itself on the third tag, where it is probed for. */
+#include "ipc/ipc.h"
 #include "ipc/kinds.h"
 #include "ipc/remote.h"
 #include "mpi/mpi_internal.h"
@@ -115,8 +116,12 @@ int mp__mpi_pipe(int peer, mp_mpi_conn **out, const char *fn)
     if (flag && c->tag + 2 > *ub)
         rc = mp__error(MP_EOVERFLOW, "%s: more pipes with rank %d than MPI has tags (%d)", fn,
                        peer, *ub);
-    else if ((rc = mp__mpi_inflight_new(&c->out)) == 0 && c->local)
-        rc = local_handshake(c, fn);
+    else if ((rc = mp__mpi_inflight_new(&c->out)) == 0 && c->local &&
+             (rc = local_handshake(c, fn)) == 0)
+        /* This end is received on only after its marker came by MPI, and
+         * nobody polls its fd: no doorbell per message (a sendmsg here and
+         * a recvmsg there, 2-3 us of a same-host round trip). */
+        rc = mp__conn_quiet(c->lc);
     if (rc == 0 && (MPI_Irecv(&c->close_in, 1, MPI_UINT64_T, peer, c->tag + 1, mp__mpi.comm,
                               &c->close_in_req) != MPI_SUCCESS ||
                     !(c->small = malloc(MP__MPI_SMALL)) ||
