@@ -6,8 +6,9 @@
  *    through two cross-rank queues (rank 1 gets and answers on the other);
  *  - 64 MiB bandwidth: a 64 MiB tensor through the conn, and through the
  *    queue both ways (rank 0, the queues' home, puts and rank 1 gets; rank
- *    1 puts and rank 0 gets), beside MPI_Send/MPI_Recv of 64 MiB into a
- *    preallocated buffer; one small acknowledgement per transfer, all;
+ *    1 puts and rank 0 gets), beside MPI_Send/MPI_Recv of 64 MiB the same
+ *    way between the same pages (raw_bandwidth says why); one small
+ *    acknowledgement per transfer, all;
  *  - on one host (the same-host path on), the same beside mproc's local
  *    path itself: a plain mp_pipe and a pair of mp_queues to a forked
  *    mproc process.
@@ -57,9 +58,12 @@ static void die(const char *what, int rc)
 typedef struct ctx {
     mp_conn *c;
     mp_queue *qin, *qout; /* home rank 0: rank 0 -> 1, and back */
-    mp_queue *rqin, *rqout; /* the same for rank 1 -> 0: each queue has one
-                             * getter, as the local queues have (two getting
-                             * processes turn an end's pins off) */
+    mp_queue *rqin, *rqout; /* the same for rank 1 -> 0, on one host: each
+                             * queue has one getter, as the local queues
+                             * have (two getting processes turn an end's
+                             * pins off). Across hosts qin and qout again:
+                             * two more queues would make the home's every
+                             * broker round probe for them too. */
     bool reverse;             /* queue figures: rank 1 sends, rank 0 answers */
     mp_conn *lc;              /* rank 0: the plain pipe to the forked acker */
     mp_queue *lqin, *lqout;   /* rank 0: the local queues to the forked acker */
@@ -347,11 +351,14 @@ static int bench_rank(const bench_opts *o)
     bench_pin_cpu(rank); /* mpirun runs us with --bind-to none */
     x.buf = calloc(1, 64 * MIB);
     if (!x.buf || (rc = mp_mpi_pipe(rank ^ 1, &x.c)) != 0 ||
-        (rc = mp_mpi_queue_create(0, &x.qin)) != 0 || (rc = mp_mpi_queue_create(0, &x.qout)) ||
-        (rc = mp_mpi_queue_create(0, &x.rqin)) != 0 || (rc = mp_mpi_queue_create(0, &x.rqout)))
+        (rc = mp_mpi_queue_create(0, &x.qin)) != 0 || (rc = mp_mpi_queue_create(0, &x.qout)))
         die("setup", x.buf ? rc : MP_ENOMEM);
     bool local = mp_mpi_conn_is_local(x.c) == 1;
     x.local = local;
+    x.rqin = x.qin, x.rqout = x.qout;
+    if (local && ((rc = mp_mpi_queue_create(0, &x.rqin)) != 0 ||
+                  (rc = mp_mpi_queue_create(0, &x.rqout)) != 0))
+        die("setup", rc);
     if (local && rank == 0)
         acker[0] = fork_acker(&x, false), acker[1] = fork_acker(&x, true);
     x.len = 8;
@@ -375,7 +382,8 @@ static int bench_rank(const bench_opts *o)
     mp_msg_destroy(x.kept);
     mp_tensor_release(x.t);
     mp_queue_release(x.qin), mp_queue_release(x.qout);
-    mp_queue_release(x.rqin), mp_queue_release(x.rqout);
+    if (local)
+        mp_queue_release(x.rqin), mp_queue_release(x.rqout);
     mp_conn_release(x.c);
     free(x.buf);
     return 0;
