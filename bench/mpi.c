@@ -58,19 +58,19 @@ static void die(const char *what, int rc)
 typedef struct ctx {
     mp_conn *c;
     mp_queue *qin, *qout; /* home rank 0: rank 0 -> 1, and back */
-    mp_queue *rqin, *rqout; /* the same for rank 1 -> 0, on one host: each
-                             * queue has one getter, as the local queues
-                             * have (two getting processes turn an end's
-                             * pins off). Across hosts qin and qout again:
-                             * two more queues would make the home's every
-                             * broker round probe for them too. */
+    mp_queue *rqin, *rqout;   /* the same for rank 1 -> 0, on one host: each
+                               * queue has one getter, as the local queues
+                               * have (two getting processes turn an end's
+                               * pins off). Across hosts qin and qout again:
+                               * two more queues would make the home's every
+                               * broker round probe for them too. */
     bool reverse;             /* queue figures: rank 1 sends, rank 0 answers */
     mp_conn *lc;              /* rank 0: the plain pipe to the forked acker */
     mp_queue *lqin, *lqout;   /* rank 0: the local queues to the forked acker */
     mp_tensor *t;
     char *buf;
     size_t len;
-    bool local;  /* the same-host path is on: tensors go by handle */
+    bool local;   /* the same-host path is on: tensors go by handle */
     mp_msg *kept; /* across hosts: the last tensor received, kept for the raw figure */
 } ctx;
 

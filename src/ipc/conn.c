@@ -302,8 +302,8 @@ mp__pins *mp__conn_pins(const mp_conn *c)
 int mp__conn_quiet(mp_conn *c)
 {
     if (!c || c->ops || !(c->mode & CONN_READ))
-        return mp__error(MP_EINVAL, "mp__conn_quiet: %s", !c ? "c is NULL"
-                                                              : "not a local receiving end");
+        return mp__error(MP_EINVAL, "mp__conn_quiet: %s",
+                         !c ? "c is NULL" : "not a local receiving end");
     mp__ring_quiet(conn_ring(c, false));
     return 0;
 }

@@ -143,7 +143,6 @@ int mp__mpi_pipe(int peer, mp_mpi_conn **out, const char *fn)
     return 0;
 }
 
-
 static bool peer_closed(mp_mpi_conn *c)
 {
     int done = 0;

@@ -154,8 +154,7 @@ static int build_header(mp__mpi_inflight *f, const mp_msg *m, size_t *len)
     if ((rc = grow(&f->header, &f->capheader, size, 1)) != 0)
         return rc;
     char *p = f->header + sizeof(xfer_head);
-    *(xfer_head *)f->header =
-        (xfer_head){XFER_MAGIC, XFER_VERSION, (uint32_t)n, 0, plen};
+    *(xfer_head *)f->header = (xfer_head){XFER_MAGIC, XFER_VERSION, (uint32_t)n, 0, plen};
     for (size_t i = 0; i < n; i++) {
         const char *name = mp_msg_name(m, i);
         xfer_tensor r = {(uint8_t)mp_tensor_dtype(f->tensors[i]),

@@ -1,8 +1,9 @@
 /* The ring beside the socket of pipes and queues (src/ipc/ring.c): order
  * per producer across the ring and the socket, exactly-once delivery with
  * several producers and consumers, a full ring, timeouts, EOF, readiness of
- * the fd (and none for a quiet end), MP_EMFILE, and a producer or consumer SIGKILLed at every step of
- * the protocol (through the mp__ring_fault hook). */
+ * the fd (and none for a quiet end), MP_EMFILE, and a producer or consumer
+ * SIGKILLed at every step of the protocol (through the mp__ring_fault
+ * hook). */
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -319,7 +320,7 @@ static void test_quiet_end_rings_no_bell(void **state)
         assert_mp_ok(conn_send(a, make(1, i, SMALL)));
     assert_int_equal(poll(&pb, 1, 0), 0); /* no doorbell on the socket */
     assert_mp_ok(conn_send(b, make(2, 0, SMALL)));
-    assert_int_equal(poll(&pa, 1, 0), 1); /* the other end's still rings */
+    assert_int_equal(poll(&pa, 1, 0), 1);           /* the other end's still rings */
     assert_mp_ok(conn_send(a, make(1, 3, TENSOR))); /* its fd takes the socket */
     for (uint32_t i = 0; i < 4; i++) {
         assert_mp_ok(mp_conn_recv(b, &m, 0));
