@@ -6,8 +6,9 @@
  *    through two cross-rank queues (rank 1 gets and answers on the other);
  *  - 64 MiB bandwidth: a 64 MiB tensor through the conn, and through the
  *    queue both ways (rank 0, the queues' home, puts and rank 1 gets; rank
- *    1 puts and rank 0 gets), beside MPI_Send/MPI_Recv of 64 MiB into a
- *    preallocated buffer; one small acknowledgement per transfer, all;
+ *    1 puts and rank 0 gets), beside MPI_Send/MPI_Recv of 64 MiB the same
+ *    way between the same pages (raw_bandwidth says why); one small
+ *    acknowledgement per transfer, all;
  *  - on one host (the same-host path on), the same beside mproc's local
  *    path itself: a plain mp_pipe and a pair of mp_queues to a forked
  *    mproc process.
@@ -57,12 +58,20 @@ static void die(const char *what, int rc)
 typedef struct ctx {
     mp_conn *c;
     mp_queue *qin, *qout; /* home rank 0: rank 0 -> 1, and back */
+    mp_queue *rqin, *rqout;   /* the same for rank 1 -> 0, on one host: each
+                               * queue has one getter, as the local queues
+                               * have (two getting processes turn an end's
+                               * pins off). Across hosts qin and qout again:
+                               * two more queues would make the home's every
+                               * broker round probe for them too. */
     bool reverse;             /* queue figures: rank 1 sends, rank 0 answers */
     mp_conn *lc;              /* rank 0: the plain pipe to the forked acker */
     mp_queue *lqin, *lqout;   /* rank 0: the local queues to the forked acker */
     mp_tensor *t;
     char *buf;
     size_t len;
+    bool local;   /* the same-host path is on: tensors go by handle */
+    mp_msg *kept; /* across hosts: the last tensor received, kept for the raw figure */
 } ctx;
 
 /* ---- raw MPI ----------------------------------------------------------- */
@@ -82,17 +91,34 @@ static int raw_pingpong(void *p, size_t iters)
     return 0;
 }
 
+/* The bytes go the way the figure beside it sends them and, across hosts,
+ * between the same pages: out of the sender's tensor, into the memory the
+ * receiver's last mproc receive used (it comes back for the next one).
+ * Copying between two other 64 MiB buffers takes 7 to 11 ms on the
+ * development VM depending on how scattered their physical pages are
+ * (docs/performance.md), which would compare page placement, not the
+ * transfers. */
 static int raw_bandwidth(void *p, size_t iters)
 {
     ctx *x = p;
-    char ack = 0;
+    char ack = 0, *src = x->buf, *dst = x->buf;
+    int peer = rank ^ 1;
+    bool sender = (rank == 0) != x->reverse;
+    if (!x->local && sender)
+        src = mp_tensor_data(x->t);
+    if (!x->local && !sender && x->kept) {
+        mp_tensor *in = NULL;
+        if (mp_msg_get_tensor(x->kept, 0, &in) == 0 && mp_tensor_nbytes(in) == x->len)
+            dst = mp_tensor_data(in);
+        mp_tensor_release(in); /* x->kept holds it */
+    }
     for (size_t i = 0; i < iters; i++) {
-        if (rank == 0) {
-            MPI_Send(x->buf, (int)x->len, MPI_BYTE, 1, 8, MPI_COMM_WORLD);
-            MPI_Recv(&ack, 1, MPI_BYTE, 1, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        if (sender) {
+            MPI_Send(src, (int)x->len, MPI_BYTE, peer, 8, MPI_COMM_WORLD);
+            MPI_Recv(&ack, 1, MPI_BYTE, peer, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         } else {
-            MPI_Recv(x->buf, (int)x->len, MPI_BYTE, 0, 8, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-            MPI_Send(&ack, 1, MPI_BYTE, 0, 9, MPI_COMM_WORLD);
+            MPI_Recv(dst, (int)x->len, MPI_BYTE, peer, 8, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            MPI_Send(&ack, 1, MPI_BYTE, peer, 9, MPI_COMM_WORLD);
         }
     }
     return 0;
@@ -112,6 +138,20 @@ static mp_msg *out_msg(ctx *x)
     return m;
 }
 
+/* A received message is dropped, except the last tensor a receiver
+ * takes in a round across hosts: the raw figure after it receives into
+ * the same memory, and it is dropped before the next round, whose first
+ * receive then reuses that memory as every later one does. */
+static void done_with(ctx *x, mp_msg *in, bool last)
+{
+    if (last && x->t && !x->local && mp_msg_count(in) == 1) {
+        mp_msg_destroy(x->kept);
+        x->kept = in;
+    } else {
+        mp_msg_destroy(in);
+    }
+}
+
 /* Rank 0 sends, rank 1 receives (a tensor: a fresh shared tensor or a
  * reused one across hosts, a handle on one host) and answers: the echo
  * for 8 bytes, an empty message for a tensor. */
@@ -120,6 +160,7 @@ static int conn_roundtrip(void *p, size_t iters)
     ctx *x = p;
     mp_msg *m = out_msg(x), *empty = NULL;
     int rc = mp_msg_create(&empty);
+    mp_msg_destroy(x->kept), x->kept = NULL;
     for (size_t i = 0; i < iters && rc == 0; i++) {
         mp_msg *in = NULL;
         if (rank == 0) {
@@ -128,7 +169,7 @@ static int conn_roundtrip(void *p, size_t iters)
         } else if ((rc = mp_conn_recv(x->c, &in, -1)) == 0) {
             rc = mp_conn_send(x->c, x->t ? empty : in, -1);
         }
-        mp_msg_destroy(in);
+        done_with(x, in, i + 1 == iters);
     }
     mp_msg_destroy(m), mp_msg_destroy(empty);
     if (rc)
@@ -136,23 +177,26 @@ static int conn_roundtrip(void *p, size_t iters)
     return 0;
 }
 
-/* The same through the two queues: the sender puts on qin, the other
- * rank gets and answers on qout (reverse: rank 1 is the sender). */
+/* The same through two queues: the sender puts on qin, the other rank
+ * gets and answers on qout (reverse: rank 1 is the sender, on rqin and
+ * rqout). */
 static int queue_roundtrip(void *p, size_t iters)
 {
     ctx *x = p;
     bool sender = (rank == 0) != x->reverse;
+    mp_queue *qin = x->reverse ? x->rqin : x->qin, *qout = x->reverse ? x->rqout : x->qout;
     mp_msg *m = out_msg(x), *empty = NULL;
     int rc = mp_msg_create(&empty);
+    mp_msg_destroy(x->kept), x->kept = NULL;
     for (size_t i = 0; i < iters && rc == 0; i++) {
         mp_msg *in = NULL;
         if (sender) {
-            if ((rc = mp_queue_put(x->qin, m, -1)) == 0)
-                rc = mp_queue_get(x->qout, &in, -1);
-        } else if ((rc = mp_queue_get(x->qin, &in, -1)) == 0) {
-            rc = mp_queue_put(x->qout, x->t ? empty : in, -1);
+            if ((rc = mp_queue_put(qin, m, -1)) == 0)
+                rc = mp_queue_get(qout, &in, -1);
+        } else if ((rc = mp_queue_get(qin, &in, -1)) == 0) {
+            rc = mp_queue_put(qout, x->t ? empty : in, -1);
         }
-        mp_msg_destroy(in);
+        done_with(x, in, i + 1 == iters);
     }
     mp_msg_destroy(m), mp_msg_destroy(empty);
     if (rc)
@@ -282,7 +326,11 @@ static void figures(ctx *x, const bench_opts *o, bool local, bool big)
     x->reverse = false;
     if (!local)
         return;
-    /* The same-host path beside the local path it is made of. */
+    /* The same-host path beside the local path it is made of. A tensor
+     * goes by handle there, as fast as 8 bytes: as many round trips as for
+     * 8 bytes, or the ranks' way out of the barrier before the first one
+     * would be most of what 4 of them measure. */
+    iters = bench_iters(o, 4000);
     measure_pair(conn_roundtrip, local_pipe_roundtrip, x, iters, o, &own, &raw);
     snprintf(op, sizeof op, "mpi conn %s round trip, same host", size);
     snprintf(prim, sizeof prim, "mp_pipe %s round trip", size);
@@ -305,7 +353,12 @@ static int bench_rank(const bench_opts *o)
     if (!x.buf || (rc = mp_mpi_pipe(rank ^ 1, &x.c)) != 0 ||
         (rc = mp_mpi_queue_create(0, &x.qin)) != 0 || (rc = mp_mpi_queue_create(0, &x.qout)))
         die("setup", x.buf ? rc : MP_ENOMEM);
-    bool local = mp_mpi_conn_is_local(x.c);
+    bool local = mp_mpi_conn_is_local(x.c) == 1;
+    x.local = local;
+    x.rqin = x.qin, x.rqout = x.qout;
+    if (local && ((rc = mp_mpi_queue_create(0, &x.rqin)) != 0 ||
+                  (rc = mp_mpi_queue_create(0, &x.rqout)) != 0))
+        die("setup", rc);
     if (local && rank == 0)
         acker[0] = fork_acker(&x, false), acker[1] = fork_acker(&x, true);
     x.len = 8;
@@ -326,8 +379,11 @@ static int bench_rank(const bench_opts *o)
         if (acker[i] > 0)
             waitpid(acker[i], NULL, 0);
     mp_queue_release(x.lqin), mp_queue_release(x.lqout);
+    mp_msg_destroy(x.kept);
     mp_tensor_release(x.t);
     mp_queue_release(x.qin), mp_queue_release(x.qout);
+    if (local)
+        mp_queue_release(x.rqin), mp_queue_release(x.rqout);
     mp_conn_release(x.c);
     free(x.buf);
     return 0;

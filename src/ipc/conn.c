@@ -299,6 +299,15 @@ mp__pins *mp__conn_pins(const mp_conn *c)
     return c && !c->ops ? &conn_rx(c, false)->pins : NULL;
 }
 
+int mp__conn_quiet(mp_conn *c)
+{
+    if (!c || c->ops || !(c->mode & CONN_READ))
+        return mp__error(MP_EINVAL, "mp__conn_quiet: %s",
+                         !c ? "c is NULL" : "not a local receiving end");
+    mp__ring_quiet(conn_ring(c, false));
+    return 0;
+}
+
 int mp_conn_close(mp_conn *c)
 {
     if (!c)

@@ -66,6 +66,9 @@ bool mp__queue_empty(mp__queue *q);
 /* 1 when a get would not block (a message is at the head, or the queue is
  * closed), 0 when not; drops a wake-up record found at the head. */
 int mp__queue_poll(mp__queue *q);
+/* Puts into q ring no doorbell (mp__ring_quiet): for a queue a higher layer
+ * keeps to itself, whose fd nobody polls (no mp_queue_fileno or mp_wait). */
+void mp__queue_quiet(mp__queue *q);
 /* Messages put and not yet taken (approximate, >= 0). */
 int64_t mp__queue_size(const mp__queue *q);
 
@@ -86,6 +89,10 @@ static inline double mp__ipc_deadline(double timeout)
 int mp__conn_fd(const mp_conn *c);
 /* The pins of the end c receives on (tests), NULL for a remote connection. */
 mp__pins *mp__conn_pins(const mp_conn *c);
+/* Messages to the end c receives on ring no doorbell (mp__ring_quiet): for
+ * an end its owner keeps to itself and never polls (no mp_conn_fileno,
+ * mp_wait or mp_conn_poll on it). A local connection only; 0, or MP_EINVAL. */
+int mp__conn_quiet(mp_conn *c);
 
 /* Checks that fd is an AF_UNIX SOCK_SEQPACKET socket (for decoders). */
 int mp__check_seqpacket(int fd, const char *what);

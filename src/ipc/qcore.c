@@ -249,3 +249,8 @@ int mp__queue_poll(mp__queue *q)
         return 1;
     return mp__ring_poll(&q->ctl->ring, q->rsock, &q->ctl->rx, 0, "mp_wait");
 }
+
+void mp__queue_quiet(mp__queue *q)
+{
+    mp__ring_quiet(&q->ctl->ring);
+}

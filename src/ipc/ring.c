@@ -43,7 +43,10 @@
  * waits for the next message).
  * `bells` counts doorbells sent and not yet dropped: a consumer that takes
  * the last message of the ring while some are queued drops them, so a
- * user's poll does not report a message that was already taken.
+ * user's poll does not report a message that was already taken. A `quiet`
+ * ring (mp__ring_quiet: an end nobody polls, such as the same-host pipe
+ * under an MPI conn, which looks only after MPI said a message is there)
+ * rings no bells at all.
  *
  * A full ring makes producers wait on head (a futex, in slices); the
  * consumer that moves head wakes them when `space_wait` is set. Every flag a
@@ -92,6 +95,7 @@ int mp__ring_init(mp__ring *r, const char *fn)
     atomic_init(&r->spinning, 0);
     atomic_init(&r->bells, 0);
     atomic_init(&r->pcpu, UINT32_MAX);
+    atomic_init(&r->quiet, 0);
     pthread_mutexattr_init(&a);
     pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
     pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
@@ -200,12 +204,17 @@ static void wake_consumers(mp__ring *r, int sock, uint32_t t)
         mp__futex_wake((uint32_t *)&r->tail, INT_MAX, true);
     } else if (atomic_load(&r->spinning) && atomic_exchange(&r->spinning, 0)) {
         /* it sees the message: no fd needs to */
-    } else {
+    } else if (!atomic_load_explicit(&r->quiet, memory_order_relaxed)) {
         uint32_t h = atomic_load(&r->head);
         atomic_store_explicit(&r->head_seen, h, memory_order_relaxed);
         if (h == t)
             ring_bell(r, sock); /* this message made the ring non-empty */
     }
+}
+
+void mp__ring_quiet(mp__ring *r)
+{
+    atomic_store(&r->quiet, 1);
 }
 
 /* Publishes the slot filled at t and lets go of plock. */

@@ -36,6 +36,7 @@ typedef struct mp__ring {
     _Atomic uint32_t spinning;         /* a consumer inside a receive watches tail */
     _Atomic uint32_t bells;            /* doorbells sent and not yet dropped (about) */
     _Atomic uint32_t pcpu;             /* the CPU the last producer ran on */
+    _Atomic uint32_t quiet;            /* no doorbells: nobody polls the fd (mp__ring_quiet) */
     _Alignas(64) mp__ring_slot slot[MP__RING_SLOTS];
 } mp__ring;
 
@@ -55,6 +56,12 @@ int mp__ring_recv(mp__ring *r, int sock, mp__rx *rx, mp_msg **out, double deadli
 /* 1 when a receive would not block, 0 when not by deadline; drops wake-up
  * records. Takes rx's lock only to look at the socket's head. */
 int mp__ring_poll(mp__ring *r, int sock, mp__rx *rx, double deadline, const char *fn);
+/* The consumers of r never poll its socket's fd (an end a higher layer
+ * keeps to itself and only receives on when it knows a message is there):
+ * producers stop sending doorbells, which cost a sendmsg per message that
+ * finds no consumer inside a receive, and a recvmsg to drop it. A poll of
+ * such an end sees a ring message only at its next slice (50 ms). */
+void mp__ring_quiet(mp__ring *r);
 /* Wakes consumers asleep on the ring (a pipe end or a queue was closed:
  * they look at the socket at once). */
 void mp__ring_wake(mp__ring *r);

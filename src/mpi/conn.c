@@ -1,20 +1,24 @@
 /* mp_mpi_pipe: a pipe between two ranks, served to its user as an mp_conn
  * (mp_conn_send, mp_conn_recv... go through the ops table at the end).
- * Every message is ordered by one MPI stream on the conn's own tag, with
- * a close notice on the next tag that says how many messages were sent,
- * so the peer drains them before
- * MP_ECLOSED. Between ranks of one host a message with attachments
- * (tensors by handle, queues, locks...) goes over a real mproc pipe whose
- * end was handed over the ranks' bootstrap socket, and the MPI stream
- * carries only a marker for it, sent after it: the receiver that meets the
- * marker finds the message waiting on the pipe. A message of bytes alone
- * stays on MPI, whose shared-memory transport answers in about a
- * microsecond where the pipe's kernel wake-up takes tens.
  *
- * The stream is the conn's first tag, into a receive of MP__MPI_SMALL
- * bytes the conn keeps posted, as a plain MPI_Recv waits: a small message
- * arrives whole there, a larger one (or any with tensors) sends a notice
- * there and itself on the third tag, where it is probed for. */
+ * Between ranks of one host every message goes over a real mproc pipe
+ * whose end was handed over the ranks' bootstrap socket: tensors by
+ * handle (pinned when sent again), queues, locks..., and bytes alone
+ * through its shared-memory ring, which a spinning receiver takes as fast
+ * as MPI's own shared-memory transport. The pipe alone orders them. Its
+ * ends are this file's own (nobody polls their fds), so its ring rings no
+ * doorbells. MPI carries only the close notice, sent before the pipe is
+ * closed, so that a receiver meeting the pipe's end tells a close from a
+ * death.
+ *
+ * Across hosts every message is ordered by one MPI stream on the conn's
+ * own tag, with a close notice on the next tag that says how many messages
+ * were sent, so the peer drains them before MP_ECLOSED. The stream goes
+ * into a receive of MP__MPI_SMALL bytes the conn keeps posted, as a plain
+ * MPI_Recv waits: a small message arrives whole there, a larger one (or
+ * any with tensors) sends a notice there and itself on the third tag,
+ * where it is probed for. */
+#include "ipc/ipc.h"
 #include "ipc/kinds.h"
 #include "ipc/remote.h"
 #include "mpi/mpi_internal.h"
@@ -115,8 +119,12 @@ int mp__mpi_pipe(int peer, mp_mpi_conn **out, const char *fn)
     if (flag && c->tag + 2 > *ub)
         rc = mp__error(MP_EOVERFLOW, "%s: more pipes with rank %d than MPI has tags (%d)", fn,
                        peer, *ub);
-    else if ((rc = mp__mpi_inflight_new(&c->out)) == 0 && c->local)
-        rc = local_handshake(c, fn);
+    else if ((rc = mp__mpi_inflight_new(&c->out)) == 0 && c->local &&
+             (rc = local_handshake(c, fn)) == 0)
+        /* Nobody polls this end's fd (a poll looks at its ring): no
+         * doorbell per message that finds no receiver waiting (a sendmsg
+         * here and a recvmsg there). */
+        rc = mp__conn_quiet(c->lc);
     if (rc == 0 && (MPI_Irecv(&c->close_in, 1, MPI_UINT64_T, peer, c->tag + 1, mp__mpi.comm,
                               &c->close_in_req) != MPI_SUCCESS ||
                     !(c->small = malloc(MP__MPI_SMALL)) ||
@@ -135,23 +143,40 @@ int mp__mpi_pipe(int peer, mp_mpi_conn **out, const char *fn)
     return 0;
 }
 
+static bool peer_closed(mp_mpi_conn *c)
+{
+    int done = 0;
+    if (!c->peer_closed && c->close_in_req != MPI_REQUEST_NULL) {
+        MPI_Test(&c->close_in_req, &done, MPI_STATUS_IGNORE);
+        c->peer_closed = done;
+    }
+    return c->peer_closed;
+}
 
-/* A local call's MP_ECLOSED may be the peer dying: its socket closes a
- * moment before its pidfd turns readable, so give that a second. */
+/* A local call's MP_ECLOSED is the peer's close, whose MPI notice it sent
+ * before closing the pipe (so it arrives within microseconds), or the peer
+ * dying: its socket closes a moment before its pidfd turns readable. A
+ * second to tell which. */
 static int local_result(mp_mpi_conn *c, int rc, const char *fn)
 {
-    if (rc == MP_ECLOSED) {
-        int pidfd = mp__mpi.peers[c->peer].pidfd;
+    int pidfd = mp__mpi.peers[c->peer].pidfd;
+    double until = mp__now() + 1;
+    if (rc != MP_ECLOSED)
+        return rc;
+    while (!peer_closed(c) && mp__now() < until) {
         struct pollfd pfd = {.fd = pidfd, .events = POLLIN};
-        if (pidfd >= 0 && poll(&pfd, 1, 1000) == 1) {
+        if (poll(&pfd, pidfd >= 0 ? 1 : 0, 1) == 1) {
             mp__mpi.next_pid_check = 0;
             int frc = mp__mpi_check(fn);
-            if (frc)
-                return frc;
+            return frc ? frc : rc;
         }
     }
     return rc;
 }
+
+/* Slices of a wait on the same-host pipe: the failure check runs between
+ * them, so another rank's failure ends the wait within a few ms. */
+#define LOCAL_SLICE 0.005
 
 /* A send or receive on the same-host mproc pipe, in slices with the
  * failure check between them. */
@@ -160,6 +185,7 @@ static int local_call(mp_mpi_conn *c, const mp_msg *m, mp_msg **out, double dead
 {
     for (;;) {
         double slice = mp__mpi_slice(deadline);
+        slice = slice < LOCAL_SLICE ? slice : LOCAL_SLICE;
         int rc = m ? mp_conn_send(c->lc, m, slice) : mp_conn_recv(c->lc, out, slice);
         if (rc != MP_ETIMEDOUT)
             return local_result(c, rc, fn);
@@ -169,14 +195,23 @@ static int local_call(mp_mpi_conn *c, const mp_msg *m, mp_msg **out, double dead
     }
 }
 
-static bool peer_closed(mp_mpi_conn *c)
+/* Whether a message (or the end of the stream) waits on the same-host
+ * pipe: 1, 0 by deadline, or an error. Its ring rings no doorbell, so the
+ * ring is looked at, not only the fd. */
+static int local_poll(mp_mpi_conn *c, double deadline, const char *fn)
 {
-    int done = 0;
-    if (!c->peer_closed && c->close_in_req != MPI_REQUEST_NULL) {
-        MPI_Test(&c->close_in_req, &done, MPI_STATUS_IGNORE);
-        c->peer_closed = done;
+    unsigned spins = 0;
+    for (;;) {
+        int rc = mp_conn_poll(c->lc, 0);
+        if (rc != 0)
+            return rc;
+        if (spins % 16 == 0 || deadline == 0) {
+            if ((rc = mp__mpi_check(fn)) != 0 ||
+                (rc = mp__mpi_expired(deadline, fn, "nothing to receive")) != 0)
+                return rc;
+        }
+        mp__mpi_backoff(&spins);
     }
-    return c->peer_closed;
 }
 
 /* The peer closed and did not take what is still in flight: it never
@@ -222,14 +257,14 @@ int mp__mpi_conn_send(mp_mpi_conn *c, const mp_msg *m, double deadline, const ch
      * as if its notice had been that much slower. */
     if ((c->sent % 8 == 0 || c->peer_closed) && peer_closed(c))
         return mp__error(MP_ECLOSED, "%s: rank %d closed its end", fn, c->peer);
+    if (c->local) { /* every message: the pipe alone orders them */
+        if ((rc = local_call(c, m, NULL, deadline, fn)) == 0)
+            c->sent++;
+        return rc;
+    }
     if ((rc = previous_sent(c, deadline, fn)) != 0)
         return rc;
-    bool pipe = c->local && mp_msg_count(m) > 0;
-    /* The message first, then its marker: a receiver that meets the
-     * marker finds the message. A pipe send that timed out sent nothing. */
-    if (pipe && (rc = local_call(c, m, NULL, deadline, fn)) != 0)
-        return rc;
-    rc = mp__mpi_xfer_post(c->out, pipe ? NULL : m, c->peer, c->tag + 2, c->tag);
+    rc = mp__mpi_xfer_post(c->out, m, c->peer, c->tag + 2, c->tag);
     if (mp__mpi_inflight_busy(c->out)) {
         c->sent++;
         mp__mpi_inflight_test(c->out); /* a small message leaves at once */
@@ -260,7 +295,7 @@ static int take_large(mp_mpi_conn *c, mp_msg **out, const char *fn)
     }
 }
 
-/* A message (or marker, or notice) arrived in the posted receive. */
+/* A message (or notice) arrived in the posted receive. */
 static int take_small(mp_mpi_conn *c, MPI_Status *st, mp_msg **out, const char *fn)
 {
     int count = 0, rc;
@@ -275,10 +310,7 @@ static int take_small(mp_mpi_conn *c, MPI_Status *st, mp_msg **out, const char *
             mp_msg_destroy(*out), *out = NULL;
         return mp__error(MP_ESYS, "%s: posting the next receive failed", fn);
     }
-    if (rc == MP__MPI_FOLLOWS)
-        return take_large(c, out, fn);
-    /* Sent before its marker: it is on the pipe already. */
-    return rc == MP__MPI_ON_PIPE ? local_call(c, NULL, out, -1, fn) : rc;
+    return rc == MP__MPI_FOLLOWS ? take_large(c, out, fn) : rc;
 }
 
 /* Waits until deadline for the posted receive to complete (its status is
@@ -322,15 +354,26 @@ static int wait_small(mp_mpi_conn *c, double deadline, const char *fn)
     }
 }
 
+/* What a same-host conn's receive and poll check first. */
+static int local_ready(mp_mpi_conn *c, const char *fn)
+{
+    if (c->closed)
+        return mp__error(MP_ECLOSED, "%s: this end is closed", fn);
+    return mp__mpi.failed ? mp__mpi_fail_error(fn) : 0;
+}
+
 int mp__mpi_conn_recv(mp_mpi_conn *c, mp_msg **out, double deadline, const char *fn)
 {
     if (!c || !out)
         return mp__error(MP_EINVAL, "%s: %s is NULL", fn, !c ? "c" : "out");
     *out = NULL;
     int rc = mp__mpi_own(fn);
-    if (rc == 0)
-        rc = wait_small(c, deadline, fn);
-    if (rc < 0)
+    if (rc == 0 && c->local && (rc = local_ready(c, fn)) == 0 &&
+        (rc = local_call(c, NULL, out, deadline, fn)) == 0)
+        c->received++;
+    if (c->local || rc < 0)
+        return rc;
+    if ((rc = wait_small(c, deadline, fn)) < 0)
         return rc;
     c->small_done = false;
     return take_small(c, &c->small_st, out, fn);
@@ -338,9 +381,12 @@ int mp__mpi_conn_recv(mp_mpi_conn *c, mp_msg **out, double deadline, const char 
 
 static int conn_poll(void *impl, double deadline, const char *fn)
 {
+    mp_mpi_conn *c = impl;
     int rc = mp__mpi_own(fn);
     if (rc == 0)
-        rc = wait_small(impl, deadline, fn);
+        rc = c->local ? local_ready(c, fn) : wait_small(c, deadline, fn);
+    if (rc == 0 && c->local)
+        rc = local_poll(c, deadline, fn);
     /* The end of the stream is ready to receive (as EOF is for mp_pipe). */
     return rc == 1 || rc == MP_ECLOSED ? 1 : rc == MP_ETIMEDOUT ? 0 : rc;
 }
@@ -354,11 +400,14 @@ int mp__mpi_conn_close(mp_mpi_conn *c, const char *fn)
     if (c->closed)
         return 0;
     c->closed = true;
+    c->close_out = c->sent;
+    /* The notice first: a peer that meets the pipe's end finds it soon
+     * after and knows the end is a close, not a death. */
+    int rc = MPI_Isend(&c->close_out, 1, MPI_UINT64_T, c->peer, c->tag + 1, mp__mpi.comm,
+                       &c->close_out_req);
     if (c->local)
         mp_conn_close(c->lc);
-    c->close_out = c->sent;
-    if (MPI_Isend(&c->close_out, 1, MPI_UINT64_T, c->peer, c->tag + 1, mp__mpi.comm,
-                  &c->close_out_req) != MPI_SUCCESS)
+    if (rc != MPI_SUCCESS)
         return mp__error(MP_ESYS, "%s: MPI_Isend of the close notice failed", fn);
     return 0;
 }

@@ -119,8 +119,7 @@ void mp__mpi_local_close(void);
 typedef struct mp__mpi_inflight mp__mpi_inflight;
 int mp__mpi_inflight_new(mp__mpi_inflight **out);
 /* Starts sending m to rank dest with tag on an idle f: header, then each
- * tensor's bytes. m NULL: a marker saying the message went over the
- * same-host pipe. small_tag >= 0 (conns): a message without tensors whose
+ * tensor's bytes. small_tag >= 0 (conns): a message without tensors whose
  * header fits MP__MPI_SMALL goes whole on small_tag; any other sends a
  * notice on small_tag, then itself on tag. */
 #define MP__MPI_SMALL 1024
@@ -147,19 +146,18 @@ typedef struct mp__mpi_buf {
     char *p;
     size_t cap;
 } mp__mpi_buf;
-/* What the receiving calls return for a pipe marker, and for a notice
- * that the message follows on the conn's tag of large messages. */
-#define MP__MPI_ON_PIPE 1
+/* What the receiving calls return for a notice that the message follows
+ * on the conn's tag of large messages. */
 #define MP__MPI_FOLLOWS 2
 /* Builds the message of a received header of count bytes (its tensors'
- * bodies are then received from src on tag): 0 and *out, a marker or
- * notice (above), or an error. */
+ * bodies are then received from src on tag): 0 and *out, a notice
+ * (above), or an error. */
 int mp__mpi_xfer_parse(const char *buf, int count, int src, int tag, mp_msg **out);
 /* Receives one message whose header is matched on (src, tag), through
  * scratch (NULL: a buffer of its own): as mp__mpi_xfer_parse. */
 int mp__mpi_xfer_recv(MPI_Message *msg, MPI_Status *st, int tag, mp__mpi_buf *scratch,
                       mp_msg **out);
-/* As mp__mpi_xfer_recv where no marker may come (queues): 0 or an error. */
+/* As mp__mpi_xfer_recv where no notice may come (queues): 0 or an error. */
 int mp__mpi_xfer_recv_msg(MPI_Message *msg, MPI_Status *st, int tag, mp_msg **out);
 
 #endif

@@ -35,6 +35,7 @@
  * are the queue's own. A get that times out after its answer left
  * receives it all the same, as above.
  */
+#include "ipc/ipc.h"
 #include "ipc/kinds.h"
 #include "ipc/remote.h"
 #include "mpi/queue_mpi.h"
@@ -144,6 +145,12 @@ static int create(int home, bool joinable, mp_mpi_queue **out, const char *fn)
         rc = joinable ? mp_joinable_queue_create(0, &mq->q) : mp_queue_create(0, &mq->q);
     else
         rc = 0;
+    /* Only this layer reaches the queue (a cross-rank queue has no fd to
+     * poll): a put that finds no getter inside a get rings no doorbell (a
+     * sendmsg, and two recvmsg to drop it), as when a remote get's request
+     * was not in yet when the home put. */
+    if (rc == 0 && mp__mpi.rank == home)
+        mp__queue_quiet((mp__queue *)mq->q);
     if (rc == 0 && (mp__mpi.rank == home || mp_mpi_is_local(home) == 1))
         rc = share_local(mq, fn);
     if (rc == 0 && mp__mpi.rank == home && remote_ranks())

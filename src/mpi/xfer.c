@@ -25,12 +25,10 @@ typedef struct xfer_head {
     uint32_t magic;
     uint32_t version;
     uint32_t count;   /* tensors */
-    uint32_t flags;   /* XFER_ON_PIPE, XFER_FOLLOWS */
+    uint32_t flags;   /* XFER_FOLLOWS */
     uint64_t payload; /* bytes after the tensor records */
 } xfer_head;
 
-/* A marker only: the message itself went over the same-host pipe. */
-#define XFER_ON_PIPE 1u
 /* A notice only: the message follows on the conn's stream of large ones. */
 #define XFER_FOLLOWS 2u
 
@@ -141,12 +139,11 @@ int mp__mpi_xfer_check(const mp_msg *m)
     return 0;
 }
 
-/* The header into f->header: counts, each tensor's record, the payload
- * (m NULL: a pipe marker). */
+/* The header into f->header: counts, each tensor's record, the payload. */
 static int build_header(mp__mpi_inflight *f, const mp_msg *m, size_t *len)
 {
     size_t plen = 0, size = sizeof(xfer_head), n = f->ntensors;
-    const void *payload = m ? mp_msg_payload(m, &plen) : NULL;
+    const void *payload = mp_msg_payload(m, &plen);
     int rc;
     for (size_t i = 0; i < n; i++) {
         const char *name = mp_msg_name(m, i);
@@ -157,8 +154,7 @@ static int build_header(mp__mpi_inflight *f, const mp_msg *m, size_t *len)
     if ((rc = grow(&f->header, &f->capheader, size, 1)) != 0)
         return rc;
     char *p = f->header + sizeof(xfer_head);
-    *(xfer_head *)f->header =
-        (xfer_head){XFER_MAGIC, XFER_VERSION, (uint32_t)n, m ? 0 : XFER_ON_PIPE, plen};
+    *(xfer_head *)f->header = (xfer_head){XFER_MAGIC, XFER_VERSION, (uint32_t)n, 0, plen};
     for (size_t i = 0; i < n; i++) {
         const char *name = mp_msg_name(m, i);
         xfer_tensor r = {(uint8_t)mp_tensor_dtype(f->tensors[i]),
@@ -212,7 +208,7 @@ static int post_sends(mp__mpi_inflight *f, size_t hlen, int dest, int tag, int s
 
 int mp__mpi_xfer_post(mp__mpi_inflight *f, const mp_msg *m, int dest, int tag, int small_tag)
 {
-    size_t n = m ? mp_msg_count(m) : 0, hlen = 0, nreq = 2;
+    size_t n = mp_msg_count(m), hlen = 0, nreq = 2;
     int rc = grow(&f->tensors, &f->captensors, n ? n : 1, sizeof *f->tensors);
     for (size_t i = 0; i < n && rc == 0; i++) {
         if ((rc = xfer_tensor_at(m, i, &f->tensors[i])) == 0) {
@@ -395,8 +391,6 @@ int mp__mpi_xfer_parse(const char *buf, int count, int src, int tag, mp_msg **ou
         h->version != XFER_VERSION)
         return mp__error(MP_EPROTO, "mp_mpi_conn_recv: a %d-byte message from rank %d is not "
                                     "an mproc message of version %u", count, src, XFER_VERSION);
-    if (h->flags & XFER_ON_PIPE)
-        return MP__MPI_ON_PIPE;
     if (h->flags & XFER_FOLLOWS)
         return MP__MPI_FOLLOWS;
     return recv_message(buf, (size_t)count, src, tag, out);
@@ -431,7 +425,7 @@ int mp__mpi_xfer_recv_msg(MPI_Message *msg, MPI_Status *st, int tag, mp_msg **ou
 {
     int rc = mp__mpi_xfer_recv(msg, st, tag, NULL, out);
     if (rc > 0)
-        rc = mp__error(MP_EPROTO, "mp_mpi_queue: rank %d sent a marker on a queue's tag",
+        rc = mp__error(MP_EPROTO, "mp_mpi_queue: rank %d sent a notice on a queue's tag",
                        st->MPI_SOURCE);
     return rc;
 }

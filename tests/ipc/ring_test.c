@@ -1,8 +1,9 @@
 /* The ring beside the socket of pipes and queues (src/ipc/ring.c): order
  * per producer across the ring and the socket, exactly-once delivery with
  * several producers and consumers, a full ring, timeouts, EOF, readiness of
- * the fd, MP_EMFILE, and a producer or consumer SIGKILLed at every step of
- * the protocol (through the mp__ring_fault hook). */
+ * the fd (and none for a quiet end), MP_EMFILE, and a producer or consumer
+ * SIGKILLed at every step of the protocol (through the mp__ring_fault
+ * hook). */
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -299,6 +300,50 @@ static void test_fd_readiness(void **state)
     }
 }
 
+/* A quiet end (mp__conn_quiet: nobody polls it, as under an MPI conn) gets
+ * no doorbell for a ring message, yet receives every message in order, and
+ * a receiver asleep in mp_conn_recv is still woken; the other end of the
+ * same pipe keeps its doorbells. */
+static void test_quiet_end_rings_no_bell(void **state)
+{
+    mp_conn *a = NULL, *b = NULL;
+    struct pollfd pa = {.events = POLLIN}, pb = {.events = POLLIN};
+    mp_msg *m = NULL;
+    tag t;
+    pid_t pid;
+    (void)state;
+    assert_mp_err(mp__conn_quiet(NULL), MP_EINVAL);
+    assert_mp_ok(mp_pipe(true, &a, &b));
+    assert_mp_ok(mp__conn_quiet(b));
+    pa.fd = mp_conn_fileno(a), pb.fd = mp_conn_fileno(b);
+    for (uint32_t i = 0; i < 3; i++)
+        assert_mp_ok(conn_send(a, make(1, i, SMALL)));
+    assert_int_equal(poll(&pb, 1, 0), 0); /* no doorbell on the socket */
+    assert_mp_ok(conn_send(b, make(2, 0, SMALL)));
+    assert_int_equal(poll(&pa, 1, 0), 1);           /* the other end's still rings */
+    assert_mp_ok(conn_send(a, make(1, 3, TENSOR))); /* its fd takes the socket */
+    for (uint32_t i = 0; i < 4; i++) {
+        assert_mp_ok(mp_conn_recv(b, &m, 0));
+        assert_int_equal(parse(m, &t), 0);
+        assert_int_equal(t.seq, i);
+        mp_msg_destroy(m);
+    }
+    assert_mp_err(mp_conn_recv(b, &m, 0), MP_ETIMEDOUT);
+    if ((pid = fork()) == 0) {
+        usleep(100000); /* past the receiver's spin: it sleeps on the ring */
+        _exit(conn_send(a, make(1, 4, SMALL)) ? 1 : 0);
+    }
+    assert_mp_ok(mp_conn_recv(b, &m, 10));
+    assert_int_equal(parse(m, &t), 0);
+    assert_int_equal(t.seq, 4);
+    mp_msg_destroy(m);
+    assert_int_equal(reap(pid), 0);
+    assert_mp_ok(mp_conn_recv(a, &m, 0));
+    mp_msg_destroy(m);
+    mp_conn_release(a);
+    mp_conn_release(b);
+}
+
 /* A message with fds that cannot be installed stays at its place: what was
  * sent after it waits, and arrives after it once the limit is raised. */
 static void test_emfile_keeps_order(void **state)
@@ -467,6 +512,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_full_and_timeouts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_eof, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fd_readiness, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_quiet_end_rings_no_bell, setup, teardown),
         cmocka_unit_test_setup_teardown(test_emfile_keeps_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_producer_killed_at_every_step, setup, teardown),
         cmocka_unit_test_setup_teardown(test_consumer_killed_at_every_step, setup, teardown),

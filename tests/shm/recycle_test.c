@@ -66,6 +66,41 @@ static void test_reuse(void **state)
     assert_int_equal(mp__segment_count(), 0);
 }
 
+static void expect_all(const mp_tensor *t, int64_t off, int64_t n, int fill)
+{
+    const unsigned char *p = mp_tensor_data(t);
+    for (int64_t i = 0; i < n; i++)
+        if (p[off + i] != fill)
+            fail_msg("byte %lld is %d, not %d", (long long)(off + i), p[off + i], fill);
+}
+
+/* Memory still held in this process, by the tensor or by a view of it
+ * alone, never comes back: a same-size tensor made meanwhile gets other
+ * memory, and filling it leaves the held bytes as they were. */
+static void test_held_never_reused(void **state)
+{
+    (void)state;
+    int64_t n = 1 << 20;
+    mp_tensor *a = reusable(n, 0xab), *view = NULL;
+    mp_tensor *b = reusable(n, 0xcd);
+    assert_ptr_not_equal(mp_tensor_data(b), mp_tensor_data(a));
+    expect_all(a, 0, n, 0xab);
+    assert_mp_ok(mp_tensor_narrow(a, 0, 4096, 4096, &view));
+    mp_tensor_release(a); /* the view holds the storage */
+    mp_tensor_release(b); /* pooled */
+    assert_int_equal(mp__segment_pooled(), 1);
+    mp_tensor *c = reusable(n, 0xef); /* b's memory again */
+    assert_int_equal(mp__segment_pooled(), 0);
+    expect_all(view, 0, 4096, 0xab);
+    mp_tensor *d = reusable(n, 0x11); /* nothing pooled fits: new memory */
+    expect_all(view, 0, 4096, 0xab);
+    expect_all(c, 0, n, 0xef);
+    mp_tensor_release(view); /* the last of a: pooled now */
+    assert_int_equal(mp__segment_pooled(), 1);
+    mp_tensor_release(c), mp_tensor_release(d);
+    assert_int_equal(mp__segment_pooled(), 3);
+}
+
 /* The receiving process holds the tensor; the sender must never reuse it. */
 MP_ENTRY(hold_and_check)
 {
@@ -214,6 +249,7 @@ int main(int argc, char **argv)
         return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_reuse, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_held_never_reused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sent_never_reused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dlpack_never_reused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fork, setup, teardown),
