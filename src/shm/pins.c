@@ -83,6 +83,7 @@ typedef struct local {
     int users; /* handles receiving on the end */
     uint64_t clock; /* storages received on the end */
     _Atomic uint64_t received; /* of them, by this process's pins */
+    _Atomic uint64_t reused;   /* of those, keepsakes handed out again */
     mp__segment *seg[MP__PIN_SLOTS];
     void *kept[MP__PIN_SLOTS]; /* keepsakes (mp__pins_keep) and their release */
     void (*kept_release[MP__PIN_SLOTS])(void *);
@@ -108,7 +109,7 @@ static unsigned ndoomed;
 /* Storages received by a pin: by the pins of ends let go (locals freed),
  * and by any other way (a second receiver's); each live local counts its
  * own. */
-static uint64_t by_own_pin;
+static uint64_t by_own_pin, reused_retired;
 static atomic_ullong by_pin;
 /* The owner's path without this file's lock (mp__pins_open): the table and
  * entry this thread last took a pin of, good while no entry was freed
@@ -313,6 +314,7 @@ void mp__pins_detach(mp__pins *p)
         ;
     *pp = l->next;
     by_own_pin += atomic_load(&l->received);
+    reused_retired += atomic_load(&l->reused);
     atomic_fetch_add(&epoch, 1);
     unlocked();
     free(l);
@@ -336,6 +338,25 @@ uint64_t mp__pins_received_count(void)
         n += atomic_load_explicit(&l->received, memory_order_relaxed);
     unlocked();
     return n + atomic_load_explicit(&by_pin, memory_order_relaxed);
+}
+
+uint64_t mp__pins_reused_count(void)
+{
+    uint64_t n;
+    locked();
+    n = reused_retired;
+    for (local *l = locals; l; l = l->next)
+        n += atomic_load_explicit(&l->reused, memory_order_relaxed);
+    unlocked();
+    return n;
+}
+
+/* One more on a counter only one thread at a time writes (the end's reader
+ * lock's holder), which others read: no locked instruction. */
+static void bump(_Atomic uint64_t *c)
+{
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
 }
 
 /* ---- receivers ---------------------------------------------------------------- */
@@ -454,12 +475,13 @@ static int take_owned(local *l, mp__pins *p, const mp__pin_ref *ref, uint64_t si
     if (size > l->seg[i]->map_len)
         return mp__error(MP_EPROTO, "receiving a message: a pinned storage claims %llu bytes "
                          "of a %zu-byte segment", (unsigned long long)size, l->seg[i]->map_len);
-    if (!reuse || !l->kept[i] || !(reuse->got = reuse->take(l->kept[i], reuse->ctx)))
+    if (reuse && l->kept[i] && (reuse->got = reuse->take(l->kept[i], reuse->ctx)))
+        bump(&l->reused);
+    else
         *out = mp__segment_retain(l->seg[i]);
     l->used[i] = l->clock;
     atomic_fetch_add(&p->done[i], 1);
-    atomic_store_explicit(&l->received, atomic_load_explicit(&l->received, memory_order_relaxed) + 1,
-                          memory_order_relaxed);
+    bump(&l->received);
     return 0;
 }
 

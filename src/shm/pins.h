@@ -100,7 +100,10 @@ void mp__pins_detach(mp__pins *p);
 
 /* Pins this process holds now, over all ends (tests). */
 int mp__pins_held(void);
-/* Storages this process received by a pin (mp_tensor_stats). */
+/* Storages this process received by a pin (mp_tensor_stats), and of them
+ * those that came as a keepsake handed out again (which no storage of the
+ * layer above counted as received). */
 uint64_t mp__pins_received_count(void);
+uint64_t mp__pins_reused_count(void);
 
 #endif

@@ -31,7 +31,8 @@ int mp_tensor_stats_get(mp_tensor_stats *out)
     st.shared_copies = atomic_load_explicit(&copies, memory_order_relaxed);
     st.shared_copy_bytes = atomic_load_explicit(&copy_bytes, memory_order_relaxed);
     st.segments_created = atomic_load_explicit(&created, memory_order_relaxed);
-    st.segments_received = atomic_load_explicit(&received, memory_order_relaxed);
+    st.segments_received = atomic_load_explicit(&received, memory_order_relaxed) +
+                           mp__pins_reused_count();
     st.segments_mapped = atomic_load_explicit(&mapped, memory_order_relaxed);
     st.segments_received_by_pin = mp__pins_received_count();
     st.segments_unmapped = mp__segment_user_unmapped();

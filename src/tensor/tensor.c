@@ -103,6 +103,19 @@ void mp__contiguous_strides(int ndim, const int64_t *shape, int64_t *strides)
     }
 }
 
+/* Whether strides are exactly mp__contiguous_strides(shape) (which
+ * mp_tensor_is_contiguous, ignoring sizes of 1, need not say). */
+static bool canonical(int ndim, const int64_t *shape, const int64_t *strides)
+{
+    int64_t s = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        if (strides[i] != s)
+            return false;
+        s *= shape[i] > 0 ? shape[i] : 1;
+    }
+    return true;
+}
+
 int mp__tensor_make(mp__storage *s, mp_dtype dtype, int ndim, const int64_t *shape,
                     const int64_t *strides, uint64_t byte_offset, mp_tensor **out)
 {
@@ -125,13 +138,13 @@ int mp__tensor_make(mp__storage *s, mp_dtype dtype, int ndim, const int64_t *sha
         memcpy(t->strides, strides, sizeof(int64_t) * (size_t)ndim);
     }
     t->offset = byte_offset;
+    t->canonical = canonical(ndim, shape, strides);
     *out = t;
     return 0;
 }
 
 void mp__tensor_view_of(const mp_tensor *t, mp__tensor_view *v)
 {
-    int64_t s = 1;
     v->seg = t->storage->dev.device_type == kDLCPU ? t->storage->seg : NULL;
     v->shape = t->shape;
     v->strides = t->strides;
@@ -139,21 +152,20 @@ void mp__tensor_view_of(const mp_tensor *t, mp__tensor_view *v)
     v->dtype = t->dtype;
     v->ndim = t->ndim;
     v->has_grad = t->grad != NULL;
-    v->contiguous = true;
-    for (int i = t->ndim - 1; i >= 0 && v->contiguous; i--) {
-        v->contiguous = t->strides[i] == s;
-        s *= t->shape[i] > 0 ? t->shape[i] : 1;
-    }
+    v->canonical = t->canonical;
 }
 
 bool mp__tensor_is_sole_view(const mp_tensor *t, const mp__segment *seg, mp_dtype dtype,
                              int ndim, const int64_t *shape, const int64_t *strides,
                              uint64_t byte_offset)
 {
-    size_t n = sizeof(int64_t) * (size_t)ndim;
-    return atomic_load(&t->refs) == 1 && !t->grad && (!seg || t->storage->seg == seg) &&
-           t->dtype == dtype && t->ndim == ndim && t->offset == byte_offset &&
-           memcmp(t->shape, shape, n) == 0 && memcmp(t->strides, strides, n) == 0;
+    if (atomic_load(&t->refs) != 1 || t->grad || (seg && t->storage->seg != seg) ||
+        t->dtype != dtype || t->ndim != ndim || t->offset != byte_offset)
+        return false;
+    for (int i = 0; i < ndim; i++) /* a loop: a memcmp call costs more for a few */
+        if (t->shape[i] != shape[i] || t->strides[i] != strides[i])
+            return false;
+    return true;
 }
 
 /* A contiguous tensor over s; drops the caller's reference to s. */

@@ -45,12 +45,6 @@ void mp__storage_set_user(mp__storage *s, void *user);
 int mp__tensor_make(mp__storage *s, mp_dtype dtype, int ndim, const int64_t *shape,
                     const int64_t *strides, uint64_t byte_offset, mp_tensor **out);
 
-/* A counter of mp_tensor_stats_get (stats.c): a storage was linked to a
- * segment, one this process created or one that came in a message
- * (from_message), over a mapping no storage used before (new_mapping). A
- * decoder that hands out a tensor it kept counts its segment received. */
-void mp__tensor_stats_linked(bool from_message, bool new_mapping);
-
 /* What a message encoder needs of a tensor, read in one call. */
 typedef struct mp__tensor_view {
     mp__segment *seg; /* the shared segment of a CPU storage, else NULL */
@@ -59,7 +53,7 @@ typedef struct mp__tensor_view {
     mp_dtype dtype;
     int ndim;
     bool has_grad;
-    bool contiguous;  /* strides are mp__contiguous_strides of shape */
+    bool canonical;   /* strides are exactly mp__contiguous_strides of shape */
 } mp__tensor_view;
 void mp__tensor_view_of(const mp_tensor *t, mp__tensor_view *v);
 

@@ -3,6 +3,7 @@
 #define MPROC_TENSOR_PRIV_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 
 #include "tensor/tensor_internal.h"
 
@@ -30,6 +31,7 @@ struct mp_tensor {
     int64_t strides[MP_MAX_NDIM];
     uint64_t offset; /* bytes into the storage */
     mp_tensor *grad;
+    bool canonical; /* strides are exactly mp__contiguous_strides(shape) (set once) */
 };
 
 /* Zeroed private (64-byte aligned) storage of nbytes. */
@@ -52,8 +54,11 @@ int mp__storage_shared_new(size_t nbytes, mp__storage **out);
 int mp__storage_shared_filled(size_t nbytes, const mp__segment_part *parts, int nparts,
                               mp__storage **out);
 
-/* A counter of mp_tensor_stats_get (stats.c): a storage of nbytes was
- * copied into shared memory (mp__tensor_stats_linked: tensor_internal.h). */
+/* The counters of mp_tensor_stats_get (stats.c): a storage of nbytes was
+ * copied into shared memory; a storage was linked to a segment, one this
+ * process created or one that came in a message (from_message), over a
+ * mapping no storage used before (new_mapping). */
 void mp__tensor_stats_copied(size_t nbytes);
+void mp__tensor_stats_linked(bool from_message, bool new_mapping);
 
 #endif

@@ -57,11 +57,11 @@ int mp__compact_encode(const mp_msg *m, mp__pins *pins, void *buf, size_t cap, s
     if (!pins || !a || a->ops)
         return 0;
     mp__tensor_view_of(a->u.tensor, &t);
-    if (t.has_grad || !t.seg || (a->name && (name_len = strlen(a->name)) > MP_MSG_NAME_MAX))
+    if (t.has_grad || !t.seg || (name_len = a->name_len) > MP_MSG_NAME_MAX)
         return 0;
     c.dtype = (uint8_t)t.dtype;
     c.ndim = (uint8_t)t.ndim;
-    c.flags = (t.contiguous ? 0 : MP__COMPACT_STRIDES) | (t.byte_offset ? MP__COMPACT_OFFSET : 0);
+    c.flags = (t.canonical ? 0 : MP__COMPACT_STRIDES) | (t.byte_offset ? MP__COMPACT_OFFSET : 0);
     c.name_len = a->name ? (uint16_t)name_len : MP__FRAME_NO_NAME;
     c.size = mp__segment_size(t.seg);
     if (m->len > cap || (c.payload_len = (uint32_t)m->len,
@@ -226,9 +226,7 @@ int mp__compact_decode(mp__pins *pins, const void *buf, size_t len, mp_msg **out
     }
     if ((rc = mp__pins_open(pins, &ref, c.size, &seg, &reuse)) < 0)
         return rc; /* it gave the count back */
-    if ((t = reuse.got)) {
-        mp__tensor_stats_linked(true, false); /* as mp__storage_from_segment counts */
-    } else {
+    if (!(t = reuse.got)) {
         rc = tensor_of(pins, &ref, seg, &v, &t);
         mp__segment_release(seg);
         if (rc < 0)

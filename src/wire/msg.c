@@ -254,6 +254,7 @@ int mp__msg_push(mp_msg *m, const mp__objkind *k, const char *name, size_t name_
         copy[name_len] = '\0';
     }
     a->kind = k ? k->kind : MP_ATTACH_TENSOR;
+    a->name_len = name ? (uint32_t)name_len : 0;
     a->ops = k;
     a->name = copy;
     a->u.obj = ref;

@@ -6,6 +6,7 @@
 
 typedef struct mp__attach {
     int kind;          /* mp_attach_kind */
+    uint32_t name_len; /* strlen(name); 0 when unnamed */
     const mp__objkind *ops; /* an object's descriptor; NULL for a tensor */
     char *name;        /* NULL when unnamed */
     union {
