@@ -17,7 +17,7 @@ enum { CONN_READ = 1, CONN_WRITE = 2 };
 
 #define CONN_CTL_MAGIC 0x6c74636e6e6f636dull /* "mconnctl" */
 
-#define CONN_CTL_VERSION 4u
+#define CONN_CTL_VERSION 5u /* 5: compact ring records, quiet rings */
 
 /* Shared by the two ends of a pipe (a sealed memfd): the receive side of
  * each end, so several threads or processes receiving on one end take turns

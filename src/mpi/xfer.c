@@ -282,8 +282,9 @@ int mp__mpi_inflight_wait(mp__mpi_inflight *f, double deadline, const char *fn)
 
 /* ---- receiving ------------------------------------------------------------ */
 
-/* Receives (whatever the deadline: the header is taken) the bytes of one tensor into t (or, when t is NULL because it
- * could not be made, into a scratch buffer, to keep the stream whole). */
+/* Receives (whatever the deadline: the header is taken) the bytes of one
+ * tensor into t (or, when t is NULL because it could not be made, into a
+ * scratch buffer, to keep the stream whole). */
 static int recv_body(mp_tensor *t, size_t nbytes, int src, int tag)
 {
     char *data = t ? mp_tensor_data(t) : NULL;

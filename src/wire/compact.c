@@ -4,7 +4,7 @@
  * A buffer sent again and again to the same end (a batch tensor reused
  * every step) is the case pins exist for, and there the general frame was
  * most of the cost: a storage table, an attachment table, two decoding
- * passes, a dozen checks that a one-tensor message cannot fail, and four
+ * passes, a dozen checks that a one-tensor message cannot fail, and eight
  * allocations. The compact record is the pin reference, the view and the
  * payload, written straight into a stack buffer; its decoder checks the
  * same things the frame decoder checks of one tensor (dtype, ndim, the
