@@ -7,6 +7,8 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <math.h>
+#include <poll.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -16,6 +18,19 @@
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
 #endif
+
+bool mp__spin_readable(int fd, double seconds)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    double until = mp__now() + seconds;
+    for (;;) {
+        if (poll(&p, 1, 0) != 0)
+            return true;
+        if (mp__now() >= until)
+            return false;
+        sched_yield();
+    }
+}
 
 void *mp__zalloc(size_t n)
 {
