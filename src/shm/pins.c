@@ -329,26 +329,17 @@ int mp__pins_held(void)
     return n;
 }
 
-uint64_t mp__pins_received_count(void)
+void mp__pins_counts(uint64_t *received, uint64_t *reused)
 {
-    uint64_t n;
     locked();
-    n = by_own_pin;
-    for (local *l = locals; l; l = l->next)
-        n += atomic_load_explicit(&l->received, memory_order_relaxed);
+    *received = by_own_pin;
+    *reused = reused_retired;
+    for (local *l = locals; l; l = l->next) {
+        *received += atomic_load_explicit(&l->received, memory_order_relaxed);
+        *reused += atomic_load_explicit(&l->reused, memory_order_relaxed);
+    }
     unlocked();
-    return n + atomic_load_explicit(&by_pin, memory_order_relaxed);
-}
-
-uint64_t mp__pins_reused_count(void)
-{
-    uint64_t n;
-    locked();
-    n = reused_retired;
-    for (local *l = locals; l; l = l->next)
-        n += atomic_load_explicit(&l->reused, memory_order_relaxed);
-    unlocked();
-    return n;
+    *received += atomic_load_explicit(&by_pin, memory_order_relaxed);
 }
 
 /* One more on a counter only one thread at a time writes (the end's reader

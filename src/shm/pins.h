@@ -103,7 +103,6 @@ int mp__pins_held(void);
 /* Storages this process received by a pin (mp_tensor_stats), and of them
  * those that came as a keepsake handed out again (which no storage of the
  * layer above counted as received). */
-uint64_t mp__pins_received_count(void);
-uint64_t mp__pins_reused_count(void);
+void mp__pins_counts(uint64_t *received, uint64_t *reused);
 
 #endif

@@ -25,16 +25,16 @@ void mp__tensor_stats_linked(bool from_message, bool new_mapping)
 int mp_tensor_stats_get(mp_tensor_stats *out)
 {
     mp_tensor_stats st = {.size = sizeof st};
+    uint64_t reused = 0;
     if (!out)
         return mp__error(MP_EINVAL, "mp_tensor_stats_get: out is NULL (pass "
                                     "mp_tensor_stats st = {.size = sizeof st}; and &st)");
     st.shared_copies = atomic_load_explicit(&copies, memory_order_relaxed);
     st.shared_copy_bytes = atomic_load_explicit(&copy_bytes, memory_order_relaxed);
     st.segments_created = atomic_load_explicit(&created, memory_order_relaxed);
-    st.segments_received = atomic_load_explicit(&received, memory_order_relaxed) +
-                           mp__pins_reused_count();
+    mp__pins_counts(&st.segments_received_by_pin, &reused);
+    st.segments_received = atomic_load_explicit(&received, memory_order_relaxed) + reused;
     st.segments_mapped = atomic_load_explicit(&mapped, memory_order_relaxed);
-    st.segments_received_by_pin = mp__pins_received_count();
     st.segments_unmapped = mp__segment_user_unmapped();
     /* Read last: a segment counted unmapped was counted created or mapped
      * before, so the difference never goes below zero. */

@@ -155,12 +155,11 @@ void mp__tensor_view_of(const mp_tensor *t, mp__tensor_view *v)
     v->canonical = t->canonical;
 }
 
-bool mp__tensor_is_sole_view(const mp_tensor *t, const mp__segment *seg, mp_dtype dtype,
-                             int ndim, const int64_t *shape, const int64_t *strides,
-                             uint64_t byte_offset)
+bool mp__tensor_is_sole_view(const mp_tensor *t, mp_dtype dtype, int ndim, const int64_t *shape,
+                             const int64_t *strides, uint64_t byte_offset)
 {
-    if (atomic_load(&t->refs) != 1 || t->grad || (seg && t->storage->seg != seg) ||
-        t->dtype != dtype || t->ndim != ndim || t->offset != byte_offset)
+    if (atomic_load(&t->refs) != 1 || t->grad || t->dtype != dtype || t->ndim != ndim ||
+        t->offset != byte_offset)
         return false;
     for (int i = 0; i < ndim; i++) /* a loop: a memcmp call costs more for a few */
         if (t->shape[i] != shape[i] || t->strides[i] != strides[i])

@@ -58,11 +58,10 @@ typedef struct mp__tensor_view {
 void mp__tensor_view_of(const mp_tensor *t, mp__tensor_view *v);
 
 /* Whether the caller's reference is t's only one, t has no grad, and t is
- * exactly this view of seg (NULL: of its own storage): such a tensor can
- * be handed out again as a new one (the compact decoder's keepsake). */
-bool mp__tensor_is_sole_view(const mp_tensor *t, const mp__segment *seg, mp_dtype dtype,
-                             int ndim, const int64_t *shape, const int64_t *strides,
-                             uint64_t byte_offset);
+ * exactly this view of its storage: such a tensor can be handed out again
+ * as a new one (the compact decoder's keepsake). */
+bool mp__tensor_is_sole_view(const mp_tensor *t, mp_dtype dtype, int ndim, const int64_t *shape,
+                             const int64_t *strides, uint64_t byte_offset);
 
 /* Contiguous strides for shape (sizes below 1 count as 1). */
 void mp__contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);

@@ -139,8 +139,9 @@ static bool contiguous_strides(view *v)
 static void *take_kept(void *kept, void *ctx)
 {
     const view *v = ctx;
-    return mp__tensor_is_sole_view(kept, NULL, v->dtype, v->ndim, v->shape, v->strides,
-                                   v->offset) ? mp_tensor_retain(kept) : NULL;
+    return mp__tensor_is_sole_view(kept, v->dtype, v->ndim, v->shape, v->strides, v->offset)
+               ? mp_tensor_retain(kept)
+               : NULL;
 }
 
 /* A new tensor of v over seg, which becomes the pin's keepsake: a buffer

@@ -184,7 +184,7 @@ static uint64_t body_len(const enc *e)
     n += mp__pad8(e->m->len);
     for (size_t i = 0; i < e->m->count; i++) {
         const mp__attach *a = &e->m->att[i];
-        n += sizeof(mp__frame_attach) + mp__pad8(a->name ? strlen(a->name) : 0);
+        n += sizeof(mp__frame_attach) + mp__pad8(a->name_len);
         n += mp__pad8(attach_body_len(e, i));
     }
     return n;
@@ -230,7 +230,7 @@ static void write_body(const enc *e, unsigned char *p)
     p = put(p, e->m->payload, e->m->len);
     for (size_t i = 0; i < e->m->count; i++) {
         const mp__attach *a = &e->m->att[i];
-        size_t nl = a->name ? strlen(a->name) : 0;
+        size_t nl = a->name_len;
         uint64_t bl = attach_body_len(e, i);
         mp__frame_attach fa = {(uint16_t)a->kind, a->name ? (uint16_t)nl : MP__FRAME_NO_NAME,
                                (uint32_t)bl};

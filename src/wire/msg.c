@@ -237,11 +237,11 @@ int mp__msg_push(mp_msg *m, const mp__objkind *k, const char *name, size_t name_
 {
     mp__attach *a;
     char *copy = NULL;
-    if (m->count == m->cap && (m->count || m->att) && grow(m) < 0)
-        return MP_ENOMEM;
     if (!m->att) {
         m->att = &m->one;
         m->cap = 1;
+    } else if (m->count == m->cap && grow(m) < 0) {
+        return MP_ENOMEM;
     }
     a = &m->att[m->count];
     if (name) {
