@@ -299,6 +299,11 @@ mp__pins *mp__conn_pins(const mp_conn *c)
     return c && !c->ops ? &conn_rx(c, false)->pins : NULL;
 }
 
+uint32_t mp__conn_waiting(const mp_conn *c)
+{
+    return c && !c->ops && (c->mode & CONN_READ) ? mp__ring_count(conn_ring(c, false)) : 0;
+}
+
 int mp__conn_quiet(mp_conn *c)
 {
     if (!c || c->ops || !(c->mode & CONN_READ))

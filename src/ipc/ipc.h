@@ -71,6 +71,11 @@ int mp__queue_poll(mp__queue *q);
 void mp__queue_quiet(mp__queue *q);
 /* Messages put and not yet taken (approximate, >= 0). */
 int64_t mp__queue_size(const mp__queue *q);
+/* Messages in q's ring (no system call; a record still on the socket
+ * alone is not counted), 0 for a queue of another layer: what a caller
+ * that must not wait looks at before it tries a get (the ring's cache
+ * line, which the get reads next, not the put and get counters'). */
+uint32_t mp__queue_waiting(const mp__queue *q);
 
 /* JoinableQueue: unfinished just reached 0; wakes every mp_queue_join. */
 static inline void mp__qctl_wake_join(mp__qctl *c)
@@ -93,6 +98,9 @@ mp__pins *mp__conn_pins(const mp_conn *c);
  * an end its owner keeps to itself and never polls (no mp_conn_fileno,
  * mp_wait or mp_conn_poll on it). A local connection only; 0, or MP_EINVAL. */
 int mp__conn_quiet(mp_conn *c);
+/* Messages in the ring the end c receives on (no system call: a record
+ * still on the socket alone is not counted); 0 for a remote connection. */
+uint32_t mp__conn_waiting(const mp_conn *c);
 
 /* Checks that fd is an AF_UNIX SOCK_SEQPACKET socket (for decoders). */
 int mp__check_seqpacket(int fd, const char *what);

@@ -217,6 +217,11 @@ int mp__queue_close(mp__queue *q)
 
 bool mp__queue_empty(mp__queue *q) { return !q || mp__queue_size(q) == 0; }
 
+uint32_t mp__queue_waiting(const mp__queue *q)
+{
+    return q && !q->ops ? mp__ring_count(&q->ctl->ring) : 0;
+}
+
 int mp__queue_wrap(int kind, const mp__queue_ops *ops, void *impl, mp_queue **out)
 {
     mp__queue *q = calloc(1, sizeof *q);

@@ -118,19 +118,23 @@ uint32_t mp__ring_count(const mp__ring *r)
  * does not intercept pthread_mutex_clocklock). */
 static int plock(mp__ring *r, double deadline, const char *fn)
 {
-    double until = deadline == 0 ? mp__now() + 0.002 : deadline;
     struct timespec ts;
     int err;
     if (deadline < 0)
         err = pthread_mutex_lock(&r->plock);
     else
         err = pthread_mutex_trylock(&r->plock);
-    while (err == EBUSY && deadline == 0 && mp__now() < until) {
-        sched_yield();
-        err = pthread_mutex_trylock(&r->plock);
+    /* The clock is read only when contended: a poll that finds the lock
+     * free costs no clock read (callers above try a poll first for that). */
+    if (err == EBUSY && deadline == 0) {
+        double until = mp__now() + 0.002;
+        while (err == EBUSY && mp__now() < until) {
+            sched_yield();
+            err = pthread_mutex_trylock(&r->plock);
+        }
     }
     if (err == EBUSY && deadline > 0) {
-        ts = mp__deadline_timespec(until);
+        ts = mp__deadline_timespec(deadline);
         err = pthread_mutex_clocklock(&r->plock, CLOCK_MONOTONIC, &ts);
     }
     if (err == EOWNERDEAD) { /* publishing is the last store: nothing to repair */

@@ -1,3 +1,4 @@
+
 /* mp_mpi_pipe: a pipe between two ranks, served to its user as an mp_conn
  * (mp_conn_send, mp_conn_recv... go through the ops table at the end).
  *
@@ -159,10 +160,10 @@ static bool peer_closed(mp_mpi_conn *c)
  * second to tell which. */
 static int local_result(mp_mpi_conn *c, int rc, const char *fn)
 {
+    if (rc != MP_ECLOSED) /* before any clock read: this is every call's way out */
+        return rc;
     int pidfd = mp__mpi.peers[c->peer].pidfd;
     double until = mp__now() + 1;
-    if (rc != MP_ECLOSED)
-        return rc;
     while (!peer_closed(c) && mp__now() < until) {
         struct pollfd pfd = {.fd = pidfd, .events = POLLIN};
         if (poll(&pfd, pidfd >= 0 ? 1 : 0, 1) == 1) {
@@ -179,10 +180,16 @@ static int local_result(mp_mpi_conn *c, int rc, const char *fn)
 #define LOCAL_SLICE 0.005
 
 /* A send or receive on the same-host mproc pipe, in slices with the
- * failure check between them. */
+ * failure check between them; first as a poll when it need not wait, as
+ * the queue's local_call does (mpi/queue.c says why). */
 static int local_call(mp_mpi_conn *c, const mp_msg *m, mp_msg **out, double deadline,
                       const char *fn)
 {
+    if (deadline != 0 && (m || mp__conn_waiting(c->lc) > 0)) {
+        int rc = m ? mp_conn_send(c->lc, m, 0) : mp_conn_recv(c->lc, out, 0);
+        if (rc != MP_ETIMEDOUT)
+            return local_result(c, rc, fn);
+    }
     for (;;) {
         double slice = mp__mpi_slice(deadline);
         slice = slice < LOCAL_SLICE ? slice : LOCAL_SLICE;

@@ -344,6 +344,41 @@ static void test_quiet_end_rings_no_bell(void **state)
     mp_conn_release(b);
 }
 
+/* mp__conn_waiting and mp__queue_waiting (what the MPI layer looks at
+ * before it tries a receive without a clock) count every message the
+ * ring orders, marks of socket records included, for the receiving end
+ * only. */
+static void test_waiting_counts(void **state)
+{
+    mp_conn *a = NULL, *b = NULL;
+    mp_queue *q = NULL;
+    mp_msg *m = NULL;
+    (void)state;
+    assert_int_equal(mp__conn_waiting(NULL), 0);
+    assert_int_equal(mp__queue_waiting(NULL), 0);
+    assert_mp_ok(mp_pipe(true, &a, &b));
+    assert_int_equal(mp__conn_waiting(b), 0);
+    assert_mp_ok(conn_send(a, make(1, 0, SMALL)));
+    assert_mp_ok(conn_send(a, make(1, 1, TENSOR)));
+    assert_mp_ok(conn_send(a, make(1, 2, BIG)));
+    assert_int_equal(mp__conn_waiting(b), 3);
+    assert_int_equal(mp__conn_waiting(a), 0); /* a's own receiving ring */
+    assert_mp_ok(mp_conn_recv(b, &m, 0));
+    mp_msg_destroy(m);
+    assert_int_equal(mp__conn_waiting(b), 2);
+    assert_mp_ok(mp_queue_create(0, &q));
+    m = make(1, 0, SMALL);
+    assert_mp_ok(mp_queue_put(q, m, 0));
+    mp_msg_destroy(m);
+    assert_int_equal(mp__queue_waiting((mp__queue *)q), 1);
+    assert_mp_ok(mp_queue_get(q, &m, 0));
+    mp_msg_destroy(m);
+    assert_int_equal(mp__queue_waiting((mp__queue *)q), 0);
+    mp_queue_release(q);
+    mp_conn_release(a);
+    mp_conn_release(b);
+}
+
 /* A message with fds that cannot be installed stays at its place: what was
  * sent after it waits, and arrives after it once the limit is raised. */
 static void test_emfile_keeps_order(void **state)
@@ -513,6 +548,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_eof, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fd_readiness, setup, teardown),
         cmocka_unit_test_setup_teardown(test_quiet_end_rings_no_bell, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_waiting_counts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_emfile_keeps_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_producer_killed_at_every_step, setup, teardown),
         cmocka_unit_test_setup_teardown(test_consumer_killed_at_every_step, setup, teardown),
