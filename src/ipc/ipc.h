@@ -14,7 +14,7 @@
 #include "wire/wire.h"
 
 #define MP__QCTL_MAGIC 0x6c7463716f72706dull /* "mproqctl" */
-#define MP__QCTL_VERSION 5u /* 5: compact ring records, quiet rings */
+#define MP__QCTL_VERSION 6u /* 6: doorbells once the fd is handed out */
 
 /* Lives in a sealed memfd segment that every process holding the queue maps.
  * What producers write and what consumers write sit on separate cache lines,

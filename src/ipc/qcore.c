@@ -26,7 +26,10 @@ static int init_ctl(mp__qctl *c, int kind, int64_t maxsize)
     c->maxsize = maxsize > 0 ? maxsize : 0;
     if ((rc = mp__rx_init(&c->rx, "mp_queue_create")) < 0)
         return rc;
-    return mp__ring_init(&c->ring, "mp_queue_create");
+    if ((rc = mp__ring_init(&c->ring, "mp_queue_create")) < 0)
+        return rc;
+    mp__ring_unpolled(&c->ring);
+    return 0;
 }
 
 int mp__queue_create(int kind, int64_t maxsize, mp__queue **out)
@@ -252,6 +255,7 @@ int mp__queue_poll(mp__queue *q)
      * a reader took the end-of-stream record off the socket. */
     if (atomic_load(&q->ctl->closed))
         return 1;
+    mp__ring_polled(&q->ctl->ring, q->wsock);
     return mp__ring_poll(&q->ctl->ring, q->rsock, &q->ctl->rx, 0, "mp_wait");
 }
 

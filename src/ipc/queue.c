@@ -89,15 +89,22 @@ bool mp_queue_full(mp_queue *q)
            mp_queue_qsize(q) >= Q(q)->ctl->maxsize;
 }
 int mp_queue_close(mp_queue *q) { return mp__queue_close((mp__queue *)q); }
+/* The fd a user polls: from now on its ring rings doorbells. */
+static int queue_fd(const mp__queue *q)
+{
+    mp__ring_polled(&q->ctl->ring, q->wsock);
+    return q->rsock;
+}
+
 int mp_queue_fileno(const mp_queue *q)
 {
     if (q && Q(q)->ops)
         return mp__error(MP_ENOTSUP, "mp_queue_fileno: %s has no fd to poll (its messages "
                                      "arrive by MPI); call mp_queue_get with a timeout "
                                      "instead", Q(q)->ops->what);
-    return q ? Q(q)->rsock : -1;
+    return q ? queue_fd(Q(q)) : -1;
 }
-int mp_simple_queue_fileno(const mp_simple_queue *q) { return q ? Q(q)->rsock : -1; }
+int mp_simple_queue_fileno(const mp_simple_queue *q) { return q ? queue_fd(Q(q)) : -1; }
 int mp_simple_queue_close(mp_simple_queue *q) { return mp__queue_close((mp__queue *)q); }
 bool mp_queue_is_joinable(mp_queue *q) { return q && Q(q)->kind == MP_ATTACH_JOINABLE_QUEUE; }
 

@@ -36,9 +36,16 @@ typedef struct mp__ring {
     _Atomic uint32_t spinning;         /* a consumer inside a receive watches tail */
     _Atomic uint32_t bells;            /* doorbells sent and not yet dropped (about) */
     _Atomic uint32_t pcpu;             /* the CPU the last producer ran on */
-    _Atomic uint32_t quiet;            /* no doorbells: nobody polls the fd (mp__ring_quiet) */
+    _Atomic uint32_t quiet;            /* doorbells: an mp__ring_bells state */
     _Alignas(64) mp__ring_slot slot[MP__RING_SLOTS];
 } mp__ring;
+
+/* Whether producers ring doorbells (the quiet field). */
+enum mp__ring_bells {
+    MP__RING_BELLS = 0,   /* always (a pipe end: its fd may be polled at any time) */
+    MP__RING_QUIET = 1,   /* never (mp__ring_quiet) */
+    MP__RING_UNPOLLED = 2 /* not until the fd is handed out (mp__ring_polled) */
+};
 
 int mp__ring_init(mp__ring *r, const char *fn);
 /* Sends m: through the ring when it carries no fds and fits in a slot,
@@ -62,6 +69,13 @@ int mp__ring_poll(mp__ring *r, int sock, mp__rx *rx, double deadline, const char
  * finds no consumer inside a receive, and a recvmsg to drop it. A poll of
  * such an end sees a ring message only at its next slice (50 ms). */
 void mp__ring_quiet(mp__ring *r);
+/* For a ring whose fd nobody may have asked for yet (a queue's): no
+ * doorbells until mp__ring_polled. */
+void mp__ring_unpolled(mp__ring *r);
+/* r's fd is handed out (to a user's poll, select or mp_wait): an unpolled
+ * ring rings doorbells from now on, and rings one now on sock (a socket
+ * whose sends r's fd reads) when a message is already waiting. Sticky. */
+void mp__ring_polled(mp__ring *r, int sock);
 /* Wakes consumers asleep on the ring (a pipe end or a queue was closed:
  * they look at the socket at once). */
 void mp__ring_wake(mp__ring *r);

@@ -300,6 +300,68 @@ static void test_fd_readiness(void **state)
     }
 }
 
+static void put_one(mp_queue *q, uint32_t seq)
+{
+    mp_msg *m = make(1, seq, SMALL);
+    assert_mp_ok(mp_queue_put(q, m, 0));
+    mp_msg_destroy(m);
+}
+
+static void get_one(mp_queue *q, uint32_t seq)
+{
+    mp_msg *m = NULL;
+    tag t;
+    assert_mp_ok(mp_queue_get(q, &m, 0));
+    assert_int_equal(parse(m, &t), 0);
+    assert_int_equal(t.seq, seq);
+    mp_msg_destroy(m);
+}
+
+/* A queue rings no doorbell until its fd is handed out (nobody can poll it
+ * before): a put leaves its socket empty. Handing the fd out makes it
+ * readable at once for the message already waiting, and every later put
+ * into an empty queue rings; mp_wait hands it out too. */
+static void test_queue_bells_once_polled(void **state)
+{
+    struct pollfd p = {.events = POLLIN};
+    mp_queue *q = NULL;
+    mp_simple_queue *sq = NULL;
+    (void)state;
+    for (int simple = 0; simple < 2; simple++) {
+        if (simple) {
+            assert_mp_ok(mp_simple_queue_create(&sq));
+            q = (mp_queue *)sq; /* the same object underneath (put_one, get_one) */
+        } else {
+            assert_mp_ok(mp_queue_create(0, &q));
+        }
+        p.fd = ((mp__queue *)q)->rsock; /* looked at without handing it out */
+        put_one(q, 0);
+        put_one(q, 1);
+        assert_int_equal(poll(&p, 1, 0), 0); /* no doorbell */
+        assert_int_equal(simple ? mp_simple_queue_fileno(sq) : mp_queue_fileno(q), p.fd);
+        assert_int_equal(poll(&p, 1, 0), 1); /* rung for the messages waiting */
+        get_one(q, 0);
+        get_one(q, 1);
+        assert_int_equal(poll(&p, 1, 0), 0); /* its bell dropped with the last */
+        put_one(q, 2);
+        assert_int_equal(poll(&p, 1, 0), 1); /* bells on for good */
+        get_one(q, 2);
+        assert_int_equal(poll(&p, 1, 0), 0);
+        if (simple)
+            mp_simple_queue_release(sq);
+        else
+            mp_queue_release(q);
+    }
+    assert_mp_ok(mp_queue_create(0, &q));
+    p.fd = ((mp__queue *)q)->rsock;
+    put_one(q, 0);
+    mp_wait_item it = {.kind = MP_WAIT_QUEUE, .u.queue = q};
+    assert_int_equal(mp_wait(&it, 1, 0), 1);
+    assert_int_equal(poll(&p, 1, 0), 1);
+    get_one(q, 0);
+    mp_queue_release(q);
+}
+
 /* A quiet end (mp__conn_quiet: nobody polls it, as under an MPI conn) gets
  * no doorbell for a ring message, yet receives every message in order, and
  * a receiver asleep in mp_conn_recv is still woken; the other end of the
@@ -548,6 +610,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_eof, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fd_readiness, setup, teardown),
         cmocka_unit_test_setup_teardown(test_quiet_end_rings_no_bell, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_queue_bells_once_polled, setup, teardown),
         cmocka_unit_test_setup_teardown(test_waiting_counts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_emfile_keeps_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_producer_killed_at_every_step, setup, teardown),
