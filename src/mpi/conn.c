@@ -1,4 +1,3 @@
-
 /* mp_mpi_pipe: a pipe between two ranks, served to its user as an mp_conn
  * (mp_conn_send, mp_conn_recv... go through the ops table at the end).
  *
