@@ -66,9 +66,6 @@ bool mp__queue_empty(mp__queue *q);
 /* 1 when a get would not block (a message is at the head, or the queue is
  * closed), 0 when not; drops a wake-up record found at the head. */
 int mp__queue_poll(mp__queue *q);
-/* Puts into q ring no doorbell (mp__ring_quiet): for a queue a higher layer
- * keeps to itself, whose fd nobody polls (no mp_queue_fileno or mp_wait). */
-void mp__queue_quiet(mp__queue *q);
 /* Messages put and not yet taken (approximate, >= 0). */
 int64_t mp__queue_size(const mp__queue *q);
 /* Messages in q's ring (no system call; a record still on the socket

@@ -258,8 +258,3 @@ int mp__queue_poll(mp__queue *q)
     mp__ring_polled(&q->ctl->ring, q->wsock);
     return mp__ring_poll(&q->ctl->ring, q->rsock, &q->ctl->rx, 0, "mp_wait");
 }
-
-void mp__queue_quiet(mp__queue *q)
-{
-    mp__ring_quiet(&q->ctl->ring);
-}

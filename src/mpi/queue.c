@@ -146,11 +146,8 @@ static int create(int home, bool joinable, mp_mpi_queue **out, const char *fn)
     else
         rc = 0;
     /* Only this layer reaches the queue (a cross-rank queue has no fd to
-     * poll): a put that finds no getter inside a get rings no doorbell (a
-     * sendmsg, and two recvmsg to drop it), as when a remote get's request
-     * was not in yet when the home put. */
-    if (rc == 0 && mp__mpi.rank == home)
-        mp__queue_quiet((mp__queue *)mq->q);
+     * poll), so its ring never rings a doorbell: a queue's rings only once
+     * its fd is handed out (ipc/ring.c). */
     if (rc == 0 && (mp__mpi.rank == home || mp_mpi_is_local(home) == 1))
         rc = share_local(mq, fn);
     if (rc == 0 && mp__mpi.rank == home && remote_ranks())

@@ -184,7 +184,6 @@ void mp__sys_fault_reset(void);
 
 /* ---- small helpers (src/os/) -------------------------------------------- */
 
-/* Monotonic clock in seconds. */
 /* Watches fd for up to seconds without sleeping, yielding the CPU between
  * looks: true once it is readable (or in error), false when the time is
  * up. For a reply due in microseconds, whose sleeping wait would cost a
@@ -195,6 +194,8 @@ bool mp__spin_readable(int fd, double seconds);
  * glibc's calloc skips its per-thread cache, so a calloc'd block freed
  * again fills that cache and later frees fall through to the slow path. */
 void *mp__zalloc(size_t n);
+
+/* Monotonic clock in seconds. */
 double mp__now(void);
 /* Milliseconds left until deadline (absolute mp__now() seconds) for poll():
  * -1 when deadline < 0 (forever), 0 when passed. */

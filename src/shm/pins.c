@@ -558,8 +558,7 @@ void mp__pins_keep(mp__pins *p, const mp__pin_ref *ref, void *obj, void (*releas
     if (!obj)
         return;
     locked();
-    if ((l = find_own(p)) && l->seg[ref->slot] && l->gen[ref->slot] == ref->gen &&
-        own(p, false)) {
+    if ((l = find_own(p)) && holds(l, ref, false) && own(p, false)) {
         doom(l->kept[ref->slot], l->kept_release[ref->slot]);
         l->kept[ref->slot] = obj;
         l->kept_release[ref->slot] = release;

@@ -94,13 +94,15 @@ int mp__tensor_check_geometry(mp_dtype dtype, int ndim, const int64_t *shape,
     return 0;
 }
 
-void mp__contiguous_strides(int ndim, const int64_t *shape, int64_t *strides)
+bool mp__contiguous_strides(int ndim, const int64_t *shape, int64_t *strides)
 {
     int64_t s = 1;
     for (int i = ndim - 1; i >= 0; i--) {
         strides[i] = s;
-        s *= shape[i] > 0 ? shape[i] : 1;
+        if (__builtin_mul_overflow(s, shape[i] > 0 ? shape[i] : 1, &s))
+            return false;
     }
+    return true;
 }
 
 /* Whether strides are exactly mp__contiguous_strides(shape) (which

@@ -63,8 +63,10 @@ void mp__tensor_view_of(const mp_tensor *t, mp__tensor_view *v);
 bool mp__tensor_is_sole_view(const mp_tensor *t, mp_dtype dtype, int ndim, const int64_t *shape,
                              const int64_t *strides, uint64_t byte_offset);
 
-/* Contiguous strides for shape (sizes below 1 count as 1). */
-void mp__contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
+/* Contiguous strides for shape (sizes below 1 count as 1); false when
+ * they overflow int64, as an unchecked shape's may (a decoder's): a shape
+ * checked already (mp__shape_nbytes) never does. */
+bool mp__contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
 
 /* Checks a view's geometry against a storage of nbytes without creating it:
  * 0, or MP_EINVAL / MP_EOVERFLOW with the reason. */

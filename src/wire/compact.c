@@ -121,19 +121,6 @@ typedef struct view {
 
 static void release_tensor(void *t) { mp_tensor_release(t); }
 
-/* As mp__contiguous_strides, for a shape nobody checked yet: false when
- * the strides overflow (mp__tensor_make rejects negative sizes later). */
-static bool contiguous_strides(view *v)
-{
-    int64_t s = 1;
-    for (int i = v->ndim - 1; i >= 0; i--) {
-        v->strides[i] = s;
-        if (__builtin_mul_overflow(s, v->shape[i] > 0 ? v->shape[i] : 1, &s))
-            return false;
-    }
-    return true;
-}
-
 /* The pin's keepsake, retained, when nobody else holds it and it is the
  * record's view (under the pins lock: it takes none). */
 static void *take_kept(void *kept, void *ctx)
@@ -217,7 +204,8 @@ int mp__compact_decode(mp__pins *pins, const void *buf, size_t len, mp_msg **out
     if (c.flags & MP__COMPACT_STRIDES) {
         copy64(v.strides, p, c.ndim);
         p += 8u * c.ndim;
-    } else if (!contiguous_strides(&v)) {
+    } else if (!mp__contiguous_strides(v.ndim, v.shape, v.strides)) {
+        /* the shape is unchecked yet (mp__tensor_make rejects negative sizes) */
         mp__pins_drop(pins, &ref);
         return BAD("shape of %u dimensions overflows", c.ndim);
     }
