@@ -210,15 +210,16 @@ static void ring_bell(mp__ring *r, int sock)
     (void)mp__sys.sendmsg(sock, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
-/* Slot t was just published: wake whoever needs to know. */
-static void wake_consumers(mp__ring *r, int sock, uint32_t t)
+/* Slot t was just published: wake whoever needs to know. A mark needs no
+ * doorbell: its record is on the socket, which wakes a poll by itself. */
+static void wake_consumers(mp__ring *r, int sock, uint32_t t, bool mark)
 {
     /* Exchanges, as in advance(). */
     if (atomic_load(&r->sleeping) && atomic_exchange(&r->sleeping, 0)) {
         mp__futex_wake((uint32_t *)&r->tail, INT_MAX, true);
     } else if (atomic_load(&r->spinning) && atomic_exchange(&r->spinning, 0)) {
         /* it sees the message: no fd needs to */
-    } else if (atomic_load(&r->quiet) == MP__RING_BELLS) {
+    } else if (!mark && atomic_load(&r->quiet) == MP__RING_BELLS) {
         uint32_t h = atomic_load(&r->head);
         atomic_store_explicit(&r->head_seen, h, memory_order_relaxed);
         if (h == t)
@@ -246,7 +247,7 @@ void mp__ring_polled(mp__ring *r, int sock)
 }
 
 /* Publishes the slot filled at t and lets go of plock. */
-static void publish(mp__ring *r, int sock, uint32_t t)
+static void publish(mp__ring *r, int sock, uint32_t t, bool mark)
 {
     uint32_t cpu = (uint32_t)sched_getcpu();
     if (atomic_load_explicit(&r->pcpu, memory_order_relaxed) != cpu)
@@ -256,7 +257,7 @@ static void publish(mp__ring *r, int sock, uint32_t t)
     STEP(PUBLISHED);
     pthread_mutex_unlock(&r->plock);
     STEP(UNLOCKED);
-    wake_consumers(r, sock, t);
+    wake_consumers(r, sock, t, mark);
 }
 
 static int send_inline(mp__ring *r, int sock, uint32_t type, const void *data, size_t len,
@@ -278,7 +279,7 @@ static int send_inline(mp__ring *r, int sock, uint32_t type, const void *data, s
     s->len = (uint32_t)len;
     if (len) /* an empty payload may be NULL */
         memcpy(s->data, data, len);
-    publish(r, sock, t);
+    publish(r, sock, t, false);
     return 0;
 }
 
@@ -308,7 +309,7 @@ static int send_marked(mp__ring *r, int sock, mp__rx *rx, mp__frame_out *o, doub
     s = &r->slot[t & MASK];
     s->type = RING_MARK;
     s->len = tag;
-    publish(r, sock, t);
+    publish(r, sock, t, true);
     return 0;
 out:
     pthread_mutex_unlock(&r->plock);

@@ -3,7 +3,6 @@
 #include "wire/objects.h"
 
 #include <malloc.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,50 +36,6 @@ int mp__msg_copy_attachments(const mp_msg *src, size_t from, size_t n, mp_msg *d
 
 /* ---- building --------------------------------------------------------------- */
 
-/* Chunk buffers kept for the next chunks: a map's chunks are built in the
- * caller's thread and freed by the handler thread as they are answered, and
- * glibc trims what they free from its heap, so each map paid a page fault
- * per 4 KiB of chunk again. Bounded; taken by trylock only (busy: malloc
- * and free as usual), so a fork leaves the child no lock held. */
-#define PACKBUF_MAX 64
-#define PACKBUF_BIG (256u * 1024u) /* larger ones are rare: freed */
-static struct {
-    atomic_flag busy;
-    unsigned n;
-    void *buf[PACKBUF_MAX];
-} packbufs = {ATOMIC_FLAG_INIT, 0, {NULL}};
-
-static void *packbuf_get(size_t total)
-{
-    void *b = NULL;
-    if (total > PACKBUF_BIG ||
-        atomic_flag_test_and_set_explicit(&packbufs.busy, memory_order_acquire))
-        return malloc(total);
-    for (unsigned i = packbufs.n; i-- > 0;) {
-        if (malloc_usable_size(packbufs.buf[i]) >= total) {
-            b = packbufs.buf[i];
-            packbufs.buf[i] = packbufs.buf[--packbufs.n];
-            break;
-        }
-    }
-    atomic_flag_clear_explicit(&packbufs.busy, memory_order_release);
-    return b ? b : malloc(total);
-}
-
-void mp__pack_buf_put(void *buf)
-{
-    if (buf && malloc_usable_size(buf) <= PACKBUF_BIG &&
-        !atomic_flag_test_and_set_explicit(&packbufs.busy, memory_order_acquire)) {
-        bool kept = packbufs.n < PACKBUF_MAX;
-        if (kept)
-            packbufs.buf[packbufs.n++] = buf;
-        atomic_flag_clear_explicit(&packbufs.busy, memory_order_release);
-        if (kept)
-            return;
-    }
-    free(buf);
-}
-
 /* The pack is built in place, in the buffer it is sent from: the header,
  * room for cap entries, room for the name, then the data; finish closes
  * the gap left by unused entries. */
@@ -109,7 +64,7 @@ static int pack_resize(mp__packer *p, size_t cap, size_t data_cap)
     if (data_cap > SIZE_MAX - fixed || cap > (SIZE_MAX - 4096) / sizeof(mp__pack_entry))
         return mp__error(MP_ENOMEM, "pool: a chunk of %zu items is too large", cap);
     total = fixed + data_cap;
-    q = p->buf ? realloc(p->buf, total) : packbuf_get(total);
+    q = p->buf ? realloc(p->buf, total) : mp__msg_buf_get(total);
     if (!q)
         return mp__error(MP_ENOMEM, "pool: out of memory for a %zu-byte chunk", total);
     p->buf = q;
@@ -227,7 +182,7 @@ int mp__packer_finish(mp__packer *p, mp_msg **out)
 void mp__packer_drop(mp__packer *p)
 {
     mp_msg_destroy(p->msg);
-    mp__pack_buf_put(p->buf);
+    mp__msg_buf_put(p->buf);
     memset(p, 0, sizeof *p);
 }
 

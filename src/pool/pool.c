@@ -20,9 +20,7 @@ void mp__chunk_free(mp__chunk *c)
 {
     if (!c)
         return;
-    if (c->frame)
-        mp__pack_buf_put(mp__msg_take_payload(c->frame));
-    mp_msg_destroy(c->frame);
+    mp_msg_destroy(c->frame); /* its buffer is kept for the next chunks */
     mp_async_result_release(c->r);
     free(c);
 }

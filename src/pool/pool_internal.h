@@ -70,9 +70,6 @@ int mp__packer_add_star(mp__packer *p, const mp_msg *const *in, size_t k);
 /* Writes the payload into p->msg and hands the message to *out. */
 int mp__packer_finish(mp__packer *p, mp_msg **out);
 void mp__packer_drop(mp__packer *p);
-/* Gives a finished pack's buffer (mp__msg_take_payload; NULL is harmless)
- * back for the next packs, or frees it. */
-void mp__pack_buf_put(void *buf);
 
 /* A received pack, validated: every entry, length and attachment count
  * checked against the payload and the message (MP_EPROTO otherwise). */

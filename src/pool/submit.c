@@ -8,6 +8,7 @@
 #include <string.h>
 
 enum { SRC_MSGS, SRC_STAR, SRC_ARRAY, SRC_VEC };
+#define PREFETCH_AHEAD 8 /* items */
 
 typedef struct source {
     int type;
@@ -56,8 +57,13 @@ static int make_chunk(mp_async_result *r, const source *s, size_t start, size_t 
     }
     if (s->type == SRC_VEC)
         rc = add_slice(&pk, s, start, count);
-    for (size_t i = start; i < start + count && !rc && s->type != SRC_VEC; i++)
+    for (size_t i = start; i < start + count && !rc && s->type != SRC_VEC; i++) {
+        /* Each item is a message of its own somewhere in the heap: asked
+         * for ahead, its cache line is there when its turn comes. */
+        if (s->type == SRC_MSGS && i + PREFETCH_AHEAD < start + count)
+            __builtin_prefetch(s->msgs[i + PREFETCH_AHEAD]);
         rc = add_item(&pk, s, i);
+    }
     if (rc) {
         mp__packer_drop(&pk);
         free(c);

@@ -260,9 +260,7 @@ static int serve(mp_conn *conn, mp_msg *frame)
     rc = mp__packer_finish(&res, &reply);
     if (!rc)
         rc = mp_conn_send(conn, reply, -1);
-    if (reply)
-        mp__pack_buf_put(mp__msg_take_payload(reply));
-    mp_msg_destroy(reply);
+    mp_msg_destroy(reply); /* its buffer is kept for the next answers */
     if (rc < 0 && rc != MP_ECLOSED)
         rc = send_failure(conn, count, rc);
     return rc;

@@ -468,7 +468,7 @@ int mp__wire_decode_rx(mp__rx *rx, const void *buf, size_t len, int *fds, int nf
     if ((rc = open_storages(d)) < 0 || (rc = mp_msg_create(&d->m)) < 0)
         goto out_dec;
     if (h.payload_len) {
-        if (!(copy = malloc(h.payload_len))) {
+        if (!(copy = mp__msg_buf_get(h.payload_len))) {
             rc = mp__error(MP_ENOMEM, "receiving a message: cannot allocate a %llu-byte payload",
                            (unsigned long long)h.payload_len);
             goto out_dec;

@@ -1,5 +1,6 @@
 /* mp_msg: payload bytes plus an ordered list of named attachments. The
  * message holds one reference on everything it attaches. */
+#include <malloc.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -99,6 +100,59 @@ int mp__msg_create_block(size_t n, mp_msg **out)
     return 0;
 }
 
+/* Payload buffers of 4 KiB to 256 KiB kept for the next payloads: a pool
+ * map's chunks and answers are such payloads, built or received in one
+ * thread and freed in another, and glibc trimmed what they freed from its
+ * heap, so every map paid a page fault per 4 KiB of them again. Bounded
+ * (64 buffers, 8 MiB); taken by trylock only (busy: malloc and free as
+ * usual), so a fork while another thread holds it leaves the child a cache
+ * it never touches, not a lock. */
+#define BUF_CACHE_MAX 64
+#define BUF_CACHE_BYTES (8u * 1024u * 1024u)
+#define BUF_MIN 4096u
+#define BUF_BIG (256u * 1024u)
+static struct {
+    atomic_flag busy;
+    unsigned n;
+    size_t bytes;
+    void *buf[BUF_CACHE_MAX];
+} bufs = {ATOMIC_FLAG_INIT, 0, 0, {NULL}};
+
+void *mp__msg_buf_get(size_t len)
+{
+    void *b = NULL;
+    if (len < BUF_MIN || len > BUF_BIG ||
+        atomic_flag_test_and_set_explicit(&bufs.busy, memory_order_acquire))
+        return malloc(len);
+    /* one at most twice as large: a small payload does not pin a big one */
+    for (unsigned i = bufs.n; i-- > 0;) {
+        size_t size = malloc_usable_size(bufs.buf[i]);
+        if (size >= len && size / 2 <= len) {
+            b = bufs.buf[i];
+            bufs.buf[i] = bufs.buf[--bufs.n];
+            bufs.bytes -= size;
+            break;
+        }
+    }
+    atomic_flag_clear_explicit(&bufs.busy, memory_order_release);
+    return b ? b : malloc(len);
+}
+
+void mp__msg_buf_put(void *buf)
+{
+    size_t size = buf ? malloc_usable_size(buf) : 0;
+    if (size >= BUF_MIN && size <= BUF_BIG &&
+        !atomic_flag_test_and_set_explicit(&bufs.busy, memory_order_acquire)) {
+        bool kept = bufs.n < BUF_CACHE_MAX && bufs.bytes + size <= BUF_CACHE_BYTES;
+        if (kept)
+            bufs.buf[bufs.n++] = buf, bufs.bytes += size;
+        atomic_flag_clear_explicit(&bufs.busy, memory_order_release);
+        if (kept)
+            return;
+    }
+    free(buf);
+}
+
 static void attach_drop(mp_msg *m, mp__attach *a)
 {
     if (!a->ops)
@@ -117,8 +171,8 @@ void mp_msg_destroy(mp_msg *m)
         attach_drop(m, &m->att[i]);
     if (m->att != &m->one)
         free(m->att);
-    if (m->payload != m->small)
-        free(m->payload);
+    if (m->payload && m->payload != m->small)
+        mp__msg_buf_put(m->payload);
     if (!m->block)
         free(m);
     else if (atomic_fetch_sub_explicit(&m->block->live, 1, memory_order_acq_rel) == 1)
@@ -135,8 +189,8 @@ void mp__msg_reset(mp_msg *m)
 
 void mp__msg_adopt_payload(mp_msg *m, void *payload, size_t len)
 {
-    if (m->payload != m->small)
-        free(m->payload);
+    if (m->payload && m->payload != m->small)
+        mp__msg_buf_put(m->payload);
     m->payload = payload;
     m->len = len;
 }
@@ -163,7 +217,7 @@ int mp_msg_set_payload(mp_msg *m, const void *data, size_t len)
         return 0;
     }
     if (len) {
-        copy = malloc(len);
+        copy = mp__msg_buf_get(len);
         if (!copy)
             return mp__error(MP_ENOMEM, "mp_msg_set_payload: cannot allocate %zu bytes", len);
         memcpy(copy, data, len);

@@ -72,6 +72,11 @@ int mp__wire_check_sendable(const mp_msg *m);
 /* Empties m (drops its attachments and payload) for reuse: a worker runs
  * every item of a chunk through the same two messages. */
 void mp__msg_reset(mp_msg *m);
+/* A payload buffer of len bytes (malloc'd, or kept from a freed payload),
+ * and the way back for one (kept for the next, or freed; NULL is
+ * harmless): every payload goes back through mp__msg_buf_put. */
+void *mp__msg_buf_get(size_t len);
+void mp__msg_buf_put(void *buf);
 /* Takes ownership of a malloc'd payload of len bytes. */
 void mp__msg_adopt_payload(mp_msg *m, void *payload, size_t len);
 /* Hands the malloc'd payload to the caller (NULL when it is held inside
