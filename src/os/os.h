@@ -285,4 +285,19 @@ int mp__coderef_resolve(const mp__coderef *ref, void (**fn)(void), const char *c
 /* Counts this process's open fds (/proc/self/fd), for leak checks and doctor. */
 int mp__count_open_fds(void);
 
+/* memmove for the short copies of a per-item path: 8 to 16 bytes as two
+ * fixed-size moves (loads first: overlap-safe) instead of a library call. */
+static inline void mp__copy_short(void *dst, const void *src, size_t len)
+{
+    if (len >= 8 && len <= 16) {
+        uint64_t a, b;
+        __builtin_memcpy(&a, src, 8);
+        __builtin_memcpy(&b, (const char *)src + len - 8, 8);
+        __builtin_memcpy(dst, &a, 8);
+        __builtin_memcpy((char *)dst + len - 8, &b, 8);
+    } else if (len) {
+        __builtin_memmove(dst, src, len);
+    }
+}
+
 #endif

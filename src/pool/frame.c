@@ -131,12 +131,14 @@ int mp__packer_add(mp__packer *p, const void *payload, size_t len, const mp_msg 
         (r = make_room(p, len + e.err_len)) != 0)
         return r;
     char *d = pack_data(p) + p->len;
-    if (len)
-        memcpy(d, payload, len);
+    mp__copy_short(d, payload, len);
     if (e.err_len)
         memcpy(d + len, err, e.err_len);
     p->len += len + e.err_len;
-    memcpy(pack_entries(p) + p->count++, &e, sizeof e);
+    /* stored field by field: a copy of the whole from the stack waited for
+     * the stores that built it (the buffer keeps entries aligned) */
+    mp__pack_entry *to = pack_entries(p) + p->count++;
+    to->rc = e.rc, to->nattach = e.nattach, to->len = e.len, to->err_len = e.err_len;
     return 0;
 }
 
@@ -244,7 +246,12 @@ int mp__pack_open_into(const mp_msg *m, mp__pack_view *v, void **buf, size_t *ca
         mp__pack_close(v);
         return MP_ENOMEM;
     }
-    memcpy((void *)v->entries, pl + sizeof h, (size_t)h.count * sizeof(mp__pack_entry));
+    /* Read in place where aligned (a received payload is malloc'd whole),
+     * else copied into the block's room for them. */
+    if ((uintptr_t)(pl + sizeof h) % _Alignof(mp__pack_entry) == 0)
+        v->entries = (const mp__pack_entry *)(const void *)(pl + sizeof h);
+    else
+        memcpy((void *)v->entries, pl + sizeof h, (size_t)h.count * sizeof(mp__pack_entry));
     for (uint32_t i = 0; i < h.count; i++) {
         const mp__pack_entry *e = &v->entries[i];
         if (e->len > len - off || e->err_len > len - off - e->len ||

@@ -76,7 +76,7 @@ void mp__packer_drop(mp__packer *p);
 typedef struct mp__pack_view {
     const mp_msg *msg;
     uint32_t magic, count;
-    const mp__pack_entry *entries; /* unaligned-safe copy */
+    const mp__pack_entry *entries; /* in the payload, or an aligned copy */
     mp__pack_entry *owned;         /* the tables' block when the view owns it */
     const char *name;   /* TASK: NUL-terminated copy */
     char name_buf[MP__TASK_NAME_MAX + 1];

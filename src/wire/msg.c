@@ -225,8 +225,8 @@ int mp_msg_set_payload(mp_msg *m, const void *data, size_t len)
     if (len && !data)
         return mp__error(MP_EINVAL, "mp_msg_set_payload: data is NULL but len is %zu", len);
     if (len && len <= MP__MSG_INLINE) {
-        /* memmove: data may be this message's own payload */
-        memmove(m->small, data, len);
+        /* overlap-safe: data may be this message's own payload */
+        mp__copy_short(m->small, data, len);
         mp__msg_adopt_payload(m, m->small, len);
         return 0;
     }
