@@ -209,14 +209,6 @@ void mp__msg_adopt_payload(mp_msg *m, void *payload, size_t len)
     m->len = len;
 }
 
-void *mp__msg_take_payload(mp_msg *m)
-{
-    void *p = m->payload != m->small ? m->payload : NULL;
-    m->payload = NULL;
-    m->len = 0;
-    return p;
-}
-
 int mp_msg_set_payload(mp_msg *m, const void *data, size_t len)
 {
     void *copy = NULL;

@@ -79,9 +79,6 @@ void *mp__msg_buf_get(size_t len);
 void mp__msg_buf_put(void *buf);
 /* Takes ownership of a malloc'd payload of len bytes. */
 void mp__msg_adopt_payload(mp_msg *m, void *payload, size_t len);
-/* Hands the malloc'd payload to the caller (NULL when it is held inside
- * the message) and leaves m with none: a pool reuses its chunks' buffers. */
-void *mp__msg_take_payload(mp_msg *m);
 /* n (at most MP__MSG_BLOCK) empty messages in one allocation (out[0..n)):
  * a pool map builds a message per result item, and one malloc and free per
  * item, with glibc consolidating and trimming between maps, cost more than
