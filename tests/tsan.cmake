@@ -36,6 +36,7 @@ function(mproc_tsan_tests folder)
 endfunction()
 
 # src/sources.cmake's lists
-mproc_tsan_tests(pool SOURCES ${MPROC_POOL_SOURCES} ${MPROC_WIRE_SOURCES} TESTS pool_test workers_test array_task_test)
+mproc_tsan_tests(pool SOURCES ${MPROC_POOL_SOURCES} ${MPROC_WIRE_SOURCES}
+                 TESTS pool_test workers_test array_task_test)
 mproc_tsan_tests(ipc SOURCES ${MPROC_IPC_SOURCES} ${MPROC_WIRE_SOURCES} ${MPROC_SHM_SOURCES}
                  TESTS ring_threads_test)

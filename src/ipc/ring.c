@@ -210,8 +210,9 @@ static void ring_bell(mp__ring *r, int sock)
     (void)mp__sys.sendmsg(sock, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
-/* Slot t was just published: wake whoever needs to know. A mark needs no
- * doorbell: its record is on the socket, which wakes a poll by itself. */
+/* Slot t (a mark when mark) was just published: wake whoever needs to
+ * know. A mark needs no doorbell: its record is on the socket, which wakes
+ * a poll by itself. */
 static void wake_consumers(mp__ring *r, int sock, uint32_t t, bool mark)
 {
     /* Exchanges, as in advance(). */
@@ -247,9 +248,11 @@ void mp__ring_polled(mp__ring *r, int sock)
 }
 
 /* Publishes the slot filled at t and lets go of plock. */
-static void publish(mp__ring *r, int sock, uint32_t t, bool mark)
+static void publish(mp__ring *r, int sock, uint32_t t)
 {
     uint32_t cpu = (uint32_t)sched_getcpu();
+    /* read while the slot is still ours: once published it may be taken */
+    bool mark = r->slot[t & MASK].type == RING_MARK;
     if (atomic_load_explicit(&r->pcpu, memory_order_relaxed) != cpu)
         atomic_store_explicit(&r->pcpu, cpu, memory_order_relaxed);
     STEP(FILLED);
@@ -279,7 +282,7 @@ static int send_inline(mp__ring *r, int sock, uint32_t type, const void *data, s
     s->len = (uint32_t)len;
     if (len) /* an empty payload may be NULL */
         memcpy(s->data, data, len);
-    publish(r, sock, t, false);
+    publish(r, sock, t);
     return 0;
 }
 
@@ -309,7 +312,7 @@ static int send_marked(mp__ring *r, int sock, mp__rx *rx, mp__frame_out *o, doub
     s = &r->slot[t & MASK];
     s->type = RING_MARK;
     s->len = tag;
-    publish(r, sock, t, true);
+    publish(r, sock, t);
     return 0;
 out:
     pthread_mutex_unlock(&r->plock);

@@ -5,9 +5,9 @@
  * every message reaches a consumer that is not waiting inside a receive, so
  * a ring message rang a doorbell that made the fd readable for pollers, and
  * the receive that empties the ring drops it (a look and a take); a socket
- * message needs none, its record makes the fd readable. A reader asleep on an empty ring is
- * woken by a message of either kind, and one killed there does not block
- * senders. */
+ * message needs none, its record makes the fd readable. A reader asleep on
+ * an empty ring is woken by a message of either kind, and one killed there
+ * does not block senders. */
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
