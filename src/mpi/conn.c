@@ -38,6 +38,7 @@ struct mp_mpi_conn {
     int tag;              /* small stream; tag + 1: close notice; tag + 2: large */
     char *small;          /* the posted receive's buffer (MP__MPI_SMALL) */
     MPI_Request small_req;
+    bool repost;          /* small_req completed and is posted again later */
     uint64_t received;
     bool small_done;      /* small_req completed (a poll saw it), status below */
     MPI_Status small_st;
@@ -247,6 +248,22 @@ static int previous_sent(mp_mpi_conn *c, double deadline, const char *fn)
     return 0;
 }
 
+/* Posts the receive for the next small message. Not at once when one was
+ * taken: a receiver that answers would post it on the way to its answer,
+ * so the next send or wait does (a message that came first waits in MPI,
+ * in order). */
+static int post_small(mp_mpi_conn *c, const char *fn)
+{
+    if (MPI_Irecv(c->small, MP__MPI_SMALL, MPI_BYTE, c->peer, c->tag, mp__mpi.comm,
+                  &c->small_req) != MPI_SUCCESS) {
+        c->small_req = MPI_REQUEST_NULL;
+        return mp__error(MP_ESYS, "%s: posting the receive for rank %d's next message "
+                                  "failed; release the conn", fn, c->peer);
+    }
+    c->repost = false;
+    return 0;
+}
+
 int mp__mpi_conn_send(mp_mpi_conn *c, const mp_msg *m, double deadline, const char *fn)
 {
     int rc;
@@ -275,6 +292,8 @@ int mp__mpi_conn_send(mp_mpi_conn *c, const mp_msg *m, double deadline, const ch
         c->sent++;
         mp__mpi_inflight_test(c->out); /* a small message leaves at once */
     }
+    if (c->repost)
+        (void)post_small(c, fn); /* failing, the next wait says so */
     return rc;
 }
 
@@ -308,14 +327,7 @@ static int take_small(mp_mpi_conn *c, MPI_Status *st, mp_msg **out, const char *
     MPI_Get_count(st, MPI_BYTE, &count);
     c->received++; /* taken, even when it could not be rebuilt */
     rc = mp__mpi_xfer_parse(c->small, count, c->peer, c->tag, out);
-    /* Posted again before anything that waits: the next one may come. */
-    if (MPI_Irecv(c->small, MP__MPI_SMALL, MPI_BYTE, c->peer, c->tag, mp__mpi.comm,
-                  &c->small_req) != MPI_SUCCESS) {
-        c->small_req = MPI_REQUEST_NULL;
-        if (rc == 0)
-            mp_msg_destroy(*out), *out = NULL;
-        return mp__error(MP_ESYS, "%s: posting the next receive failed", fn);
-    }
+    c->repost = true;
     return rc == MP__MPI_FOLLOWS ? take_large(c, out, fn) : rc;
 }
 
@@ -326,16 +338,19 @@ static int take_small(mp_mpi_conn *c, MPI_Status *st, mp_msg **out, const char *
 static int wait_small(mp_mpi_conn *c, double deadline, const char *fn)
 {
     unsigned spins = 0;
+    int rc;
     if (c->closed)
         return mp__error(MP_ECLOSED, "%s: this end is closed", fn);
     if (mp__mpi.failed)
         return mp__mpi_fail_error(fn);
     if (c->small_done)
         return 1;
+    if (c->repost && (rc = post_small(c, fn)) < 0)
+        return rc;
     if (c->small_req == MPI_REQUEST_NULL)
         return mp__error(MP_ESYS, "%s: the conn lost its posted receive to an MPI error", fn);
     for (;;) {
-        int done = 0, rc;
+        int done = 0;
         bool sending = mp__mpi_inflight_busy(c->out);
         if (sending)
             mp__mpi_inflight_test(c->out);
