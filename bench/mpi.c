@@ -3,7 +3,9 @@
  *
  *  - small-message latency: one-way trip of an 8-byte message (ping-pong
  *    round trip / 2), mp_conn_send/recv on an mp_mpi_pipe beside MPI_Send/MPI_Recv, and
- *    through two cross-rank queues (rank 1 gets and answers on the other);
+ *    through two cross-rank queues (rank 1 gets and answers on the other):
+ *    both homed on rank 0, then across hosts one homed on each rank, each
+ *    rank putting to the queue it homes, then to the other's;
  *  - 64 MiB bandwidth: a 64 MiB tensor through the conn, and through the
  *    queue both ways (rank 0, the queues' home, puts and rank 1 gets; rank
  *    1 puts and rank 0 gets), beside MPI_Send/MPI_Recv of 64 MiB the same
@@ -65,6 +67,9 @@ typedef struct ctx {
                                * two more queues would make the home's every
                                * broker round probe for them too. */
     bool reverse;             /* queue figures: rank 1 sends, rank 0 answers */
+    mp_queue *q1;             /* across hosts: homed on rank 1 */
+    int homes;                /* 0: qin and qout; 1: rank 0 puts on qin, rank 1
+                               * on q1 (each its own); 2: the other way round */
     mp_conn *lc;              /* rank 0: the plain pipe to the forked acker */
     mp_queue *lqin, *lqout;   /* rank 0: the local queues to the forked acker */
     mp_tensor *t;
@@ -185,6 +190,8 @@ static int queue_roundtrip(void *p, size_t iters)
     ctx *x = p;
     bool sender = (rank == 0) != x->reverse;
     mp_queue *qin = x->reverse ? x->rqin : x->qin, *qout = x->reverse ? x->rqout : x->qout;
+    if (x->homes)
+        qin = x->homes == 1 ? x->qin : x->q1, qout = x->homes == 1 ? x->q1 : x->qin;
     mp_msg *m = out_msg(x), *empty = NULL;
     int rc = mp_msg_create(&empty);
     mp_msg_destroy(x->kept), x->kept = NULL;
@@ -324,6 +331,14 @@ static void figures(ctx *x, const bench_opts *o, bool local, bool big)
         emit(op, big ? own : own / 2, prim, big ? raw : raw / 2);
     }
     x->reverse = false;
+    for (int homes = 1; homes <= 2 && !big && !local; homes++) {
+        x->homes = homes;
+        measure_pair(queue_roundtrip, raw_pingpong, x, iters, o, &own, &raw);
+        snprintf(op, sizeof op, "mpi queue 8 B one-way latency, each queue homed on its %s",
+                 homes == 1 ? "putter" : "getter");
+        emit(op, own / 2, prim, raw / 2);
+    }
+    x->homes = 0;
     if (!local)
         return;
     /* The same-host path beside the local path it is made of. A tensor
@@ -355,6 +370,8 @@ static int bench_rank(const bench_opts *o)
         die("setup", x.buf ? rc : MP_ENOMEM);
     bool local = mp_mpi_conn_is_local(x.c) == 1;
     x.local = local;
+    if (!local && (rc = mp_mpi_queue_create(1, &x.q1)) != 0)
+        die("setup", rc);
     x.rqin = x.qin, x.rqout = x.qout;
     if (local && ((rc = mp_mpi_queue_create(0, &x.rqin)) != 0 ||
                   (rc = mp_mpi_queue_create(0, &x.rqout)) != 0))
@@ -381,7 +398,7 @@ static int bench_rank(const bench_opts *o)
     mp_queue_release(x.lqin), mp_queue_release(x.lqout);
     mp_msg_destroy(x.kept);
     mp_tensor_release(x.t);
-    mp_queue_release(x.qin), mp_queue_release(x.qout);
+    mp_queue_release(x.qin), mp_queue_release(x.qout), mp_queue_release(x.q1);
     if (local)
         mp_queue_release(x.rqin), mp_queue_release(x.rqout);
     mp_conn_release(x.c);

@@ -228,11 +228,11 @@ int mp__mpi_qawait(mp_mpi_queue *mq, uint64_t req, double deadline, int op, qreq
     MPI_Status st;
     int count = 0;
     MPI_Irecv(&f, sizeof f, MPI_BYTE, mq->home, mq->tag + 2, mp__mpi.comm, &r);
-    int rc = mp__mpi_wait(&r, deadline, &st, fn);
+    int rc = mp__mpi_qbroker_wait(&r, deadline, &st, fn);
     if (rc == MP_ETIMEDOUT) {
         qreq c = {req, op, 0, 0};
         MPI_Send(&c, sizeof c, MPI_BYTE, mq->home, mq->tag + 1, mp__mpi.comm);
-        rc = mp__mpi_wait(&r, -1, &st, fn);
+        rc = mp__mpi_qbroker_wait(&r, -1, &st, fn);
     }
     if (rc == 0)
         MPI_Get_count(&st, MPI_BYTE, &count);

@@ -97,6 +97,11 @@ bool mp__mpi_qready(const mp_queue *lq);
  * that may skip mine's queue lands in *got (which must be NULL before). */
 bool mp__mpi_qbroker_all(mp_mpi_queue *mine, mp_msg **got);
 void mp__mpi_qbroker_spinning(int delta);
+/* mp__mpi_wait for a thread of a rank that homes queues (waiting for a
+ * broker's answer from another rank): while it spins it runs their rounds
+ * as a home get does, so a request to this rank is not left to the broker
+ * thread's naps. */
+int mp__mpi_qbroker_wait(MPI_Request *req, double deadline, MPI_Status *st, const char *fn);
 /* Sends the answer {req, rc, val} (then m, when not NULL) to dest. */
 void mp__mpi_qanswer(mp_mpi_queue *b, int dest, uint64_t req, int rc, int64_t val,
                      const mp_msg *m);

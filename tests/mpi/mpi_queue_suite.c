@@ -4,7 +4,10 @@
  *   qping      ping-pong through two queues, home putting and remote
  *              getting, and the reverse: a put handed straight to a parked
  *              remote get, a remote put handed straight to the home's
- *              waiting get; every message checked
+ *              waiting get; then through a queue homed on each rank, each
+ *              rank putting to its own and then to the other's (a rank
+ *              waiting for another's broker serves its own broker's
+ *              requests); every message checked
  *   qraces     home puts (paced irregularly) against remote gets with
  *              timeouts of 0 to 1 ms, then remote puts against home gets
  *              with such timeouts: every message that was put is taken
@@ -65,8 +68,8 @@ static mp_tensor *zeros(int64_t n)
     return t;
 }
 
-/* Rank 0 and rank 1 trade n messages through qa (0 -> 1) and qb (back),
- * both homed on rank 0; reverse: rank 1 starts. */
+/* Rank 0 and rank 1 trade n messages through qa (0 -> 1) and qb (back);
+ * reverse: rank 1 starts. */
 static void ping(mp_queue *qa, mp_queue *qb, int n, bool reverse)
 {
     bool sender = (rank == 0) != reverse;
@@ -93,19 +96,23 @@ static void ping(mp_queue *qa, mp_queue *qb, int n, bool reverse)
 
 MP_ENTRY(case_qping)
 {
-    mp_queue *qa = NULL, *qb = NULL;
+    mp_queue *qa = NULL, *qb = NULL, *qc = NULL;
     OK(mp_mpi_queue_create(0, &qa));
     OK(mp_mpi_queue_create(0, &qb));
+    OK(mp_mpi_queue_create(1, &qc));
     if (rank <= 1) {
         ping(qa, qb, 3000, false);
         ping(qa, qb, 3000, true);
+        ping(qa, qc, 3000, false); /* each rank puts to the queue it homes */
+        ping(qc, qa, 3000, true);  /* each rank puts to the other's */
     }
     OK(mp_mpi_barrier());
     mp_msg *m = NULL;
-    CHECK(mp_queue_get(qa, &m, 0) == MP_ETIMEDOUT && mp_queue_get(qb, &m, 0) == MP_ETIMEDOUT,
+    CHECK(mp_queue_get(qa, &m, 0) == MP_ETIMEDOUT && mp_queue_get(qb, &m, 0) == MP_ETIMEDOUT &&
+              mp_queue_get(qc, &m, 0) == MP_ETIMEDOUT,
           "nothing left over");
     OK(mp_mpi_barrier());
-    mp_queue_release(qa), mp_queue_release(qb);
+    mp_queue_release(qa), mp_queue_release(qb), mp_queue_release(qc);
     return 0;
 }
 
