@@ -67,7 +67,8 @@ typedef struct ctx {
                                * two more queues would make the home's every
                                * broker round probe for them too. */
     bool reverse;             /* queue figures: rank 1 sends, rank 0 answers */
-    mp_queue *q1;             /* across hosts: homed on rank 1 */
+    mp_queue *q1;             /* across hosts, for its two figures only: homed
+                               * on rank 1 (whose waits then serve its broker) */
     int homes;                /* 0: qin and qout; 1: rank 0 puts on qin, rank 1
                                * on q1 (each its own); 2: the other way round */
     mp_conn *lc;              /* rank 0: the plain pipe to the forked acker */
@@ -331,14 +332,19 @@ static void figures(ctx *x, const bench_opts *o, bool local, bool big)
         emit(op, big ? own : own / 2, prim, big ? raw : raw / 2);
     }
     x->reverse = false;
-    for (int homes = 1; homes <= 2 && !big && !local; homes++) {
-        x->homes = homes;
-        measure_pair(queue_roundtrip, raw_pingpong, x, iters, o, &own, &raw);
-        snprintf(op, sizeof op, "mpi queue 8 B one-way latency, each queue homed on its %s",
-                 homes == 1 ? "putter" : "getter");
-        emit(op, own / 2, prim, raw / 2);
+    if (!big && !local) {
+        int rc = mp_mpi_queue_create(1, &x->q1);
+        if (rc)
+            die("queue homed on rank 1", rc);
+        for (x->homes = 1; x->homes <= 2; x->homes++) {
+            measure_pair(queue_roundtrip, raw_pingpong, x, iters, o, &own, &raw);
+            snprintf(op, sizeof op, "mpi queue 8 B one-way latency, each queue homed on its %s",
+                     x->homes == 1 ? "putter" : "getter");
+            emit(op, own / 2, prim, raw / 2);
+        }
+        x->homes = 0;
+        mp_queue_release(x->q1), x->q1 = NULL; /* collective */
     }
-    x->homes = 0;
     if (!local)
         return;
     /* The same-host path beside the local path it is made of. A tensor
@@ -370,8 +376,6 @@ static int bench_rank(const bench_opts *o)
         die("setup", x.buf ? rc : MP_ENOMEM);
     bool local = mp_mpi_conn_is_local(x.c) == 1;
     x.local = local;
-    if (!local && (rc = mp_mpi_queue_create(1, &x.q1)) != 0)
-        die("setup", rc);
     x.rqin = x.qin, x.rqout = x.qout;
     if (local && ((rc = mp_mpi_queue_create(0, &x.rqin)) != 0 ||
                   (rc = mp_mpi_queue_create(0, &x.rqout)) != 0))
@@ -398,7 +402,7 @@ static int bench_rank(const bench_opts *o)
     mp_queue_release(x.lqin), mp_queue_release(x.lqout);
     mp_msg_destroy(x.kept);
     mp_tensor_release(x.t);
-    mp_queue_release(x.qin), mp_queue_release(x.qout), mp_queue_release(x.q1);
+    mp_queue_release(x.qin), mp_queue_release(x.qout);
     if (local)
         mp_queue_release(x.rqin), mp_queue_release(x.rqout);
     mp_conn_release(x.c);

@@ -105,7 +105,7 @@ int mp__ring_init(mp__ring *r, const char *fn)
     atomic_init(&r->spinning, 0);
     atomic_init(&r->bells, 0);
     atomic_init(&r->pcpu, UINT32_MAX);
-    atomic_init(&r->quiet, MP__RING_BELLS);
+    atomic_init(&r->bell_mode, MP__RING_BELLS);
     pthread_mutexattr_init(&a);
     pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
     pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
@@ -220,7 +220,7 @@ static void wake_consumers(mp__ring *r, int sock, uint32_t t, bool mark)
         mp__futex_wake((uint32_t *)&r->tail, INT_MAX, true);
     } else if (atomic_load(&r->spinning) && atomic_exchange(&r->spinning, 0)) {
         /* it sees the message: no fd needs to */
-    } else if (!mark && atomic_load(&r->quiet) == MP__RING_BELLS) {
+    } else if (!mark && atomic_load(&r->bell_mode) == MP__RING_BELLS) {
         uint32_t h = atomic_load(&r->head);
         atomic_store_explicit(&r->head_seen, h, memory_order_relaxed);
         if (h == t)
@@ -230,19 +230,19 @@ static void wake_consumers(mp__ring *r, int sock, uint32_t t, bool mark)
 
 void mp__ring_quiet(mp__ring *r)
 {
-    atomic_store(&r->quiet, MP__RING_QUIET);
+    atomic_store(&r->bell_mode, MP__RING_QUIET);
 }
 
 void mp__ring_unpolled(mp__ring *r)
 {
-    atomic_store(&r->quiet, MP__RING_UNPOLLED);
+    atomic_store(&r->bell_mode, MP__RING_UNPOLLED);
 }
 
 void mp__ring_polled(mp__ring *r, int sock)
 {
     uint32_t unpolled = MP__RING_UNPOLLED;
-    if (atomic_load_explicit(&r->quiet, memory_order_relaxed) == MP__RING_UNPOLLED &&
-        atomic_compare_exchange_strong(&r->quiet, &unpolled, MP__RING_BELLS) &&
+    if (atomic_load_explicit(&r->bell_mode, memory_order_relaxed) == MP__RING_UNPOLLED &&
+        atomic_compare_exchange_strong(&r->bell_mode, &unpolled, MP__RING_BELLS) &&
         mp__ring_count(r) > 0)
         ring_bell(r, sock);
 }

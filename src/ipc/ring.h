@@ -36,11 +36,11 @@ typedef struct mp__ring {
     _Atomic uint32_t spinning;         /* a consumer inside a receive watches tail */
     _Atomic uint32_t bells;            /* doorbells sent and not yet dropped (about) */
     _Atomic uint32_t pcpu;             /* the CPU the last producer ran on */
-    _Atomic uint32_t quiet;            /* doorbells: an mp__ring_bells state */
+    _Atomic uint32_t bell_mode;        /* doorbells: an mp__ring_bells state */
     _Alignas(64) mp__ring_slot slot[MP__RING_SLOTS];
 } mp__ring;
 
-/* Whether producers ring doorbells (the quiet field). */
+/* Whether producers ring doorbells (the bell_mode field). */
 enum mp__ring_bells {
     MP__RING_BELLS = 0,   /* always (a pipe end: its fd may be polled at any time) */
     MP__RING_QUIET = 1,   /* never (mp__ring_quiet) */

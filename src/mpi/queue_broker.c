@@ -365,7 +365,7 @@ bool mp__mpi_qbroker_all(mp_mpi_queue *mine, mp_msg **got)
 
 int mp__mpi_qbroker_wait(MPI_Request *req, double deadline, MPI_Status *st, const char *fn)
 {
-    bool any, done = false;
+    bool any, answered = false;
     int rc = 0;
     pthread_rwlock_rdlock(&homed_lock);
     any = homed != NULL;
@@ -373,22 +373,21 @@ int mp__mpi_qbroker_wait(MPI_Request *req, double deadline, MPI_Status *st, cons
     if (!any)
         return mp__mpi_wait(req, deadline, st, fn);
     mp__mpi_qbroker_spinning(1);
-    for (unsigned spins = 0; spins < 2 * MP__MPI_SPINS && !done; spins++) {
+    for (unsigned spins = 0; spins < 2 * MP__MPI_SPINS && !answered && rc == 0; spins++) {
         int got = 0, mrc = MPI_Test(req, &got, st ? st : MPI_STATUS_IGNORE);
+        answered = got != 0;
         if (mrc != MPI_SUCCESS)
-            return mp__mpi_qbroker_spinning(-1), mp__mpi_error(mrc, fn, "MPI_Test");
-        if (got)
-            break;
-        mp__mpi_qbroker_all(NULL, NULL);
-        if (spins % 16 == 0)
-            done = (rc = mp__mpi_check(fn)) != 0 ||
-                   (rc = mp__mpi_expired(deadline, fn, "would block")) != 0;
-        if (!done && spins >= MP__MPI_SPINS)
+            rc = mp__mpi_error(mrc, fn, "MPI_Test");
+        else if (!answered)
+            mp__mpi_qbroker_all(NULL, NULL);
+        if (rc == 0 && !answered && spins % 16 == 0 && (rc = mp__mpi_check(fn)) == 0)
+            rc = mp__mpi_expired(deadline, fn, "would block");
+        if (rc == 0 && !answered && spins >= MP__MPI_SPINS)
             sched_yield();
     }
     mp__mpi_qbroker_spinning(-1);
-    /* Answered, failed, or a long wait: the broker thread serves from now. */
-    return rc != 0 || *req == MPI_REQUEST_NULL ? rc : mp__mpi_wait(req, deadline, st, fn);
+    /* Not answered after the spins: the broker thread serves from now. */
+    return rc != 0 || answered ? rc : mp__mpi_wait(req, deadline, st, fn);
 }
 
 void mp__mpi_qbroker_spinning(int delta)
