@@ -100,13 +100,19 @@ MP_ENTRY(case_qping)
     OK(mp_mpi_queue_create(0, &qa));
     OK(mp_mpi_queue_create(0, &qb));
     OK(mp_mpi_queue_create(1, &qc));
-    if (rank <= 1) {
-        ping(qa, qb, 3000, false);
-        ping(qa, qb, 3000, true);
-        ping(qa, qc, 3000, false); /* each rank puts to the queue it homes */
-        ping(qc, qa, 3000, true);  /* each rank puts to the other's */
+    /* Ranks 0 and 1 ping-pong; a barrier after each round: its last getter
+     * may still wait on a queue the next round has the other rank get
+     * from, and either get may take the message (any consumer may). */
+    struct { mp_queue *a, *b; bool reverse; } rounds[4] = {
+        {qa, qb, false}, {qa, qb, true},
+        {qa, qc, false}, /* each rank puts to the queue it homes */
+        {qc, qa, true},  /* each rank puts to the other's */
+    };
+    for (int k = 0; k < 4; k++) {
+        if (rank <= 1)
+            ping(rounds[k].a, rounds[k].b, 3000, rounds[k].reverse);
+        OK(mp_mpi_barrier());
     }
-    OK(mp_mpi_barrier());
     mp_msg *m = NULL;
     CHECK(mp_queue_get(qa, &m, 0) == MP_ETIMEDOUT && mp_queue_get(qb, &m, 0) == MP_ETIMEDOUT &&
               mp_queue_get(qc, &m, 0) == MP_ETIMEDOUT,
