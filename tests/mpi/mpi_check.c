@@ -1,6 +1,17 @@
 #include "mpi_check.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 int rank, size;
+
+bool local_to(int r)
+{
+    const char *env = getenv("MPROC_MPI_LOCAL"), *there = NULL, *here = NULL;
+    OK(mp_mpi_rank_info(r, &there, NULL));
+    OK(mp_mpi_rank_info(rank, &here, NULL));
+    return !(env && !strcmp(env, "0")) && !strcmp(there, here);
+}
 
 int mpi_suite_main(const char *suite, int argc, char **argv,
                    void (*before_spawn)(const char *entry))

@@ -3,6 +3,7 @@
 #ifndef MPROC_TESTS_MPI_CHECK_H
 #define MPROC_TESTS_MPI_CHECK_H
 
+#include <stdbool.h>
 #include <stdio.h>
 
 #include <mpi.h>
@@ -23,6 +24,11 @@ extern int rank, size;
         }                                                                                \
     } while (0)
 #define OK(expr) CHECK((expr) == 0, "%s", #expr)
+
+/* Whether this rank reaches rank r by mproc's same-host path: r is on
+ * this host (by name: tests/mpi/hosts.sh runs ranks on hosts of their own)
+ * and MPROC_MPI_LOCAL=0 did not turn the path off. */
+bool local_to(int r);
 
 /* `suite CASE` under mpirun: runs the entry "case_CASE" on every rank with
  * mp_mpi_spawn; rank 0 prints "SUITE CASE: ok on N ranks" or the failing

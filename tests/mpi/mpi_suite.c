@@ -198,10 +198,9 @@ MP_ENTRY(case_roundtrip)
 {
     int partner = rank ^ 1;
     mp_conn *c = NULL;
-    const char *env = getenv("MPROC_MPI_LOCAL");
-    bool want_local = !(env && !strcmp(env, "0"));
     if (partner >= size)
         return mp_mpi_barrier(); /* abandoned()'s, alone */
+    bool want_local = local_to(partner);
     OK(mp_mpi_pipe(partner, &c));
     CHECK(mp_mpi_conn_is_local(c) == want_local, "local path %d", mp_mpi_conn_is_local(c));
     echo_sizes(c, rank % 2 == 0);
@@ -338,9 +337,7 @@ MP_ENTRY(case_queue)
     mp_tensor *seen = NULL;
     int last[64];
     OK(mp_mpi_queue_create(0, &q));
-    const char *env = getenv("MPROC_MPI_LOCAL");
-    bool local_path = !(env && !strcmp(env, "0"));
-    CHECK(mp_mpi_queue_is_local(q) == (rank == 0 || local_path), "is_local");
+    CHECK(mp_mpi_queue_is_local(q) == (rank == 0 || local_to(0)), "is_local");
     CHECK(mp_queue_get(q, &m, 0) == MP_ETIMEDOUT, "poll of the empty queue");
     CHECK(mp_queue_get(q, &m, 0.05) == MP_ETIMEDOUT, "timed get");
     OK(mp_mpi_barrier());

@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Runs one MPI test on this machine and checks its outcome.
-#   run.sh NP shm|tcp ok|fail PATTERN PROGRAM [ARGS...]
+#   run.sh NP shm|tcp|hosts ok|fail PATTERN PROGRAM [ARGS...]
 # The launcher is $MPROC_MPIEXEC (CTest sets the one of the MPI the program
 # was built with; default mpirun); Open MPI's and MPICH's are told apart by
 # their --version.
 # shm: the same-host shared-memory path (the MPI's default transports);
 # tcp: that path forced off (MPROC_MPI_LOCAL=0) and the MPI on TCP only, as
-# between hosts. ok: exit 0 wanted; fail: a non-zero exit within the time
+# between hosts; hosts: across two hosts made on this machine (hosts.sh,
+# Open MPI only). ok: exit 0 wanted; fail: a non-zero exit within the time
 # limit, with PATTERN (an extended regex, "" for none) in the output.
 set -u
 np=$1 variant=$2 want=$3 pattern=$4
 shift 4
+[ "$variant" = hosts ] && exec "$(dirname "$0")/hosts.sh" "$np" "$want" "$pattern" "$@"
 launcher=${MPROC_MPIEXEC:-mpirun}
 if [ "$variant" = tcp ]; then
     export MPROC_MPI_LOCAL=0
