@@ -29,16 +29,20 @@ unshare -n -u -m -p --fork --mount-proc --propagation private \
 # runs by hand beside it).
 exec 9>/tmp/mproc-hosts.lock
 flock -w 600 9 || { echo "hosts.sh: another run holds /tmp/mproc-hosts.lock" >&2; exit 1; }
-dir=$(mktemp -d /tmp/mproc-hosts.XXXXXX)
-bridge=mprocbr0
+bridge=mprocbr0 dir=
 holders=()
 teardown() {
     for p in "${holders[@]}"; do kill -9 "$p" 2>/dev/null; done
+    # A host's network outlives its processes while the kernel still holds
+    # its sockets (a host taken off the network): unplug it here.
+    ip link del mphostap 2>/dev/null
+    ip link del mphostbp 2>/dev/null
     ip link del "$bridge" 2>/dev/null
-    rm -rf "$dir"
+    [ -n "$dir" ] && rm -rf "$dir"
 }
 trap teardown EXIT
-ip link del "$bridge" 2>/dev/null # left by a run that was killed
+teardown # what a run that was killed left
+dir=$(mktemp -d /tmp/mproc-hosts.XXXXXX)
 ip link add "$bridge" type bridge && ip addr add 10.77.0.1/24 dev "$bridge" &&
     ip link set "$bridge" up || skip "could not make a bridge"
 
@@ -73,7 +77,9 @@ args=(--hostfile "$dir/hostfile" --map-by node -np "$np" --allow-run-as-root
       --mca plm_rsh_agent "$(cd "$(dirname "$0")" && pwd)/hosts_agent.sh"
       --mca oob_tcp_if_include 10.77.0.0/24 --mca btl_tcp_if_include 10.77.0.0/24
       --mca btl self,vader,tcp --mca btl_vader_single_copy_mechanism none
-      --mca mpi_warn_on_fork 0 --bind-to none)
+      --mca mpi_warn_on_fork 0 --bind-to none
+      --mca oob_tcp_keepalive_time 2 --mca oob_tcp_keepalive_intvl 1
+      --mca oob_tcp_keepalive_probes 3)
 out=$dir/out
 start=$SECONDS
 timeout -k 5 150 "$launcher" "${args[@]}" "$@" >"$out" 2>&1

@@ -89,6 +89,11 @@ endfunction()
 
 if(MPROC_MPI_FOUND AND MPROC_MPIEXEC)
   mproc_mpi_suite_tests(mpi mproc_mpi "shm;tcp;hosts")
+  # A host that drops off the network (no process exits, no connection
+  # closes): mpirun's daemon connection's keepalive (hosts.sh sets it to
+  # about 5 s; Open MPI's default takes 8 minutes) ends the job.
+  add_test(NAME mpi_host_lost_hosts COMMAND ${run} 4 hosts fail
+           "ORTE has lost communication with a remote daemon" $<TARGET_FILE:mpi_suite> host_lost)
   if(TARGET hogwild AND OPENBLAS_LIB AND ZLIB_FOUND)
     mproc_mpi_hogwild_tests(mpi hogwild)
     # The demo and its crash across two hosts made here: a rank on each.

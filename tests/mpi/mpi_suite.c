@@ -16,6 +16,8 @@
  *              each message taken exactly once, FIFO per producer
  *   queue_full puts to a full queue: poll, timeout, wait forever
  *   pool       a pool over ranks: map, apply with a tensor, per-task failure
+ *   host_lost  (tests/mpi/hosts.sh) rank 1 takes its host off the network
+ *              while rank 0 waits for its message: the job still ends
  */
 #include <signal.h>
 #include <stdio.h>
@@ -326,6 +328,26 @@ MP_ENTRY(case_kill)
         return rc;
     }
     return mp_mpi_barrier();
+}
+
+MP_ENTRY(case_host_lost)
+{
+    /* Rank 1's host drops off the network (its only interface down, as a
+     * pulled cable or a host that froze: no process exits, no connection
+     * is closed) while rank 0 waits for rank 1's message and the others
+     * wait in a barrier. */
+    mp_conn *c = NULL;
+    mp_msg *m = NULL;
+    if (rank <= 1)
+        OK(mp_mpi_pipe(rank ^ 1, &c));
+    OK(mp_mpi_barrier());
+    if (rank == 1) {
+        CHECK(system("ip link set eth0 down") == 0, "eth0 down (hosts.sh only)");
+        sleep(600);
+    }
+    int rc = rank == 0 ? mp_conn_recv(c, &m, -1) : mp_mpi_barrier();
+    mp_conn_release(c);
+    return rc;
 }
 
 MP_ENTRY(case_queue)
