@@ -18,7 +18,7 @@ shift 3
 skip() { echo "hosts.sh: skipped: $*"; exit 77; }
 [ "$(id -u)" -eq 0 ] || skip "making hosts needs root"
 launcher=${MPROC_MPIEXEC:-mpirun}
-"$launcher" --version 2>&1 | grep -q "Open MPI" || skip "$launcher is not Open MPI's"
+"$launcher" --version 2>&1 | grep -Eq "Open MPI|OpenRTE" || skip "$launcher is not Open MPI's"
 for tool in ip unshare nsenter flock; do
     command -v $tool >/dev/null || skip "no $tool (Debian's iproute2, util-linux)"
 done
