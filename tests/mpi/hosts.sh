@@ -4,8 +4,9 @@
 #   hosts.sh NP ok|fail PATTERN PROGRAM [ARGS...]
 # Each host is a set of namespaces kept by one process: its own network
 # (one interface, eth0, on a bridge: hosta 10.77.0.2, hostb 10.77.0.3), host
-# name, pids and /dev/shm; the file system is shared, as a cluster's shared
-# file system would be. Open MPI's mpirun starts from a hostfile, as
+# name, pids, /dev/shm and mproc runtime directory (/tmp/mproc-UID, where
+# the shm manager listens: host-local, as /tmp is on a cluster); the rest
+# of the file system is shared, as a cluster's shared file system would be. Open MPI's mpirun starts from a hostfile, as
 # docs/mpi.md tells a cluster's users, and reaches each host through a
 # stand-in for ssh (hosts_agent.sh) that enters the host's namespaces.
 # Ranks go round-robin (rank 0 on hosta, 1 on hostb, 2 on hosta...): a rank
@@ -29,7 +30,7 @@ unshare -n -u -m -p --fork --mount-proc --propagation private \
 # runs by hand beside it).
 exec 9>/tmp/mproc-hosts.lock
 flock -w 600 9 || { echo "hosts.sh: another run holds /tmp/mproc-hosts.lock" >&2; exit 1; }
-bridge=mprocbr0 dir=
+bridge=mprocbr0 dir= runtime=/tmp/mproc-$(id -u)
 holders=()
 teardown() {
     for p in "${holders[@]}"; do kill -9 "$p" 2>/dev/null; done
@@ -52,6 +53,7 @@ make_host() {
     local name=$1 addr=$2 pid='' i
     unshare -n -u -m -p --fork --mount-proc --propagation private bash -c "
         hostname $name && mount -t tmpfs -o size=2g,mode=1777 tmpfs /dev/shm &&
+        mkdir -p $runtime && mount -t tmpfs -o mode=0700 tmpfs $runtime &&
         touch $dir/$name.ready && while :; do sleep 1 & wait \$!; done" 2>"$dir/$name.log" &
     for i in $(seq 100); do
         [ -e "$dir/$name.ready" ] && pid=$(pgrep -P $! -x bash) && break
@@ -98,11 +100,11 @@ if [ -n "$pattern" ] && ! grep -Eq "$pattern" "$out"; then
     echo "hosts.sh: output lacks /$pattern/" >&2
     exit 1
 fi
-# A killed rank's segments go with its host's last mproc process; give
-# them a moment.
+# A killed rank's segments are reclaimed by its host's shm manager after
+# its grace period (2 s); give it up to 10 s.
 for addr in 10.77.0.2 10.77.0.3; do
     pid=$(cat "$dir/$addr.pid")
-    for i in $(seq 50); do
+    for i in $(seq 100); do
         left=$(nsenter -t "$pid" -m ls -A /dev/shm)
         [ -z "$left" ] && break
         sleep 0.1

@@ -304,10 +304,15 @@ MP_ENTRY(case_raise)
 MP_ENTRY(case_kill)
 {
     /* Rank 2 trades a few messages with rank 3, then is SIGKILLed while
-     * every other rank blocks: in recv (rank 3) or in a barrier. */
+     * every other rank blocks: in recv (rank 3) or in a barrier. Its
+     * tensors are named segments (file_system), one still held when it
+     * dies: only its host's shm manager can remove it (hosts.sh checks
+     * that it did: each of its hosts has a /dev/shm of its own). */
     if (rank >= 2) {
         mp_conn *c = NULL;
         mp_msg *m = NULL;
+        if (rank == 2)
+            OK(mp_set_sharing_strategy("file_system"));
         OK(mp_mpi_pipe(rank ^ 1, &c));
         for (int i = 0; i < 5; i++) {
             mp_tensor *t = pattern_tensor(1 << 16, 1);
@@ -321,8 +326,11 @@ MP_ENTRY(case_kill)
                 OK(mp_conn_recv(c, &m, 30));
             mp_msg_destroy(m), m = NULL;
         }
-        if (rank == 2)
+        if (rank == 2) {
+            mp_tensor *held = pattern_tensor(1 << 16, 2);
+            OK(mp_tensor_share_memory_(held)); /* a named segment; dies holding it */
             kill(getpid(), SIGKILL);
+        }
         int rc = mp_conn_recv(c, &m, -1);
         mp_conn_release(c);
         return rc;
