@@ -82,24 +82,8 @@ args=(--hostfile "$dir/hostfile" --map-by node -np "$np" --allow-run-as-root
       --mca mpi_warn_on_fork 0 --bind-to none
       --mca oob_tcp_keepalive_time 2 --mca oob_tcp_keepalive_intvl 1
       --mca oob_tcp_keepalive_probes 3)
-out=$dir/out
-start=$SECONDS
-timeout -k 5 150 "$launcher" "${args[@]}" "$@" >"$out" 2>&1
-rc=$?
-cat "$out"
-if [ $((SECONDS - start)) -ge 150 ]; then
-    echo "hosts.sh: the job hung (killed after 150 s)" >&2
-    exit 1
-fi
-if [ "$want" = ok ]; then
-    [ $rc -eq 0 ] || { echo "hosts.sh: $launcher exited $rc, wanted 0" >&2; exit 1; }
-else
-    [ $rc -ne 0 ] || { echo "hosts.sh: the job exited 0, wanted a failure" >&2; exit 1; }
-fi
-if [ -n "$pattern" ] && ! grep -Eq "$pattern" "$out"; then
-    echo "hosts.sh: output lacks /$pattern/" >&2
-    exit 1
-fi
+. "$(dirname "$0")/job.sh"
+run_job hosts.sh "$want" "$pattern" "$dir/out" "$launcher" "${args[@]}" "$@"
 # A killed rank's segments are reclaimed by its host's shm manager after
 # its grace period (2 s); give it up to 10 s.
 for addr in 10.77.0.2 10.77.0.3; do

@@ -41,22 +41,5 @@ else
 fi
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-start=$SECONDS
-timeout -k 5 150 "$launcher" "${args[@]}" "$@" >"$out" 2>&1
-rc=$?
-cat "$out"
-# The launcher passes a rank's death by SIGKILL on as 137: tell a hang by time.
-if [ $((SECONDS - start)) -ge 150 ]; then
-    echo "run.sh: the job hung (killed after 150 s)" >&2
-    exit 1
-fi
-if [ "$want" = ok ]; then
-    [ $rc -eq 0 ] || { echo "run.sh: $launcher exited $rc, wanted 0" >&2; exit 1; }
-else
-    [ $rc -ne 0 ] || { echo "run.sh: the job exited 0, wanted a failure" >&2; exit 1; }
-fi
-if [ -n "$pattern" ] && ! grep -Eq "$pattern" "$out"; then
-    echo "run.sh: output lacks /$pattern/" >&2
-    exit 1
-fi
-exit 0
+. "$(dirname "$0")/job.sh"
+run_job run.sh "$want" "$pattern" "$out" "$launcher" "${args[@]}" "$@"
