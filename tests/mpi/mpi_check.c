@@ -5,12 +5,18 @@
 
 int rank, size;
 
-bool local_to(int r)
+bool same_host(int r)
 {
-    const char *env = getenv("MPROC_MPI_LOCAL"), *there = NULL, *here = NULL;
+    const char *there = NULL, *here = NULL;
     OK(mp_mpi_rank_info(r, &there, NULL));
     OK(mp_mpi_rank_info(rank, &here, NULL));
-    return !(env && !strcmp(env, "0")) && !strcmp(there, here);
+    return !strcmp(there, here);
+}
+
+bool local_to(int r)
+{
+    const char *env = getenv("MPROC_MPI_LOCAL");
+    return !(env && !strcmp(env, "0")) && same_host(r);
 }
 
 int mpi_suite_main(const char *suite, int argc, char **argv,

@@ -19,15 +19,17 @@ extern int rank, size;
             fprintf(stderr, "rank %d: %s:%d: check failed: %s: ", rank, __FILE__,        \
                     __LINE__, #cond);                                                    \
             fprintf(stderr, __VA_ARGS__);                                                \
-            fprintf(stderr, " (%s)\n", mp_last_error());                                 \
+            fprintf(stderr, " (last mproc error, maybe older: %s)\n", mp_last_error());   \
             MPI_Abort(MPI_COMM_WORLD, 2);                                                \
         }                                                                                \
     } while (0)
 #define OK(expr) CHECK((expr) == 0, "%s", #expr)
 
+/* Whether rank r runs on this rank's host (by name: tests/mpi/hosts.sh
+ * runs ranks on hosts of their own). */
+bool same_host(int r);
 /* Whether this rank reaches rank r by mproc's same-host path: r is on
- * this host (by name: tests/mpi/hosts.sh runs ranks on hosts of their own)
- * and MPROC_MPI_LOCAL=0 did not turn the path off. */
+ * this host and MPROC_MPI_LOCAL=0 did not turn the path off. */
 bool local_to(int r);
 
 /* `suite CASE` under mpirun: runs the entry "case_CASE" on every rank with
