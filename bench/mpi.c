@@ -193,6 +193,7 @@ static int queue_roundtrip(void *p, size_t iters)
     mp_queue *qin = x->reverse ? x->rqin : x->qin, *qout = x->reverse ? x->rqout : x->qout;
     if (x->homes)
         qin = x->homes == 1 ? x->qin : x->q1, qout = x->homes == 1 ? x->q1 : x->qin;
+    /* homes 3 is homes 2 with puts that run ahead */
     mp_msg *m = out_msg(x), *empty = NULL;
     int rc = mp_msg_create(&empty);
     mp_msg_destroy(x->kept), x->kept = NULL;
@@ -336,12 +337,21 @@ static void figures(ctx *x, const bench_opts *o, bool local, bool big)
         int rc = mp_mpi_queue_create(1, &x->q1);
         if (rc)
             die("queue homed on rank 1", rc);
-        for (x->homes = 1; x->homes <= 2; x->homes++) {
+        for (x->homes = 1; x->homes <= 3; x->homes++) {
+            /* 3: homed on the getter, with puts that run ahead */
+            int window = x->homes == 3 ? 64 : 0;
+            if ((rc = mp_mpi_queue_put_ahead(x->q1, window)) != 0 ||
+                (rc = mp_mpi_queue_put_ahead(x->qin, window)) != 0)
+                die("mp_mpi_queue_put_ahead", rc);
             measure_pair(queue_roundtrip, raw_pingpong, x, iters, o, &own, &raw);
-            snprintf(op, sizeof op, "mpi queue 8 B one-way latency, each queue homed on its %s",
-                     x->homes == 1 ? "putter" : "getter");
+            snprintf(op, sizeof op, "mpi queue 8 B one-way latency, each queue homed on its %s%s",
+                     x->homes == 1 ? "putter" : "getter",
+                     x->homes == 3 ? ", puts run ahead (window 64)" : "");
             emit(op, own / 2, prim, raw / 2);
         }
+        if ((rc = mp_mpi_queue_put_ahead(x->q1, 0)) != 0 ||
+            (rc = mp_mpi_queue_put_ahead(x->qin, 0)) != 0)
+            die("mp_mpi_queue_put_ahead", rc);
         x->homes = 0;
         mp_queue_release(x->q1), x->q1 = NULL; /* collective */
     }

@@ -34,7 +34,7 @@ endif()
 
 if(MPROC_MPI_FOUND)
   set(MPROC_MPI_SOURCES conn.c core.c local.c pool.c pool_array.c pool_iter.c pool_ops.c queue.c
-      queue_broker.c queue_join.c spawn.c xfer.c)
+      queue_ahead.c queue_broker.c queue_join.c spawn.c xfer.c)
   list(TRANSFORM MPROC_MPI_SOURCES PREPEND ${PROJECT_SOURCE_DIR}/src/mpi/)
   add_library(mproc_mpi STATIC ${MPROC_MPI_SOURCES})
   target_link_libraries(mproc_mpi PUBLIC mproc_static MPI::MPI_C)

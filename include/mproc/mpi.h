@@ -184,6 +184,30 @@ int mp_mpi_joinable_queue_create(int home, mp_queue **out);
 /* 1 when this rank uses q's real queue (home's host, same-host path on),
  * 0 when it goes over MPI; MP_EINVAL for NULL or another queue. */
 int mp_mpi_queue_is_local(const mp_queue *q);
+/* Lets this rank's puts to q from another host run ahead of the home's
+ * answers: from now on mp_queue_put sends the message and returns without
+ * waiting for the home to queue it (one MPI message where a confirmed put
+ * takes a round trip), with up to `window` (1 to 1024) such puts not yet
+ * confirmed; a put past that waits for the home's confirmations (its
+ * timeout applies: MP_ETIMEDOUT, nothing put). The home confirms them in
+ * batches of half a window. Order per producer and exactly-once delivery
+ * hold; what changes is the put's answer: a put the home refuses after it
+ * returned (the queue was closed before the message came) is lost, and
+ * this rank's next mp_queue_put or mp_mpi_queue_flush on q returns that
+ * error (MP_ECLOSED) saying how many were lost. This rank's other calls on
+ * q (get, close, qsize, join, task_done) first wait until its puts are
+ * confirmed, so they see them. window 0 (the default) goes back to
+ * confirmed puts, after flushing (returns mp_mpi_queue_flush's result).
+ * On the home's host puts go straight into the queue: no effect there.
+ * Not collective. Errors: MP_EINVAL (NULL, not a queue made by
+ * mp_mpi_queue_create, window out of range). */
+int mp_mpi_queue_put_ahead(mp_queue *q, int window);
+/* Waits until the home confirmed every put of this rank to q
+ * (timeout in seconds, < 0 forever, 0: one round trip). 0 (also on the
+ * home's host, and with nothing outstanding), MP_ECLOSED (some puts were
+ * refused: the sentence says how many), MP_ETIMEDOUT, MP_ECHILD (the job
+ * failed), MP_EINVAL. */
+int mp_mpi_queue_flush(mp_queue *q, double timeout);
 
 /* ---- a pool over ranks ------------------------------------------------------
  * The mpi4py.futures shape: rank 0 submits, every other rank serves. */

@@ -41,6 +41,7 @@
 #include "mpi/queue_mpi.h"
 #include "wire/wire.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -67,7 +68,7 @@ static void queue_free(mp_mpi_queue *mq)
         if (mq->pending[i] && !mp__mpi_inflight_busy(mq->pending[i]))
             mp__mpi_inflight_free(mq->pending[i]);
     free(mq->gets.v), free(mq->puts.v), free(mq->dropped.v), free(mq->joins.v);
-    free(mq->last_put);
+    free(mq->last_put), free(mq->ahead_counts);
     mp_queue_release(mq->q);
     pthread_mutex_destroy(&mq->lock);
     free(mq);
@@ -138,8 +139,9 @@ static int create(int home, bool joinable, mp_mpi_queue **out, const char *fn)
     else if (mp__mpi.thread_level < MPI_THREAD_MULTIPLE)
         rc = mp__error(MP_ENOTSUP, "%s: the queue's broker thread needs "
                                    "MPI_THREAD_MULTIPLE, which this MPI did not provide", fn);
-    else if (mp__mpi.rank == home && !(mq->last_put = calloc((size_t)mp__mpi.size,
-                                                              sizeof *mq->last_put)))
+    else if (mp__mpi.rank == home &&
+             (!(mq->last_put = calloc((size_t)mp__mpi.size, sizeof *mq->last_put)) ||
+              !(mq->ahead_counts = calloc((size_t)mp__mpi.size, sizeof *mq->ahead_counts))))
         rc = mp__error(MP_ENOMEM, "%s: out of memory", fn);
     else if (mp__mpi.rank == home)
         rc = joinable ? mp_joinable_queue_create(0, &mq->q) : mp_queue_create(0, &mq->q);
@@ -214,7 +216,10 @@ static int home_get(mp_mpi_queue *mq, mp_msg **out, double deadline, const char 
             sched_yield();
     }
     mp__mpi_qbroker_spinning(-1);
-    return done ? rc : local_call(mq, NULL, out, deadline, fn);
+    if (done)
+        return rc;
+    mp__mpi_qbroker_hand_back(); /* its broker thread serves while it blocks */
+    return local_call(mq, NULL, out, deadline, fn);
 }
 
 /* The broker's answer to request req (waits, watching the job). A request
@@ -257,8 +262,7 @@ static int check_args(mp_mpi_queue *mq, const void *m, const char *fn)
     return mp__mpi.failed ? mp__mpi_fail_error(fn) : 0;
 }
 
-/* A deadline for a call to the broker: a poll still gets one round trip. */
-static double remote_deadline(double deadline)
+double mp__mpi_qdeadline(double deadline)
 {
     double soon = mp__now() + 0.005;
     return deadline >= 0 && deadline < soon ? soon : deadline;
@@ -279,21 +283,37 @@ static int settle_pending(mp_mpi_queue *mq)
     return free_slot;
 }
 
+/* A slot for a put's bytes that MPI still carries after the put returns.
+ * A put that runs ahead waits for one (by the deadline); a confirmed put
+ * finds them taken only by puts that timed out: MP_ETIMEDOUT. */
+static int pending_slot(mp_mpi_queue *mq, bool ahead, double deadline, const char *fn)
+{
+    int slot, w = 1;
+    while ((slot = settle_pending(mq)) < 0 && ahead && w == 1)
+        w = mp__mpi_inflight_wait(mq->pending[0], deadline, fn);
+    if (slot >= 0 || w < 0)
+        return slot >= 0 ? slot : w;
+    return mp__error(MP_ETIMEDOUT, "%s: %d earlier puts are still being transferred to rank "
+                                   "%d; nothing was sent", fn, MAX_PENDING, mq->home);
+}
+
 /* A put from another host: header and message to the broker, then its
  * answer, all by the deadline; a put whose bytes are still moving when
- * it times out leaves them to MPI (pending) and sends no more. */
+ * it times out leaves them to MPI (pending) and sends no more. A put that
+ * runs ahead (queue_ahead.c) returns once it is sent, its bytes left to
+ * MPI the same way. */
 static int remote_put(mp_mpi_queue *mq, const mp_msg *m, double until, const char *fn)
 {
-    double deadline = remote_deadline(until);
-    int slot = settle_pending(mq), rc = 0;
-    qreq h = {++mq->next_req, 0, 0, 0}, a;
+    double deadline = mp__mpi_qdeadline(until);
+    bool ahead = mq->ahead > 0;
+    int rc = ahead ? mp__mpi_qahead_room(mq, deadline, fn) : 0;
+    int slot = rc ? rc : pending_slot(mq, ahead, deadline, fn);
+    qreq h = {++mq->next_req, ahead ? OP_POSTED : 0, ahead ? mq->ahead : 0, 0}, a;
     qframe small;
     size_t len = 0;
     mp__mpi_inflight *f = NULL;
     if (slot < 0)
-        return mp__error(MP_ETIMEDOUT, "%s: %d earlier puts that timed out are still being "
-                                       "transferred to rank %d; nothing was sent", fn,
-                         MAX_PENDING, mq->home);
+        return slot;
     if (mp__mpi_xfer_pack(m, small.msg, sizeof small.msg, &len) == 0) {
         small.h = h; /* bytes alone: header and message in one */
         MPI_Send(&small, (int)(sizeof h + len), MPI_BYTE, mq->home, mq->tag, mp__mpi.comm);
@@ -303,13 +323,17 @@ static int remote_put(mp_mpi_queue *mq, const mp_msg *m, double until, const cha
         MPI_Send(&h, sizeof h, MPI_BYTE, mq->home, mq->tag, mp__mpi.comm);
         rc = mp__mpi_xfer_send(m, mq->home, mq->tag, &f);
     }
-    if (rc == 0 && f) {
+    if (rc == 0 && f && !ahead) {
         int w = mp__mpi_inflight_wait(f, deadline, fn);
         rc = w < 0 ? w : 0; /* not sent by the deadline: the answer decides */
     }
     if (f && mp__mpi_inflight_busy(f))
         mq->pending[slot] = f, f = NULL; /* the broker takes it, or drops it */
     mp__mpi_inflight_free(f);
+    if (rc == 0 && ahead) {
+        mq->ahead_sent++;
+        return 0;
+    }
     if (rc == 0)
         rc = mp__mpi_qawait(mq, h.req, deadline, OP_CANCEL_PUT, &a, NULL, fn);
     if (rc == 0 && a.op == MP_ETIMEDOUT)
@@ -341,11 +365,13 @@ static int q_get(void *impl, mp_msg **out, double deadline, const char *fn)
     if (rc || mq->q)
         return rc ? rc : mq->running ? home_get(mq, out, deadline, fn)
                                      : local_call(mq, NULL, out, deadline, fn);
+    if ((rc = mp__mpi_qahead_settle(mq, mp__mpi_qdeadline(deadline), fn)) != 0)
+        return rc;
     qreq r = {++mq->next_req, OP_GET, 0, 0}, a;
     MPI_Send(&r, sizeof r, MPI_BYTE, mq->home, mq->tag + 1, mp__mpi.comm);
     /* A poll gets one round trip to the home's broker. */
     settle_pending(mq);
-    rc = mp__mpi_qawait(mq, r.req, remote_deadline(deadline), OP_CANCEL, &a, out, fn);
+    rc = mp__mpi_qawait(mq, r.req, mp__mpi_qdeadline(deadline), OP_CANCEL, &a, out, fn);
     if (rc || *out)
         return rc;
     if (a.op == MP_ETIMEDOUT && deadline == 0)
@@ -377,6 +403,8 @@ static int q_close(void *impl, const char *fn)
     int rc = check_args(mq, mq, fn);
     if (rc || mq->q)
         return rc ? rc : mp_queue_close(mq->q);
+    if ((rc = mp__mpi_qahead_settle(mq, -1, fn)) != 0)
+        return rc;
     qreq r = {++mq->next_req, OP_CLOSE, 0, 0}, a;
     MPI_Send(&r, sizeof r, MPI_BYTE, mq->home, mq->tag + 1, mp__mpi.comm);
     rc = mp__mpi_qawait(mq, r.req, -1, OP_CANCEL, &a, NULL, fn);
@@ -443,4 +471,43 @@ int mp_mpi_queue_is_local(const mp_queue *q)
         return mp__error(MP_EINVAL, "mp_mpi_queue_is_local: %s",
                          q ? "not a queue made by mp_mpi_queue_create" : "q is NULL");
     return mq->q ? 1 : 0;
+}
+
+#define MAX_AHEAD 1024
+
+static mp_mpi_queue *queue_of(mp_queue *q, const char *fn)
+{
+    mp_mpi_queue *mq = mp__queue_impl(q, &queue_ops);
+    if (!mq)
+        mp__error(MP_EINVAL, "%s: %s", fn,
+                  q ? "not a queue made by mp_mpi_queue_create" : "q is NULL");
+    return mq;
+}
+
+int mp_mpi_queue_put_ahead(mp_queue *q, int window)
+{
+    const char *fn = "mp_mpi_queue_put_ahead";
+    mp_mpi_queue *mq = queue_of(q, fn);
+    int rc = mq ? check_args(mq, mq, fn) : MP_EINVAL;
+    if (rc)
+        return rc;
+    if (window < 0 || window > MAX_AHEAD)
+        return mp__error(MP_EINVAL, "%s: window %d is out of range: 0 (every put waits for "
+                                    "the home) to %d", fn, window, MAX_AHEAD);
+    if (window == 0 && !mq->q && (rc = mp__mpi_qahead_flush(mq, -1, fn)) != 0)
+        return rc;
+    mq->ahead = mq->q ? 0 : window;
+    return 0;
+}
+
+int mp_mpi_queue_flush(mp_queue *q, double timeout)
+{
+    const char *fn = "mp_mpi_queue_flush";
+    mp_mpi_queue *mq = queue_of(q, fn);
+    int rc = mq ? check_args(mq, mq, fn) : MP_EINVAL;
+    if (rc == 0 && isnan(timeout))
+        rc = mp__error(MP_EINVAL, "%s: timeout is NaN (negative waits forever)", fn);
+    if (rc || mq->q)
+        return rc;
+    return mp__mpi_qahead_flush(mq, mp__mpi_qdeadline(mp__deadline(timeout)), fn);
 }

@@ -23,8 +23,10 @@
  * answer on the rank's stream. */
 #include "ipc/ipc.h"
 #include "mpi/queue_mpi.h"
+#include "os/os.h"
 #include "wire/wire.h"
 
+#include <limits.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +42,13 @@ static mp_mpi_queue *homed;
 static atomic_int spinners;
 static atomic_llong spun_until_us;
 #define STAND_BACK_US 20000
+/* Rung by a home thread that stops serving the rounds to block: wakes
+ * the broker threads from their naps. */
+static _Atomic uint32_t broker_bell;
+/* The broker thread's naps: from 20 us, doubling while it stands back. */
+#define NAP_MIN_US 20
+#define NAP_MAX_US 200
+#define SPIN_NAP_US 1000
 /* How long a home put waits for a remote get that is likely on its way. */
 #define HAND_WAIT_S 5e-6
 
@@ -120,6 +129,17 @@ void mp__mpi_qanswer(mp_mpi_queue *b, int dest, uint64_t req, int rc, int64_t va
         mp__mpi_inflight_free(f);
 }
 
+/* The answer to a put from src that the queue took (rc 0: queued or
+ * handed to a get) or refused: a put that ran ahead is counted instead,
+ * and confirmed in a batch (queue_ahead.c). */
+static void put_answer(mp_mpi_queue *b, int src, uint64_t req, int window, int rc)
+{
+    if (window > 0)
+        mp__mpi_qahead_taken(b, src, window, rc);
+    else
+        mp__mpi_qanswer(b, src, req, rc, 0, NULL);
+}
+
 /* The message a put's header announced: sent right after it, so it is
  * there or on its way; only a failed job (its sender died) ends the wait. */
 static bool put_body(mp_mpi_queue *b, int src, MPI_Message *msg, MPI_Status *st)
@@ -188,19 +208,21 @@ static bool broker_puts(mp_mpi_queue *b)
     /* A home thread waits in a get on this queue, running this round, and
      * nothing is ahead of the message: it is that get's, as if put and
      * taken at once. */
+    int window = h.op == OP_POSTED ? (h.pad > 0 ? h.pad : 1) : 0;
     if (rc == 0 && b->taker && !*b->taker && b->puts.n == 0 && b->gets.n == 0 &&
         may_hand_over(b)) {
         *b->taker = m;
-        mp__mpi_qanswer(b, src, h.req, 0, 0, NULL);
+        put_answer(b, src, h.req, window, 0);
         return true;
     }
     /* Behind parked puts it waits its turn: order per producer. */
     if (rc == 0)
         rc = b->puts.n ? MP_ETIMEDOUT : mp_queue_put(b->q, m, 0);
-    if (rc == MP_ETIMEDOUT && (rc = mp__mpi_qpush(&b->puts, (parked){src, h.req, m})) == 0)
+    if (rc == MP_ETIMEDOUT &&
+        (rc = mp__mpi_qpush(&b->puts, (parked){src, h.req, m, window})) == 0)
         return true;
     mp_msg_destroy(m);
-    mp__mpi_qanswer(b, src, h.req, rc, 0, NULL);
+    put_answer(b, src, h.req, window, rc);
     return true;
 }
 
@@ -214,7 +236,7 @@ static bool broker_retry_puts(mp_mpi_queue *b)
             break;
         parked p = mp__mpi_qtake(&b->puts, 0);
         mp_msg_destroy(p.m);
-        mp__mpi_qanswer(b, p.src, p.req, rc, 0, NULL);
+        put_answer(b, p.src, p.req, p.window, rc);
         moved = true;
     }
     return moved;
@@ -226,7 +248,7 @@ static void cancel_put(mp_mpi_queue *b, int src, uint64_t req)
     if (i >= 0) {
         mp_msg_destroy(mp__mpi_qtake(&b->puts, i).m);
     } else if (req > b->last_put[src]) {
-        if (mp__mpi_qpush(&b->dropped, (parked){src, req, NULL}) != 0) {
+        if (mp__mpi_qpush(&b->dropped, (parked){src, req, NULL, 0}) != 0) {
             mp__mpi_qanswer(b, src, req, MP_ENOMEM, 0, NULL);
             return;
         }
@@ -247,7 +269,7 @@ static bool broker_requests(mp_mpi_queue *b)
     MPI_Recv(&r, sizeof r, MPI_BYTE, st.MPI_SOURCE, b->tag + 1, mp__mpi.comm, &st);
     int i;
     if (r.op == OP_GET) {
-        if (mp__mpi_qpush(&b->gets, (parked){st.MPI_SOURCE, r.req, NULL}) != 0)
+        if (mp__mpi_qpush(&b->gets, (parked){st.MPI_SOURCE, r.req, NULL, 0}) != 0)
             mp__mpi_qanswer(b, st.MPI_SOURCE, r.req, MP_ENOMEM, 0, NULL);
         /* Right behind a home put that went into the queue: the next such
          * put waits a moment for it (mp__mpi_qbroker_hand_over). */
@@ -263,6 +285,8 @@ static bool broker_requests(mp_mpi_queue *b)
         /* task_done, join, qsize: queue_join.c */
     } else if (r.op == OP_CANCEL_PUT) {
         cancel_put(b, st.MPI_SOURCE, r.req);
+    } else if (r.op == OP_FLUSH) {
+        mp__mpi_qahead_flush_request(b, st.MPI_SOURCE, &r);
     } else {
         mp__mpi_qanswer(b, st.MPI_SOURCE, r.req, mp_queue_close(b->q), 0, NULL);
     }
@@ -288,11 +312,12 @@ static bool broker_serve(mp_mpi_queue *b)
 }
 
 /* One round, the caller holding the lock. Each step runs every round,
- * whatever the others found. */
-static bool round_locked(mp_mpi_queue *b)
+ * whatever the others found; the two that look for MPI messages only for
+ * the tag of one that came (MPI_ANY_TAG: both; -1: none came). */
+static bool round_locked(mp_mpi_queue *b, int tag)
 {
-    bool busy = broker_puts(b);
-    busy = broker_requests(b) || busy;
+    bool busy = (tag == MPI_ANY_TAG || tag == b->tag) && broker_puts(b);
+    busy = ((tag == MPI_ANY_TAG || tag == b->tag + 1) && broker_requests(b)) || busy;
     busy = broker_serve(b) || busy;
     busy = broker_retry_puts(b) || busy;
     busy = mp__mpi_qbroker_joins(b) || busy;
@@ -301,12 +326,12 @@ static bool round_locked(mp_mpi_queue *b)
 
 /* A round, unless another thread runs one (then 0). Whether it did work.
  * taker: where a put may go straight to the caller's get (NULL: nowhere). */
-static bool round_try(mp_mpi_queue *b, mp_msg **taker)
+static bool round_try(mp_mpi_queue *b, mp_msg **taker, int tag)
 {
     if (pthread_mutex_trylock(&b->lock) != 0)
         return false;
     b->taker = taker;
-    bool busy = round_locked(b);
+    bool busy = round_locked(b, tag);
     b->taker = NULL;
     pthread_mutex_unlock(&b->lock);
     return busy;
@@ -356,9 +381,23 @@ void mp__mpi_qbroker_push(mp_mpi_queue *b)
 bool mp__mpi_qbroker_all(mp_mpi_queue *mine, mp_msg **got)
 {
     bool busy = false;
+    /* A look for an MPI message that finds none is a turn of MPI's
+     * progress (over TCP, a system call): one look at every tag first,
+     * then only the look for what it found. A message of another tag than
+     * the homed queues' (a conn's, say, not received yet) may hide theirs
+     * behind it: then every queue looks for its own. */
+    int arrived = 0, tag = -1;
+    MPI_Status st;
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, mp__mpi.comm, &arrived, &st);
     pthread_rwlock_rdlock(&homed_lock);
+    if (arrived) {
+        tag = MPI_ANY_TAG;
+        for (mp_mpi_queue *b = homed; b; b = b->next_homed)
+            if (st.MPI_TAG == b->tag || st.MPI_TAG == b->tag + 1)
+                tag = st.MPI_TAG;
+    }
     for (mp_mpi_queue *b = homed; b; b = b->next_homed)
-        busy = round_try(b, b == mine ? got : NULL) || busy;
+        busy = round_try(b, b == mine ? got : NULL, tag) || busy;
     pthread_rwlock_unlock(&homed_lock);
     return busy;
 }
@@ -386,8 +425,18 @@ int mp__mpi_qbroker_wait(MPI_Request *req, double deadline, MPI_Status *st, cons
             sched_yield();
     }
     mp__mpi_qbroker_spinning(-1);
+    if (rc != 0 || answered)
+        return rc;
     /* Not answered after the spins: the broker thread serves from now. */
-    return rc != 0 || answered ? rc : mp__mpi_wait(req, deadline, st, fn);
+    mp__mpi_qbroker_hand_back();
+    return mp__mpi_wait(req, deadline, st, fn);
+}
+
+void mp__mpi_qbroker_hand_back(void)
+{
+    atomic_store(&spun_until_us, 0);
+    atomic_fetch_add(&broker_bell, 1);
+    mp__futex_wake((uint32_t *)&broker_bell, INT_MAX, false);
 }
 
 void mp__mpi_qbroker_spinning(int delta)
@@ -404,42 +453,51 @@ static bool standing_back(void)
            (long long)(mp__now() * 1e6) - atomic_load(&spun_until_us) < STAND_BACK_US;
 }
 
+/* A nap of the broker thread, cut short when a home thread that served
+ * the rounds goes on to block (mp__mpi_qbroker_hand_back). */
+static void broker_nap(uint32_t bell, long us)
+{
+    mp__futex_wait((uint32_t *)&broker_bell, bell, mp__now() + (double)us * 1e-6, false);
+}
+
 static void *broker(void *arg)
 {
     mp_mpi_queue *b = arg;
     unsigned idle = 0;
+    long nap_us = NAP_MIN_US;
     while (!atomic_load(&b->stop)) {
+        uint32_t bell = atomic_load(&broker_bell);
         /* A home thread waiting in a get runs the rounds: stay out of its
-         * way. It may share this core, and a broker that is preempted
-         * holding the lock would stall it. */
+         * way, napping longer while it does (each wake-up takes a core
+         * from it on a busy host); it rings when it stops. A broker that
+         * is preempted holding the lock would stall it. */
         if (atomic_load(&spinners) > 0) {
-            struct timespec ts = {0, 100000};
-            nanosleep(&ts, NULL);
+            broker_nap(bell, SPIN_NAP_US);
             continue;
         }
-        bool busy = round_try(b, NULL);
+        bool busy = round_try(b, NULL, MPI_ANY_TAG);
         busy = atomic_exchange(&b->kick, false) || busy;
         if (busy) {
-            idle = 0;
+            idle = 0, nap_us = NAP_MIN_US;
             continue;
         }
-        /* One was waiting a moment ago and likely comes back: nap (20 us)
-         * rather than yield, which would take its core. */
+        /* One was waiting a moment ago and likely comes back: nap rather
+         * than yield, which would take its core. */
         if (standing_back()) {
-            struct timespec ts = {0, 20000};
-            nanosleep(&ts, NULL);
+            broker_nap(bell, nap_us);
+            nap_us = nap_us * 2 > NAP_MAX_US ? NAP_MAX_US : nap_us * 2;
             idle = 0;
             continue;
         }
         /* Nothing to do: yield a while (a request right behind the last
          * one is answered at once), then nap, longer the longer it stays
          * quiet (20 us naps for the first ~40 ms, then 200 us). */
+        nap_us = NAP_MIN_US;
         if (++idle < 200) {
             sched_yield();
             continue;
         }
-        struct timespec ts = {0, idle < 2200 ? 20000 : 200000};
-        nanosleep(&ts, NULL);
+        broker_nap(bell, idle < 2200 ? NAP_MIN_US : NAP_MAX_US);
     }
     return NULL;
 }

@@ -29,7 +29,7 @@ bool mp__mpi_qbroker_join_op(mp_mpi_queue *b, int src, const qreq *r)
     } else if (r->op == OP_JOIN) {
         if (!mp_queue_is_joinable(b->q))
             mp__mpi_qanswer(b, src, r->req, MP_ESTATE, 0, NULL);
-        else if (mp__mpi_qpush(&b->joins, (parked){src, r->req, NULL}) != 0)
+        else if (mp__mpi_qpush(&b->joins, (parked){src, r->req, NULL, 0}) != 0)
             mp__mpi_qanswer(b, src, r->req, MP_ENOMEM, 0, NULL);
     } else {
         return false;
@@ -74,6 +74,9 @@ void mp__mpi_qrequest(mp_mpi_queue *mq, uint64_t req, int op)
 /* One request to the home's broker and its answer, waiting until deadline. */
 static int ask(mp_mpi_queue *mq, int op, double deadline, qreq *a, const char *fn)
 {
+    int rc = mp__mpi_qahead_settle(mq, deadline, fn);
+    if (rc)
+        return rc;
     uint64_t req = ++mq->next_req;
     mp__mpi_qrequest(mq, req, op);
     return mp__mpi_qawait(mq, req, deadline, OP_CANCEL, a, NULL, fn);

@@ -14,7 +14,8 @@
 #define MP__TAG_QUEUE (1 << 20) /* queue k: tags MP__TAG_QUEUE + 4k .. + 3 */
 enum {
     OP_GET = 1, OP_CANCEL = 2, OP_CLOSE = 3, OP_CANCEL_PUT = 4,
-    OP_TASK_DONE = 5, OP_JOIN = 6, OP_QSIZE = 7 /* queue_join.c */
+    OP_TASK_DONE = 5, OP_JOIN = 6, OP_QSIZE = 7, /* queue_join.c */
+    OP_POSTED = 8, OP_FLUSH = 9                  /* queue_ahead.c */
 };
 #define MAX_PENDING 64
 
@@ -39,6 +40,7 @@ typedef struct parked {
     int src;
     uint64_t req;
     mp_msg *m; /* a put waiting for room; NULL otherwise */
+    int window; /* a put that ran ahead (OP_POSTED): its window; else 0 */
 } parked;
 
 typedef struct plist {
@@ -47,6 +49,13 @@ typedef struct plist {
 } plist;
 
 typedef struct mp_mpi_queue mp_mpi_queue;
+
+/* The home's count of one rank's puts that ran ahead (queue_ahead.c). */
+typedef struct ahead_count {
+    int64_t done; /* taken: queued, handed to a get, or refused */
+    int64_t told; /* done as of the last confirmation sent */
+    int64_t want; /* a flush waits until done reaches it */
+} ahead_count;
 
 struct mp_mpi_queue {
     int home, tag;
@@ -69,6 +78,14 @@ struct mp_mpi_queue {
     plist dropped;   /* puts cancelled before they arrived */
     plist joins;     /* parked joins (JoinableQueue), oldest first */
     uint64_t *last_put; /* per rank: the newest put request received */
+    ahead_count *ahead_counts; /* per rank (home): puts that ran ahead */
+    /* a rank on another host: its puts that run ahead (queue_ahead.c) */
+    int ahead;             /* the window; 0: every put waits for its answer */
+    int64_t ahead_sent;    /* such puts sent */
+    int64_t ahead_done;    /* ... of which the home confirmed taking */
+    int ahead_refused;     /* refused, not yet reported */
+    int ahead_rc;          /* the refusal's code */
+    bool ahead_closed;     /* a refusal said the queue is closed */
     mp__mpi_inflight *sends[64]; /* answers MPI still carries */
     /* a rank on another host: puts that timed out while MPI still
      * carries their bytes (progressed by every later call) */
@@ -97,6 +114,9 @@ bool mp__mpi_qready(const mp_queue *lq);
  * that may skip mine's queue lands in *got (which must be NULL before). */
 bool mp__mpi_qbroker_all(mp_mpi_queue *mine, mp_msg **got);
 void mp__mpi_qbroker_spinning(int delta);
+/* A home thread that served the rounds goes on to block: the broker
+ * threads stop standing back and wake from their naps at once. */
+void mp__mpi_qbroker_hand_back(void);
 /* mp__mpi_wait for a thread of a rank that homes queues (waiting for a
  * broker's answer from another rank): while it spins it runs their rounds
  * as a home get does, so a request to this rank is not left to the broker
@@ -116,6 +136,22 @@ int mp__mpi_qawait(mp_mpi_queue *mq, uint64_t req, double deadline, int op, qreq
                    mp_msg **inl, const char *fn);
 /* A request {req, op} to the home's broker (rank on another host). */
 void mp__mpi_qrequest(mp_mpi_queue *mq, uint64_t req, int op);
+/* Puts that run ahead (queue_ahead.c). On the home: one of rank src's
+ * was taken (rc 0: queued or handed over; else refused), and a flush
+ * request; each confirms on tag+3 when due. */
+void mp__mpi_qahead_taken(mp_mpi_queue *b, int src, int window, int rc);
+void mp__mpi_qahead_flush_request(mp_mpi_queue *b, int src, const qreq *r);
+/* On a rank of another host: whether the next put runs ahead, after
+ * waiting (until deadline) for room in the window; the refusals not yet
+ * reported come back first, as the put's error. */
+int mp__mpi_qahead_room(mp_mpi_queue *mq, double deadline, const char *fn);
+/* Before any other call on the queue: waits until the home confirmed
+ * this rank's puts (refusals stay for the next put or flush). */
+int mp__mpi_qahead_settle(mp_mpi_queue *mq, double deadline, const char *fn);
+/* mp_mpi_queue_flush: settle, then report the refusals. */
+int mp__mpi_qahead_flush(mp_mpi_queue *mq, double deadline, const char *fn);
+/* A call's deadline to the home: a poll still gets one round trip. */
+double mp__mpi_qdeadline(double deadline);
 /* The JoinableQueue and size calls of the ops table (queue_join.c). */
 int mp__mpi_qtask_done(void *impl, const char *fn);
 int mp__mpi_qjoin(void *impl, double deadline, const char *fn);

@@ -54,3 +54,5 @@ int mp_mpi_joinable_queue_create(int home, mp_queue **out)
     return off("mp_mpi_joinable_queue_create");
 }
 int mp_mpi_queue_is_local(const mp_queue *q) { return off("mp_mpi_queue_is_local"); }
+int mp_mpi_queue_put_ahead(mp_queue *q, int window) { return off("mp_mpi_queue_put_ahead"); }
+int mp_mpi_queue_flush(mp_queue *q, double timeout) { return off("mp_mpi_queue_flush"); }

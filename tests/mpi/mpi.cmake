@@ -20,7 +20,7 @@ add_test(NAME mpi_stub_test COMMAND mpi_stub_test)
 # The suite's cases for one build of the layer: tests PREFIX_<case>_<variant>
 # (run.sh: shm, tcp, and for Open MPI hosts, two hosts made on this machine).
 function(mproc_mpi_suite_tests prefix layer variants)
-  foreach(s suite iter_suite queue_suite)
+  foreach(s suite iter_suite queue_suite ahead_suite)
     add_executable(${prefix}_${s} ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/mpi_${s}.c
                    ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/mpi_check.c)
     target_link_libraries(${prefix}_${s} PRIVATE ${layer})
@@ -29,6 +29,7 @@ function(mproc_mpi_suite_tests prefix layer variants)
   set(suite $<TARGET_FILE:${prefix}_suite>)
   set(iter $<TARGET_FILE:${prefix}_iter_suite>)
   set(qsuite $<TARGET_FILE:${prefix}_queue_suite>)
+  set(asuite $<TARGET_FILE:${prefix}_ahead_suite>)
   foreach(v ${variants})
     foreach(c roundtrip alltoall allreduce queue queue_full pool)
       add_test(NAME ${prefix}_${c}_${v} COMMAND ${run} 4 ${v} ok "ok on 4 ranks" ${suite} ${c})
@@ -63,6 +64,10 @@ function(mproc_mpi_suite_tests prefix layer variants)
       add_test(NAME ${prefix}_${c}_${v} COMMAND ${run} 4 ${v} ok "ok on 4 ranks" ${qsuite} ${c})
     endforeach()
     add_test(NAME ${prefix}_qkill_${v} COMMAND ${run} 4 ${v} fail "${pat}" ${qsuite} qkill)
+    # Puts that run ahead of the home's answers, and a rank killed mid-stream.
+    add_test(NAME ${prefix}_ahead_${v} COMMAND ${run} 4 ${v} ok "ok on 4 ranks" ${asuite} ahead)
+    add_test(NAME ${prefix}_ahead_kill_${v} COMMAND ${run} 4 ${v} fail "${pat}" ${asuite}
+             ahead_kill)
     # The home rank killed: no rank 0 to print the record; a survivor's or
     # the launcher's report names it.
     set(hpat "rank 0 with PID .* signal 9|^=   EXIT CODE: 9$|EXIT STRING: Killed [(]signal 9[)]")
