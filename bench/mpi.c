@@ -5,7 +5,8 @@
  *    round trip / 2), mp_conn_send/recv on an mp_mpi_pipe beside MPI_Send/MPI_Recv, and
  *    through two cross-rank queues (rank 1 gets and answers on the other):
  *    both homed on rank 0, then across hosts one homed on each rank, each
- *    rank putting to the queue it homes, then to the other's;
+ *    rank putting to the queue it homes, then to the other's, then the
+ *    same with puts that run ahead (mp_mpi_queue_put_ahead, window 64);
  *  - 64 MiB bandwidth: a 64 MiB tensor through the conn, and through the
  *    queue both ways (rank 0, the queues' home, puts and rank 1 gets; rank
  *    1 puts and rank 0 gets), beside MPI_Send/MPI_Recv of 64 MiB the same
