@@ -222,6 +222,15 @@ static int home_get(mp_mpi_queue *mq, mp_msg **out, double deadline, const char 
     return local_call(mq, NULL, out, deadline, fn);
 }
 
+bool mp__mpi_qrecv_cancel(MPI_Request *r, MPI_Status *st)
+{
+    int cancelled = 0;
+    MPI_Cancel(r);
+    MPI_Wait(r, st);
+    MPI_Test_cancelled(st, &cancelled);
+    return !cancelled;
+}
+
 /* The broker's answer to request req (waits, watching the job). A request
  * not answered by the deadline is cancelled with op; the broker then
  * answers it (MP_ETIMEDOUT) unless its answer was already on the way. */
@@ -239,14 +248,16 @@ int mp__mpi_qawait(mp_mpi_queue *mq, uint64_t req, double deadline, int op, qreq
         MPI_Send(&c, sizeof c, MPI_BYTE, mq->home, mq->tag + 1, mp__mpi.comm);
         rc = mp__mpi_qbroker_wait(&r, -1, &st, fn);
     }
-    if (rc == 0)
-        MPI_Get_count(&st, MPI_BYTE, &count);
-    if (rc == 0 && (f.h.req != req || count < (int)sizeof f.h))
+    if (rc != 0) { /* the job failed: nothing stays posted on f */
+        mp__mpi_qrecv_cancel(&r, &st);
+        return rc;
+    }
+    MPI_Get_count(&st, MPI_BYTE, &count);
+    if (f.h.req != req || count < (int)sizeof f.h)
         return mp__error(MP_EPROTO, "%s: answer %llu from rank %d, wanted %llu", fn,
                          (unsigned long long)f.h.req, mq->home, (unsigned long long)req);
-    if (rc == 0)
-        *a = f.h;
-    if (rc == 0 && count > (int)sizeof f.h)
+    *a = f.h;
+    if (count > (int)sizeof f.h)
         rc = inl ? mp__mpi_qframe_msg(&f, count, mq->home, mq->tag + 2, inl)
                  : mp__error(MP_EPROTO, "%s: rank %d answered with a message", fn, mq->home);
     return rc;
@@ -464,24 +475,21 @@ int mp_mpi_joinable_queue_create(int home, mp_queue **out)
     return create_queue(home, true, out, "mp_mpi_joinable_queue_create");
 }
 
-int mp_mpi_queue_is_local(const mp_queue *q)
-{
-    const mp_mpi_queue *mq = mp__queue_impl(q, &queue_ops);
-    if (!mq)
-        return mp__error(MP_EINVAL, "mp_mpi_queue_is_local: %s",
-                         q ? "not a queue made by mp_mpi_queue_create" : "q is NULL");
-    return mq->q ? 1 : 0;
-}
-
 #define MAX_AHEAD 1024
 
-static mp_mpi_queue *queue_of(mp_queue *q, const char *fn)
+static mp_mpi_queue *queue_of(const mp_queue *q, const char *fn)
 {
     mp_mpi_queue *mq = mp__queue_impl(q, &queue_ops);
     if (!mq)
         mp__error(MP_EINVAL, "%s: %s", fn,
                   q ? "not a queue made by mp_mpi_queue_create" : "q is NULL");
     return mq;
+}
+
+int mp_mpi_queue_is_local(const mp_queue *q)
+{
+    const mp_mpi_queue *mq = queue_of(q, "mp_mpi_queue_is_local");
+    return !mq ? MP_EINVAL : mq->q ? 1 : 0;
 }
 
 int mp_mpi_queue_put_ahead(mp_queue *q, int window)

@@ -83,15 +83,9 @@ static int wait_confirmation(mp_mpi_queue *mq, double deadline, const char *fn)
     MPI_Request r;
     MPI_Status st;
     qreq a;
-    int cancelled = 0;
     MPI_Irecv(&a, sizeof a, MPI_BYTE, mq->home, mq->tag + 3, mp__mpi.comm, &r);
     int rc = mp__mpi_qbroker_wait(&r, deadline, &st, fn);
-    if (rc != 0) { /* nothing stays posted on a buffer of this frame */
-        MPI_Cancel(&r);
-        MPI_Wait(&r, &st);
-        MPI_Test_cancelled(&st, &cancelled);
-    }
-    if (rc == 0 || !cancelled)
+    if (rc == 0 || mp__mpi_qrecv_cancel(&r, &st))
         absorb(mq, &a);
     return rc;
 }
@@ -103,8 +97,9 @@ static int report_refusals(mp_mpi_queue *mq, const char *fn)
     int n = mq->ahead_refused, rc = mq->ahead_rc;
     mq->ahead_refused = 0;
     mq->ahead_closed = rc == MP_ECLOSED;
-    return mp__error(rc, "%s: %d earlier put%s of this rank that ran ahead (mp_mpi_queue_put_ahead) "
-                         "%s refused by the queue on rank %d (%s%s) and lost",
+    return mp__error(rc, "%s: %d earlier put%s of this rank that ran ahead "
+                         "(mp_mpi_queue_put_ahead) %s refused by the queue on rank %d (%s%s) "
+                         "and lost",
                      fn, n, n == 1 ? "" : "s", n == 1 ? "was" : "were", mq->home,
                      mp_err_name(rc), rc == MP_ECLOSED ? ": it was closed first" : "");
 }
@@ -127,7 +122,9 @@ int mp__mpi_qahead_room(mp_mpi_queue *mq, double deadline, const char *fn)
         if (rc == MP_ETIMEDOUT)
             return mp__error(MP_ETIMEDOUT, "%s: %d puts are on their way to rank %d, "
                                            "unconfirmed (the window of "
-                                           "mp_mpi_queue_put_ahead); nothing was put",
+                                           "mp_mpi_queue_put_ahead); nothing was put (a "
+                                           "longer timeout or a wider window waits for "
+                                           "the home)",
                              fn, mq->ahead, mq->home);
         if (rc != 0 || (rc = report_refusals(mq, fn)) != 0)
             return rc;

@@ -130,6 +130,9 @@ void mp__mpi_qanswer(mp_mpi_queue *b, int dest, uint64_t req, int rc, int64_t va
  * once every message was task_done'd. */
 bool mp__mpi_qbroker_join_op(mp_mpi_queue *b, int src, const qreq *r);
 bool mp__mpi_qbroker_joins(mp_mpi_queue *b);
+/* After a wait on a receive r that failed: cancels it, so no buffer of the
+ * caller's frame stays posted; whether its message came all the same. */
+bool mp__mpi_qrecv_cancel(MPI_Request *r, MPI_Status *st);
 /* The broker's answer to request req, cancelled with op at the deadline;
  * a message that came inside the answer lands in *inl (NULL: none may). */
 int mp__mpi_qawait(mp_mpi_queue *mq, uint64_t req, double deadline, int op, qreq *a,

@@ -6,9 +6,10 @@
 # (one interface, eth0, on a bridge: hosta 10.77.0.2, hostb 10.77.0.3), host
 # name, pids, /dev/shm and mproc runtime directory (/tmp/mproc-UID, where
 # the shm manager listens: host-local, as /tmp is on a cluster); the rest
-# of the file system is shared, as a cluster's shared file system would be. Open MPI's mpirun starts from a hostfile, as
-# docs/mpi.md tells a cluster's users, and reaches each host through a
-# stand-in for ssh (hosts_agent.sh) that enters the host's namespaces.
+# of the file system is shared, as a cluster's shared file system would
+# be. Open MPI's mpirun starts from a hostfile, as docs/mpi.md tells a
+# cluster's users, and reaches each host through a stand-in for ssh
+# (hosts_agent.sh) that enters the host's namespaces.
 # Ranks go round-robin (rank 0 on hosta, 1 on hostb, 2 on hosta...): a rank
 # and its neighbour are on different hosts. Nothing may be left in either
 # host's /dev/shm after the job (no leaked segment on any host).
@@ -59,7 +60,10 @@ make_host() {
         [ -e "$dir/$name.ready" ] && pid=$(pgrep -P $! -x bash) && break
         sleep 0.05
     done
-    [ -n "$pid" ] || { echo "hosts.sh: host $name did not start: $(cat "$dir/$name.log")" >&2; exit 1; }
+    if [ -z "$pid" ]; then
+        echo "hosts.sh: host $name did not start: $(cat "$dir/$name.log")" >&2
+        exit 1
+    fi
     holders+=("$pid")
     echo "$pid" >"$dir/$addr.pid"
     ip link add "mp$name" type veth peer name "mp${name}p" &&
@@ -89,7 +93,10 @@ run_job hosts.sh "$want" "$pattern" "$dir/out" "$launcher" "${args[@]}" "$@"
 for addr in 10.77.0.2 10.77.0.3; do
     pid=$(cat "$dir/$addr.pid")
     for i in $(seq 100); do
-        left=$(nsenter -t "$pid" -m ls -A /dev/shm)
+        if ! left=$(nsenter -t "$pid" -m ls -A /dev/shm); then
+            echo "hosts.sh: could not look into the /dev/shm of $addr" >&2
+            exit 1
+        fi
         [ -z "$left" ] && break
         sleep 0.1
     done
