@@ -13,3 +13,8 @@ foreach(name ${MPROC_BENCHES})
   target_link_libraries(bench_${name} PRIVATE mproc_bench_common)
   mproc_use_flags(bench_${name})
 endforeach()
+
+# A study, not a figure of make bench (bench_all runs bench_* only).
+add_executable(mpmc_study ${CMAKE_CURRENT_LIST_DIR}/mpmc_study.c)
+target_link_libraries(mpmc_study PRIVATE mproc_bench_common)
+mproc_use_flags(mpmc_study)

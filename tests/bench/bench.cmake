@@ -20,3 +20,12 @@ if(TARGET perf_runner_test)
   set_tests_properties(perf_runner_test PROPERTIES LABELS bench TIMEOUT 120
                        RESOURCE_LOCK mproc_dev_shm)
 endif()
+
+# bench/mpmc_study.c (docs/performance.md, "4x4 MPMC by placement") with
+# tiny counts: every placement runs and every child exits cleanly. Skipped
+# (77) on one CPU.
+if(TARGET mpmc_study)
+  add_test(NAME mpmc_study_smoke COMMAND mpmc_study --n 4000 --reps 1)
+  set_tests_properties(mpmc_study_smoke PROPERTIES LABELS bench TIMEOUT 60
+                       SKIP_RETURN_CODE ${MPROC_SKIP_CODE} RESOURCE_LOCK mproc_dev_shm)
+endif()

@@ -1,0 +1,181 @@
+/* mpmc_study: where 4x4 MPMC's time goes, by placement (not part of make
+ * bench; docs/performance.md, "4x4 MPMC by placement").
+ *
+ * One Queue, 16-byte messages, 1 or 4 producer and consumer processes. Every
+ * process is forked and waits at a gate before the clock starts, so process
+ * start is not in the figures (bench_messaging's MPMC row includes it). Each
+ * repetition runs every placement once, in turn:
+ *
+ *   1x1 two CPUs   the producer on one CPU, the consumer on the other
+ *   1x1 one CPU    both on one CPU
+ *   4x4 unpinned   the scheduler places the eight processes
+ *   4x4 pairs      a producer and a consumer, twice, on each CPU
+ *   4x4 one CPU    all eight on one CPU
+ *
+ * and prints, per placement, the median wall time per message, the CPU
+ * time per message (all processes together) and the context switches per
+ * 1000 messages. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "mproc.h"
+
+enum { MAX_SIDE = 4, MAX_REPS = 99 };
+
+typedef struct placement {
+    const char *name;
+    int side;            /* producers, and consumers */
+    int (*slot)(int i);  /* the CPU slot of process i (consumers first); -1: unpinned */
+} placement;
+
+static int unpinned(int i) { (void)i; return -1; }
+static int split(int i) { return i == 0 ? 0 : 1; }
+static int first(int i) { (void)i; return 0; }
+static int alternate(int i) { return i % 2; }
+
+static const placement places[] = {
+    {"1x1 two CPUs", 1, split},      {"1x1 one CPU", 1, first},
+    {"4x4 unpinned", MAX_SIDE, unpinned}, {"4x4 pairs", MAX_SIDE, alternate},
+    {"4x4 one CPU", MAX_SIDE, first},
+};
+enum { NPLACES = sizeof places / sizeof places[0] };
+
+typedef struct sample {
+    double wall, cpu, csw; /* per message (ns, ns) and per 1000 messages */
+} sample;
+
+static void die(const char *what, int rc)
+{
+    fprintf(stderr, "mpmc_study: %s: %s\n", what, rc ? mp_last_error() : strerror(errno));
+    exit(1);
+}
+
+/* A producer puts `puts` messages; a consumer (puts == 0) gets until the
+ * 1-byte stop message. Both wait for a byte on gate first. */
+static void child(mp_queue *q, int gate, size_t puts, int slot)
+{
+    mp_msg *m = NULL;
+    char go;
+    if ((slot >= 0 ? bench_pin_cpu(slot) : (bench_unpin(), 0)) != 0 || read(gate, &go, 1) != 1)
+        _exit(2);
+    if (puts && (mp_msg_create(&m) || mp_msg_set_payload(m, "0123456789abcdef", 16)))
+        _exit(1);
+    for (size_t i = 0; i < puts; i++)
+        if (mp_queue_put(q, m, -1))
+            _exit(1);
+    for (;;) {
+        mp_msg *r = NULL;
+        size_t len = 0;
+        if (puts || mp_queue_get(q, &r, -1))
+            _exit(puts ? 0 : 1);
+        mp_msg_payload(r, &len);
+        mp_msg_destroy(r);
+        if (len == 1)
+            _exit(0);
+    }
+}
+
+static double children_cpu(long *csw)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_CHILDREN, &ru);
+    *csw = ru.ru_nvcsw + ru.ru_nivcsw;
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+}
+
+static int reap(pid_t pid)
+{
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR)
+            return -1;
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+static sample run(mp_queue *q, mp_msg *stop, const placement *p, size_t n)
+{
+    pid_t pid[2 * MAX_SIDE];
+    int gate[2], procs = 2 * p->side, bad = 0;
+    long csw0, csw1;
+    double cpu0 = children_cpu(&csw0), t0;
+    char go[2 * MAX_SIDE] = {0};
+    if (pipe(gate) != 0)
+        die("pipe", 0);
+    for (int i = 0; i < procs; i++) {
+        if ((pid[i] = fork()) < 0)
+            die("fork", 0);
+        if (pid[i] == 0)
+            child(q, gate[0], i < p->side ? 0 : n / (size_t)p->side, p->slot(i));
+    }
+    usleep(20000); /* every child at the gate */
+    t0 = (double)bench_now_ns();
+    if (write(gate[1], go, (size_t)procs) != procs)
+        die("write", 0);
+    for (int i = p->side; i < procs; i++)
+        bad |= reap(pid[i]);
+    for (int i = 0; i < p->side; i++)
+        if (mp_queue_put(q, stop, -1))
+            die("stop", -1);
+    for (int i = 0; i < p->side; i++)
+        bad |= reap(pid[i]);
+    double wall = ((double)bench_now_ns() - t0) / (double)n;
+    close(gate[0]);
+    close(gate[1]);
+    if (bad)
+        die("a child failed", -1);
+    double cpu = (children_cpu(&csw1) - cpu0) * 1e9 / (double)n;
+    return (sample){wall, cpu, (double)(csw1 - csw0) * 1000.0 / (double)n};
+}
+
+static int by_wall(const void *a, const void *b)
+{
+    double x = ((const sample *)a)->wall, y = ((const sample *)b)->wall;
+    return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv)
+{
+    size_t n = 400000;
+    int reps = 7;
+    static sample s[NPLACES][MAX_REPS];
+    mp_queue *q;
+    mp_msg *stop;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--n") && i + 1 < argc)
+            n = strtoul(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+            reps = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: %s [--n MESSAGES] [--reps 1-%d]\n", argv[0], MAX_REPS);
+            return 2;
+        }
+    }
+    if (reps < 1 || reps > MAX_REPS || n < MAX_SIDE)
+        return fprintf(stderr, "mpmc_study: --reps 1-%d, --n at least %d\n", MAX_REPS,
+                       MAX_SIDE), 2;
+    if (bench_cpu_of_slot(1) < 0)
+        return fprintf(stderr, "mpmc_study: needs two CPUs\n"), 77;
+    if (mp_queue_create(0, &q) || mp_msg_create(&stop) || mp_msg_set_payload(stop, "e", 1))
+        die("setup", -1);
+    for (int r = 0; r < reps; r++)
+        for (int k = 0; k < NPLACES; k++)
+            s[k][r] = run(q, stop, &places[k], n);
+    printf("%zu 16-byte messages, median of %d (cpus %d and %d)\n", n, reps,
+           bench_cpu_of_slot(0), bench_cpu_of_slot(1));
+    printf("%-14s %12s %12s %14s\n", "placement", "wall ns/msg", "cpu ns/msg", "switches/1000");
+    for (int k = 0; k < NPLACES; k++) {
+        qsort(s[k], (size_t)reps, sizeof s[k][0], by_wall);
+        sample m = s[k][reps / 2];
+        printf("%-14s %12.1f %12.1f %14.2f\n", places[k].name, m.wall, m.cpu, m.csw);
+    }
+    mp_msg_destroy(stop);
+    mp_queue_release(q);
+    return 0;
+}
