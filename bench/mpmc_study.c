@@ -16,9 +16,11 @@
  * time per message (all processes together) and the context switches per
  * 1000 messages. */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -50,9 +52,11 @@ typedef struct sample {
     double wall, cpu, csw; /* per message (ns, ns) and per 1000 messages */
 } sample;
 
-static void die(const char *what, int rc)
+/* what failed, and why: mproc's sentence (an mproc call), errno's (a
+ * system call) or none (why is NULL). */
+static void die(const char *what, const char *why)
 {
-    fprintf(stderr, "mpmc_study: %s: %s\n", what, rc ? mp_last_error() : strerror(errno));
+    fprintf(stderr, "mpmc_study: %s%s%s\n", what, why ? ": " : "", why ? why : "");
     exit(1);
 }
 
@@ -62,7 +66,9 @@ static void child(mp_queue *q, int gate, size_t puts, int slot)
 {
     mp_msg *m = NULL;
     char go;
-    if ((slot >= 0 ? bench_pin_cpu(slot) : (bench_unpin(), 0)) != 0 || read(gate, &go, 1) != 1)
+    /* a study killed (a test's timeout) takes its helpers with it */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || (slot >= 0 && bench_pin_cpu(slot) != 0) ||
+        read(gate, &go, 1) != 1)
         _exit(2);
     if (puts && (mp_msg_create(&m) || mp_msg_set_payload(m, "0123456789abcdef", 16)))
         _exit(1);
@@ -107,29 +113,29 @@ static sample run(mp_queue *q, mp_msg *stop, const placement *p, size_t n)
     double cpu0 = children_cpu(&csw0), t0;
     char go[2 * MAX_SIDE] = {0};
     if (pipe(gate) != 0)
-        die("pipe", 0);
+        die("pipe", strerror(errno));
     for (int i = 0; i < procs; i++) {
         if ((pid[i] = fork()) < 0)
-            die("fork", 0);
+            die("fork", strerror(errno));
         if (pid[i] == 0)
             child(q, gate[0], i < p->side ? 0 : n / (size_t)p->side, p->slot(i));
     }
     usleep(20000); /* every child at the gate */
     t0 = (double)bench_now_ns();
     if (write(gate[1], go, (size_t)procs) != procs)
-        die("write", 0);
+        die("write", strerror(errno));
     for (int i = p->side; i < procs; i++)
         bad |= reap(pid[i]);
     for (int i = 0; i < p->side; i++)
         if (mp_queue_put(q, stop, -1))
-            die("stop", -1);
+            die("put of a stop message", mp_last_error());
     for (int i = 0; i < p->side; i++)
         bad |= reap(pid[i]);
     double wall = ((double)bench_now_ns() - t0) / (double)n;
     close(gate[0]);
     close(gate[1]);
     if (bad)
-        die("a child failed", -1);
+        die("a producer or consumer exited with an error", NULL);
     double cpu = (children_cpu(&csw1) - cpu0) * 1e9 / (double)n;
     return (sample){wall, cpu, (double)(csw1 - csw0) * 1000.0 / (double)n};
 }
@@ -163,7 +169,7 @@ int main(int argc, char **argv)
     if (bench_cpu_of_slot(1) < 0)
         return fprintf(stderr, "mpmc_study: needs two CPUs\n"), 77;
     if (mp_queue_create(0, &q) || mp_msg_create(&stop) || mp_msg_set_payload(stop, "e", 1))
-        die("setup", -1);
+        die("setup", mp_last_error());
     for (int r = 0; r < reps; r++)
         for (int k = 0; k < NPLACES; k++)
             s[k][r] = run(q, stop, &places[k], n);

@@ -41,7 +41,6 @@
 #include "mpi/queue_mpi.h"
 #include "wire/wire.h"
 
-#include <math.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -513,8 +512,8 @@ int mp_mpi_queue_flush(mp_queue *q, double timeout)
     const char *fn = "mp_mpi_queue_flush";
     mp_mpi_queue *mq = queue_of(q, fn);
     int rc = mq ? check_args(mq, mq, fn) : MP_EINVAL;
-    if (rc == 0 && isnan(timeout))
-        rc = mp__error(MP_EINVAL, "%s: timeout is NaN (negative waits forever)", fn);
+    if (rc == 0)
+        rc = mp__check_timeout(timeout, fn);
     if (rc || mq->q)
         return rc;
     return mp__mpi_qahead_flush(mq, mp__mpi_qdeadline(mp__deadline(timeout)), fn);

@@ -57,8 +57,10 @@ static void absorb(mp_mpi_queue *mq, const qreq *a)
 {
     if (a->val > mq->ahead_done)
         mq->ahead_done = a->val;
-    if (a->op != 0)
-        mq->ahead_refused++, mq->ahead_rc = a->op;
+    if (a->op != 0) {
+        mq->ahead_refused++;
+        mq->ahead_rc = a->op;
+    }
 }
 
 /* Confirmations already here, without waiting. */

@@ -202,6 +202,8 @@ double mp__now(void);
 int mp__poll_ms(double deadline);
 /* Deadline from a timeout in seconds (negative = forever -> -1). */
 double mp__deadline(double timeout);
+/* MP_EINVAL with a sentence for a NaN timeout (call: the public call's name). */
+int mp__check_timeout(double timeout, const char *call);
 /* A deadline (>= 0) as an absolute CLOCK_MONOTONIC timespec, for futexes,
  * pthread_mutex_clocklock and condition variables on that clock. */
 struct timespec mp__deadline_timespec(double deadline);

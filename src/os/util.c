@@ -54,6 +54,13 @@ double mp__deadline(double timeout)
     return timeout < 0 ? -1.0 : mp__now() + timeout;
 }
 
+int mp__check_timeout(double timeout, const char *call)
+{
+    if (isnan(timeout))
+        return mp__error(MP_EINVAL, "%s: timeout is NaN (negative waits forever)", call);
+    return 0;
+}
+
 int mp__poll_ms(double deadline)
 {
     double left;

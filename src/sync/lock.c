@@ -25,13 +25,6 @@ typedef struct lock_shared {
 } lock_shared;
 _Static_assert(sizeof(mp__olock) <= 64, "an olock fits one cache line");
 
-int mp__check_timeout(double timeout, const char *call)
-{
-    if (isnan(timeout))
-        return mp__error(MP_EINVAL, "%s: timeout is NaN (negative waits forever)", call);
-    return 0;
-}
-
 /* ---- the owned lock ----------------------------------------------------- */
 
 int mp__olock_init(mp__olock *l, const char *call)

@@ -104,8 +104,6 @@ bool mp__olock_mine(const mp__olock *l);
         if (!(h))                                                               \
             return mp__error(MP_EINVAL, "%s: the handle is NULL", call);        \
     } while (0)
-/* MP_EINVAL with a sentence for a NaN timeout. */
-int mp__check_timeout(double timeout, const char *call);
 
 /* ---- tokens: one robust mutex per holder/member thread -------------------
  * A thread that holds semaphore permits, or is a barrier member, keeps its
