@@ -447,6 +447,15 @@ static int launch(bool quick)
         args[n++] = "0";
         args[n++] = "--bind-to";
         args[n++] = "none";
+        /* One host: TCP over loopback only. An interface that comes and goes
+         * (a test's network namespace, a container bridge) otherwise breaks
+         * the job when Open MPI picked it at start. */
+        args[n++] = "--mca";
+        args[n++] = "btl_tcp_if_include";
+        args[n++] = "lo";
+        args[n++] = "--mca";
+        args[n++] = "oob_tcp_if_include";
+        args[n++] = "lo";
         if (getuid() == 0)
             args[n++] = "--allow-run-as-root";
         for (int k = 0; k < 8 && variants[v][k]; k++)

@@ -17,7 +17,7 @@
  * negative timeout waits forever, 0 polls (tries once), a positive one
  * waits that long; not ready in time, 0 included, is MP_ETIMEDOUT. The
  * _nowait calls are the timeout-0 calls. (mp_conn_poll, a query, returns
- * 0 instead.)
+ * 0 instead.) A NaN timeout is MP_EINVAL, refused before the call acts.
  *
  * Queues and connections are refcounted: _create returns one reference,
  * _retain adds one, _release drops one (NULL is a no-op) and frees the

@@ -44,7 +44,7 @@ typedef struct mp_wait_item {
 /* Waits until at least one of items[0..n-1] is ready, or timeout seconds
  * pass (negative: forever). Sets every item's `ready` and returns how many
  * are ready (>= 1). None ready: MP_ETIMEDOUT (timeout 0 polls, as every
- * blocking call's does). Other errors: MP_EINVAL (n == 0, NULL items, an
+ * blocking call's does). Other errors: MP_EINVAL (a NaN timeout, n == 0, NULL items, an
  * unknown kind, a NULL object, a send-only connection end, a process not
  * started or started by another process), MP_ECLOSED (a closed connection
  * handle), MP_ESYS (poll). Never receives, gets or reaps: a ready item is

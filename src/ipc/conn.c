@@ -192,11 +192,13 @@ bool mp__conn_is_remote(const mp_conn *c) { return c && c->ops; }
 
 int mp_conn_send(mp_conn *c, const mp_msg *m, double timeout)
 {
+    int rc = mp__check_timeout(timeout, "mp_conn_send");
+    if (rc < 0)
+        return rc;
     if (c && c->ops)
         return m ? c->ops->send(c->impl, m, mp__ipc_deadline(timeout), "mp_conn_send")
                  : mp__error(MP_EINVAL, "mp_conn_send: message is NULL");
-    int rc = usable(c, CONN_WRITE, "mp_conn_send");
-    if (rc < 0)
+    if ((rc = usable(c, CONN_WRITE, "mp_conn_send")) < 0)
         return rc;
     if (!m)
         return mp__error(MP_EINVAL, "mp_conn_send: message is NULL");
@@ -210,6 +212,8 @@ int mp_conn_recv(mp_conn *c, mp_msg **out, double timeout)
     int rc;
     if (out)
         *out = NULL;
+    if ((rc = mp__check_timeout(timeout, "mp_conn_recv")) < 0)
+        return rc;
     if (c && c->ops)
         return out ? c->ops->recv(c->impl, out, mp__ipc_deadline(timeout), "mp_conn_recv")
                    : mp__error(MP_EINVAL, "mp_conn_recv: out is NULL");
@@ -230,7 +234,9 @@ int mp_conn_recv(mp_conn *c, mp_msg **out, double timeout)
 int mp_conn_send_bytes(mp_conn *c, const void *buf, size_t len, double timeout)
 {
     mp_msg *m = NULL;
-    int rc = c && c->ops ? 0 : usable(c, CONN_WRITE, "mp_conn_send_bytes");
+    int rc = mp__check_timeout(timeout, "mp_conn_send_bytes");
+    if (rc == 0 && !(c && c->ops))
+        rc = usable(c, CONN_WRITE, "mp_conn_send_bytes");
     if (rc < 0)
         return rc;
     if (len && !buf)
@@ -255,6 +261,8 @@ int mp_conn_recv_bytes(mp_conn *c, void **out, size_t *len, double timeout)
         *len = 0;
     if (!out || !len)
         return mp__error(MP_EINVAL, "mp_conn_recv_bytes: out or len is NULL");
+    if ((rc = mp__check_timeout(timeout, "mp_conn_recv_bytes")) < 0)
+        return rc;
     if ((rc = mp_conn_recv(c, &m, timeout)) < 0)
         return rc;
     if (mp_msg_count(m)) {
@@ -274,10 +282,12 @@ int mp_conn_recv_bytes(mp_conn *c, void **out, size_t *len, double timeout)
 
 int mp_conn_poll(mp_conn *c, double timeout)
 {
+    int rc = mp__check_timeout(timeout, "mp_conn_poll");
+    if (rc < 0)
+        return rc;
     if (c && c->ops)
         return c->ops->poll(c->impl, mp__ipc_deadline(timeout), "mp_conn_poll");
-    int rc = usable(c, CONN_READ, "mp_conn_poll");
-    if (rc < 0)
+    if ((rc = usable(c, CONN_READ, "mp_conn_poll")) < 0)
         return rc;
     return mp__ring_poll(conn_ring(c, false), c->sock, conn_rx(c, false),
                          mp__ipc_deadline(timeout), "mp_conn_poll");

@@ -45,6 +45,9 @@ void mp_simple_queue_release(mp_simple_queue *q) { mp__queue_release((mp__queue 
 
 int mp_queue_put(mp_queue *q, const mp_msg *m, double timeout)
 {
+    int rc = mp__check_timeout(timeout, "mp_queue_put");
+    if (rc < 0)
+        return rc;
     return mp__queue_put((mp__queue *)q, m, mp__ipc_deadline(timeout), "mp_queue_put");
 }
 int mp_queue_put_nowait(mp_queue *q, const mp_msg *m)
@@ -53,6 +56,11 @@ int mp_queue_put_nowait(mp_queue *q, const mp_msg *m)
 }
 int mp_queue_get(mp_queue *q, mp_msg **out, double timeout)
 {
+    if (out)
+        *out = NULL;
+    int rc = mp__check_timeout(timeout, "mp_queue_get");
+    if (rc < 0)
+        return rc;
     return mp__queue_get((mp__queue *)q, out, mp__ipc_deadline(timeout), "mp_queue_get");
 }
 int mp_queue_get_nowait(mp_queue *q, mp_msg **out)
@@ -134,6 +142,9 @@ int mp_queue_join(mp_queue *q, double timeout)
 {
     double deadline = mp__ipc_deadline(timeout);
     mp__qctl *c;
+    int rc = mp__check_timeout(timeout, "mp_queue_join");
+    if (rc < 0)
+        return rc;
     if (!q)
         return mp__error(MP_EINVAL, "mp_queue_join: queue is NULL");
     if (!mp_queue_is_joinable(q))
@@ -148,7 +159,8 @@ int mp_queue_join(mp_queue *q, double timeout)
             return 0;
         if (deadline == 0 ||
             mp__futex_wait((uint32_t *)&c->join_seq, seq, deadline, true) == MP_ETIMEDOUT)
-            return mp__error(MP_ETIMEDOUT, "mp_queue_join: %lld messages not yet task_done", (long long)left);
+            return mp__error(MP_ETIMEDOUT, "mp_queue_join: %lld messages not yet task_done",
+                             (long long)left);
     }
 }
 
@@ -157,7 +169,9 @@ int mp_queue_join(mp_queue *q, double timeout)
 int mp_queue_put_tensor(mp_queue *q, mp_tensor *t, double timeout)
 {
     mp_msg *m = NULL;
-    int rc;
+    int rc = mp__check_timeout(timeout, "mp_queue_put_tensor");
+    if (rc < 0)
+        return rc;
     if (!t)
         return mp__error(MP_EINVAL, "mp_queue_put_tensor: tensor is NULL");
     if ((rc = mp_msg_create(&m)) < 0)
@@ -176,6 +190,8 @@ int mp_queue_get_tensor(mp_queue *q, mp_tensor **out, double timeout)
     if (!out)
         return mp__error(MP_EINVAL, "mp_queue_get_tensor: out is NULL");
     *out = NULL;
+    if ((rc = mp__check_timeout(timeout, "mp_queue_get_tensor")) < 0)
+        return rc;
     rc = mp__queue_get((mp__queue *)q, &m, mp__ipc_deadline(timeout), "mp_queue_get_tensor");
     if (rc < 0)
         return rc;
@@ -192,8 +208,8 @@ int mp_queue_put_state_dict(mp_queue *q, size_t n, const char *const *names,
                             mp_tensor *const *tensors, double timeout)
 {
     mp_msg *m = NULL;
-    int rc = mp_msg_from_state_dict(n, names, tensors, &m);
-    if (rc < 0)
+    int rc = mp__check_timeout(timeout, "mp_queue_put_state_dict");
+    if (rc < 0 || (rc = mp_msg_from_state_dict(n, names, tensors, &m)) < 0)
         return rc;
     rc = mp__queue_put((mp__queue *)q, m, mp__ipc_deadline(timeout),
                        "mp_queue_put_state_dict");
@@ -203,8 +219,12 @@ int mp_queue_put_state_dict(mp_queue *q, size_t n, const char *const *names,
 
 int mp_queue_get_state_dict(mp_queue *q, mp_msg **out, double timeout)
 {
-    int rc = mp__queue_get((mp__queue *)q, out, mp__ipc_deadline(timeout),
-                           "mp_queue_get_state_dict");
+    int rc;
+    if (out)
+        *out = NULL;
+    if ((rc = mp__check_timeout(timeout, "mp_queue_get_state_dict")) < 0)
+        return rc;
+    rc = mp__queue_get((mp__queue *)q, out, mp__ipc_deadline(timeout), "mp_queue_get_state_dict");
     if (rc < 0)
         return rc;
     for (size_t i = 0; i < mp_msg_count(*out); i++)

@@ -340,7 +340,7 @@ int mp__mpi_pool_apply_async(mp_mpi_pool *p, const char *task, const mp_msg *in,
 int mp__mpi_pool_wait(mp_mpi_pool *p, bool (*ready)(void *), void *arg, double timeout,
                       const char *fn, const char *what)
 {
-    double deadline = timeout < 0 ? -1 : mp__now() + timeout;
+    double deadline = mp__deadline(timeout);
     unsigned spins = 0;
     while (!ready(arg)) {
         int rc = progress(p);

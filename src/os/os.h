@@ -200,7 +200,8 @@ double mp__now(void);
 /* Milliseconds left until deadline (absolute mp__now() seconds) for poll():
  * -1 when deadline < 0 (forever), 0 when passed. */
 int mp__poll_ms(double deadline);
-/* Deadline from a timeout in seconds (negative = forever -> -1). */
+/* Deadline from a timeout in seconds: -1 (forever) for a negative one and
+ * for one over 1e9 s (+inf); NaN stays NaN (mp__check_timeout refuses it). */
 double mp__deadline(double timeout);
 /* MP_EINVAL with a sentence for a NaN timeout (call: the public call's name). */
 int mp__check_timeout(double timeout, const char *call);

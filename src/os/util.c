@@ -51,7 +51,9 @@ double mp__now(void)
 
 double mp__deadline(double timeout)
 {
-    return timeout < 0 ? -1.0 : mp__now() + timeout;
+    /* +inf, and sums no timespec can hold, are forever too (a wait of a
+     * billion seconds has no deadline anyone will see) */
+    return timeout < 0 || timeout > 1e9 ? -1.0 : mp__now() + timeout;
 }
 
 int mp__check_timeout(double timeout, const char *call)

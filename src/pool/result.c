@@ -259,14 +259,15 @@ int mp__result_wait_locked(mp_async_result *r, bool (*pred)(mp_async_result *, v
                            void *arg, double timeout)
 {
     struct timespec ts;
+    double deadline = mp__deadline(timeout);
     int rc = 0;
-    if (timeout >= 0) {
+    if (deadline >= 0) {
         /* r->cv waits on CLOCK_MONOTONIC, the clock of mp__deadline */
-        ts = mp__deadline_timespec(mp__deadline(timeout));
+        ts = mp__deadline_timespec(deadline);
     }
     while (!pred(r, arg) && rc == 0)
-        rc = timeout < 0 ? pthread_cond_wait(&r->cv, &r->mu)
-                         : pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+        rc = deadline < 0 ? pthread_cond_wait(&r->cv, &r->mu)
+                          : pthread_cond_timedwait(&r->cv, &r->mu, &ts);
     return pred(r, arg) ? 0 : MP_ETIMEDOUT;
 }
 
@@ -274,7 +275,9 @@ static bool is_ready(mp_async_result *r, void *arg) { return r->ready; }
 
 int mp_async_result_wait(mp_async_result *r, double timeout)
 {
-    int rc;
+    int rc = mp__check_timeout(timeout, "mp_async_result_wait");
+    if (rc < 0)
+        return rc;
     if (!r)
         return mp__error(MP_EINVAL, "mp_async_result_wait: result is NULL");
     if (r->ops)
@@ -297,7 +300,9 @@ int mp__result_first_error(const mp_async_result *r, const char *call)
 
 int mp_async_result_get(mp_async_result *r, double timeout, const mp_msg **out)
 {
-    int rc;
+    int rc = mp__check_timeout(timeout, "mp_async_result_get");
+    if (rc < 0)
+        return rc;
     if (!r)
         return mp__error(MP_EINVAL, "mp_async_result_get: result is NULL");
     if (r->ops)

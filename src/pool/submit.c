@@ -459,6 +459,8 @@ int mp_imap_next(mp_imap *it, double timeout, mp_msg **out, size_t *index)
     if (!it || !out)
         return mp__error(MP_EINVAL, "mp_imap_next: %s is NULL", it ? "out" : "it");
     *out = NULL;
+    if ((rc = mp__check_timeout(timeout, "mp_imap_next")) < 0)
+        return rc;
     if (it->ops)
         return mp__remote_imap_next(it, timeout, out, index);
     r = it->r;

@@ -329,7 +329,9 @@ static int check_waitable(mp_process *p, const char *call)
 int mp_process_join(mp_process *p, double timeout)
 {
     double deadline = mp__deadline(timeout);
-    int rc = check_waitable(p, "mp_process_join");
+    int rc = mp__check_timeout(timeout, "mp_process_join");
+    if (rc == 0)
+        rc = check_waitable(p, "mp_process_join");
     if (rc < 0 || p->state == ST_REAPED)
         return rc;
     for (;;) {

@@ -75,6 +75,9 @@ static int handle_events(mp_spawn_context *c, const struct pollfd *pf, const int
 int mp_spawn_context_join(mp_spawn_context *c, double timeout)
 {
     double deadline = mp__deadline(timeout);
+    int rc = mp__check_timeout(timeout, "mp_spawn_context_join");
+    if (rc < 0)
+        return rc;
     if (!c)
         return mp__error(MP_EINVAL, "mp_spawn_context_join: context is NULL");
     if (c->failed >= 0)

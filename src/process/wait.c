@@ -87,7 +87,9 @@ int mp_wait(mp_wait_item *items, size_t n, double timeout)
 {
     double deadline = timeout == 0 ? 0 : mp__deadline(timeout);
     struct pollfd *pf;
-    int rc = 0;
+    int rc = mp__check_timeout(timeout, "mp_wait");
+    if (rc < 0)
+        return rc;
     if (!items || n == 0 || n > 65536)
         return mp__error(MP_EINVAL, "mp_wait: want 1..65536 items (got %zu%s)", n,
                          items ? "" : ", NULL");

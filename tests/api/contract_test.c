@@ -1,9 +1,11 @@
 /* The API's common contract, checked across areas: predicates share one
  * type (bool, false for NULL), "list all names" calls share one shape (a
- * static NULL-terminated list, the default first). */
+ * static NULL-terminated list, the default first), a NaN timeout is refused
+ * before a call acts. */
 #include "mp_test.h"
 #include "os/os.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -276,6 +278,72 @@ static void test_child_error_sizes(void **state)
     assert_mp_ok(mp_process_destroy(p));
 }
 
+/* Refused even where the call would finish at once, and nothing moves: no
+ * message is put, taken or sent, no exited child is reaped. */
+static void assert_nan_refused(int rc, const char *call)
+{
+    assert_int_equal(rc, MP_EINVAL);
+    assert_non_null(strstr(mp_last_error(), call));
+    assert_non_null(strstr(mp_last_error(), "timeout is NaN"));
+}
+
+static void test_nan_timeout_refused_before_acting(void **state)
+{
+    mp_queue *q = NULL;
+    mp_conn *a = NULL, *b = NULL;
+    mp_msg *m = NULL, *got = NULL;
+    mp_tensor *t = NULL, *tg = NULL;
+    mp_process *p = NULL;
+    void *bytes = NULL;
+    size_t len = 1;
+    const int64_t shape[] = {4};
+    const char *names[] = {"w"};
+    assert_mp_ok(mp_queue_create(0, &q));
+    assert_mp_ok(mp_pipe(true, &a, &b));
+    assert_mp_ok(mp_msg_create(&m));
+    assert_mp_ok(mp_msg_set_payload(m, "x", 1));
+    assert_mp_ok(mp_tensor_empty_shared(MP_FLOAT32, 1, shape, &t));
+
+    assert_nan_refused(mp_queue_put(q, m, NAN), "mp_queue_put");
+    assert_nan_refused(mp_queue_put_tensor(q, t, NAN), "mp_queue_put_tensor");
+    assert_nan_refused(mp_queue_put_state_dict(q, 1, names, &t, NAN), "mp_queue_put_state_dict");
+    assert_mp_err(mp_queue_get_nowait(q, &got), MP_ETIMEDOUT); /* none was put */
+    assert_mp_ok(mp_queue_put_tensor(q, t, -1));
+    got = m; /* a get that fails sets *out to NULL */
+    assert_nan_refused(mp_queue_get(q, &got, NAN), "mp_queue_get");
+    assert_null(got);
+    assert_nan_refused(mp_queue_get_tensor(q, &tg, NAN), "mp_queue_get_tensor");
+    assert_nan_refused(mp_queue_get_state_dict(q, &got, NAN), "mp_queue_get_state_dict");
+    assert_mp_ok(mp_queue_get_tensor(q, &tg, 0)); /* still there */
+
+    assert_nan_refused(mp_conn_send(a, m, NAN), "mp_conn_send");
+    assert_nan_refused(mp_conn_send_bytes(a, "x", 1, NAN), "mp_conn_send_bytes");
+    assert_int_equal(mp_conn_poll(b, 0), 0); /* none was sent */
+    assert_mp_ok(mp_conn_send(a, m, -1));
+    mp_wait_item it = {.kind = MP_WAIT_CONN, .u.conn = b};
+    assert_nan_refused(mp_wait(&it, 1, NAN), "mp_wait");
+    assert_nan_refused(mp_conn_poll(b, NAN), "mp_conn_poll");
+    assert_nan_refused(mp_conn_recv(b, &got, NAN), "mp_conn_recv");
+    assert_nan_refused(mp_conn_recv_bytes(b, &bytes, &len, NAN), "mp_conn_recv_bytes");
+    assert_true(bytes == NULL && len == 0);
+    assert_mp_ok(mp_conn_recv(b, &got, 0)); /* still there */
+    mp_msg_destroy(got);
+
+    assert_mp_ok(mp_process_create("contract_exit3", NULL, NULL, &p));
+    assert_mp_ok(mp_process_start(p));
+    assert_nan_refused(mp_process_join(p, NAN), "mp_process_join");
+    assert_mp_ok(mp_process_join(p, 30));
+    assert_nan_refused(mp_process_join(p, NAN), "mp_process_join");
+    assert_mp_ok(mp_process_destroy(p));
+
+    mp_tensor_release(tg);
+    mp_tensor_release(t);
+    mp_msg_destroy(m);
+    mp_conn_release(a);
+    mp_conn_release(b);
+    mp_queue_release(q);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -291,6 +359,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_barrier_options_sizes, mp_test_setup,
                                         mp_test_teardown),
         cmocka_unit_test_setup_teardown(test_child_error_sizes, mp_test_setup,
+                                        mp_test_teardown),
+        cmocka_unit_test_setup_teardown(test_nan_timeout_refused_before_acting, mp_test_setup,
                                         mp_test_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

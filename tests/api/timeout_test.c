@@ -1,9 +1,11 @@
 /* One meaning of a timeout for every blocking call (docs/errors.md#timeouts):
  * 0 polls and fails with MP_ETIMEDOUT when not ready, 0.05 waits that long
  * and fails with MP_ETIMEDOUT, a negative timeout waits until another
- * thread or process makes the object ready. One table, one row per call. */
+ * thread or process makes the object ready (so does +inf), NaN fails with MP_EINVAL at
+ * once and leaves the object as it was. One table, one row per call. */
 #include "mp_test.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -42,7 +44,11 @@ typedef struct row {
     int (*call)(fx *f, double timeout);
     void (*ready)(fx *f); /* makes the call able to complete */
     int not_ready;        /* what a poll or an expired wait returns */
-    bool has_timeout;     /* false: the call takes none (infinite only) */
+    enum {
+        FOREVER_ONLY,     /* the call takes no timeout */
+        TIMED,            /* it takes one; NaN is refused */
+        TIMED_NAN_DEFAULT /* NaN asks for the object's default timeout */
+    } timeouts;
 } row;
 
 static mp_msg *one_byte(void)
@@ -385,29 +391,29 @@ static int c_imap(fx *f, double t)
 }
 
 static const row rows[] = {
-    {"queue get (empty)", s_queue, c_queue_get, r_put, MP_ETIMEDOUT, true},
-    {"queue get_nowait / get", s_queue, c_queue_get_nowait, r_put, MP_ETIMEDOUT, true},
-    {"queue put (full)", s_queue_full, c_queue_put, r_get, MP_ETIMEDOUT, true},
-    {"joinable queue join", s_joinable, c_join, r_task_done, MP_ETIMEDOUT, true},
-    {"simple queue get", s_simple, c_simple_get, r_simple_put, MP_ETIMEDOUT, false},
-    {"conn recv", s_pipe, c_recv, r_send, MP_ETIMEDOUT, true},
-    {"conn poll", s_pipe, c_poll, r_send, POLL_NOT_READY, true},
-    {"conn recv_bytes", s_pipe, c_recv_bytes, r_send, MP_ETIMEDOUT, true},
-    {"conn send (full)", s_pipe_full, c_send, r_drain, MP_ETIMEDOUT, true},
-    {"wait (a conn)", s_pipe, c_wait, r_send, MP_ETIMEDOUT, true},
-    {"queue get_tensor", s_queue, c_get_tensor, r_put_tensor, MP_ETIMEDOUT, true},
-    {"lock lock", s_lock, c_lock, r_holder, MP_ETIMEDOUT, true},
-    {"rlock lock", s_rlock, c_rlock, r_holder, MP_ETIMEDOUT, true},
-    {"semaphore wait", s_sem, c_sem, r_sem, MP_ETIMEDOUT, true},
-    {"event wait", s_event, c_event, r_event, MP_ETIMEDOUT, true},
-    {"condition lock", s_cond_held, c_cond_lock, r_holder, MP_ETIMEDOUT, true},
-    {"condition wait", s_cond, c_cond, r_cond, MP_ETIMEDOUT, true},
-    {"barrier wait", s_barrier, c_barrier, r_barrier, MP_ETIMEDOUT, true},
-    {"process join", s_process, c_process, r_event, MP_ETIMEDOUT, true},
-    {"spawn join", s_spawn, c_spawn, r_event, MP_ETIMEDOUT, true},
-    {"pool result wait", s_pool, c_result_wait, r_event, MP_ETIMEDOUT, true},
-    {"pool result get", s_pool, c_result_get, r_event, MP_ETIMEDOUT, true},
-    {"pool imap next", s_imap, c_imap, r_event, MP_ETIMEDOUT, true},
+    {"queue get (empty)", s_queue, c_queue_get, r_put, MP_ETIMEDOUT, TIMED},
+    {"queue get_nowait / get", s_queue, c_queue_get_nowait, r_put, MP_ETIMEDOUT, TIMED},
+    {"queue put (full)", s_queue_full, c_queue_put, r_get, MP_ETIMEDOUT, TIMED},
+    {"joinable queue join", s_joinable, c_join, r_task_done, MP_ETIMEDOUT, TIMED},
+    {"simple queue get", s_simple, c_simple_get, r_simple_put, MP_ETIMEDOUT, FOREVER_ONLY},
+    {"conn recv", s_pipe, c_recv, r_send, MP_ETIMEDOUT, TIMED},
+    {"conn poll", s_pipe, c_poll, r_send, POLL_NOT_READY, TIMED},
+    {"conn recv_bytes", s_pipe, c_recv_bytes, r_send, MP_ETIMEDOUT, TIMED},
+    {"conn send (full)", s_pipe_full, c_send, r_drain, MP_ETIMEDOUT, TIMED},
+    {"wait (a conn)", s_pipe, c_wait, r_send, MP_ETIMEDOUT, TIMED},
+    {"queue get_tensor", s_queue, c_get_tensor, r_put_tensor, MP_ETIMEDOUT, TIMED},
+    {"lock lock", s_lock, c_lock, r_holder, MP_ETIMEDOUT, TIMED},
+    {"rlock lock", s_rlock, c_rlock, r_holder, MP_ETIMEDOUT, TIMED},
+    {"semaphore wait", s_sem, c_sem, r_sem, MP_ETIMEDOUT, TIMED},
+    {"event wait", s_event, c_event, r_event, MP_ETIMEDOUT, TIMED},
+    {"condition lock", s_cond_held, c_cond_lock, r_holder, MP_ETIMEDOUT, TIMED},
+    {"condition wait", s_cond, c_cond, r_cond, MP_ETIMEDOUT, TIMED},
+    {"barrier wait", s_barrier, c_barrier, r_barrier, MP_ETIMEDOUT, TIMED_NAN_DEFAULT},
+    {"process join", s_process, c_process, r_event, MP_ETIMEDOUT, TIMED},
+    {"spawn join", s_spawn, c_spawn, r_event, MP_ETIMEDOUT, TIMED},
+    {"pool result wait", s_pool, c_result_wait, r_event, MP_ETIMEDOUT, TIMED},
+    {"pool result get", s_pool, c_result_get, r_event, MP_ETIMEDOUT, TIMED},
+    {"pool imap next", s_imap, c_imap, r_event, MP_ETIMEDOUT, TIMED},
 };
 
 static void teardown_fx(fx *f)
@@ -505,17 +511,38 @@ static void check_finite(const row *r, double timeout)
     teardown_fx(&f);
 }
 
-static void check_forever(const row *r)
+/* NaN is refused before the call acts: a second call that polls still
+ * finds the object not ready (nothing was taken, put or broken). */
+static void check_nan(const row *r)
+{
+    fx f;
+    setup_fx(&f, r);
+    double t0 = now();
+    int rc = r->call(&f, NAN);
+    double took = now() - t0;
+    if (rc != MP_EINVAL || !strstr(mp_last_error(), "NaN"))
+        note("%s, timeout NaN: %d %s (wanted MP_EINVAL): %s\n", r->name, rc, mp_err_name(rc),
+             mp_last_error());
+    else if (took > 1)
+        note("%s, timeout NaN: took %.3f s to refuse it\n", r->name, took);
+    else if ((rc = r->call(&f, 0)) != r->not_ready)
+        note("%s, poll after NaN: %s (wanted %d): %s\n", r->name, mp_err_name(rc),
+             r->not_ready, mp_last_error());
+    r->ready(&f);
+    teardown_fx(&f);
+}
+
+static void check_forever(const row *r, double timeout)
 {
     fx f;
     pthread_t th;
     setup_fx(&f, r);
     later l = {r, &f};
     assert_int_equal(pthread_create(&th, NULL, ready_later, &l), 0);
-    int rc = r->call(&f, -1);
+    int rc = r->call(&f, timeout);
     pthread_join(th, NULL);
     if (rc != 0)
-        note("%s, timeout -1: %s: %s\n", r->name, mp_err_name(rc), mp_last_error());
+        note("%s, timeout %g: %s: %s\n", r->name, timeout, mp_err_name(rc), mp_last_error());
     teardown_fx(&f);
 }
 
@@ -550,11 +577,15 @@ static void test_every_blocking_call(void **state)
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         const row *r = &rows[i];
         int maps = mp_test_count_maps();
-        if (r->has_timeout) {
+        if (r->timeouts != FOREVER_ONLY) {
             check_finite(r, 0);
             check_finite(r, 0.05);
         }
-        check_forever(r);
+        if (r->timeouts == TIMED)
+            check_nan(r);
+        check_forever(r, -1);
+        if (r->timeouts != FOREVER_ONLY)
+            check_forever(r, INFINITY);
         check_maps(r, maps);
     }
     mp_set_log_hook(NULL, NULL);

@@ -4,7 +4,8 @@
 # read the lines back. It takes ~1 s (2.5 s under ASan, where it also checks
 # bench_all itself for leaks), so both runs keep it. RESOURCE_LOCK: the
 # benchmarks create shared memory that the /dev/shm leak counts of other
-# tests would see.
+# tests would see, and bench_mpi runs mpirun, which must not overlap the
+# MPI tests (the hosts ones add and remove network interfaces).
 if(TARGET perf_runner_test)
   target_sources(perf_runner_test PRIVATE ${PROJECT_SOURCE_DIR}/bench/common/record.c)
   target_include_directories(perf_runner_test PRIVATE ${PROJECT_SOURCE_DIR}/bench/common)
@@ -18,7 +19,7 @@ if(TARGET perf_runner_test)
     endforeach()
   endif()
   set_tests_properties(perf_runner_test PROPERTIES LABELS bench TIMEOUT 120
-                       RESOURCE_LOCK mproc_dev_shm)
+                       RESOURCE_LOCK "mproc_dev_shm;mpi")
 endif()
 
 # bench/mpmc_study.c (docs/performance.md, "4x4 MPMC by placement") with
