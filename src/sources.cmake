@@ -11,7 +11,7 @@ set(MPROC_SYNC_SOURCES attach.c barrier.c event.c fastlock.c lock.c object.c rob
     semaphore.c)
 set(MPROC_IPC_SOURCES conn.c kinds.c qcore.c queue.c ring.c)
 set(MPROC_PROCESS_SOURCES backtrace.c child.c forkserver.c launch.c process.c registry.c spawn.c wait.c)
-set(MPROC_POOL_SOURCES frame.c inflight.c pool.c remote.c result.c submit.c worker.c workers.c)
+set(MPROC_POOL_SOURCES exit.c frame.c inflight.c pool.c remote.c result.c submit.c worker.c workers.c)
 
 set(MPROC_SOURCES)
 foreach(layer os shm tensor wire sync ipc process pool)

@@ -94,6 +94,8 @@ int mp__struct_out(void *dst, const void *src, size_t src_size, const char *call
  * this order too. parent and child release in reverse. A new lock gets a
  * level here, placed by what it is held around. */
 typedef enum mp__fork_level {
+    MP__FORK_POOL_LIST,    /* pool/exit.c live_lock: the running pools; held
+                            * with no other lock */
     MP__FORK_FORKSERVER,   /* forkserver.c fs.lock: held while sending a start
                             * request, whose message shares tensors (below) */
     MP__FORK_PROCESS_LIST, /* process.c list_lock: the live children */

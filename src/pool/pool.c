@@ -352,6 +352,7 @@ static int copy_options(mp_pool *p, const mp_pool_options *o)
 
 static void pool_free(mp_pool *p)
 {
+    mp__pool_untrack(p);
     mp_tensor_release(p->vcache[0]);
     mp_tensor_release(p->vcache[1]);
     free(p->ready);
@@ -427,6 +428,7 @@ int mp_pool_create(int nprocs, const mp_pool_options *opts, mp_pool **out)
         pool_free(p);
         return rc;
     }
+    mp__pool_track(p);
     pthread_mutex_lock(&p->mu);
     while (!p->started)
         pthread_cond_wait(&p->cv, &p->mu);

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "mproc/pool.h"
 #include "mproc/process.h"
@@ -284,7 +285,14 @@ struct mp_pool {
     mp_async_result **ready;  /* handler thread: results awaiting callbacks */
     size_t nready, ready_cap;
     char start_error[MP__WHY_MAX + 64]; /* handler thread: last start failure */
+    pid_t owner;                        /* the creating process (exit.c) */
+    mp_pool *live_prev, *live_next;     /* exit.c's list of running pools */
 };
+
+/* exit.c: a pool joins the list of pools that exit terminates (its owner set
+ * to this process) once its workers run, and leaves it before it is freed. */
+void mp__pool_track(mp_pool *p);
+void mp__pool_untrack(mp_pool *p);
 
 /* workers.c: starts a worker process in slot (handler thread). */
 int mp__worker_start(mp_pool *p, int slot);

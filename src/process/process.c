@@ -42,6 +42,8 @@ static pthread_mutex_t list_lock = PTHREAD_MUTEX_INITIALIZER;
 static mp_process *live;
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static atomic_int name_counter;
+static void (*exit_hooks[4])(void); /* under list_lock */
+static int n_exit_hooks;
 
 static void list_add(mp_process *p)
 {
@@ -67,11 +69,19 @@ static void list_remove(mp_process *p)
     pthread_mutex_unlock(&list_lock);
 }
 
-/* Python's _exit_function: terminate daemons, then join every child. */
+/* Python's _exit_function: run the finalizers (mp__process_on_exit: a
+ * pool's terminate), terminate daemons, then join every child. */
 static void at_exit(void)
 {
     mp_process *batch[256];
+    void (*hooks[4])(void);
     int n;
+    pthread_mutex_lock(&list_lock);
+    n = n_exit_hooks;
+    memcpy(hooks, exit_hooks, sizeof hooks);
+    pthread_mutex_unlock(&list_lock);
+    while (n > 0)
+        hooks[--n]();
     do {
         n = 0;
         pthread_mutex_lock(&list_lock);
@@ -107,6 +117,18 @@ static void init_once_fn(void)
     atexit(at_exit);
     static const mp__fork_handlers h = {atfork_prepare, atfork_parent, atfork_child};
     mp__atfork_register(MP__FORK_PROCESS_LIST, &h);
+}
+
+void mp__process_on_exit(void (*fn)(void))
+{
+    pthread_once(&init_once, init_once_fn);
+    pthread_mutex_lock(&list_lock);
+    bool known = false;
+    for (int i = 0; i < n_exit_hooks; i++)
+        known |= exit_hooks[i] == fn;
+    if (!known && n_exit_hooks < 4)
+        exit_hooks[n_exit_hooks++] = fn;
+    pthread_mutex_unlock(&list_lock);
 }
 
 /* ---- create ------------------------------------------------------------- */

@@ -192,5 +192,10 @@ int mp__process_reap(mp_process *p, bool block);
  * rest. */
 void mp__process_stop_all(mp_process **ps, int n, int except, double grace,
                           double kill_timeout);
+/* Runs fn at normal exit before the exit handler joins the children, as
+ * Python runs its finalizers (a Pool's terminate) before joining them; the
+ * last registered runs first. A higher layer's children may only end when
+ * fn stops them. At most 4 hooks; registering one twice runs it once. */
+void mp__process_on_exit(void (*fn)(void));
 
 #endif

@@ -1,0 +1,92 @@
+/* Pools still running when the program exits normally are terminated before
+ * the process layer's exit handler joins the children, as Python's Pool
+ * finalizer does: otherwise that handler would wait forever for workers
+ * that wait for tasks. Their unfinished tasks are lost, as in Python;
+ * close and join a pool to finish them. */
+#include "pool/pool_internal.h"
+#include "process/process_internal.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static mp_pool *live;
+
+/* Held only around list updates, never around a fork or a wait, so a fork
+ * in another thread cannot leave a child with it locked. */
+static void atfork_prepare(void) { pthread_mutex_lock(&live_lock); }
+static void atfork_release(void) { pthread_mutex_unlock(&live_lock); }
+
+/* Exit from one of p's callbacks runs on p's handler thread, which cannot
+ * wait for itself: its workers are killed instead, and the process layer
+ * reaps them. */
+static void stop_from_own_handler(mp_pool *p)
+{
+    for (int i = 0; i < p->nprocs; i++)
+        if (p->w[i].proc)
+            mp_process_kill(p->w[i].proc);
+}
+
+static void terminate_live_pools(void)
+{
+    mp_pool **mine = NULL;
+    size_t n = 0, cap = 0;
+    pthread_mutex_lock(&live_lock);
+    for (mp_pool *p = live; p; p = p->live_next) {
+        if (p->owner != getpid())
+            continue; /* a pool of the parent this process was forked from */
+        if (n == cap) {
+            mp_pool **bigger = realloc(mine, (cap = cap ? 2 * cap : 8) * sizeof *mine);
+            if (!bigger)
+                break;
+            mine = bigger;
+        }
+        mine[n++] = p;
+    }
+    pthread_mutex_unlock(&live_lock);
+    for (size_t i = 0; i < n; i++) {
+        if (pthread_equal(pthread_self(), mine[i]->thread)) {
+            stop_from_own_handler(mine[i]);
+            continue;
+        }
+        mp_pool_terminate(mine[i]);
+        mp_pool_join(mine[i]); /* the pool stays the user's to destroy */
+    }
+    free(mine);
+}
+
+static void register_once(void)
+{
+    static const mp__fork_handlers h = {atfork_prepare, atfork_release, atfork_release};
+    mp__atfork_register(MP__FORK_POOL_LIST, &h);
+    mp__process_on_exit(terminate_live_pools);
+}
+
+void mp__pool_track(mp_pool *p)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, register_once);
+    pthread_mutex_lock(&live_lock);
+    p->owner = getpid();
+    p->live_prev = NULL;
+    p->live_next = live;
+    if (live)
+        live->live_prev = p;
+    live = p;
+    pthread_mutex_unlock(&live_lock);
+}
+
+void mp__pool_untrack(mp_pool *p)
+{
+    pthread_mutex_lock(&live_lock);
+    if (p->live_prev)
+        p->live_prev->live_next = p->live_next;
+    else if (live == p)
+        live = p->live_next;
+    if (p->live_next)
+        p->live_next->live_prev = p->live_prev;
+    p->live_prev = p->live_next = NULL;
+    pthread_mutex_unlock(&live_lock);
+}
