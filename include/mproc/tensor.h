@@ -92,7 +92,8 @@ MP_API mp_dtype mp_tensor_dtype(const mp_tensor *t);
 MP_API int mp_tensor_ndim(const mp_tensor *t);
 MP_API const int64_t *mp_tensor_shape(const mp_tensor *t);
 MP_API const int64_t *mp_tensor_strides(const mp_tensor *t);   /* in elements */
-MP_API int64_t mp_tensor_size(const mp_tensor *t, int dim);    /* negative dim counts from end */
+/* Size of dim (negative counts from the end); -1 for a dim out of range. */
+MP_API int64_t mp_tensor_size(const mp_tensor *t, int dim);
 MP_API uint64_t mp_tensor_byte_offset(const mp_tensor *t);     /* into the storage */
 MP_API int64_t mp_tensor_numel(const mp_tensor *t);
 MP_API size_t mp_tensor_element_size(const mp_tensor *t);

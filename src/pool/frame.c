@@ -341,11 +341,12 @@ int mp_task_arg(const mp_msg *in, size_t j, mp_msg **out)
     if (!in || !out)
         return mp__error(MP_EINVAL, "mp_task_arg: %s is NULL", in ? "out" : "in");
     rc = mp__pack_open(in, &v);
-    if (rc == 0 && v.magic != MP__PACK_STAR)
-        rc = mp__error(MP_EINVAL, "mp_task_arg: the message is not a starmap item");
-    else if (rc == 0 && j >= v.count)
+    if (rc != 0 || v.magic != MP__PACK_STAR)
+        rc = mp__error(MP_EINVAL, "mp_task_arg: the message is not a starmap item (call it "
+                                  "on the in of a task run by mp_pool_starmap)");
+    else if (j >= v.count)
         rc = mp__error(MP_EINVAL, "mp_task_arg: argument %zu of %u", j, v.count);
-    else if (rc == 0)
+    else
         rc = mp__pack_item(&v, (uint32_t)j, out);
     mp__pack_close(&v);
     return rc;

@@ -263,6 +263,9 @@ int mp_pool_map_array_async(mp_pool *p, const char *task, const void *in, size_t
     int rc;
     if (n && (!in || !out || in_size == 0 || out_size == 0))
         return mp__error(MP_EINVAL, "mp_pool_map_array_async: want in, out and item sizes");
+    if (n && (n > SIZE_MAX / in_size || n > SIZE_MAX / out_size))
+        return mp__error(MP_EOVERFLOW, "mp_pool_map_array_async: %zu items of %zu and %zu bytes "
+                         "overflow a size_t", n, in_size, out_size);
     if (p && p->ops && res && task)
         return mp__remote_map_array(p, task, in, n, in_size, out, out_size, chunksize, cb, res,
                                     "mp_pool_map_array_async");

@@ -52,8 +52,9 @@ int mp__view_span(const char *call, mp_dtype dtype, int ndim, const int64_t *sha
             return 0;
         }
         if (MUL(shape[i] - 1, strides[i], &e) || ADD(e > 0 ? *end : *lo, e, e > 0 ? end : lo))
-            return mp__error(MP_EOVERFLOW, "%s: dim %d's stride %lld times size %lld overflows",
-                             call, i, (long long)strides[i], (long long)shape[i]);
+            return mp__error(MP_EOVERFLOW, "%s: the strides reach past 2^63 elements at dim %d "
+                             "(stride %lld, size %lld)", call, i, (long long)strides[i],
+                             (long long)shape[i]);
     }
     if (MUL(*lo, es, lo) || ADD(*end, 1, end) || MUL(*end, es, end) || SUB(*end, *lo, &span))
         return mp__error(MP_EOVERFLOW, "%s: the view's byte range overflows", call);

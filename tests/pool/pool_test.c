@@ -151,6 +151,8 @@ static void test_starmap(void **state)
     mp_msg *in = msg_i64(1), *o = NULL;
     assert_mp_err(mp_pool_apply(p, "star_sum", in, &o), MP_EINVAL);
     assert_null(o);
+    assert_mp_err(mp_task_arg(in, 0, &o), MP_EINVAL);
+    assert_non_null(strstr(mp_last_error(), "mp_task_arg: the message is not a starmap item"));
     mp_msg_destroy(in);
     mp_pool_destroy(p);
 }
@@ -449,6 +451,9 @@ static void test_map_array(void **state)
                   MP_EPROTO);
     assert_non_null(strstr(mp_last_error(), "8-byte result"));
     assert_mp_err(mp_pool_map_array(p, "twice_double", in, 4, 0, out, 8, 1), MP_EINVAL);
+    assert_mp_err(mp_pool_map_array(p, "twice_double", in, SIZE_MAX / 4, 8, out, 8, 1),
+                  MP_EOVERFLOW);
+    assert_non_null(strstr(mp_last_error(), "overflow a size_t"));
     free(in);
     free(out);
     mp_pool_destroy(p);
