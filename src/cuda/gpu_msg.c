@@ -11,7 +11,7 @@ int mp_msg_add_cuda_tensor(mp_msg *m, const char *name, mp_tensor *t)
         return mp__error(MP_EINVAL, "mp_msg_add_cuda_tensor: NULL message or tensor");
     if (!mp__cuda_tensor_alloc(t, "mp_msg_add_cuda_tensor"))
         return MP_EINVAL;
-    return mp__msg_add_object(m, name, &mp__cuda_tensor_kind, t);
+    return mp__msg_add_object(m, name, &mp__cuda_tensor_kind, t, "mp_msg_add_cuda_tensor");
 }
 
 int mp_msg_get_cuda_tensor(const mp_msg *m, size_t index, mp_tensor **out)

@@ -419,7 +419,7 @@ int mp_msg_add_conn(mp_msg *m, const char *name, mp_conn *c)
                                      "is not an object of this host); keep it in the rank "
                                      "that made it, or make a pipe between the ranks that "
                                      "need it", c->ops->what);
-    return mp__msg_add_object(m, name, &mp__conn_kind, c);
+    return mp__msg_add_object(m, name, &mp__conn_kind, c, "mp_msg_add_conn");
 }
 
 int mp_msg_get_conn(const mp_msg *m, size_t index, mp_conn **out)

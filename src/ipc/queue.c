@@ -358,7 +358,7 @@ int mp_msg_add_queue(mp_msg *m, const char *name, mp_queue *q)
                                      "is not an object of this host); every rank already "
                                      "holds it: create it collectively and use it on each "
                                      "rank", Q(q)->ops->what);
-    return mp__msg_add_object(m, name, q_ops(Q(q)->kind), q);
+    return mp__msg_add_object(m, name, q_ops(Q(q)->kind), q, "mp_msg_add_queue");
 }
 
 int mp_msg_get_queue(const mp_msg *m, size_t index, mp_queue **out)
@@ -371,7 +371,7 @@ int mp_msg_get_queue(const mp_msg *m, size_t index, mp_queue **out)
 
 int mp_msg_add_simple_queue(mp_msg *m, const char *name, mp_simple_queue *q)
 {
-    return mp__msg_add_object(m, name, &mp__simple_queue_kind, q);
+    return mp__msg_add_object(m, name, &mp__simple_queue_kind, q, "mp_msg_add_simple_queue");
 }
 
 int mp_msg_get_simple_queue(const mp_msg *m, size_t index, mp_simple_queue **out)

@@ -140,6 +140,11 @@ static int encode_object(enc *e, size_t i)
     int nfds = 0, rc;
     rc = k->encode(a->u.obj, scratch, sizeof scratch, &len, o->fds + o->nfds,
                    MP__WIRE_MAX_FDS - 1 - o->nfds, &nfds);
+    if (rc == MP_EOVERFLOW && o->nfds > 0)
+        return mp__error(MP_EOVERFLOW, "sending a message: %s attachment %zu does not fit: the "
+                         "attachments before it use %d of the %d file descriptors a message "
+                         "carries; send them in several messages", k->name, i, o->nfds,
+                         MP__WIRE_MAX_FDS - 1);
     if (rc < 0)
         return rc;
     if (len > sizeof scratch || nfds < 0 || nfds > MP__WIRE_MAX_FDS - 1 - o->nfds)

@@ -400,13 +400,14 @@ int mp_msg_from_state_dict(size_t n, const char *const *names, mp_tensor *const 
     return 0;
 }
 
-int mp__msg_add_object(mp_msg *m, const char *name, const mp__objkind *k, void *obj)
+int mp__msg_add_object(mp_msg *m, const char *name, const mp__objkind *k, void *obj,
+                       const char *fn)
 {
     size_t len;
     int rc;
     if (!m || !obj)
-        return mp__error(MP_EINVAL, "mp_msg_add: %s is NULL", m ? "object" : "message");
-    if ((rc = check_name("mp_msg_add", name, &len)) < 0)
+        return mp__error(MP_EINVAL, "%s: %s is NULL", fn, m ? "object" : "message");
+    if ((rc = check_name(fn, name, &len)) < 0)
         return rc;
     rc = mp__msg_push(m, k, name, len, k->retain(obj));
     if (rc < 0)
@@ -451,5 +452,5 @@ int mp__msg_copy_object(mp_msg *dst, const mp_msg *src, size_t index)
         return mp__error(MP_EINVAL, "mp__msg_copy_object: the destination message is NULL");
     if ((rc = object_at(src, index, NULL, "mp__msg_copy_object", &a)) < 0)
         return rc;
-    return mp__msg_add_object(dst, a->name, a->ops, a->u.obj);
+    return mp__msg_add_object(dst, a->name, a->ops, a->u.obj, "mp__msg_copy_object");
 }

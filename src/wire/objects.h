@@ -56,8 +56,10 @@ size_t mp__objkind_list(char *buf, size_t cap);
 
 /* Generic attach/get for layers above (typed wrappers live in their headers,
  * e.g. mp_msg_add_queue in mproc/queue.h). add retains obj; get returns a new
- * reference, MP_EINVAL when the attachment is not of kind k. */
-int mp__msg_add_object(mp_msg *m, const char *name, const mp__objkind *k, void *obj);
+ * reference, MP_EINVAL when the attachment is not of kind k. fn: the public
+ * call, for the error sentences. */
+int mp__msg_add_object(mp_msg *m, const char *name, const mp__objkind *k, void *obj,
+                       const char *fn);
 int mp__msg_get_object(const mp_msg *m, size_t index, const mp__objkind *k, void **obj);
 /* Appends src's object attachment at index to dst under the same name,
  * retained. MP_EINVAL when that attachment is a tensor or out of range. */

@@ -344,6 +344,43 @@ static void test_nan_timeout_refused_before_acting(void **state)
     mp_queue_release(q);
 }
 
+/* A message's limits are refused with the public call's name and the fix,
+ * and a refused put leaves the queue as it was: a name over MP_MSG_NAME_MAX
+ * bytes, more fd-carrying attachments than one message carries. */
+static void test_message_limits(void **state)
+{
+    char name[MP_MSG_NAME_MAX + 2];
+    mp_event *e = NULL;
+    mp_queue *q = NULL;
+    mp_msg *m = NULL, *got = NULL;
+    memset(name, 'n', sizeof name - 1);
+    name[sizeof name - 1] = '\0';
+    assert_mp_ok(mp_event_create(&e));
+    assert_mp_ok(mp_queue_create(0, &q));
+    assert_mp_ok(mp_msg_create(&m));
+    assert_mp_err(mp_msg_add_event(m, name, e), MP_EINVAL);
+    assert_non_null(strstr(mp_last_error(), "mp_msg_add_event: name longer than"));
+    assert_int_equal(mp_msg_count(m), 0);
+    for (int i = 0; i < 300; i++)
+        assert_mp_ok(mp_msg_add_event(m, NULL, e));
+    int fds = mp_test_count_fds();
+    assert_mp_err(mp_queue_put(q, m, 1), MP_EOVERFLOW);
+    assert_non_null(strstr(mp_last_error(), "event attachment 252 does not fit"));
+    assert_non_null(strstr(mp_last_error(), "send them in several messages"));
+    assert_int_equal(mp_test_count_fds(), fds);
+    assert_mp_err(mp_queue_get_nowait(q, &got), MP_ETIMEDOUT);
+    mp_msg_destroy(m);
+    assert_mp_ok(mp_msg_create(&m));
+    assert_mp_ok(mp_msg_add_event(m, "e", e));
+    assert_mp_ok(mp_queue_put(q, m, 1));
+    assert_mp_ok(mp_queue_get(q, &got, 5));
+    assert_int_equal(mp_msg_count(got), 1);
+    mp_msg_destroy(got);
+    mp_msg_destroy(m);
+    mp_queue_release(q);
+    mp_event_release(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -362,6 +399,7 @@ int main(void)
                                         mp_test_teardown),
         cmocka_unit_test_setup_teardown(test_nan_timeout_refused_before_acting, mp_test_setup,
                                         mp_test_teardown),
+        cmocka_unit_test_setup_teardown(test_message_limits, mp_test_setup, mp_test_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
