@@ -7,7 +7,6 @@
 #include "process/process_internal.h"
 
 #include <pthread.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
 

@@ -290,7 +290,7 @@ struct mp_pool {
 };
 
 /* exit.c: a pool joins the list of pools that exit terminates (its owner set
- * to this process) once its workers run, and leaves it before it is freed. */
+ * to this process) once its handler thread runs, and leaves it when freed. */
 void mp__pool_track(mp_pool *p);
 void mp__pool_untrack(mp_pool *p);
 

@@ -1,8 +1,9 @@
 /* One meaning of a timeout for every blocking call (docs/errors.md#timeouts):
  * 0 polls and fails with MP_ETIMEDOUT when not ready, 0.05 waits that long
- * and fails with MP_ETIMEDOUT, a negative timeout waits until another
- * thread or process makes the object ready (so does +inf), NaN fails with MP_EINVAL at
- * once and leaves the object as it was. One table, one row per call. */
+ * and fails with MP_ETIMEDOUT, a negative timeout (or +inf) waits until
+ * another thread or process makes the object ready, NaN fails with
+ * MP_EINVAL at once and leaves the object as it was. One table, one row per
+ * call. */
 #include "mp_test.h"
 
 #include <math.h>
