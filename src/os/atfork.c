@@ -11,11 +11,16 @@
 
 static const mp__fork_handlers *_Atomic table[MP__FORK_LEVELS];
 static pthread_once_t once = PTHREAD_ONCE_INIT;
+/* The handlers this thread's fork ran prepare for: parent and child run
+ * those, not the table's, so a level registered by another thread while
+ * the fork is under way is not released without having been taken. */
+static _Thread_local const mp__fork_handlers *prepared[MP__FORK_LEVELS];
 
 static void prepare(void)
 {
     for (int i = 0; i < MP__FORK_LEVELS; i++) {
         const mp__fork_handlers *h = atomic_load(&table[i]);
+        prepared[i] = h;
         if (h && h->prepare)
             h->prepare();
     }
@@ -24,7 +29,7 @@ static void prepare(void)
 static void parent(void)
 {
     for (int i = MP__FORK_LEVELS - 1; i >= 0; i--) {
-        const mp__fork_handlers *h = atomic_load(&table[i]);
+        const mp__fork_handlers *h = prepared[i];
         if (h && h->parent)
             h->parent();
     }
@@ -33,7 +38,7 @@ static void parent(void)
 static void child(void)
 {
     for (int i = MP__FORK_LEVELS - 1; i >= 0; i--) {
-        const mp__fork_handlers *h = atomic_load(&table[i]);
+        const mp__fork_handlers *h = prepared[i];
         if (h && h->child)
             h->child();
     }

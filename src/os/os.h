@@ -205,8 +205,13 @@ int mp__poll_ms(double deadline);
 /* Deadline from a timeout in seconds: -1 (forever) for a negative one and
  * for one over 1e9 s (+inf); NaN stays NaN (mp__check_timeout refuses it). */
 double mp__deadline(double timeout);
-/* MP_EINVAL with a sentence for a NaN timeout (call: the public call's name). */
-int mp__check_timeout(double timeout, const char *call);
+/* MP_EINVAL with a sentence for a NaN timeout (call: the public call's name).
+ * Inline: every put and get of a queue or pipe runs it. */
+int mp__nan_timeout_error(const char *call);
+static inline int mp__check_timeout(double timeout, const char *call)
+{
+    return timeout != timeout ? mp__nan_timeout_error(call) : 0;
+}
 /* A deadline (>= 0) as an absolute CLOCK_MONOTONIC timespec, for futexes,
  * pthread_mutex_clocklock and condition variables on that clock. */
 struct timespec mp__deadline_timespec(double deadline);

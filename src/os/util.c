@@ -56,11 +56,9 @@ double mp__deadline(double timeout)
     return timeout < 0 || timeout > 1e9 ? -1.0 : mp__now() + timeout;
 }
 
-int mp__check_timeout(double timeout, const char *call)
+int mp__nan_timeout_error(const char *call)
 {
-    if (isnan(timeout))
-        return mp__error(MP_EINVAL, "%s: timeout is NaN (negative waits forever)", call);
-    return 0;
+    return mp__error(MP_EINVAL, "%s: timeout is NaN (negative waits forever)", call);
 }
 
 int mp__poll_ms(double deadline)

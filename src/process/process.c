@@ -123,11 +123,10 @@ void mp__process_on_exit(void (*fn)(void))
 {
     pthread_once(&init_once, init_once_fn);
     pthread_mutex_lock(&list_lock);
-    bool known = false;
-    for (int i = 0; i < n_exit_hooks; i++)
-        known |= exit_hooks[i] == fn;
-    if (!known && n_exit_hooks < 4)
+    if (n_exit_hooks < 4)
         exit_hooks[n_exit_hooks++] = fn;
+    else
+        mp__log(MP_LOG_ERROR, "mproc: more than 4 exit hooks; one is not run");
     pthread_mutex_unlock(&list_lock);
 }
 

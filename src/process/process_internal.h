@@ -195,7 +195,7 @@ void mp__process_stop_all(mp_process **ps, int n, int except, double grace,
 /* Runs fn at normal exit before the exit handler joins the children, as
  * Python runs its finalizers (a Pool's terminate) before joining them; the
  * last registered runs first. A higher layer's children may only end when
- * fn stops them. At most 4 hooks; registering one twice runs it once. */
+ * fn stops them. Register each hook once (pthread_once); at most 4. */
 void mp__process_on_exit(void (*fn)(void));
 
 #endif

@@ -142,9 +142,9 @@ static int encode_object(enc *e, size_t i)
                    MP__WIRE_MAX_FDS - 1 - o->nfds, &nfds);
     if (rc == MP_EOVERFLOW && o->nfds > 0)
         return mp__error(MP_EOVERFLOW, "sending a message: %s attachment %zu does not fit: the "
-                         "attachments before it use %d of the %d file descriptors a message "
-                         "carries; send them in several messages", k->name, i, o->nfds,
-                         MP__WIRE_MAX_FDS - 1);
+                         "message's tensors and earlier objects already use %d of the %d file "
+                         "descriptors a message carries; send them in several messages",
+                         k->name, i, o->nfds, MP__WIRE_MAX_FDS - 1);
     if (rc < 0)
         return rc;
     if (len > sizeof scratch || nfds < 0 || nfds > MP__WIRE_MAX_FDS - 1 - o->nfds)
