@@ -60,7 +60,9 @@ MP_API void mp_conn_release(mp_conn *c);
 
 /* Sends m (not consumed; the caller still owns it). Blocks while the socket
  * buffer is full, up to timeout. Errors: MP_EINVAL, MP_ESTATE (receive-only
- * end), MP_ECLOSED (this end closed, or the peer is gone), MP_ETIMEDOUT
+ * end), MP_ECLOSED (this end closed, or the peer is gone: at once when
+ * its last reader closed, within 64 small messages when it exited without
+ * closing; docs/messaging.md), MP_ETIMEDOUT
  * (no room in time), MP_ENOSPC/MP_EMFILE (sharing a private tensor),
  * MP_ETOOMANYREFS (the kernel's limit on fds in flight; nothing was sent). */
 MP_API int mp_conn_send(mp_conn *c, const mp_msg *m, double timeout);

@@ -157,28 +157,28 @@ class Connection:
         try:
             self._handle().send(payload, atts)
         except _ClosedError as e:
-            raise BrokenPipeError(errno.EPIPE, str(e)) from None
+            raise BrokenPipeError(errno.EPIPE, e.strerror) from None
 
     def _recv(self):
         self._check_readable()
         try:
             return self._handle().recv()
         except _ClosedError as e:
-            raise EOFError(str(e)) from None
+            raise EOFError(e.strerror) from None
 
     def send(self, obj):
         self._check_writable()
         try:
             self._handle().send_obj(obj)
         except _ClosedError as e:
-            raise BrokenPipeError(errno.EPIPE, str(e)) from None
+            raise BrokenPipeError(errno.EPIPE, e.strerror) from None
 
     def recv(self):
         self._check_readable()
         try:
             return self._handle().recv_obj()
         except _ClosedError as e:
-            raise EOFError(str(e)) from None
+            raise EOFError(e.strerror) from None
 
     def send_bytes(self, buf, offset=0, size=None):
         m = memoryview(buf).cast("B")

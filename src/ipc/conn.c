@@ -17,7 +17,7 @@ enum { CONN_READ = 1, CONN_WRITE = 2 };
 
 #define CONN_CTL_MAGIC 0x6c74636e6e6f636dull /* "mconnctl" */
 
-#define CONN_CTL_VERSION 5u /* 5: compact ring records, quiet rings */
+#define CONN_CTL_VERSION 6u /* 6: a ring counts its closed readers */
 
 /* Shared by the two ends of a pipe (a sealed memfd): the receive side of
  * each end, so several threads or processes receiving on one end take turns
@@ -329,14 +329,17 @@ int mp_conn_close(mp_conn *c)
         return mp__error(MP_EINVAL, "mp_conn_close: connection is NULL");
     if (c->ops)
         return c->ops->close(c->impl, "mp_conn_close");
-    if (c->sock >= 0 && (c->mode & CONN_WRITE)) {
-        c->sock = mp__close(c->sock);
-        /* A reader asleep on the ring looks at the socket now: EOF if this
-         * was the last writer. */
+    if (c->sock < 0)
+        return 0;
+    c->sock = mp__close(c->sock);
+    /* A reader asleep on the ring looks at the socket now: EOF if this was
+     * the last writer. */
+    if (c->mode & CONN_WRITE)
         mp__ring_wake(conn_ring(c, true));
-    } else {
-        c->sock = mp__close(c->sock);
-    }
+    /* After the fd is gone, so a sender that sees the count change and
+     * looks at the socket finds it hung up if this was the last reader. */
+    if (c->mode & CONN_READ)
+        mp__ring_reader_closed(conn_ring(c, false));
     return 0;
 }
 

@@ -99,6 +99,8 @@ int mp__ring_init(mp__ring *r, const char *fn)
     atomic_init(&r->tag, 0);
     atomic_init(&r->tail, 0);
     atomic_init(&r->head_seen, 0);
+    atomic_init(&r->closes_seen, 0);
+    atomic_init(&r->closes, 0);
     atomic_init(&r->head, 0);
     atomic_init(&r->space_wait, 0);
     atomic_init(&r->sleeping, 0);
@@ -165,6 +167,28 @@ static int peer_gone(int sock, const char *fn)
     return 0;
 }
 
+/* Holding plock, before slot t: a reader that closed its end since the
+ * last look (one load of a line the send reads anyway), or every
+ * PEER_CHECK_EVERY slots for one that exited or was killed without
+ * closing. closes_seen moves only when a reader is still there, so a send
+ * that failed fails again. */
+static int check_peer(mp__ring *r, int sock, uint32_t t, const char *fn)
+{
+    uint32_t closes = atomic_load_explicit(&r->closes, memory_order_acquire);
+    int rc;
+    if (closes == atomic_load_explicit(&r->closes_seen, memory_order_relaxed) &&
+        t % PEER_CHECK_EVERY != 0)
+        return 0;
+    if ((rc = peer_gone(sock, fn)) == 0)
+        atomic_store_explicit(&r->closes_seen, closes, memory_order_relaxed);
+    return rc;
+}
+
+void mp__ring_reader_closed(mp__ring *r)
+{
+    atomic_fetch_add_explicit(&r->closes, 1, memory_order_release);
+}
+
 /* Waits (holding plock) until the ring has a free slot. */
 static int room(mp__ring *r, int sock, double deadline, bool pipe, const char *fn)
 {
@@ -172,14 +196,14 @@ static int room(mp__ring *r, int sock, double deadline, bool pipe, const char *f
     /* head as last seen: it only grows, so room by it is room (and the
      * consumers' cache line stays theirs) */
     if (t - atomic_load_explicit(&r->head_seen, memory_order_relaxed) < MP__RING_SLOTS)
-        return pipe && (t % PEER_CHECK_EVERY) == 0 ? peer_gone(sock, fn) : 0;
+        return pipe ? check_peer(r, sock, t, fn) : 0;
     for (;;) {
         uint32_t h = atomic_load(&r->head);
         double until = deadline;
         int rc;
         atomic_store_explicit(&r->head_seen, h, memory_order_relaxed);
         if (t - h < MP__RING_SLOTS)
-            return pipe && (t % PEER_CHECK_EVERY) == 0 ? peer_gone(sock, fn) : 0;
+            return pipe ? check_peer(r, sock, t, fn) : 0;
         if (pipe && (rc = peer_gone(sock, fn)) < 0)
             return rc;
         if (deadline == 0)

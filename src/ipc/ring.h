@@ -30,6 +30,7 @@ typedef struct mp__ring {
     _Atomic uint32_t tag;              /* the last socket record's tag (under plock) */
     _Alignas(64) _Atomic uint32_t tail; /* slots published (producers) */
     _Atomic uint32_t head_seen;        /* head as a producer last read it (<= head) */
+    _Atomic uint32_t closes_seen;      /* `closes` when a producer last found a reader */
     _Alignas(64) _Atomic uint32_t head; /* slots taken (consumers, under the rx lock) */
     _Atomic uint32_t space_wait;       /* a producer sleeps on head: the ring is full */
     _Alignas(64) _Atomic uint32_t sleeping; /* a consumer sleeps on tail (a futex) */
@@ -37,6 +38,7 @@ typedef struct mp__ring {
     _Atomic uint32_t bells;            /* doorbells sent and not yet dropped (about) */
     _Atomic uint32_t pcpu;             /* the CPU the last producer ran on */
     _Atomic uint32_t bell_mode;        /* doorbells: an mp__ring_bells state */
+    _Atomic uint32_t closes;           /* receiving ends closed (mp__ring_reader_closed) */
     _Alignas(64) mp__ring_slot slot[MP__RING_SLOTS];
 } mp__ring;
 
@@ -52,7 +54,9 @@ int mp__ring_init(mp__ring *r, const char *fn);
  * otherwise as a tagged record on sock with a mark in the ring. rx is the
  * receive side of sock (for the fd handshake). Deadline as mp__wire_send.
  * pipe: sock's peer may go away (a pipe, not a queue): a send then fails
- * with MP_ECLOSED, checked every 64 messages and whenever the ring is full. */
+ * with MP_ECLOSED, checked after a receiving end was closed
+ * (mp__ring_reader_closed), every 64 messages (a reader that exited or was
+ * killed) and whenever the ring is full. */
 int mp__ring_send(mp__ring *r, int sock, mp__rx *rx, const mp_msg *m, double deadline,
                   bool pipe, const char *fn);
 /* Receives the next message in ring order; the caller holds rx's lock.
@@ -79,6 +83,10 @@ void mp__ring_polled(mp__ring *r, int sock);
 /* Wakes consumers asleep on the ring (a pipe end or a queue was closed:
  * they look at the socket at once). */
 void mp__ring_wake(mp__ring *r);
+/* A receiving end of r's pipe closed its fd: the next send looks whether
+ * it was the last one (and fails then) instead of sending into a ring
+ * nobody will read. Call after the close. */
+void mp__ring_reader_closed(mp__ring *r);
 /* Messages in the ring (marks included), approximate. */
 uint32_t mp__ring_count(const mp__ring *r);
 

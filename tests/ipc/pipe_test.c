@@ -74,6 +74,41 @@ static void test_one_way(void **state)
     mp_conn_release(w);
 }
 
+/* A send after the last reader closed its end fails at once (not only at
+ * the every-64-messages look), and a reader's close that leaves another
+ * reader (the parent closing its copy after fork) costs nothing. */
+static void test_send_after_reader_closed(void **state)
+{
+    mp_conn *r = NULL, *w = NULL;
+    void *bytes = NULL;
+    size_t len = 0;
+    int status = -1;
+    pid_t pid;
+    (void)state;
+    assert_mp_ok(mp_pipe(false, &r, &w));
+    for (int i = 0; i < 5; i++) { /* past slot 0, which is always looked at */
+        assert_mp_ok(mp_conn_send_bytes(w, "x", 1, -1));
+        assert_mp_ok(mp_conn_recv_bytes(r, &bytes, &len, 1));
+        free(bytes);
+    }
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int ok = mp_conn_recv_bytes(r, &bytes, &len, 10) == 0 && len == 1;
+        mp_conn_close(r);
+        _exit(ok ? 0 : 1);
+    }
+    assert_mp_ok(mp_conn_close(r)); /* the child still reads */
+    assert_mp_ok(mp_conn_send_bytes(w, "y", 1, -1));
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_int_equal(status, 0);
+    assert_mp_err(mp_conn_send_bytes(w, "z", 1, -1), MP_ECLOSED);
+    assert_non_null(strstr(mp_last_error(), "the receiving end was closed"));
+    assert_mp_err(mp_conn_send_bytes(w, "z", 1, 0), MP_ECLOSED); /* and again */
+    mp_conn_release(r);
+    mp_conn_release(w);
+}
+
 /* A connection travels to a forked child inside a message on another one. */
 static void test_conn_attachment(void **state)
 {
@@ -168,6 +203,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_duplex, setup, teardown),
         cmocka_unit_test_setup_teardown(test_one_way, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_send_after_reader_closed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_conn_attachment, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_receivers, setup, teardown),
     };

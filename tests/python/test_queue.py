@@ -1,4 +1,5 @@
 """Python multiprocessing's queue and pipe semantics on mproc's."""
+import errno
 import queue
 import time
 
@@ -144,9 +145,25 @@ def test_pipe_one_way_and_eof():
 
 def test_pipe_send_to_closed_peer():
     a, b = mp.Pipe()
+    for i in range(3):  # the first sends, then at once as Python's pipe does
+        a.send(i)
+        assert b.recv() == i
     b.close()
-    with pytest.raises(BrokenPipeError):
+    with pytest.raises(BrokenPipeError) as e:
         a.send(1)
+    assert e.value.errno == errno.EPIPE
+    assert str(e.value) == "[Errno 32] mp_conn_send: the receiving end was closed"
+    with pytest.raises(BrokenPipeError):
+        a.send_bytes(b"again")
+    a.close()
+
+
+def test_pipe_eof_text():
+    a, b = mp.Pipe()
+    a.close()
+    with pytest.raises(EOFError) as e:
+        b.recv()
+    assert "Errno" not in str(e.value) and "closed" in str(e.value)
 
 
 def test_pipe_wait_and_child():
