@@ -18,6 +18,7 @@ copy); an entry lives as long as some torch storage or array uses the memory.
 """
 import io
 import mmap
+import numbers
 import os
 import pickle
 import sys
@@ -253,6 +254,10 @@ def share_array(a):
     lives in mproc memory, else a shared copy (NumPy cannot move an array's
     memory, so the sender's array stays private)."""
     np = _numpy()
+    if np is None or not isinstance(a, np.ndarray):
+        raise TypeError(f"share_array: a is a NumPy array, not {type(a).__name__}; "
+                        "convert it with numpy.asarray first")
+    _check_plain_dtype("share_array", a.dtype)
     st = array_storage(a)
     if st is not None:
         return st, a.__array_interface__["data"][0] - st.data_ptr, a.strides
@@ -271,11 +276,28 @@ def _make_array(st, dtype, shape, offset, strides):
     return np.ndarray(shape, dtype, buffer=st, offset=offset, strides=strides)
 
 
+def _check_plain_dtype(fn, dtype):
+    if dtype.hasobject:
+        raise TypeError(f"{fn}: dtype {dtype} holds Python object pointers, which mean "
+                        "nothing in another process; use a numeric, bytes or str dtype")
+
+
 def shared_array(shape, dtype=float):
     """A zeroed NumPy array in mproc shared memory."""
-    np = _numpy()
+    import numpy as np
     dtype = np.dtype(dtype)
-    n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    _check_plain_dtype("shared_array", dtype)
+    shape = (shape,) if isinstance(shape, numbers.Integral) else tuple(shape)
+    n = dtype.itemsize
+    for d in shape:
+        if not isinstance(d, numbers.Integral):
+            raise TypeError(f"shared_array: shape {shape} holds {d!r}; dimensions are ints")
+        if d < 0:
+            raise ValueError(f"shared_array: shape {shape} has a negative dimension")
+        n *= int(d)
+    if n > sys.maxsize:
+        raise ValueError(f"shared_array: shape {shape} of {dtype} needs {n} bytes, more "
+                         "than an array can hold")
     st = _register(Storage.empty(max(n, 1)))
     return np.ndarray(shape, dtype, buffer=st)
 

@@ -300,6 +300,10 @@ static PyObject *py_get_sharing_strategy(PyObject *self, PyObject *unused)
 static PyObject *py_set_sharing_strategy(PyObject *self, PyObject *arg)
 {
     (void)self;
+    if (!PyUnicode_Check(arg))
+        return PyErr_Format(PyExc_TypeError, "set_sharing_strategy: the strategy is a str "
+                            "('file_descriptor' or 'file_system'), not %.100s",
+                            Py_TYPE(arg)->tp_name);
     const char *name = PyUnicode_AsUTF8(arg);
     if (!name)
         return NULL;

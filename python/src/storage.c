@@ -81,6 +81,28 @@ static int want_versioned(PyObject *max_version)
     return (v == -1 && PyErr_Occurred()) ? -1 : v >= 1;
 }
 
+/* dl_device asks for a device: the storage's own, or BufferError (the
+ * array API's answer when the producer cannot export there without a copy). */
+static int check_device(mpy_storage *self, PyObject *dl_device)
+{
+    DLDevice d = mp_tensor_device(self->t);
+    int type, id;
+    if (!PyTuple_Check(dl_device) || !PyArg_ParseTuple(dl_device, "ii", &type, &id)) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "__dlpack__: dl_device is a (device_type, device_id) "
+                     "tuple as __dlpack_device__ returns, not %.100R", dl_device);
+        return -1;
+    }
+    if (type != (int)d.device_type || id != d.device_id) {
+        PyErr_Format(PyExc_BufferError, "__dlpack__: this storage is on device (%d, %d) and "
+                     "mproc exports without a copy, so it cannot export to dl_device "
+                     "(%d, %d); pass dl_device=None and copy in the consumer",
+                     (int)d.device_type, d.device_id, type, id);
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *st_dlpack(mpy_storage *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"stream", "max_version", "dl_device", "copy", NULL};
@@ -98,6 +120,8 @@ static PyObject *st_dlpack(mpy_storage *self, PyObject *args, PyObject *kw)
                         "copy=None or False, and copy in the consumer");
         return NULL;
     }
+    if (dl_device != Py_None && check_device(self, dl_device) < 0)
+        return NULL;
     int versioned = want_versioned(max_version);
     if (versioned < 0)
         return NULL;
@@ -169,8 +193,14 @@ static PyObject *st_empty(PyObject *cls, PyObject *arg)
 {
     (void)cls;
     long long n = PyLong_AsLongLong(arg);
-    if (n == -1 && PyErr_Occurred())
+    if (n == -1 && PyErr_Occurred()) {
+        if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_OverflowError, "Storage.empty: nbytes %.100R is more than a "
+                         "segment can hold", arg);
+        }
         return NULL;
+    }
     int64_t shape = n;
     mp_tensor *t;
     int rc = mp_tensor_empty_shared(MP_UINT8, 1, &shape, &t);
@@ -248,14 +278,16 @@ static PyObject *st_adopt_fd(PyObject *cls, PyObject *args, PyObject *kw)
     static char *kwlist[] = {"fd", "nbytes", "offset", NULL};
     int fd;
     Py_ssize_t nbytes;
-    unsigned long long offset = 0;
+    long long offset = 0;
     (void)cls;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "in|K:adopt_fd", kwlist, &fd, &nbytes, &offset))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "in|L:adopt_fd", kwlist, &fd, &nbytes, &offset))
         return NULL;
     if (nbytes < 0)
         return PyErr_Format(PyExc_ValueError, "adopt_fd: nbytes %zd is negative", nbytes);
+    if (offset < 0)
+        return PyErr_Format(PyExc_ValueError, "adopt_fd: offset %lld is negative", offset);
     mp_tensor *t;
-    int rc = mp_tensor_adopt_fd(fd, offset, (size_t)nbytes, &t);
+    int rc = mp_tensor_adopt_fd(fd, (uint64_t)offset, (size_t)nbytes, &t);
     return rc < 0 ? mpy_raise(rc) : mpy_storage_wrap(t);
 }
 
