@@ -129,6 +129,14 @@ class Pool(_std_pool.Pool):
         ctx = getattr(context, "_std", context)
         super().__init__(processes, initializer, initargs, maxtasksperchild, ctx)
 
+    def _map_async(self, func, iterable, mapper, chunksize=None, callback=None,
+                   error_callback=None):
+        # Python 3.11's map and starmap take chunksize 0 or less and return a
+        # list of Nones; imap refuses it with this sentence.
+        if chunksize is not None and chunksize < 1:
+            raise ValueError("Chunksize must be 1+, not {0:n}".format(chunksize))
+        return super()._map_async(func, iterable, mapper, chunksize, callback, error_callback)
+
     @staticmethod
     def _help_stuff_finish(inqueue, task_handler, size):
         # Python's version polls, then receives, and relies on inqueue._rlock

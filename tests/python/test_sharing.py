@@ -180,6 +180,17 @@ def test_pool_map_tensors():
         assert torch.equal(shared, torch.ones(8))
 
 
+def test_pool_map_refuses_chunksize_below_one():
+    # Python 3.11's own map returns [None, None] here
+    with mp.Pool(1) as pool:
+        for bad in (0, -1):
+            with pytest.raises(ValueError, match="Chunksize must be 1"):
+                pool.map(abs, [1, -2], chunksize=bad)
+            with pytest.raises(ValueError, match="Chunksize must be 1"):
+                pool.starmap(pow, [(2, 3)], chunksize=bad)
+        assert pool.map(abs, [1, -2], chunksize=1) == [1, 2]
+
+
 @pytest.mark.parametrize("strategy", ["file_system"], indirect=True)
 def test_pool_file_system(strategy):
     with mp.Pool(2) as pool:
