@@ -166,7 +166,7 @@ MP_API int mp_async_result_wait(mp_async_result *r, double timeout);
  * the first item's result, valid while r lives; or the error of the first
  * failed item (MP_ECHILD for a dead worker or mp_raise, the task's own code,
  * MP_ECLOSED after terminate), with mp_last_error() set to its sentence.
- * MP_ETIMEDOUT when not ready in time. */
+ * MP_ETIMEDOUT when not ready in time. *out is NULL on every failure. */
 MP_API int mp_async_result_get(mp_async_result *r, double timeout, const mp_msg **out);
 /* Whether the result is ready (false for NULL). */
 MP_API bool mp_async_result_ready(const mp_async_result *r);
@@ -176,7 +176,8 @@ MP_API int mp_async_result_successful(const mp_async_result *r);
 /* Items in the result (1 for apply). */
 MP_API size_t mp_async_result_count(const mp_async_result *r);
 /* Borrowed result of item i once ready: 0, MP_ESTATE (not ready), MP_EINVAL
- * (i out of range), or the item's own error (mp_last_error says why). */
+ * (i out of range), or the item's own error (mp_last_error says why); *out
+ * is NULL on failure. */
 MP_API int mp_async_result_item(const mp_async_result *r, size_t i, const mp_msg **out);
 /* The sentence of the first failed item, "" when none. */
 MP_API const char *mp_async_result_error(const mp_async_result *r);

@@ -96,11 +96,8 @@ int mp__remote_get(mp_async_result *r, double timeout, const mp_msg **out, const
     int rc = r->ops->wait(r->impl, timeout, fn);
     if (!rc)
         rc = first_error(r, fn);
-    if (!rc && out) {
-        *out = NULL;
-        if (r->n)
-            rc = r->ops->item(r->impl, 0, out, fn);
-    }
+    if (!rc && out && r->n) /* *out: NULL from the caller */
+        rc = r->ops->item(r->impl, 0, out, fn);
     return rc;
 }
 

@@ -300,8 +300,10 @@ int mp__result_first_error(const mp_async_result *r, const char *call)
 
 int mp_async_result_get(mp_async_result *r, double timeout, const mp_msg **out)
 {
-    int rc = mp__check_timeout(timeout, "mp_async_result_get");
-    if (rc < 0)
+    int rc;
+    if (out) /* NULL on every failure, as a queue's get */
+        *out = NULL;
+    if ((rc = mp__check_timeout(timeout, "mp_async_result_get")) < 0)
         return rc;
     if (!r)
         return mp__error(MP_EINVAL, "mp_async_result_get: result is NULL");
@@ -313,11 +315,8 @@ int mp_async_result_get(mp_async_result *r, double timeout, const mp_msg **out)
         rc = mp__error(rc, "mp_async_result_get: not ready within %g s", timeout);
     else
         rc = mp__result_first_error(r, "mp_async_result_get");
-    if (!rc && out) {
-        *out = NULL;
-        if (r->n && r->kind == MP__JOB_MSG)
-            rc = mp__result_borrow(r, 0, out);
-    }
+    if (!rc && out && r->n && r->kind == MP__JOB_MSG)
+        rc = mp__result_borrow(r, 0, out);
     pthread_mutex_unlock(&r->mu);
     return rc;
 }
@@ -357,6 +356,7 @@ int mp_async_result_item(const mp_async_result *r, size_t i, const mp_msg **out)
 {
     if (!r || !out)
         return mp__error(MP_EINVAL, "mp_async_result_item: %s is NULL", r ? "out" : "result");
+    *out = NULL;
     if (r->ops)
         return mp__remote_item(r, i, out);
     mp_async_result *w = (mp_async_result *)r;
@@ -371,8 +371,6 @@ int mp_async_result_item(const mp_async_result *r, size_t i, const mp_msg **out)
                        mp__result_err(w, i));
     else if (w->kind == MP__JOB_MSG)
         rc = mp__result_borrow(w, i, out);
-    else
-        *out = NULL;
     pthread_mutex_unlock(&w->mu);
     return rc;
 }

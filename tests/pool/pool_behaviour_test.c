@@ -129,6 +129,7 @@ static void check_unsendable_result(const char *method)
     assert_mp_ok(mp_async_result_item(r, 1, &item));
     assert_int_equal(in_i64(item), 4);
     assert_mp_err(mp_async_result_item(r, 2, &item), MP_ESTATE);
+    assert_null(item); /* a failed item leaves no stale pointer */
     mp_async_result_release(r);
     assert_int_equal(apply_span(p, "whoami", 0).pid, pid);
     for (int i = 0; i < 3; i++)

@@ -342,7 +342,9 @@ static void test_chunk_answers(void **state)
         assert_mp_ok(mp_async_result_item(r, (size_t)i, &o2));
         assert_ptr_equal(o, o2); /* built once */
     }
+    assert_non_null(o);
     assert_mp_err(mp_async_result_get(r, 0, &o), MP_EINVAL);
+    assert_null(o); /* not item 0's, still valid but not what get answered */
     assert_non_null(strstr(mp_last_error(), "item 1: "));
     mp_async_result_release(r);
 
