@@ -63,12 +63,13 @@ void bench_emit(const char *op, double mproc_us, const char *primitive_name,
 /* Pins the calling process to the slot-th CPU it may run on (slot 0 or 1),
  * when it may run on at least two; in a process forked after a pin, the
  * slots are those of the pinning process before it pinned (so a helper
- * pinned to slot 1 really runs beside a parent pinned to slot 0). Ping-pong benchmarks pin the parent to
- * slot 0 and every echo child to slot 1, so mproc and the primitive are both
- * measured across cores: left to the scheduler, one pair can land on one
- * core and the other on two, and a cross-core wake-up costs ~25 us more on
- * this kind of VM, which swamps what is being compared. Returns 0, or -1
- * when not pinned (one CPU, or sched_setaffinity failed). */
+ * pinned to slot 1 really runs beside a parent pinned to slot 0). Ping-pong
+ * benchmarks pin the parent to slot 0 and every echo child to slot 1, so
+ * mproc and the primitive are both measured across cores: left to the
+ * scheduler, one pair can land on one core and the other on two, and a
+ * cross-core wake-up costs ~25 us more on this kind of VM, which swamps what
+ * is being compared. Returns 0, or -1 when not pinned (one CPU, or
+ * sched_setaffinity failed). */
 int bench_pin_cpu(int slot);
 /* Gives the calling process back the CPUs it had before bench_pin_cpu, so
  * that processes it starts later are free to move. */

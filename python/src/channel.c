@@ -84,7 +84,8 @@ static PyObject *q_put_py(mpy_queue *self, PyObject *args)
 {
     PyObject *payload, *atts = Py_None, *timeout = Py_None;
     double t;
-    if (!PyArg_ParseTuple(args, "O|OO:put", &payload, &atts, &timeout) || mpy_timeout(timeout, &t) < 0)
+    if (!PyArg_ParseTuple(args, "O|OO:put", &payload, &atts, &timeout) ||
+        mpy_timeout(timeout, &t) < 0)
         return NULL;
     return q_send(self, mpy_msg_build(payload, atts), t);
 }
@@ -289,7 +290,8 @@ static PyObject *c_send_py(mpy_conn *self, PyObject *args)
 {
     PyObject *payload, *atts = Py_None, *timeout = Py_None;
     double t;
-    if (!PyArg_ParseTuple(args, "O|OO:send", &payload, &atts, &timeout) || mpy_timeout(timeout, &t) < 0)
+    if (!PyArg_ParseTuple(args, "O|OO:send", &payload, &atts, &timeout) ||
+        mpy_timeout(timeout, &t) < 0)
         return NULL;
     return c_send_msg(self, mpy_msg_build(payload, atts), t);
 }

@@ -231,7 +231,8 @@ int mpy_tensor_parts(PyObject *t, mpy_parts *p)
         !(stride = PyObject_CallMethodNoArgs(t, s_stride)) || call_ssize(t, s_offset, &off) < 0)
         goto out;
     if (!PyTuple_Check(size) || !PyTuple_Check(stride) ||
-        PyTuple_GET_SIZE(size) != PyTuple_GET_SIZE(stride) || PyTuple_GET_SIZE(size) > FAST_MAXDIM) {
+        PyTuple_GET_SIZE(size) != PyTuple_GET_SIZE(stride) ||
+        PyTuple_GET_SIZE(size) > FAST_MAXDIM) {
         rc = 0;
         goto out;
     }

@@ -106,7 +106,8 @@ mp_msg *mpy_msg_build(PyObject *payload, PyObject *atts)
     int rc;
     if (PyObject_GetBuffer(payload, &view, PyBUF_SIMPLE) < 0)
         return NULL;
-    if ((rc = mp_msg_create(&m)) < 0 || (rc = mp_msg_set_payload(m, view.buf, (size_t)view.len)) < 0)
+    if ((rc = mp_msg_create(&m)) < 0 ||
+        (rc = mp_msg_set_payload(m, view.buf, (size_t)view.len)) < 0)
         goto fail;
     PyBuffer_Release(&view);
     if (atts && atts != Py_None) {
@@ -163,7 +164,8 @@ static PyObject *attachment(const mp_msg *m, size_t i)
         return mpy_conn_wrap(c);
     }
     return PyErr_Format(PyExc_TypeError, "mproc message attachment %zu has kind %d, which the "
-                        "Python binding does not read (a C program's lock or CUDA tensor?)", i, kind);
+                        "Python binding does not read (a C program's lock or CUDA tensor?)",
+                        i, kind);
 }
 
 PyObject *mpy_msg_unpack(const mp_msg *m)

@@ -136,7 +136,8 @@ static PyObject *st_dlpack(mpy_storage *self, PyObject *args, PyObject *kw)
     e->owner = Py_NewRef((PyObject *)self);
     PyObject *cap;
     if (versioned) {
-        e->versioned = (DLManagedTensorVersioned){{1, 0}, e, versioned_deleter, 0, e->inner->dl_tensor};
+        e->versioned = (DLManagedTensorVersioned){{1, 0}, e, versioned_deleter, 0,
+                                                  e->inner->dl_tensor};
         cap = PyCapsule_New(&e->versioned, "dltensor_versioned", versioned_capsule_free);
     } else {
         e->legacy = (DLManagedTensor){e->inner->dl_tensor, e, legacy_deleter};

@@ -38,7 +38,8 @@ int mp__wire_send_rx(int sock, mp__rx *rx, const mp_msg *m, double deadline)
     mp__frame_out o;
     int rc;
     if (sock < 0 || !m)
-        return mp__error(MP_EINVAL, "sending a message: %s", sock < 0 ? "bad socket" : "NULL message");
+        return mp__error(MP_EINVAL, "sending a message: %s",
+                         sock < 0 ? "bad socket" : "NULL message");
     if ((rc = mp__frame_encode(m, rx ? &rx->pins : NULL, &o)) < 0)
         return rc;
     if (rx && o.nfds > 0)
@@ -123,7 +124,8 @@ static int consume(int sock)
         if (errno == EINTR)
             continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK)
-            return mp__errno_error(errno, "receiving a message: recvmsg consuming a peeked message");
+            return mp__errno_error(errno, "receiving a message: recvmsg consuming a peeked "
+                                          "message");
         return mp__error(MP_ESTATE, "receiving a message: the peeked message vanished: another "
                                     "reader took it (one reader at a time per socket)");
     }
@@ -145,10 +147,10 @@ static unsigned marker(const unsigned char *buf, size_t len, int nfds)
 static int ctrunc_error(const unsigned char *buf, size_t len, int *fds, int nfds, bool peeked)
 {
     int rc = peeked ? emfile_error(buf, len, nfds)
-                    : mp__error(MP_EMFILE, "receiving a message: a message was lost: it carried fds "
-                                           "its sender did not announce (it bypassed "
-                                           "mp__wire_send_rx), and they did not fit under "
-                                           "the open-files limit");
+                    : mp__error(MP_EMFILE, "receiving a message: a message was lost: it "
+                                           "carried fds its sender did not announce (it "
+                                           "bypassed mp__wire_send_rx), and they did not fit "
+                                           "under the open-files limit");
     close_fds(fds, nfds);
     return rc;
 }
@@ -169,7 +171,8 @@ int mp__wire_recv_rx(int sock, mp__rx *rx, mp_msg **out, double deadline, bool *
     if (out)
         *out = NULL;
     if (sock < 0 || !out)
-        return mp__error(MP_EINVAL, "receiving a message: %s", sock < 0 ? "bad socket" : "out is NULL");
+        return mp__error(MP_EINVAL, "receiving a message: %s",
+                         sock < 0 ? "bad socket" : "out is NULL");
     for (;;) {
         if ((n = next_record(sock, rx, fds, &nfds, &mflags, deadline, &peeked)) < 0)
             return (int)n;

@@ -37,8 +37,9 @@ void mp__rx_unlock(mp__rx *rx);
 int mp__wire_send(int sock, const mp_msg *m, double deadline);
 /* As mp__wire_send, to a socket whose readers share rx. */
 int mp__wire_send_rx(int sock, mp__rx *rx, const mp_msg *m, double deadline);
-/* Receives one message. MP_ECLOSED at EOF, MP_ETIMEDOUT as above, MP_EPROTO for any malformed frame (every fd received is closed),
- * MP_EMFILE when the fds did not fit under RLIMIT_NOFILE. */
+/* Receives one message. MP_ECLOSED at EOF, MP_ETIMEDOUT as above, MP_EPROTO
+ * for any malformed frame (every fd received is closed), MP_EMFILE when the
+ * fds did not fit under RLIMIT_NOFILE. */
 int mp__wire_recv(int sock, mp_msg **out, double deadline);
 /* As mp__wire_recv, by a reader that holds rx's lock; every sender to sock
  * must use mp__wire_send_rx with the same rx. *taken says whether a record

@@ -108,7 +108,10 @@ static void fake_loads(const char *path)
     CHECK(mp_cuda_is_available() && mp__cuda_initialized());
 }
 
-static void test_fake_runtime(void **state) { in_child(MP_FAKE_CUDART, fake_loads, MP_FAKE_CUDART); }
+static void test_fake_runtime(void **state)
+{
+    in_child(MP_FAKE_CUDART, fake_loads, MP_FAKE_CUDART);
+}
 
 /* Unset or empty: libcudart.so.<major of the headers>; whether it loads
  * depends on this machine, but a failure names it. */

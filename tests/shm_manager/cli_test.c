@@ -173,8 +173,9 @@ static void test_shm_gc(void **state)
     assert_int_equal(MPROC("shm", "gc", "--dry-run", "--prefix", prefix), 0);
     assert_out(want);
     assert_true(mgr_exists(name_b));
-    snprintf(want, sizeof want, "freed %s (%llu bytes, creator %d dead)\nfreed 1 segment, %llu bytes\n",
-             name_b, bytes, (int)dead, bytes);
+    snprintf(want, sizeof want,
+             "freed %s (%llu bytes, creator %d dead)\nfreed 1 segment, %llu bytes\n", name_b,
+             bytes, (int)dead, bytes);
     assert_int_equal(MPROC("shm", "gc", "--prefix", prefix), 0);
     assert_out(want);
     assert_false(mgr_exists(name_b));

@@ -228,8 +228,9 @@ static void check_manager(bool usable_dir)
             clients = atoi(p + 8);
         if ((p = strstr(reply, "segments ")))
             segs = atoi(p + 9);
-        add("shm_manager", OK, NULL, "mproc-shm-manager runs (pid %d, %d clients, %d segments) in %s",
-            pid, clients, segs, dir);
+        add("shm_manager", OK, NULL,
+            "mproc-shm-manager runs (pid %d, %d clients, %d segments) in %s", pid, clients,
+            segs, dir);
     } else if (rc == MP_ENOENT && getenv("MPROC_SHM_MANAGER") &&
                strcmp(getenv("MPROC_SHM_MANAGER"), "none") == 0) {
         add("shm_manager", WARN, "unset MPROC_SHM_MANAGER to turn leak protection back on",
