@@ -37,6 +37,6 @@ endfunction()
 
 # src/sources.cmake's lists
 mproc_tsan_tests(pool SOURCES ${MPROC_POOL_SOURCES} ${MPROC_WIRE_SOURCES}
-                 TESTS pool_test workers_test array_task_test)
+                 TESTS pool_test workers_test array_task_test pool_exit_test)
 mproc_tsan_tests(ipc SOURCES ${MPROC_IPC_SOURCES} ${MPROC_WIRE_SOURCES} ${MPROC_SHM_SOURCES}
                  TESTS ring_threads_test)

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t live_released = PTHREAD_COND_INITIALIZER;
 static mp_pool *live;
 
 /* Held only around list updates, never around a fork or a wait, so a fork
@@ -42,16 +43,21 @@ static void terminate_live_pools(void)
                 break;
             mine = bigger;
         }
+        p->exit_hold = true; /* another thread's mp_pool_destroy waits for us */
         mine[n++] = p;
     }
     pthread_mutex_unlock(&live_lock);
     for (size_t i = 0; i < n; i++) {
         if (pthread_equal(pthread_self(), mine[i]->thread)) {
             stop_from_own_handler(mine[i]);
-            continue;
+        } else {
+            mp_pool_terminate(mine[i]);
+            mp_pool_join(mine[i]); /* the pool stays the user's to destroy */
         }
-        mp_pool_terminate(mine[i]);
-        mp_pool_join(mine[i]); /* the pool stays the user's to destroy */
+        pthread_mutex_lock(&live_lock);
+        mine[i]->exit_hold = false;
+        pthread_cond_broadcast(&live_released);
+        pthread_mutex_unlock(&live_lock);
     }
     free(mine);
 }
@@ -80,6 +86,11 @@ void mp__pool_track(mp_pool *p)
 void mp__pool_untrack(mp_pool *p)
 {
     pthread_mutex_lock(&live_lock);
+    /* A destroy racing the exit handler (another thread, while the program
+     * exits) frees p only once the handler is done with it. A child forked
+     * meanwhile inherits the flag, but no handler of its own will clear it. */
+    while (p->exit_hold && p->owner == getpid())
+        pthread_cond_wait(&live_released, &live_lock);
     if (p->live_prev)
         p->live_prev->live_next = p->live_next;
     else if (live == p)

@@ -287,10 +287,12 @@ struct mp_pool {
     char start_error[MP__WHY_MAX + 64]; /* handler thread: last start failure */
     pid_t owner;                        /* the creating process (exit.c) */
     mp_pool *live_prev, *live_next;     /* exit.c's list of running pools */
+    bool exit_hold;                     /* exit.c is stopping it (under its lock) */
 };
 
 /* exit.c: a pool joins the list of pools that exit terminates (its owner set
- * to this process) once its handler thread runs, and leaves it when freed. */
+ * to this process) once its handler thread runs, and leaves it when freed
+ * (waiting, if the exit handler is stopping it, until that is done). */
 void mp__pool_track(mp_pool *p);
 void mp__pool_untrack(mp_pool *p);
 
