@@ -23,5 +23,6 @@ int mp_msg_get_cuda_tensor(const mp_msg *m, size_t index, mp_tensor **out)
         return rc;
     if (!m || !out)
         return mp__error(MP_EINVAL, "mp_msg_get_cuda_tensor: NULL message or out");
-    return mp__msg_get_object(m, index, &mp__cuda_tensor_kind, (void **)out);
+    return mp__msg_get_object(m, index, &mp__cuda_tensor_kind, (void **)out,
+                              "mp_msg_get_cuda_tensor");
 }

@@ -427,5 +427,5 @@ int mp_msg_add_conn(mp_msg *m, const char *name, mp_conn *c)
 
 int mp_msg_get_conn(const mp_msg *m, size_t index, mp_conn **out)
 {
-    return mp__msg_get_object(m, index, &mp__conn_kind, (void **)out);
+    return mp__msg_get_object(m, index, &mp__conn_kind, (void **)out, "mp_msg_get_conn");
 }

@@ -366,7 +366,7 @@ int mp_msg_get_queue(const mp_msg *m, size_t index, mp_queue **out)
     int kind = mp_msg_kind(m, index);
     return mp__msg_get_object(m, index, q_ops(kind == MP_ATTACH_JOINABLE_QUEUE ? kind
                                                                               : MP_ATTACH_QUEUE),
-                              (void **)out);
+                              (void **)out, "mp_msg_get_queue");
 }
 
 int mp_msg_add_simple_queue(mp_msg *m, const char *name, mp_simple_queue *q)
@@ -376,5 +376,6 @@ int mp_msg_add_simple_queue(mp_msg *m, const char *name, mp_simple_queue *q)
 
 int mp_msg_get_simple_queue(const mp_msg *m, size_t index, mp_simple_queue **out)
 {
-    return mp__msg_get_object(m, index, &mp__simple_queue_kind, (void **)out);
+    return mp__msg_get_object(m, index, &mp__simple_queue_kind, (void **)out,
+                              "mp_msg_get_simple_queue");
 }

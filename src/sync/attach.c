@@ -13,10 +13,7 @@
     }                                                                                       \
     int mp_msg_get_##NAME(const mp_msg *m, size_t index, TYPE **out)                        \
     {                                                                                       \
-        if (!m || !out)                                                                     \
-            return mp__error(MP_EINVAL, "mp_msg_get_" #NAME ": %s is NULL",                 \
-                             m ? "out" : "the message");                                    \
-        return mp__msg_get_object(m, index, &KIND, (void **)out);                            \
+        return mp__msg_get_object(m, index, &KIND, (void **)out, "mp_msg_get_" #NAME);       \
     }
 
 ATTACH(lock, mp_lock, mp__lock_kind)

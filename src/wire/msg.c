@@ -241,11 +241,19 @@ const void *mp_msg_payload(const mp_msg *m, size_t *len)
 
 size_t mp_msg_count(const mp_msg *m) { return m ? m->count : 0; }
 
+static int index_error(const mp_msg *m, size_t index, const char *fn)
+{
+    if (!m)
+        return mp__error(MP_EINVAL, "%s: the message is NULL", fn);
+    return mp__error(MP_EINVAL, "%s: index %zu is out of range: the message has %zu "
+                                "attachment%s (mp_msg_count)", fn, index, m->count,
+                     m->count == 1 ? "" : "s");
+}
+
 int mp_msg_kind(const mp_msg *m, size_t index)
 {
     if (!m || index >= m->count)
-        return mp__error(MP_EINVAL, "mp_msg_kind: index %zu out of range (%zu attachments)",
-                         index, m ? m->count : 0);
+        return index_error(m, index, "mp_msg_kind");
     return m->att[index].kind;
 }
 
@@ -345,11 +353,11 @@ int mp_msg_get_tensor(const mp_msg *m, size_t index, mp_tensor **out)
         return mp__error(MP_EINVAL, "mp_msg_get_tensor: out is NULL");
     *out = NULL;
     if (!m || index >= m->count)
-        return mp__error(MP_EINVAL, "mp_msg_get_tensor: index %zu out of range (%zu "
-                                    "attachments)", index, m ? m->count : 0);
+        return index_error(m, index, "mp_msg_get_tensor");
     if (m->att[index].kind != MP_ATTACH_TENSOR)
-        return mp__error(MP_EINVAL, "mp_msg_get_tensor: attachment %zu is not a tensor "
-                                    "(kind %d)", index, m->att[index].kind);
+        return mp__error(MP_EINVAL, "mp_msg_get_tensor: attachment %zu is of kind '%s', not "
+                                    "'tensor' (mp_msg_kind tells each attachment's kind)",
+                         index, m->att[index].ops ? m->att[index].ops->name : "?");
     *out = mp_tensor_retain(m->att[index].u.tensor);
     return 0;
 }
@@ -421,24 +429,25 @@ static int object_at(const mp_msg *m, size_t index, const mp__objkind *k, const 
 {
     const mp__attach *a = NULL;
     if (!m || index >= m->count)
-        return mp__error(MP_EINVAL, "%s: index %zu out of range (%zu attachments)", fn, index,
-                         m ? m->count : 0);
+        return index_error(m, index, fn);
     a = &m->att[index];
     if (!a->ops || (k && a->ops != k))
-        return mp__error(MP_EINVAL, "%s: attachment %zu is of kind '%s', not '%s'", fn, index,
+        return mp__error(MP_EINVAL, "%s: attachment %zu is of kind '%s', not '%s' "
+                                    "(mp_msg_kind tells each attachment's kind)", fn, index,
                          a->ops ? a->ops->name : "tensor", k ? k->name : "an mproc object");
     *out = a;
     return 0;
 }
 
-int mp__msg_get_object(const mp_msg *m, size_t index, const mp__objkind *k, void **obj)
+int mp__msg_get_object(const mp_msg *m, size_t index, const mp__objkind *k, void **obj,
+                       const char *fn)
 {
     const mp__attach *a = NULL;
     int rc;
     if (!obj)
-        return mp__error(MP_EINVAL, "mp_msg_get: out is NULL");
+        return mp__error(MP_EINVAL, "%s: out is NULL", fn);
     *obj = NULL;
-    if ((rc = object_at(m, index, k, "mp_msg_get", &a)) < 0)
+    if ((rc = object_at(m, index, k, fn, &a)) < 0)
         return rc;
     *obj = k->retain(a->u.obj);
     return 0;

@@ -60,7 +60,8 @@ size_t mp__objkind_list(char *buf, size_t cap);
  * call, for the error sentences. */
 int mp__msg_add_object(mp_msg *m, const char *name, const mp__objkind *k, void *obj,
                        const char *fn);
-int mp__msg_get_object(const mp_msg *m, size_t index, const mp__objkind *k, void **obj);
+int mp__msg_get_object(const mp_msg *m, size_t index, const mp__objkind *k, void **obj,
+                       const char *fn);
 /* Appends src's object attachment at index to dst under the same name,
  * retained. MP_EINVAL when that attachment is a tensor or out of range. */
 int mp__msg_copy_object(mp_msg *dst, const mp_msg *src, size_t index);

@@ -381,6 +381,41 @@ static void test_message_limits(void **state)
     mp_event_release(e);
 }
 
+/* A get of the wrong kind or index names the public call, the kind found
+ * and where to look, and leaves *out NULL. */
+static void test_message_get_errors(void **state)
+{
+    mp_event *e = NULL, *got_e = NULL;
+    mp_lock *got_l = (mp_lock *)&got_l; /* not NULL: the failed get must clear it */
+    mp_tensor *got_t = (mp_tensor *)&got_t;
+    mp_msg *m = NULL;
+    (void)state;
+    assert_mp_ok(mp_event_create(&e));
+    assert_mp_ok(mp_msg_create(&m));
+    assert_mp_ok(mp_msg_add_event(m, "e", e));
+    assert_mp_err(mp_msg_get_lock(m, 0, &got_l), MP_EINVAL);
+    assert_null(got_l);
+    assert_string_equal(mp_last_error(), "mp_msg_get_lock: attachment 0 is of kind 'event', "
+                                         "not 'lock' (mp_msg_kind tells each attachment's "
+                                         "kind)");
+    assert_mp_err(mp_msg_get_event(m, 1, &got_e), MP_EINVAL);
+    assert_string_equal(mp_last_error(), "mp_msg_get_event: index 1 is out of range: the "
+                                         "message has 1 attachment (mp_msg_count)");
+    assert_mp_err(mp_msg_get_tensor(m, 0, &got_t), MP_EINVAL);
+    assert_null(got_t);
+    assert_non_null(strstr(mp_last_error(), "mp_msg_get_tensor: attachment 0 is of kind "
+                                            "'event', not 'tensor'"));
+    assert_mp_err(mp_msg_get_event(NULL, 0, &got_e), MP_EINVAL);
+    assert_string_equal(mp_last_error(), "mp_msg_get_event: the message is NULL");
+    assert_mp_err(mp_msg_get_event(m, 0, NULL), MP_EINVAL);
+    assert_string_equal(mp_last_error(), "mp_msg_get_event: out is NULL");
+    assert_mp_ok(mp_msg_get_event(m, 0, &got_e));
+    assert_ptr_equal(got_e, e);
+    mp_event_release(got_e);
+    mp_msg_destroy(m);
+    mp_event_release(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -400,6 +435,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_nan_timeout_refused_before_acting, mp_test_setup,
                                         mp_test_teardown),
         cmocka_unit_test_setup_teardown(test_message_limits, mp_test_setup, mp_test_teardown),
+        cmocka_unit_test_setup_teardown(test_message_get_errors, mp_test_setup,
+                                        mp_test_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

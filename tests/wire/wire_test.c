@@ -123,7 +123,7 @@ static void test_msg_basics(void **state)
     assert_ptr_equal(got, a);
     mp_tensor_release(got);
     void *obj = &obj;
-    assert_mp_err(mp__msg_get_object(m, 0, &mp__queue_kind, &obj), MP_EINVAL);
+    assert_mp_err(mp__msg_get_object(m, 0, &mp__queue_kind, &obj, "test"), MP_EINVAL);
     assert_null(obj);
     assert_non_null(strstr(mp_last_error(), "kind 'tensor', not 'queue'"));
     mp_msg_destroy(m);
