@@ -5,18 +5,21 @@
 
 #include <string.h>
 
-/* The size field as the caller set it, or a failure naming how to set it. */
+/* The size field as the caller set it, or a failure naming how to set it:
+ * every options struct has an _init function; callbacks and records do not. */
 static int user_size(const void *user, const char *call, const char *type, size_t *out)
 {
-    size_t n = 0;
+    size_t n = 0, len = strlen(type);
     memcpy(&n, user, sizeof n);
-    if (n < sizeof(size_t) || n > MP__STRUCT_SIZE_MAX)
-        return mp__error(MP_EINVAL,
-                         "%s: %s.size is %zu: set it to sizeof(%s) (its _init "
-                         "function does) before the call",
-                         call, type, n, type);
-    *out = n;
-    return 0;
+    if (n >= sizeof(size_t) && n <= MP__STRUCT_SIZE_MAX) {
+        *out = n;
+        return 0;
+    }
+    if (len > 8 && strcmp(type + len - 8, "_options") == 0)
+        return mp__error(MP_EINVAL, "%s: %s.size is %zu: set it to sizeof(%s) before the "
+                                    "call (%s_init does)", call, type, n, type, type);
+    return mp__error(MP_EINVAL, "%s: %s.size is %zu: set it to sizeof(%s) before the call "
+                                "(%s s = {.size = sizeof s};)", call, type, n, type, type);
 }
 
 int mp__struct_in(void *dst, size_t dst_size, const void *src, const char *call,

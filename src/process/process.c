@@ -143,7 +143,7 @@ void mp_process_options_init(mp_process_options *opts)
 static int resolve_method(const mp_process_options *o, mp__method *m)
 {
     if (o && o->start_method)
-        return mp__method_parse(o->start_method, m);
+        return mp__method_parse(o->start_method, m, "mp_process_create");
     *m = o && o->context ? o->context->method : mp__method_default();
     return 0;
 }

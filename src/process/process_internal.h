@@ -45,7 +45,7 @@ void mp__registry_add_at_load(mp__reg_kind kind, const char *name, void (*fn)(vo
 int mp__registry_check(const char *call);
 mp_entry_fn mp__entry_lookup(const char *name);
 /* MP_EINVAL with a sentence for an unknown name. */
-int mp__method_parse(const char *name, mp__method *out);
+int mp__method_parse(const char *name, mp__method *out, const char *fn);
 mp__method mp__method_default(void);
 const char *mp__method_name(mp__method m);
 /* A child's default start method is the one it was started with (Python's

@@ -145,17 +145,15 @@ const char *mp__method_name(mp__method m)
     return contexts[m].name;
 }
 
-int mp__method_parse(const char *name, mp__method *out)
+int mp__method_parse(const char *name, mp__method *out, const char *fn)
 {
     for (int i = 0; i < MP__METHOD_COUNT; i++)
         if (name && strcmp(name, contexts[i].name) == 0) {
             *out = (mp__method)i;
             return 0;
         }
-    return mp__error(MP_EINVAL,
-                     "unknown start method '%s': use \"fork\", \"spawn\" or "
-                     "\"forkserver\"",
-                     name ? name : "(null)");
+    return mp__error(MP_EINVAL, "%s: unknown start method '%s': use \"fork\", \"spawn\" or "
+                                "\"forkserver\"", fn, name ? name : "(null)");
 }
 
 void mp__method_inherit(mp__method m)
@@ -183,7 +181,7 @@ int mp_set_start_method(const char *method, bool force)
         atomic_store(&current_method, -1);
         return 0;
     }
-    if (mp__method_parse(method, &m) < 0)
+    if (mp__method_parse(method, &m, "mp_set_start_method") < 0)
         return MP_EINVAL;
     if (force) {
         atomic_store(&current_method, (int)m);
@@ -213,9 +211,10 @@ int mp_get_context(const char *method, mp_context **out)
     mp__method m = MP__FORK; /* set by mp__method_parse or the default */
     if (!out)
         return mp__error(MP_EINVAL, "mp_get_context: out is NULL");
+    *out = NULL;
     if (!method)
         m = mp__method_default();
-    else if (mp__method_parse(method, &m) < 0)
+    else if (mp__method_parse(method, &m, "mp_get_context") < 0)
         return MP_EINVAL;
     *out = &contexts[m];
     return 0;

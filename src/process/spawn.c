@@ -175,7 +175,7 @@ static int check_options(const char *entry, const mp_spawn_options *o, mp_spawn_
         return mp__error(MP_EINVAL, "mp_spawn: grace_period and kill_timeout must be >= 0");
     if (!o->join && !out)
         return mp__error(MP_EINVAL, "mp_spawn: without join, ctx must not be NULL");
-    if (o->start_method && mp__method_parse(o->start_method, &m) < 0)
+    if (o->start_method && mp__method_parse(o->start_method, &m, "mp_spawn") < 0)
         return MP_EINVAL;
     return 0;
 }

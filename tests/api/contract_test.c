@@ -129,6 +129,15 @@ static void test_process_options_sizes(void **state)
     mp_process_options_init(&small);
     small.size = 0;
     assert_mp_err(mp_process_create("contract_exit3", NULL, &small, &p), MP_EINVAL);
+    assert_string_equal(mp_last_error(), "mp_process_create: mp_process_options.size is 0: "
+                                         "set it to sizeof(mp_process_options) before the "
+                                         "call (mp_process_options_init does)");
+    mp_process_options_init(&small);
+    small.start_method = "bogus";
+    assert_mp_err(mp_process_create("contract_exit3", NULL, &small, &p), MP_EINVAL);
+    assert_string_equal(mp_last_error(), "mp_process_create: unknown start method 'bogus': "
+                                         "use \"fork\", \"spawn\" or \"forkserver\"");
+    assert_null(p);
 }
 
 static void test_spawn_and_pool_options_sizes(void **state)
@@ -255,6 +264,10 @@ static void test_child_error_sizes(void **state)
     /* not set: refused */
     memset(&e, 0, sizeof e);
     assert_mp_err(mp_process_error(p, &e), MP_EINVAL);
+    /* a record has no _init: the sentence shows how to set its size */
+    assert_string_equal(mp_last_error(), "mp_process_error: mp_child_error.size is 0: set it "
+                                         "to sizeof(mp_child_error) before the call "
+                                         "(mp_child_error s = {.size = sizeof s};)");
     /* an older, smaller record: nothing past its size is written */
     memset(&e, 0x5a, sizeof e);
     e.size = offsetof(mp_child_error, signal);
