@@ -66,6 +66,37 @@ int mp__parse_double(const char *what, const char *text, double min, double max,
 int mp__env_ll(const char *name, long long min, long long max, long long *out);
 int mp__env_double(const char *name, double min, double max, double *out);
 
+/* ---- live lists ------------------------------------------------------------ */
+
+/* A link in a layer's list of its live objects (children, pools) that an
+ * exit handler walks; the caller holds the list's lock. */
+typedef struct mp__link {
+    struct mp__link *prev, *next;
+    void *self; /* the object the link is part of */
+} mp__link;
+
+static inline void mp__link_push(mp__link **head, mp__link *l, void *self)
+{
+    l->self = self;
+    l->prev = NULL;
+    l->next = *head;
+    if (*head)
+        (*head)->prev = l;
+    *head = l;
+}
+
+/* A link not in the list (never pushed, or removed) is left as it is. */
+static inline void mp__link_remove(mp__link **head, mp__link *l)
+{
+    if (l->prev)
+        l->prev->next = l->next;
+    else if (*head == l)
+        *head = l->next;
+    if (l->next)
+        l->next->prev = l->prev;
+    l->prev = l->next = NULL;
+}
+
 /* ---- extensible structs (src/os/extstruct.c) ---------------------------- */
 
 /* Every public options, callbacks or record struct starts with

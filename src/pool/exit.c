@@ -12,7 +12,7 @@
 
 static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t live_released = PTHREAD_COND_INITIALIZER;
-static mp_pool *live;
+static mp__link *live;
 
 /* Held only around list updates, never around a fork or a wait, so a fork
  * in another thread cannot leave a child with it locked. */
@@ -34,7 +34,8 @@ static void terminate_live_pools(void)
     mp_pool **mine = NULL;
     size_t n = 0, cap = 0;
     pthread_mutex_lock(&live_lock);
-    for (mp_pool *p = live; p; p = p->live_next) {
+    for (mp__link *l = live; l; l = l->next) {
+        mp_pool *p = l->self;
         if (p->owner != getpid())
             continue; /* a pool of the parent this process was forked from */
         if (n == cap) {
@@ -75,11 +76,7 @@ void mp__pool_track(mp_pool *p)
     pthread_once(&once, register_once);
     pthread_mutex_lock(&live_lock);
     p->owner = getpid();
-    p->live_prev = NULL;
-    p->live_next = live;
-    if (live)
-        live->live_prev = p;
-    live = p;
+    mp__link_push(&live, &p->live_link, p);
     pthread_mutex_unlock(&live_lock);
 }
 
@@ -91,12 +88,6 @@ void mp__pool_untrack(mp_pool *p)
      * meanwhile inherits the flag, but no handler of its own will clear it. */
     while (p->exit_hold && p->owner == getpid())
         pthread_cond_wait(&live_released, &live_lock);
-    if (p->live_prev)
-        p->live_prev->live_next = p->live_next;
-    else if (live == p)
-        live = p->live_next;
-    if (p->live_next)
-        p->live_next->live_prev = p->live_prev;
-    p->live_prev = p->live_next = NULL;
+    mp__link_remove(&live, &p->live_link);
     pthread_mutex_unlock(&live_lock);
 }

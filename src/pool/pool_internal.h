@@ -286,7 +286,7 @@ struct mp_pool {
     size_t nready, ready_cap;
     char start_error[MP__WHY_MAX + 64]; /* handler thread: last start failure */
     pid_t owner;                        /* the creating process (exit.c) */
-    mp_pool *live_prev, *live_next;     /* exit.c's list of running pools */
+    mp__link live_link;                 /* in exit.c's list of running pools */
     bool exit_hold;                     /* exit.c is stopping it (under its lock) */
 };
 

@@ -33,13 +33,13 @@ struct mp_process {
     int exitcode;
     mp__status status;
     char signame[16];
-    struct mp_process *prev, *next; /* live list, for the exit handler */
+    mp__link link; /* in `live`, for the exit handler */
 };
 
 /* ---- live list and exit handler ------------------------------------------ */
 
 static pthread_mutex_t list_lock = PTHREAD_MUTEX_INITIALIZER;
-static mp_process *live;
+static mp__link *live;
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static atomic_int name_counter;
 static void (*exit_hooks[4])(void); /* under list_lock */
@@ -48,24 +48,14 @@ static int n_exit_hooks;
 static void list_add(mp_process *p)
 {
     pthread_mutex_lock(&list_lock);
-    p->prev = NULL;
-    p->next = live;
-    if (live)
-        live->prev = p;
-    live = p;
+    mp__link_push(&live, &p->link, p);
     pthread_mutex_unlock(&list_lock);
 }
 
 static void list_remove(mp_process *p)
 {
     pthread_mutex_lock(&list_lock);
-    if (p->prev)
-        p->prev->next = p->next;
-    else if (live == p)
-        live = p->next;
-    if (p->next)
-        p->next->prev = p->prev;
-    p->prev = p->next = NULL;
+    mp__link_remove(&live, &p->link);
     pthread_mutex_unlock(&list_lock);
 }
 
@@ -85,9 +75,11 @@ static void at_exit(void)
     do {
         n = 0;
         pthread_mutex_lock(&list_lock);
-        for (mp_process *p = live; p && n < 256; p = p->next)
+        for (mp__link *l = live; l && n < 256; l = l->next) {
+            mp_process *p = l->self;
             if (p->state == ST_STARTED && p->owner == getpid())
                 batch[n++] = p;
+        }
         pthread_mutex_unlock(&list_lock);
         for (int i = 0; i < n; i++)
             if (batch[i]->daemon)
@@ -102,11 +94,7 @@ static void atfork_prepare(void)
 {
     pthread_mutex_lock(&list_lock);
 }
-static void atfork_parent(void)
-{
-    pthread_mutex_unlock(&list_lock);
-}
-static void atfork_child(void)
+static void atfork_release(void)
 {
     pthread_mutex_unlock(&list_lock);
 }
@@ -115,7 +103,7 @@ static void init_once_fn(void)
 {
     mp__child_prime(); /* before any fork: children inherit libgcc_s, resolved symbols */
     atexit(at_exit);
-    static const mp__fork_handlers h = {atfork_prepare, atfork_parent, atfork_child};
+    static const mp__fork_handlers h = {atfork_prepare, atfork_release, atfork_release};
     mp__atfork_register(MP__FORK_PROCESS_LIST, &h);
 }
 

@@ -241,6 +241,12 @@ const void *mp_msg_payload(const mp_msg *m, size_t *len)
 
 size_t mp_msg_count(const mp_msg *m) { return m ? m->count : 0; }
 
+/* The kind an attachment's errors name: its object kind's, or a tensor's. */
+static const char *kind_name(const mp__attach *a)
+{
+    return a->ops ? a->ops->name : "tensor";
+}
+
 static int index_error(const mp_msg *m, size_t index, const char *fn)
 {
     if (!m)
@@ -357,7 +363,7 @@ int mp_msg_get_tensor(const mp_msg *m, size_t index, mp_tensor **out)
     if (m->att[index].kind != MP_ATTACH_TENSOR)
         return mp__error(MP_EINVAL, "mp_msg_get_tensor: attachment %zu is of kind '%s', not "
                                     "'tensor' (mp_msg_kind tells each attachment's kind)",
-                         index, m->att[index].ops ? m->att[index].ops->name : "?");
+                         index, kind_name(&m->att[index]));
     *out = mp_tensor_retain(m->att[index].u.tensor);
     return 0;
 }
@@ -434,7 +440,7 @@ static int object_at(const mp_msg *m, size_t index, const mp__objkind *k, const 
     if (!a->ops || (k && a->ops != k))
         return mp__error(MP_EINVAL, "%s: attachment %zu is of kind '%s', not '%s' "
                                     "(mp_msg_kind tells each attachment's kind)", fn, index,
-                         a->ops ? a->ops->name : "tensor", k ? k->name : "an mproc object");
+                         kind_name(a), k ? k->name : "an mproc object");
     *out = a;
     return 0;
 }
