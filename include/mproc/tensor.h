@@ -229,7 +229,10 @@ MP_API const char *mp_tensor_sharing_strategy(const mp_tensor *t);
  * Export: *out views t's memory (no copy); its deleter drops the reference
  * the export took. Import: m's memory is shared, not copied; m->deleter is
  * called when the tensor's last reference goes. On import failure the caller
- * still owns m. */
+ * still owns m. Import takes CPU (kDLCPU) and CUDA (kDLCUDA) memory; any
+ * other device is MP_ENOTSUP (the sentence names it), since no mproc call
+ * could read, copy or send it. MP_EINVAL for a bad dtype, ndim, shape or
+ * NULL data; MP_EOVERFLOW when the sizes or offset overflow. */
 MP_API int mp_tensor_to_dlpack(mp_tensor *t, DLManagedTensor **out);
 MP_API int mp_tensor_from_dlpack(DLManagedTensor *m, mp_tensor **out);
 

@@ -138,7 +138,7 @@ int mp__cuda_frame_decode(const void *buf, size_t len, mp__cuda_frame *f)
     if (f->alloc_nbytes > SIZE_MAX)
         return mp__error(MP_EPROTO, "%s: allocation of %llu bytes", who,
                          (unsigned long long)f->alloc_nbytes);
-    rc = mp__tensor_check_geometry((mp_dtype)f->dtype, f->ndim, f->shape, f->strides,
+    rc = mp__tensor_check_geometry(who, (mp_dtype)f->dtype, f->ndim, f->shape, f->strides,
                                    f->byte_offset, (size_t)f->alloc_nbytes);
     if (rc < 0) {
         char why[256];

@@ -47,6 +47,21 @@ static void import_release(void *data, void *ctx)
         m->deleter(m);
 }
 
+/* CPU and CUDA memory only: nothing in mproc can read, copy or send any
+ * other device's (a tensor of it would fail at every later call). */
+static int check_device(DLDevice dev)
+{
+    char name[48];
+    if (dev.device_type != kDLCPU && dev.device_type != kDLCUDA)
+        return mp__error(MP_ENOTSUP, "mp_tensor_from_dlpack: the tensor is on %s; mproc holds "
+                                     "CPU and CUDA tensors: move it to one first",
+                         mp__device_label(dev, name, sizeof name));
+    if (dev.device_id < 0)
+        return mp__error(MP_EINVAL, "mp_tensor_from_dlpack: negative device id %d",
+                         dev.device_id);
+    return 0;
+}
+
 int mp_tensor_from_dlpack(DLManagedTensor *m, mp_tensor **out)
 {
     int64_t contig[MP_MAX_NDIM], lo, end;
@@ -61,6 +76,8 @@ int mp_tensor_from_dlpack(DLManagedTensor *m, mp_tensor **out)
         return mp__error(MP_EINVAL, "mp_tensor_from_dlpack: NULL managed tensor or out");
     *out = NULL;
     dl = &m->dl_tensor;
+    if ((rc = check_device(dl->device)) < 0)
+        return rc;
     rc = mp_dtype_from_dlpack(dl->dtype, &dtype);
     if (rc == 0)
         rc = mp__shape_nbytes("mp_tensor_from_dlpack", dtype, dl->ndim, dl->shape, &nbytes);

@@ -144,11 +144,13 @@ int mp__storage_share(mp__storage *s)
         return mp__error(MP_EINVAL, "mp_tensor_share_memory_: NULL storage");
     if (s->seg)
         return 0;
-    if (s->dev.device_type != kDLCPU)
+    if (s->dev.device_type != kDLCPU) {
+        char dev[48];
         return mp__error(MP_ENOTSUP,
-                         "mp_tensor_share_memory_: a device (type %d) storage "
-                         "is shared through CUDA IPC, not shared memory",
-                         s->dev.device_type);
+                         "mp_tensor_share_memory_: the tensor is on %s and stays there; "
+                         "send a CUDA tensor with mp_msg_add_cuda_tensor (CUDA IPC)",
+                         mp__device_label(s->dev, dev, sizeof dev));
+    }
     if (atomic_load(&s->exports) > 0)
         return mp__error(MP_ESTATE, "mp_tensor_share_memory_: the storage is exported through "
                                     "DLPack and its memory cannot move; share before exporting");

@@ -1,6 +1,7 @@
 /* Tensors: geometry checks, creation, properties, grad and sharing. */
 #include "tensor/tensor_priv.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,48 +52,68 @@ int mp__view_span(const char *call, mp_dtype dtype, int ndim, const int64_t *sha
             *lo = *end = 0;
             return 0;
         }
-        if (MUL(shape[i] - 1, strides[i], &e) || ADD(e > 0 ? *end : *lo, e, e > 0 ? end : lo))
-            return mp__error(MP_EOVERFLOW, "%s: the strides reach past 2^63 elements at dim %d "
-                             "(stride %lld, size %lld)", call, i, (long long)strides[i],
+        if (MUL(shape[i] - 1, strides[i], &e))
+            return mp__error(MP_EOVERFLOW, "%s: dim %d's stride %lld times its size %lld "
+                             "overflows int64", call, i, (long long)strides[i],
                              (long long)shape[i]);
+        if (ADD(e > 0 ? *end : *lo, e, e > 0 ? end : lo))
+            return mp__error(MP_EOVERFLOW, "%s: the strides of dims 0..%d together reach past "
+                             "2^63 elements", call, i);
     }
     if (MUL(*lo, es, lo) || ADD(*end, 1, end) || MUL(*end, es, end) || SUB(*end, *lo, &span))
         return mp__error(MP_EOVERFLOW, "%s: the view's byte range overflows", call);
     return 0;
 }
 
-int mp__tensor_check_geometry(mp_dtype dtype, int ndim, const int64_t *shape,
+int mp__tensor_check_geometry(const char *call, mp_dtype dtype, int ndim, const int64_t *shape,
                               const int64_t *strides, uint64_t byte_offset, size_t nbytes)
 {
     int64_t lo, hi, first, end;
     size_t total;
-    int rc = mp__shape_nbytes("tensor view", dtype, ndim, shape, &total);
+    int rc = mp__shape_nbytes(call, dtype, ndim, shape, &total);
     if (rc < 0)
         return rc;
     if (ndim > 0 && !strides)
-        return mp__error(MP_EINVAL, "tensor view: strides is NULL for ndim %d", ndim);
+        return mp__error(MP_EINVAL, "%s: strides is NULL for ndim %d", call, ndim);
     if (byte_offset > (uint64_t)INT64_MAX)
-        return mp__error(MP_EOVERFLOW, "tensor view: byte offset %llu out of range",
+        return mp__error(MP_EOVERFLOW, "%s: byte offset %llu out of range", call,
                          (unsigned long long)byte_offset);
     if (total == 0) { /* reaches no element */
         if (byte_offset > nbytes)
-            return mp__error(MP_EINVAL, "tensor view: byte offset %llu beyond the %zu-byte storage",
+            return mp__error(MP_EINVAL, "%s: byte offset %llu beyond the %zu-byte storage", call,
                              (unsigned long long)byte_offset, nbytes);
         return 0;
     }
-    rc = mp__view_span("tensor view", dtype, ndim, shape, strides, &lo, &hi);
+    rc = mp__view_span(call, dtype, ndim, shape, strides, &lo, &hi);
     if (rc < 0)
         return rc;
     if (ADD((int64_t)byte_offset, lo, &first) || ADD((int64_t)byte_offset, hi, &end))
-        return mp__error(MP_EOVERFLOW, "tensor view: byte range overflows");
+        return mp__error(MP_EOVERFLOW, "%s: byte range overflows", call);
     if (first < 0)
         return mp__error(MP_EINVAL,
-                         "tensor view: strides reach %lld bytes before the start of the storage",
+                         "%s: strides reach %lld bytes before the start of the storage", call,
                          (long long)-first);
     if ((uint64_t)end > nbytes)
-        return mp__error(MP_EINVAL, "tensor view: strides reach byte %lld of a %zu-byte storage",
+        return mp__error(MP_EINVAL, "%s: strides reach byte %lld of a %zu-byte storage", call,
                          (long long)end, nbytes);
     return 0;
+}
+
+const char *mp__device_label(DLDevice dev, char *buf, size_t cap)
+{
+    static const char *const names[] = {
+        [kDLCPU] = "cpu",           [kDLCUDA] = "cuda",         [kDLCUDAHost] = "cuda_host",
+        [kDLOpenCL] = "opencl",     [kDLVulkan] = "vulkan",     [kDLMetal] = "metal",
+        [kDLVPI] = "vpi",           [kDLROCM] = "rocm",         [kDLROCMHost] = "rocm_host",
+        [kDLExtDev] = "ext_dev",    [kDLCUDAManaged] = "cuda_managed"};
+    int type = (int)dev.device_type;
+    if (type == kDLCPU)
+        snprintf(buf, cap, "cpu");
+    else if (type > 0 && type < (int)(sizeof names / sizeof names[0]) && names[type])
+        snprintf(buf, cap, "%s:%d", names[type], dev.device_id);
+    else
+        snprintf(buf, cap, "DLPack device type %d", type);
+    return buf;
 }
 
 bool mp__contiguous_strides(int ndim, const int64_t *shape, int64_t *strides)
@@ -126,7 +147,8 @@ int mp__tensor_make(mp__storage *s, mp_dtype dtype, int ndim, const int64_t *sha
     int rc;
     if (!s || !out)
         return mp__error(MP_EINVAL, "tensor view: NULL storage or out");
-    rc = mp__tensor_check_geometry(dtype, ndim, shape, strides, byte_offset, s->nbytes);
+    rc = mp__tensor_check_geometry("tensor view", dtype, ndim, shape, strides, byte_offset,
+                                   s->nbytes);
     if (rc < 0)
         return rc;
     t = mp__zalloc(sizeof *t);
@@ -243,10 +265,12 @@ int mp_tensor_from_blob(void *data, size_t nbytes, mp_dtype dtype, int ndim, con
         mp__contiguous_strides(ndim, shape, contig);
         strides = contig;
     }
+    rc = mp__tensor_check_geometry("mp_tensor_from_blob", dtype, ndim, shape, strides, 0, nbytes);
+    if (rc < 0)
+        return rc;
     rc = mp__storage_wrap(data, nbytes, (DLDevice){kDLCPU, 0}, release, ctx, &s);
     if (rc < 0)
         return rc;
-    /* mp__tensor_make checks the geometry against the nbytes-byte storage */
     rc = mp__tensor_make(s, dtype, ndim, shape, strides, 0, out);
     if (rc < 0)
         s->release = NULL; /* on failure the caller keeps its memory */

@@ -69,8 +69,11 @@ bool mp__tensor_is_sole_view(const mp_tensor *t, mp_dtype dtype, int ndim, const
 bool mp__contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
 
 /* Checks a view's geometry against a storage of nbytes without creating it:
- * 0, or MP_EINVAL / MP_EOVERFLOW with the reason. */
-int mp__tensor_check_geometry(mp_dtype dtype, int ndim, const int64_t *shape,
+ * 0, or MP_EINVAL / MP_EOVERFLOW with the reason, after "call: ". */
+int mp__tensor_check_geometry(const char *call, mp_dtype dtype, int ndim, const int64_t *shape,
                               const int64_t *strides, uint64_t byte_offset, size_t nbytes);
+
+/* "cpu", "cuda:0", "opencl:1", ...: a device as a sentence names it. */
+const char *mp__device_label(DLDevice dev, char *buf, size_t cap);
 
 #endif

@@ -3,6 +3,7 @@
  * that each reachable element lies inside the storage. */
 #include "tensor/tensor_priv.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* dim, counted from the end when negative, checked against t's ndim. */
@@ -210,6 +211,9 @@ int mp_tensor_as_strided(const mp_tensor *t, int ndim, const int64_t *shape, con
                          uint64_t byte_offset, mp_tensor **out)
 {
     int rc = view_args("mp_tensor_as_strided", t, out);
+    if (rc == 0)
+        rc = mp__tensor_check_geometry("mp_tensor_as_strided", t->dtype, ndim, shape, strides,
+                                       byte_offset, t->storage->nbytes);
     if (rc < 0)
         return rc;
     return mp__tensor_make(t->storage, t->dtype, ndim, shape, strides, byte_offset, out);
@@ -269,13 +273,37 @@ void mp__copy_strided(const mp_tensor *dst, const mp_tensor *src)
     }
 }
 
+/* MP_ENOTSUP unless t is on the CPU (a CUDA tensor's copies are mproc/cuda.h's
+ * calls, named in fix). */
+static int on_cpu(const char *call, const char *which, const mp_tensor *t, const char *fix)
+{
+    char dev[48];
+    if (t->storage->dev.device_type == kDLCPU)
+        return 0;
+    return mp__error(MP_ENOTSUP, "%s: %s is on %s; %s", call, which,
+                     mp__device_label(t->storage->dev, dev, sizeof dev), fix);
+}
+
+/* "[4, 6]" into buf. */
+static const char *shape_text(const mp_tensor *t, char *buf, size_t cap)
+{
+    size_t n = (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < t->ndim && n < cap; i++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+    if (n < cap)
+        snprintf(buf + n, cap - n, "]");
+    return buf;
+}
+
 int mp_tensor_clone(const mp_tensor *t, mp_tensor **out)
 {
     int rc;
     if (!t || !out)
         return mp__error(MP_EINVAL, "mp_tensor_clone: NULL tensor or out");
-    if (t->storage->dev.device_type != kDLCPU)
-        return mp__error(MP_ENOTSUP, "mp_tensor_clone: device tensors are not cloned here");
+    *out = NULL;
+    if ((rc = on_cpu("mp_tensor_clone", "the tensor", t,
+                     "copy it with mp_tensor_to_cuda or mp_tensor_to_cpu")) < 0)
+        return rc;
     rc = mp_tensor_empty(t->dtype, t->ndim, t->shape, out);
     if (rc == 0)
         mp__copy_strided(*out, t);
@@ -288,15 +316,19 @@ int mp_tensor_copy_(mp_tensor *dst, const mp_tensor *src)
     int rc;
     if (!dst || !src)
         return mp__error(MP_EINVAL, "mp_tensor_copy_: NULL tensor");
-    if (dst->dtype != src->dtype || dst->ndim != src->ndim ||
+    char a[MP_MAX_NDIM * 22 + 3], b[sizeof a];
+    if (dst->dtype != src->dtype)
+        return mp__error(MP_EINVAL, "mp_tensor_copy_: dst is %s, src %s; copy between tensors "
+                                    "of one dtype", mp_dtype_name(dst->dtype),
+                         mp_dtype_name(src->dtype));
+    if (dst->ndim != src->ndim ||
         memcmp(dst->shape, src->shape, sizeof(int64_t) * (size_t)src->ndim) != 0)
-        return mp__error(MP_EINVAL,
-                         "mp_tensor_copy_: dtype or shape differs (%s vs %s, %d-d vs "
-                         "%d-d)",
-                         mp_dtype_name(dst->dtype), mp_dtype_name(src->dtype), dst->ndim,
-                         src->ndim);
-    if (dst->storage->dev.device_type != kDLCPU || src->storage->dev.device_type != kDLCPU)
-        return mp__error(MP_ENOTSUP, "mp_tensor_copy_: device tensors are not copied here");
+        return mp__error(MP_EINVAL, "mp_tensor_copy_: dst has shape %s, src %s; copy between "
+                                    "tensors of one shape", shape_text(dst, a, sizeof a),
+                         shape_text(src, b, sizeof b));
+    if ((rc = on_cpu("mp_tensor_copy_", "dst", dst, "use mp_tensor_copy_cuda_")) < 0 ||
+        (rc = on_cpu("mp_tensor_copy_", "src", src, "use mp_tensor_copy_cuda_")) < 0)
+        return rc;
     if (dst->storage == src->storage && dst != src) {
         /* views of one storage may overlap: go through a private copy */
         rc = mp_tensor_clone(src, &tmp);

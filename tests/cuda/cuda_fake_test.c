@@ -453,6 +453,20 @@ static void test_refusals(void **state)
     assert_int_equal(m->dl_tensor.device.device_type, kDLCUDA);
     assert_mp_ok(mp_tensor_from_dlpack(m, &imp));
     assert_int_equal(mp_tensor_device(imp).device_type, kDLCUDA);
+    /* the CPU-only calls name the device and the CUDA call to use */
+    mp_tensor *x = h, *h2 = NULL;
+    int64_t shape2[2] = {1, 4};
+    assert_mp_err(mp_tensor_clone(imp, &x), MP_ENOTSUP);
+    assert_string_equal(mp_last_error(), "mp_tensor_clone: the tensor is on cuda:0; copy it "
+                                         "with mp_tensor_to_cuda or mp_tensor_to_cpu");
+    assert_null(x);
+    assert_mp_ok(mp_tensor_empty(MP_FLOAT32, 2, shape2, &h2));
+    assert_mp_err(mp_tensor_copy_(h2, imp), MP_ENOTSUP);
+    assert_string_equal(mp_last_error(), "mp_tensor_copy_: src is on cuda:0; use "
+                                         "mp_tensor_copy_cuda_");
+    mp_tensor_release(h2);
+    assert_mp_err(mp_tensor_share_memory_(imp), MP_ENOTSUP);
+    assert_non_null(strstr(mp_last_error(), "the tensor is on cuda:0 and stays there"));
     assert_mp_err(send_tensor(sv[0], imp), MP_EINVAL);
     assert_non_null(strstr(mp_last_error(), "mp_tensor_to_cuda"));
     mp_tensor_release(imp);

@@ -261,7 +261,10 @@ static void test_as_strided(void **state)
     assert_mp_err(mp_tensor_as_strided(t, 2, shape, st_out, 0, &v), MP_EINVAL);
     assert_non_null(strstr(mp_last_error(), "byte 48 of a 40-byte"));
     assert_mp_err(mp_tensor_as_strided(t, 2, shape, st_big, 0, &v), MP_EOVERFLOW);
+    assert_non_null(strstr(mp_last_error(), "mp_tensor_as_strided: dim 0's stride"));
     assert_mp_err(mp_tensor_as_strided(t, 2, shape, NULL, 0, &v), MP_EINVAL);
+    assert_string_equal(mp_last_error(), "mp_tensor_as_strided: strides is NULL for ndim 2");
+    assert_null(v);
     assert_mp_err(mp_tensor_as_strided(t, 1, &n, st_zero + 1, 4, &v), MP_EINVAL);
     assert_mp_err(mp_tensor_as_strided(t, 1, &n, st_zero + 1, UINT64_MAX, &v), MP_EOVERFLOW);
     /* an empty view may sit at the very end */
@@ -270,8 +273,10 @@ static void test_as_strided(void **state)
     mp_tensor_release(v);
     assert_mp_err(mp_tensor_as_strided(t, 1, &zero, st_zero + 1, 41, &v), MP_EINVAL);
     /* internal check used by the wire decoder */
-    assert_mp_ok(mp__tensor_check_geometry(MP_INT32, 2, shape, st_out, 0, 48));
-    assert_mp_err(mp__tensor_check_geometry(MP_INT32, 2, shape, st_out, 4, 48), MP_EINVAL);
+    assert_mp_ok(mp__tensor_check_geometry("decoding", MP_INT32, 2, shape, st_out, 0, 48));
+    assert_mp_err(mp__tensor_check_geometry("decoding", MP_INT32, 2, shape, st_out, 4, 48),
+                  MP_EINVAL);
+    assert_string_equal(mp_last_error(), "decoding: strides reach byte 52 of a 48-byte storage");
     mp_tensor_release(t);
 }
 
@@ -293,6 +298,8 @@ static void test_copy(void **state)
     /* overlapping views of one storage: goes through a copy */
     assert_mp_ok(mp_tensor_slice(a, 1, 0, 5, 1, &c));
     assert_mp_err(mp_tensor_copy_(at, a), MP_EINVAL); /* shapes differ */
+    assert_string_equal(mp_last_error(), "mp_tensor_copy_: dst has shape [5, 3], src [3, 5]; "
+                                         "copy between tensors of one shape");
     assert_mp_err(mp_tensor_copy_(a, NULL), MP_EINVAL);
     mp_tensor_release(c);
     int64_t s1 = 15;
@@ -300,7 +307,7 @@ static void test_copy(void **state)
     assert_mp_ok(mp_tensor_empty(MP_FLOAT32, 1, &s1, &f));
     assert_mp_ok(mp_tensor_reshape(f, 2, shape, &c));
     assert_mp_err(mp_tensor_copy_(c, a), MP_EINVAL); /* dtypes differ */
-    assert_non_null(strstr(mp_last_error(), "float32"));
+    assert_non_null(strstr(mp_last_error(), "dst is float32, src int32"));
     mp_tensor_release(c);
     mp_tensor_release(f);
     /* reverse a row in place through a negative-stride view */
@@ -420,7 +427,19 @@ static void test_dlpack_import_shares(void **state)
     f.m.dl_tensor.ndim = 1;
     f.strides[0] = INT64_MAX / 2;
     assert_mp_err(mp_tensor_from_dlpack(&f.m, &t), MP_EOVERFLOW);
-    f.m.dl_tensor.ndim = 17;
+    f.strides[0] = -2;
+    /* devices mproc cannot read, copy or send */
+    f.m.dl_tensor.device = (DLDevice){kDLOpenCL, 1};
+    assert_mp_err(mp_tensor_from_dlpack(&f.m, &t), MP_ENOTSUP);
+    assert_non_null(strstr(mp_last_error(), "the tensor is on opencl:1"));
+    f.m.dl_tensor.device = (DLDevice){(DLDeviceType)99, 0};
+    assert_mp_err(mp_tensor_from_dlpack(&f.m, &t), MP_ENOTSUP);
+    assert_non_null(strstr(mp_last_error(), "on DLPack device type 99;"));
+    f.m.dl_tensor.device = (DLDevice){kDLCUDA, -1};
+    assert_mp_err(mp_tensor_from_dlpack(&f.m, &t), MP_EINVAL);
+    assert_non_null(strstr(mp_last_error(), "negative device id -1"));
+    assert_null(t);
+    f.m.dl_tensor.device = (DLDevice){kDLCPU, 0};
     assert_int_equal(f.deleted, 1);
     /* NULL strides: compact row-major */
     f.m.dl_tensor.ndim = 1;
