@@ -45,9 +45,10 @@ typedef struct mp_wait_item {
  * pass (negative: forever). Sets every item's `ready` and returns how many
  * are ready (>= 1). None ready: MP_ETIMEDOUT (timeout 0 polls, as every
  * blocking call's does). Other errors: MP_EINVAL (a NaN timeout, n == 0, NULL items, an
- * unknown kind, a NULL object, a send-only connection end, a process not
- * started or started by another process), MP_ECLOSED (a closed connection
- * handle), MP_ESYS (poll). Never receives, gets or reaps: a ready item is
+ * unknown kind, a NULL object, an fd that is not open, a process not
+ * started or started by another process), MP_ESTATE (a send-only
+ * connection end), MP_ECLOSED (a closed connection handle), MP_ESYS
+ * (poll). An item's error names it: "mp_wait: item 2: ...". Never receives, gets or reaps: a ready item is
  * then received from or joined by the caller. Wake-up records that mproc's
  * queues and pipes use internally are dropped on the way, never reported.
  * Thread-safe (several threads may wait on the same objects). */

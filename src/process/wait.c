@@ -8,8 +8,11 @@
 #include "process/process_internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "mproc/wait.h"
 
@@ -37,15 +40,34 @@ static int item_fd(const mp_wait_item *it, int *fd)
     case MP_WAIT_PROCESS:
         return mp__process_wait_fd(it->u.process, fd, "mp_wait");
     case MP_WAIT_FD:
-        if (it->u.fd < 0)
-            return mp__error(MP_EINVAL, "mp_wait: fd %d is not an fd", it->u.fd);
+        /* poll would call a closed fd ready (POLLNVAL) for ever */
+        if (it->u.fd < 0 || (fcntl(it->u.fd, F_GETFD) < 0 && errno == EBADF))
+            return mp__error(MP_EINVAL, "mp_wait: fd %d is not open", it->u.fd);
         *fd = it->u.fd;
         return 0;
     default:
         return mp__error(MP_EINVAL, "mp_wait: unknown kind %d (want an mp_wait_kind)",
                          it->kind);
     }
-    return mp__error(MP_EINVAL, "mp_wait: an item of kind %d has a NULL object", it->kind);
+    return mp__error(MP_EINVAL, "mp_wait: its %s is NULL",
+                     it->kind == MP_WAIT_CONN ? "conn"
+                     : it->kind == MP_WAIT_QUEUE ? "queue" : "simple_queue");
+}
+
+/* The error rc that item i's object gave, said as mp_wait's: "mp_wait:
+ * item 2: <the reason>" (the call that found it, named first in the
+ * sentence, is dropped). errno and mp_last_errno stay as they were. */
+static int item_error(int rc, size_t i)
+{
+    mp__error_saved s;
+    char line[sizeof s.text];
+    const char *why;
+    mp__error_save(&s);
+    why = strstr(s.text, ": ");
+    snprintf(line, sizeof line, "mp_wait: item %zu: %.460s", i, why ? why + 2 : s.text);
+    memcpy(s.text, line, sizeof line);
+    mp__error_restore(&s);
+    return rc;
 }
 
 /* 1 when item it is ready now, 0 when not, or an error. */
@@ -76,7 +98,7 @@ static int look_all(mp_wait_item *items, size_t n, const struct pollfd *pf)
     for (size_t i = 0; i < n; i++) {
         int r = look(&items[i], pf[i].fd);
         if (r < 0)
-            return r;
+            return r == MP_ESYS ? r : item_error(r, i);
         items[i].ready = r > 0;
         ready += r > 0;
     }
@@ -97,7 +119,8 @@ int mp_wait(mp_wait_item *items, size_t n, double timeout)
         return mp__error(MP_ENOMEM, "mp_wait: out of memory");
     for (size_t i = 0; i < n && rc == 0; i++) {
         pf[i].events = POLLIN;
-        rc = item_fd(&items[i], &pf[i].fd);
+        if ((rc = item_fd(&items[i], &pf[i].fd)) < 0)
+            rc = item_error(rc, i);
     }
     while (rc == 0) {
         int ms, got;

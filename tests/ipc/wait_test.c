@@ -158,20 +158,34 @@ static void test_true_readiness(void **state)
 static void test_misuse(void **state)
 {
     mp_conn *r = NULL, *w = NULL;
-    mp_wait_item it[1] = {{.kind = 99}};
+    mp_wait_item it[2] = {{.kind = 99}};
+    int fds[2];
     assert_mp_err(mp_wait(NULL, 1, 0), MP_EINVAL);
     assert_mp_err(mp_wait(it, 0, 0), MP_EINVAL);
     assert_mp_err(mp_wait(it, 1, 0), MP_EINVAL);
+    assert_string_equal(mp_last_error(), "mp_wait: item 0: unknown kind 99 (want an "
+                                         "mp_wait_kind)");
     it[0] = (mp_wait_item){.kind = MP_WAIT_CONN};
     assert_mp_err(mp_wait(it, 1, 0), MP_EINVAL); /* NULL object */
+    assert_string_equal(mp_last_error(), "mp_wait: item 0: its conn is NULL");
     it[0] = (mp_wait_item){.kind = MP_WAIT_FD, .u.fd = -1};
     assert_mp_err(mp_wait(it, 1, 0), MP_EINVAL);
+    /* a closed fd: poll would call it ready (POLLNVAL) on every call */
+    assert_int_equal(pipe(fds), 0);
+    close(fds[0]);
+    close(fds[1]);
+    it[0] = (mp_wait_item){.kind = MP_WAIT_FD, .u.fd = fds[1]};
+    assert_mp_err(mp_wait(it, 1, 0), MP_EINVAL);
+    assert_non_null(strstr(mp_last_error(), "is not open"));
     assert_mp_ok(mp_pipe(false, &r, &w));
-    it[0] = (mp_wait_item){.kind = MP_WAIT_CONN, .u.conn = w};
-    assert_mp_err(mp_wait(it, 1, 0), MP_ESTATE); /* send-only end */
+    it[0] = (mp_wait_item){.kind = MP_WAIT_CONN, .u.conn = r};
+    it[1] = (mp_wait_item){.kind = MP_WAIT_CONN, .u.conn = w};
+    assert_mp_err(mp_wait(it, 2, 0), MP_ESTATE); /* send-only end */
+    assert_string_equal(mp_last_error(), "mp_wait: item 1: this end of a one-way pipe only "
+                                         "sends");
     assert_mp_ok(mp_conn_close(r));
-    it[0].u.conn = r;
     assert_mp_err(mp_wait(it, 1, 0), MP_ECLOSED);
+    assert_non_null(strstr(mp_last_error(), "mp_wait: item 0: "));
     assert_int_equal(mp_conn_fileno(r), -1);
     assert_int_equal(mp_conn_fileno(NULL), -1);
     assert_int_equal(mp_queue_fileno(NULL), -1);
