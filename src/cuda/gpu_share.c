@@ -188,8 +188,10 @@ mp__cuda_alloc *mp__cuda_tensor_alloc(const mp_tensor *t, const char *caller)
     mp__storage *s = mp__tensor_storage(t);
     mp__cuda_alloc *a = mp__storage_user(s);
     if (mp__storage_device(s).device_type != kDLCUDA) {
-        mp__error(MP_EINVAL, "%s: not a CUDA tensor (device type %d)", caller,
-                  (int)mp__storage_device(s).device_type);
+        char dev[48];
+        mp__error(MP_EINVAL, "%s: the tensor is on %s, not on a CUDA device (a CPU tensor "
+                             "travels with mp_msg_add_tensor)", caller,
+                  mp__device_label(mp__storage_device(s), dev, sizeof dev));
         return NULL;
     }
     if (!a || a->magic != MP__CUDA_ALLOC_MAGIC) {

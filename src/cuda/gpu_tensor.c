@@ -27,10 +27,10 @@ static int contiguous(mp_dtype dtype, int ndim, const int64_t *shape, int64_t *s
     return 0;
 }
 
-int mp_tensor_empty_cuda(int device, mp_dtype dtype, int ndim, const int64_t *shape,
-                         mp_tensor **out)
+/* mp_tensor_empty_cuda, its sentences naming who (the public call made). */
+static int empty_cuda(int device, mp_dtype dtype, int ndim, const int64_t *shape,
+                      mp_tensor **out, const char *who)
 {
-    const char *who = "mp_tensor_empty_cuda";
     int64_t strides[MP_MAX_NDIM];
     mp__storage *s = NULL;
     size_t nbytes = 0;
@@ -78,6 +78,12 @@ out_free_record:
     return rc;
 }
 
+int mp_tensor_empty_cuda(int device, mp_dtype dtype, int ndim, const int64_t *shape,
+                         mp_tensor **out)
+{
+    return empty_cuda(device, dtype, ndim, shape, out, "mp_tensor_empty_cuda");
+}
+
 static bool on_cuda(const mp_tensor *t) { return mp_tensor_device(t).device_type == kDLCUDA; }
 
 /* Copies nbytes between any mix of host and device memory; UVA lets
@@ -104,11 +110,16 @@ int mp_tensor_copy_cuda_(mp_tensor *dst, const mp_tensor *src)
         return rc;
     if (!dst || !src)
         return mp__error(MP_EINVAL, "%s: NULL tensor", who);
-    if (mp_tensor_dtype(dst) != mp_tensor_dtype(src) ||
-        mp_tensor_ndim(dst) != mp_tensor_ndim(src) ||
+    char a[MP__SHAPE_TEXT], b[MP__SHAPE_TEXT];
+    if (mp_tensor_dtype(dst) != mp_tensor_dtype(src))
+        return mp__error(MP_EINVAL, "%s: dst is %s, src %s; copy between tensors of one dtype",
+                         who, mp_dtype_name(mp_tensor_dtype(dst)),
+                         mp_dtype_name(mp_tensor_dtype(src)));
+    if (mp_tensor_ndim(dst) != mp_tensor_ndim(src) ||
         memcmp(mp_tensor_shape(dst), mp_tensor_shape(src),
                sizeof(int64_t) * (size_t)mp_tensor_ndim(dst)) != 0)
-        return mp__error(MP_EINVAL, "%s: dtype or shape differ", who);
+        return mp__error(MP_EINVAL, "%s: dst has shape %s, src %s; copy between tensors of one "
+                                    "shape", who, mp__shape_text(dst, a), mp__shape_text(src, b));
     if (!mp_tensor_is_contiguous(dst) || !mp_tensor_is_contiguous(src))
         return mp__error(MP_EINVAL, "%s: both tensors must be contiguous (make a contiguous "
                                     "copy with mp_tensor_to_cuda / mp_tensor_to_cpu)", who);
@@ -136,8 +147,8 @@ int mp_tensor_to_cuda(const mp_tensor *src, int device, mp_tensor **out)
             return rc;
         src = host;
     }
-    rc = mp_tensor_empty_cuda(device, mp_tensor_dtype(src), mp_tensor_ndim(src),
-                              mp_tensor_shape(src), &t);
+    rc = empty_cuda(device, mp_tensor_dtype(src), mp_tensor_ndim(src), mp_tensor_shape(src), &t,
+                    who);
     if (rc == 0)
         rc = copy_bytes(mp_tensor_data(t), mp_tensor_data(src), mp_tensor_nbytes(src), device,
                         who);

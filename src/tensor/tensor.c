@@ -116,6 +116,16 @@ const char *mp__device_label(DLDevice dev, char *buf, size_t cap)
     return buf;
 }
 
+const char *mp__shape_text(const mp_tensor *t, char *buf)
+{
+    size_t n = (size_t)snprintf(buf, MP__SHAPE_TEXT, "[");
+    for (int i = 0; i < t->ndim; i++)
+        n += (size_t)snprintf(buf + n, MP__SHAPE_TEXT - n, "%s%lld", i ? ", " : "",
+                              (long long)t->shape[i]);
+    snprintf(buf + n, MP__SHAPE_TEXT - n, "]");
+    return buf;
+}
+
 bool mp__contiguous_strides(int ndim, const int64_t *shape, int64_t *strides)
 {
     int64_t s = 1;

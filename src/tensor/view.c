@@ -284,17 +284,6 @@ static int on_cpu(const char *call, const char *which, const mp_tensor *t, const
                      mp__device_label(t->storage->dev, dev, sizeof dev), fix);
 }
 
-/* "[4, 6]" into buf. */
-static const char *shape_text(const mp_tensor *t, char *buf, size_t cap)
-{
-    size_t n = (size_t)snprintf(buf, cap, "[");
-    for (int i = 0; i < t->ndim && n < cap; i++)
-        n += (size_t)snprintf(buf + n, cap - n, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
-    if (n < cap)
-        snprintf(buf + n, cap - n, "]");
-    return buf;
-}
-
 int mp_tensor_clone(const mp_tensor *t, mp_tensor **out)
 {
     int rc;
@@ -316,7 +305,7 @@ int mp_tensor_copy_(mp_tensor *dst, const mp_tensor *src)
     int rc;
     if (!dst || !src)
         return mp__error(MP_EINVAL, "mp_tensor_copy_: NULL tensor");
-    char a[MP_MAX_NDIM * 22 + 3], b[sizeof a];
+    char a[MP__SHAPE_TEXT], b[MP__SHAPE_TEXT];
     if (dst->dtype != src->dtype)
         return mp__error(MP_EINVAL, "mp_tensor_copy_: dst is %s, src %s; copy between tensors "
                                     "of one dtype", mp_dtype_name(dst->dtype),
@@ -324,8 +313,7 @@ int mp_tensor_copy_(mp_tensor *dst, const mp_tensor *src)
     if (dst->ndim != src->ndim ||
         memcmp(dst->shape, src->shape, sizeof(int64_t) * (size_t)src->ndim) != 0)
         return mp__error(MP_EINVAL, "mp_tensor_copy_: dst has shape %s, src %s; copy between "
-                                    "tensors of one shape", shape_text(dst, a, sizeof a),
-                         shape_text(src, b, sizeof b));
+                                    "tensors of one shape", mp__shape_text(dst, a), mp__shape_text(src, b));
     if ((rc = on_cpu("mp_tensor_copy_", "dst", dst, "use mp_tensor_copy_cuda_")) < 0 ||
         (rc = on_cpu("mp_tensor_copy_", "src", src, "use mp_tensor_copy_cuda_")) < 0)
         return rc;

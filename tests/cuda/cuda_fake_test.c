@@ -442,6 +442,7 @@ static void test_refusals(void **state)
     assert_mp_ok(mp_tensor_empty(MP_FLOAT32, 1, shape, &h));
     assert_mp_err(mp_tensor_to_cuda(h, 7, &d), MP_EINVAL);
     assert_non_null(strstr(mp_last_error(), "device 7 does not exist"));
+    assert_memory_equal(mp_last_error(), "mp_tensor_to_cuda: ", 19);
     assert_null(d);
     int sv[2];
     pair(sv);
@@ -464,6 +465,16 @@ static void test_refusals(void **state)
     assert_mp_err(mp_tensor_copy_(h2, imp), MP_ENOTSUP);
     assert_string_equal(mp_last_error(), "mp_tensor_copy_: src is on cuda:0; use "
                                          "mp_tensor_copy_cuda_");
+    assert_mp_err(mp_tensor_copy_cuda_(h, imp), MP_EINVAL);
+    assert_string_equal(mp_last_error(), "mp_tensor_copy_cuda_: dst has shape [4], src [1, 4]; "
+                                         "copy between tensors of one shape");
+    mp_msg *msg = NULL;
+    assert_mp_ok(mp_msg_create(&msg));
+    assert_mp_err(mp_msg_add_cuda_tensor(msg, "h", h2), MP_EINVAL);
+    assert_string_equal(mp_last_error(), "mp_msg_add_cuda_tensor: the tensor is on cpu, not on "
+                                         "a CUDA device (a CPU tensor travels with "
+                                         "mp_msg_add_tensor)");
+    mp_msg_destroy(msg);
     mp_tensor_release(h2);
     assert_mp_err(mp_tensor_share_memory_(imp), MP_ENOTSUP);
     assert_non_null(strstr(mp_last_error(), "the tensor is on cuda:0 and stays there"));
