@@ -41,6 +41,11 @@ static int runtime_dir_path(char *buf, size_t cap, bool *from_env)
     const char *xdg = getenv("XDG_RUNTIME_DIR");
     int n;
     *from_env = env && *env;
+    /* a relative one would name another folder in each working directory */
+    if (*from_env && env[0] != '/')
+        return mp__error(MP_EINVAL, "shm manager: MPROC_RUNTIME_DIR=%s is not an absolute "
+                         "path; set it to a private directory's full path (yours, mode "
+                         "0700) or unset it", env);
     if (*from_env)
         n = snprintf(buf, cap, "%s", env);
     else if (xdg && xdg[0] == '/')
@@ -109,7 +114,10 @@ int mp__mgr_runtime_dir_diagnose(char *buf, size_t cap, bool create, bool *exist
     *exists = false;
     if (rc < 0) {
         snprintf(problem, pcap, "%s", mp_last_error());
-        snprintf(fix, fcap, "set MPROC_RUNTIME_DIR to a shorter private directory");
+        snprintf(fix, fcap, rc == MP_EINVAL ? "set MPROC_RUNTIME_DIR to an absolute path, or "
+                                              "unset it"
+                                            : "set MPROC_RUNTIME_DIR to a shorter private "
+                                              "directory");
         return rc;
     }
     if (create && mp__sys.mkdir(buf, 0700) != 0 && errno != EEXIST) {

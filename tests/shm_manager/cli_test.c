@@ -390,6 +390,10 @@ static void test_runtime_dir_fixes(void **state)
                "MPROC_RUNTIME_DIR=/etc/passwd is a regular file, not a directory mproc made",
                "fix: set MPROC_RUNTIME_DIR to a private directory (yours, mode 0700) or unset "
                "it");
+    /* relative: it would name another folder in each working directory */
+    doctor_dir("MPROC_RUNTIME_DIR", "rt",
+               "MPROC_RUNTIME_DIR=rt is not an absolute path",
+               "fix: set MPROC_RUNTIME_DIR to an absolute path, or unset it");
     /* mproc's own default name taken by a file: removing that is fine */
     snprintf(file, sizeof file, "%s/mproc", mgr_dir);
     close(open(file, O_CREAT | O_WRONLY | O_CLOEXEC, 0600));
