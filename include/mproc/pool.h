@@ -186,7 +186,9 @@ MP_API const char *mp_async_result_error(const mp_async_result *r);
  * Inputs are copied at submission (the caller may destroy them at once);
  * attached tensors and objects are retained until sent. cb may be NULL.
  * Common errors: MP_EINVAL, MP_ENOENT (task not registered in this
- * process), MP_ESTATE (closed or terminated), MP_ENOMEM. */
+ * process), MP_ESTATE (closed or terminated), MP_EOVERFLOW (the item
+ * count times nargs or the item sizes overflow a size_t), MP_ENOMEM. The
+ * sentence names the call made (mp_pool_map, not mp_pool_map_async). */
 
 /* Runs task on one worker and waits: *out is a new message (destroy it). */
 MP_API int mp_pool_apply(mp_pool *p, const char *task, const mp_msg *in, mp_msg **out);

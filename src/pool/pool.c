@@ -526,17 +526,20 @@ void mp_pool_destroy(mp_pool *p)
     pool_free(p);
 }
 
-int mp__pool_submit(mp_pool *p, mp__chunk *head, mp__chunk *tail)
+int mp__pool_submit(mp_pool *p, mp__chunk *head, mp__chunk *tail, const char *call)
 {
     pthread_mutex_lock(&p->mu);
     if (p->state != MP__POOL_RUN) {
+        bool closed = p->state == MP__POOL_CLOSED;
         pthread_mutex_unlock(&p->mu);
         while (head) {
             mp__chunk *next = head->next;
             mp__chunk_free(head);
             head = next;
         }
-        return mp__error(MP_ESTATE, "mp_pool: the pool is closed or terminated");
+        return mp__error(MP_ESTATE, "%s: the pool was %s; submit work before that, or "
+                                    "create a new pool", call,
+                         closed ? "closed (mp_pool_close)" : "terminated (mp_pool_terminate)");
     }
     if (p->tail)
         p->tail->next = head;

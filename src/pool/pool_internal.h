@@ -154,7 +154,7 @@ struct mp_async_result {
 };
 
 /* order: keep the completion order (imap_unordered). */
-int mp__result_new(int kind, size_t n, bool order, const char *task,
+int mp__result_new(const char *call, int kind, size_t n, bool order, const char *task,
                    const mp_pool_callbacks *cb, mp_async_result **out);
 /* Handler thread, with r->mu held: records item i's outcome (err copied;
  * a success's message stays in its chunk's answer, r->frames); true when
@@ -304,7 +304,7 @@ void mp__worker_reap(mp_pool *p, int slot, char *how, size_t cap);
 /* Asks the worker to exit after its current chunk. */
 int mp__worker_send_exit(worker *w);
 /* Queues chunks (takes them) and wakes the handler; MP_ESTATE if closed. */
-int mp__pool_submit(mp_pool *p, mp__chunk *head, mp__chunk *tail);
+int mp__pool_submit(mp_pool *p, mp__chunk *head, mp__chunk *tail, const char *call);
 /* inflight.c (handler thread): a result ready for its callback; a chunk
  * failed item by item with rc and why (then freed); w's chunks in flight,
  * oldest first (push appends, pop takes the one it runs); a worker's end,

@@ -9,12 +9,12 @@
 
 /* ---- results --------------------------------------------------------------------- */
 
-int mp__result_new(int kind, size_t n, bool order, const char *task,
+int mp__result_new(const char *call, int kind, size_t n, bool order, const char *task,
                    const mp_pool_callbacks *user_cb, mp_async_result **out)
 {
     mp_pool_callbacks copy, *cb = NULL;
     if (user_cb) {
-        int rc = mp__struct_in(&copy, sizeof copy, user_cb, "mp_pool", "mp_pool_callbacks");
+        int rc = mp__struct_in(&copy, sizeof copy, user_cb, call, "mp_pool_callbacks");
         if (rc)
             return rc;
         cb = &copy;

@@ -144,7 +144,7 @@ static int submit(mp_pool *p, const char *task, int kind, source *s, size_t n,
                          call, task, mp__array_task_lookup(task)
                                          ? "; an MP_ARRAY_TASK runs with mp_pool_map_array only"
                                          : "");
-    if ((rc = mp__result_new(kind, n, s->order, task, cb, &r)) != 0)
+    if ((rc = mp__result_new(call, kind, n, s->order, task, cb, &r)) != 0)
         return rc;
     r->out_array = s->out; /* set before the handler can see r */
     r->out_size = s->out_size;
@@ -168,7 +168,7 @@ static int submit(mp_pool *p, const char *task, int kind, source *s, size_t n,
          * per batch. (VEC: all at the end, see below.) */
         if (++made == next_flush && kind != MP__JOB_VEC && start + count < n) {
             next_flush *= 2;
-            rc = mp__pool_submit(p, head, tail); /* frees the chunks on failure */
+            rc = mp__pool_submit(p, head, tail, call); /* frees the chunks on failure */
             head = tail = NULL;
             if (rc)
                 goto out_release;
@@ -181,7 +181,7 @@ static int submit(mp_pool *p, const char *task, int kind, source *s, size_t n,
     s->vatt = NULL;
     if (n == 0) /* nothing to hand the handler: done now, in this thread */
         mp__result_callback(r);
-    else if (head && (rc = mp__pool_submit(p, head, tail)) != 0) /* frees the chunks */
+    else if (head && (rc = mp__pool_submit(p, head, tail, call)) != 0) /* frees the chunks */
         goto out_release;
     *res = r;
     return 0;
@@ -207,72 +207,105 @@ static int check_msgs(const mp_msg *const *in, size_t n, const char *call)
     return 0;
 }
 
-int mp_pool_apply_async(mp_pool *p, const char *task, const mp_msg *in,
-                        const mp_pool_callbacks *cb, mp_async_result **res)
+/* The submission calls below, each with `call` the public one made: the
+ * _async calls name themselves, the blocking forms and imap theirs. */
+static int apply_async(mp_pool *p, const char *task, const mp_msg *in,
+                       const mp_pool_callbacks *cb, mp_async_result **res, const char *call)
 {
     const mp_msg *one[1] = {in};
     source s = {SRC_MSGS, one, 0, NULL, 0, NULL, 0, NULL, false};
-    int rc = check_msgs(one, 1, "mp_pool_apply_async");
-    if (!rc && p && p->ops && res && task)
-        return mp__remote_submit(p, task, one, 1, 0, true, cb, res, "mp_pool_apply_async");
-    return rc ? rc : submit(p, task, MP__JOB_MSG, &s, 1, 1, cb, res, "mp_pool_apply_async");
+    if (!in)
+        return mp__error(MP_EINVAL, "%s: in is NULL", call);
+    if (p && p->ops && res && task)
+        return mp__remote_submit(p, task, one, 1, 0, true, cb, res, call);
+    return submit(p, task, MP__JOB_MSG, &s, 1, 1, cb, res, call);
+}
+
+int mp_pool_apply_async(mp_pool *p, const char *task, const mp_msg *in,
+                        const mp_pool_callbacks *cb, mp_async_result **res)
+{
+    return apply_async(p, task, in, cb, res, "mp_pool_apply_async");
 }
 
 static int map_async(mp_pool *p, const char *task, const mp_msg *const *in, size_t n,
                      size_t chunksize, const mp_pool_callbacks *cb, mp_async_result **res,
-                     bool order)
+                     bool order, const char *call)
 {
     source s = {SRC_MSGS, in, 0, NULL, 0, NULL, 0, NULL, order};
-    int rc = check_msgs(in, n, "mp_pool_map_async");
+    int rc = check_msgs(in, n, call);
     if (!rc && p && p->ops && res && task)
-        return mp__remote_submit(p, task, in, n, 0, false, cb, res, "mp_pool_map_async");
-    return rc ? rc
-              : submit(p, task, MP__JOB_MSG, &s, n, chunksize, cb, res, "mp_pool_map_async");
+        return mp__remote_submit(p, task, in, n, 0, false, cb, res, call);
+    return rc ? rc : submit(p, task, MP__JOB_MSG, &s, n, chunksize, cb, res, call);
 }
 
 int mp_pool_map_async(mp_pool *p, const char *task, const mp_msg *const *in, size_t n,
                       size_t chunksize, const mp_pool_callbacks *cb, mp_async_result **res)
 {
-    return map_async(p, task, in, n, chunksize, cb, res, false);
+    return map_async(p, task, in, n, chunksize, cb, res, false, "mp_pool_map_async");
+}
+
+static int starmap_async(mp_pool *p, const char *task, const mp_msg *const *args, size_t n,
+                         size_t nargs, size_t chunksize, const mp_pool_callbacks *cb,
+                         mp_async_result **res, const char *call)
+{
+    source s = {SRC_STAR, args, nargs, NULL, 0, NULL, 0, NULL, false};
+    int rc = 0;
+    if (nargs == 0 || nargs > 1024)
+        rc = mp__error(MP_EINVAL, "%s: nargs = %zu, want 1..1024", call, nargs);
+    else if (n && n * nargs / n != nargs)
+        rc = mp__error(MP_EOVERFLOW, "%s: %zu items of %zu arguments overflow a size_t", call,
+                       n, nargs);
+    if (!rc)
+        rc = check_msgs(args, n * nargs, call);
+    if (!rc && p && p->ops && res && task)
+        return mp__remote_submit(p, task, args, n, nargs, false, cb, res, call);
+    return rc ? rc : submit(p, task, MP__JOB_MSG, &s, n, chunksize, cb, res, call);
 }
 
 int mp_pool_starmap_async(mp_pool *p, const char *task, const mp_msg *const *args, size_t n,
                           size_t nargs, size_t chunksize, const mp_pool_callbacks *cb,
                           mp_async_result **res)
 {
-    source s = {SRC_STAR, args, nargs, NULL, 0, NULL, 0, NULL, false};
-    int rc = 0;
-    if (nargs == 0 || nargs > 1024 || (n && n * nargs / n != nargs))
-        rc = mp__error(MP_EINVAL, "mp_pool_starmap_async: nargs = %zu, want 1..1024", nargs);
-    if (!rc)
-        rc = check_msgs(args, n * nargs, "mp_pool_starmap_async");
-    if (!rc && p && p->ops && res && task)
-        return mp__remote_submit(p, task, args, n, nargs, false, cb, res,
-                                 "mp_pool_starmap_async");
-    return rc ? rc
-              : submit(p, task, MP__JOB_MSG, &s, n, chunksize, cb, res,
-                       "mp_pool_starmap_async");
+    return starmap_async(p, task, args, n, nargs, chunksize, cb, res, "mp_pool_starmap_async");
+}
+
+static int check_arrays(const void *in, size_t n, size_t in_size, const void *out,
+                        size_t out_size, const char *call)
+{
+    if (n && (!in || !out))
+        return mp__error(MP_EINVAL, "%s: %s is NULL for %zu items", call, in ? "out" : "in", n);
+    if (n && (in_size == 0 || out_size == 0))
+        return mp__error(MP_EINVAL, "%s: %s is 0; give each item's size in bytes", call,
+                         in_size ? "out_size" : "in_size");
+    if (n && (n > SIZE_MAX / in_size || n > SIZE_MAX / out_size))
+        return mp__error(MP_EOVERFLOW, "%s: %zu items of %zu and %zu bytes overflow a size_t",
+                         call, n, in_size, out_size);
+    return 0;
+}
+
+static int map_array_async(mp_pool *p, const char *task, const void *in, size_t n,
+                           size_t in_size, void *out, size_t out_size, size_t chunksize,
+                           const mp_pool_callbacks *cb, mp_async_result **res, const char *call)
+{
+    bool vec = task && mp__array_task_lookup(task);
+    source s = {vec ? SRC_VEC : SRC_ARRAY, NULL, 0, in, in_size, out, out_size, NULL, false};
+    int rc = check_arrays(in, n, in_size, out, out_size, call);
+    if (rc)
+        return rc;
+    if (p && p->ops && res && task)
+        return mp__remote_map_array(p, task, in, n, in_size, out, out_size, chunksize, cb, res,
+                                    call);
+    rc = submit(p, task, vec ? MP__JOB_VEC : MP__JOB_ARRAY, &s, n, chunksize, cb, res, call);
+    mp_msg_destroy(s.vatt);
+    return rc;
 }
 
 int mp_pool_map_array_async(mp_pool *p, const char *task, const void *in, size_t n,
                             size_t in_size, void *out, size_t out_size, size_t chunksize,
                             const mp_pool_callbacks *cb, mp_async_result **res)
 {
-    bool vec = task && mp__array_task_lookup(task);
-    source s = {vec ? SRC_VEC : SRC_ARRAY, NULL, 0, in, in_size, out, out_size, NULL, false};
-    int rc;
-    if (n && (!in || !out || in_size == 0 || out_size == 0))
-        return mp__error(MP_EINVAL, "mp_pool_map_array_async: want in, out and item sizes");
-    if (n && (n > SIZE_MAX / in_size || n > SIZE_MAX / out_size))
-        return mp__error(MP_EOVERFLOW, "mp_pool_map_array_async: %zu items of %zu and %zu bytes "
-                         "overflow a size_t", n, in_size, out_size);
-    if (p && p->ops && res && task)
-        return mp__remote_map_array(p, task, in, n, in_size, out, out_size, chunksize, cb, res,
-                                    "mp_pool_map_array_async");
-    rc = submit(p, task, vec ? MP__JOB_VEC : MP__JOB_ARRAY, &s, n, chunksize, cb, res,
-                "mp_pool_map_array_async");
-    mp_msg_destroy(s.vatt);
-    return rc;
+    return map_array_async(p, task, in, n, in_size, out, out_size, chunksize, cb, res,
+                           "mp_pool_map_array_async");
 }
 
 /* ---- blocking forms ------------------------------------------------------------- */
@@ -373,7 +406,7 @@ int mp_pool_apply(mp_pool *p, const char *task, const mp_msg *in, mp_msg **out)
     if (!out)
         return mp__error(MP_EINVAL, "mp_pool_apply: out is NULL");
     *out = NULL;
-    rc = mp_pool_apply_async(p, task, in, NULL, &r);
+    rc = apply_async(p, task, in, NULL, &r, "mp_pool_apply");
     return rc ? rc : finish(r, out, "mp_pool_apply");
 }
 
@@ -384,7 +417,7 @@ int mp_pool_map(mp_pool *p, const char *task, const mp_msg *const *in, size_t n,
     int rc;
     if (n && !out)
         return mp__error(MP_EINVAL, "mp_pool_map: out is NULL");
-    rc = mp_pool_map_async(p, task, in, n, chunksize, NULL, &r);
+    rc = map_async(p, task, in, n, chunksize, NULL, &r, false, "mp_pool_map");
     return rc ? rc : finish(r, out, "mp_pool_map");
 }
 
@@ -395,7 +428,7 @@ int mp_pool_starmap(mp_pool *p, const char *task, const mp_msg *const *args, siz
     int rc;
     if (n && !out)
         return mp__error(MP_EINVAL, "mp_pool_starmap: out is NULL");
-    rc = mp_pool_starmap_async(p, task, args, n, nargs, chunksize, NULL, &r);
+    rc = starmap_async(p, task, args, n, nargs, chunksize, NULL, &r, "mp_pool_starmap");
     return rc ? rc : finish(r, out, "mp_pool_starmap");
 }
 
@@ -406,8 +439,8 @@ int mp_pool_map_array(mp_pool *p, const char *task, const void *in, size_t n, si
     if (p && p->ops && task && (!n || (in && out && in_size && out_size)))
         return p->ops->map_array(p->impl, task, in, n, in_size, out, out_size, chunksize, NULL,
                                  "mp_pool_map_array");
-    int rc = mp_pool_map_array_async(p, task, in, n, in_size, out, out_size, chunksize, NULL,
-                                     &r);
+    int rc = map_array_async(p, task, in, n, in_size, out, out_size, chunksize, NULL, &r,
+                             "mp_pool_map_array");
     return rc ? rc : finish(r, NULL, "mp_pool_map_array");
 }
 
@@ -426,7 +459,7 @@ static int imap_create(mp_pool *p, const char *task, const mp_msg *const *in, si
     m = calloc(1, sizeof *m);
     if (!m)
         return mp__error(MP_ENOMEM, "%s: out of memory", call);
-    rc = map_async(p, task, in, n, chunksize, NULL, &m->r, unordered);
+    rc = map_async(p, task, in, n, chunksize, NULL, &m->r, unordered, call);
     if (rc) {
         free(m);
         return rc;

@@ -145,6 +145,10 @@ static void test_starmap(void **state)
     }
     assert_mp_err(mp_pool_starmap(p, "star_sum", (const mp_msg *const *)args, N, 0, 1, out),
                   MP_EINVAL);
+    assert_string_equal(mp_last_error(), "mp_pool_starmap: nargs = 0, want 1..1024");
+    assert_mp_err(mp_pool_starmap(p, "star_sum", (const mp_msg *const *)args, SIZE_MAX, 2, 1,
+                                  out), MP_EOVERFLOW);
+    assert_non_null(strstr(mp_last_error(), "items of 2 arguments overflow a size_t"));
     for (int i = 0; i < N * K; i++)
         mp_msg_destroy(args[i]);
     /* a starmap task handed a plain message */
@@ -238,6 +242,9 @@ static void test_terminate_in_flight(void **state)
     }
     mp_async_result *late = NULL;
     assert_mp_err(mp_pool_apply_async(p, "square", in, NULL, &late), MP_ESTATE);
+    assert_string_equal(mp_last_error(), "mp_pool_apply_async: the pool was terminated "
+                                         "(mp_pool_terminate); submit work before that, or "
+                                         "create a new pool");
     assert_null(late);
     mp_pool_destroy(p);
     /* results outlive the pool */
@@ -260,6 +267,7 @@ static void test_close_lets_work_finish(void **state)
     assert_mp_ok(mp_pool_close(p));
     assert_mp_ok(mp_pool_close(p)); /* twice is fine */
     assert_mp_err(mp_pool_apply(p, "square", ins[0], (mp_msg **)&o), MP_ESTATE);
+    assert_non_null(strstr(mp_last_error(), "mp_pool_apply: the pool was closed (mp_pool_close)"));
     assert_mp_ok(mp_pool_join(p));
     assert_int_equal(mp_async_result_ready(r), 1);
     assert_int_equal(mp_async_result_count(r), 6);
@@ -453,6 +461,10 @@ static void test_map_array(void **state)
                   MP_EPROTO);
     assert_non_null(strstr(mp_last_error(), "8-byte result"));
     assert_mp_err(mp_pool_map_array(p, "twice_double", in, 4, 0, out, 8, 1), MP_EINVAL);
+    assert_string_equal(mp_last_error(), "mp_pool_map_array: in_size is 0; give each item's "
+                                         "size in bytes");
+    assert_mp_err(mp_pool_map_array(p, "twice_double", in, 4, 8, NULL, 8, 1), MP_EINVAL);
+    assert_string_equal(mp_last_error(), "mp_pool_map_array: out is NULL for 4 items");
     assert_mp_err(mp_pool_map_array(p, "twice_double", in, SIZE_MAX / 4, 8, out, 8, 1),
                   MP_EOVERFLOW);
     assert_non_null(strstr(mp_last_error(), "overflow a size_t"));
@@ -569,6 +581,24 @@ static void test_arguments(void **state)
     assert_mp_err(mp_register_task("", (mp_task_fn)1), MP_EINVAL);
     assert_mp_err(mp_pool_close(NULL), MP_EINVAL);
     assert_mp_err(mp_pool_join(NULL), MP_EINVAL);
+    /* every sentence names the call made, not the one it goes through */
+    mp_msg *in = msg_i64(1), *out = NULL;
+    assert_mp_err(mp_pool_apply(NULL, "square", in, &out), MP_EINVAL);
+    assert_string_equal(mp_last_error(), "mp_pool_apply: pool is NULL");
+    assert_mp_err(mp_pool_apply(NULL, "square", NULL, &out), MP_EINVAL);
+    assert_string_equal(mp_last_error(), "mp_pool_apply: in is NULL");
+    const mp_msg *two[2] = {in, NULL};
+    mp_msg *outs[2];
+    assert_mp_err(mp_pool_map(NULL, "square", two, 2, 0, outs), MP_EINVAL);
+    assert_string_equal(mp_last_error(), "mp_pool_map: in[1] is NULL");
+    mp_imap *it = NULL;
+    assert_mp_err(mp_pool_imap(NULL, "square", two, 1, 0, &it), MP_EINVAL);
+    assert_string_equal(mp_last_error(), "mp_pool_imap: pool is NULL");
+    mp_pool_callbacks cb = {0};
+    mp_async_result *r = NULL;
+    assert_mp_err(mp_pool_map_async(NULL, "square", two, 1, 0, &cb, &r), MP_EINVAL);
+    assert_string_equal(mp_last_error(), "mp_pool_map_async: pool is NULL");
+    mp_msg_destroy(in);
     mp_pool_destroy(NULL);
     mp_async_result_release(NULL);
     mp_imap_destroy(NULL);
