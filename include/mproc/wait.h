@@ -44,12 +44,13 @@ typedef struct mp_wait_item {
 /* Waits until at least one of items[0..n-1] is ready, or timeout seconds
  * pass (negative: forever). Sets every item's `ready` and returns how many
  * are ready (>= 1). None ready: MP_ETIMEDOUT (timeout 0 polls, as every
- * blocking call's does). Other errors: MP_EINVAL (a NaN timeout, n == 0, NULL items, an
- * unknown kind, a NULL object, an fd that is not open, a process not
- * started or started by another process), MP_ESTATE (a send-only
- * connection end), MP_ECLOSED (a closed connection handle), MP_ESYS
- * (poll). An item's error names it: "mp_wait: item 2: ...". Never receives, gets or reaps: a ready item is
- * then received from or joined by the caller. Wake-up records that mproc's
+ * blocking call's does). Other errors: MP_EINVAL (a NaN timeout, n == 0,
+ * NULL items, an unknown kind, a NULL object, an fd that is not open, a
+ * process not started or started by another process), MP_ESTATE (a
+ * send-only connection end), MP_ECLOSED (a closed connection handle),
+ * MP_ESYS (poll). An item's error names it: "mp_wait: item 2: ...". Never
+ * receives, gets or reaps: a ready item is then received from or joined by
+ * the caller. Wake-up records that mproc's
  * queues and pipes use internally are dropped on the way, never reported.
  * Thread-safe (several threads may wait on the same objects). */
 MP_API int mp_wait(mp_wait_item *items, size_t n, double timeout);

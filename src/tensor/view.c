@@ -313,7 +313,8 @@ int mp_tensor_copy_(mp_tensor *dst, const mp_tensor *src)
     if (dst->ndim != src->ndim ||
         memcmp(dst->shape, src->shape, sizeof(int64_t) * (size_t)src->ndim) != 0)
         return mp__error(MP_EINVAL, "mp_tensor_copy_: dst has shape %s, src %s; copy between "
-                                    "tensors of one shape", mp__shape_text(dst, a), mp__shape_text(src, b));
+                                    "tensors of one shape",
+                         mp__shape_text(dst, a), mp__shape_text(src, b));
     if ((rc = on_cpu("mp_tensor_copy_", "dst", dst, "use mp_tensor_copy_cuda_")) < 0 ||
         (rc = on_cpu("mp_tensor_copy_", "src", src, "use mp_tensor_copy_cuda_")) < 0)
         return rc;

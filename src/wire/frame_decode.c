@@ -185,8 +185,9 @@ static int parse_tensor(dec *d, reader *r, uint32_t index, bool grad, uint32_t *
     memcpy(shape, q, 8u * ft.ndim);
     memcpy(strides, q + 8u * ft.ndim, 8u * ft.ndim);
     *flags = ft.flags;
-    rc = mp__tensor_check_geometry("receiving a message", (mp_dtype)ft.dtype, (int)ft.ndim, shape, strides,
-                                   ft.byte_offset, (size_t)d->handles[ft.storage].size);
+    rc = mp__tensor_check_geometry("receiving a message", (mp_dtype)ft.dtype, (int)ft.ndim,
+                                   shape, strides, ft.byte_offset,
+                                   (size_t)d->handles[ft.storage].size);
     if (rc < 0)
         return bad_because("attachment %u%s: the view reaches outside its %llu-byte storage "
                            "or overflows", index, grad ? " (grad)" : "",
