@@ -281,8 +281,8 @@ static int decode(const void *buf, size_t len, int *fds, int nfds, void **obj)
     rc = wait_event(&f, a->self);
     mp__cuda_device_leave(prev);
     if (rc == 0 && (rc = mp__cuda_storage(a, import_release, &s)) == 0) {
-        rc = mp__tensor_make(s, (mp_dtype)f.dtype, f.ndim, f.shape, f.strides, f.byte_offset,
-                             (mp_tensor **)obj);
+        rc = mp__tensor_make(who, s, (mp_dtype)f.dtype, f.ndim, f.shape, f.strides,
+                             f.byte_offset, (mp_tensor **)obj);
         mp__storage_release(s); /* the tensor holds it; on failure this closes */
         return rc;
     }

@@ -9,6 +9,9 @@ int mp_msg_add_cuda_tensor(mp_msg *m, const char *name, mp_tensor *t)
         return rc;
     if (!m || !t)
         return mp__error(MP_EINVAL, "mp_msg_add_cuda_tensor: NULL message or tensor");
+    if (mp_tensor_device(t).device_type == kDLCPU)
+        return mp__error(MP_EINVAL, "mp_msg_add_cuda_tensor: the tensor is on cpu, not on a "
+                                    "CUDA device (a CPU tensor travels with mp_msg_add_tensor)");
     if (!mp__cuda_tensor_alloc(t, "mp_msg_add_cuda_tensor"))
         return MP_EINVAL;
     return mp__msg_add_object(m, name, &mp__cuda_tensor_kind, t, "mp_msg_add_cuda_tensor");

@@ -189,8 +189,7 @@ mp__cuda_alloc *mp__cuda_tensor_alloc(const mp_tensor *t, const char *caller)
     mp__cuda_alloc *a = mp__storage_user(s);
     if (mp__storage_device(s).device_type != kDLCUDA) {
         char dev[48];
-        mp__error(MP_EINVAL, "%s: the tensor is on %s, not on a CUDA device (a CPU tensor "
-                             "travels with mp_msg_add_tensor)", caller,
+        mp__error(MP_EINVAL, "%s: the tensor is on %s, not on a CUDA device", caller,
                   mp__device_label(mp__storage_device(s), dev, sizeof dev));
         return NULL;
     }

@@ -66,7 +66,7 @@ static int empty_cuda(int device, mp_dtype dtype, int ndim, const int64_t *shape
     if ((rc = mp__cuda_storage(a, mp__cuda_owned_release, &s)) < 0)
         goto out_cuda_free;
     /* From here the storage owns a: its release frees the memory. */
-    rc = mp__tensor_make(s, dtype, ndim, shape, strides, 0, out);
+    rc = mp__tensor_make(who, s, dtype, ndim, shape, strides, 0, out);
     mp__storage_release(s);
     return rc;
 out_cuda_free:

@@ -23,7 +23,8 @@ int mp_tensor_adopt_fd(int fd, uint64_t offset, size_t nbytes, mp_tensor **out)
     if (rc < 0)
         return rc;
     shape = (int64_t)nbytes;
-    rc = mp__tensor_make(s, MP_UINT8, 1, &shape, (const int64_t[]){1}, offset, out);
+    rc = mp__tensor_make("mp_tensor_adopt_fd", s, MP_UINT8, 1, &shape, (const int64_t[]){1},
+                         offset, out);
     mp__storage_release(s);
     return rc;
 }

@@ -102,7 +102,8 @@ int mp_tensor_from_dlpack(DLManagedTensor *m, mp_tensor **out)
     rc = mp__storage_wrap(first, (size_t)(end - lo), dl->device, import_release, m, &s);
     if (rc < 0)
         return rc;
-    rc = mp__tensor_make(s, dtype, dl->ndim, dl->shape, strides, (uint64_t)-lo, out);
+    rc = mp__tensor_make("mp_tensor_from_dlpack", s, dtype, dl->ndim, dl->shape, strides,
+                         (uint64_t)-lo, out);
     if (rc < 0)
         s->release = NULL; /* on failure the caller still owns m */
     mp__storage_release(s);

@@ -24,7 +24,7 @@ int mp__tensor_empty_reusable(mp_dtype dtype, int ndim, const int64_t *shape, mp
     if (rc < 0)
         return rc;
     mp__contiguous_strides(ndim, shape, strides);
-    rc = mp__tensor_make(s, dtype, ndim, shape, strides, 0, out);
+    rc = mp__tensor_make("mp_tensor_empty_shared", s, dtype, ndim, shape, strides, 0, out);
     mp__storage_release(s);
     return rc;
 }

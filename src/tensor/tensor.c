@@ -102,12 +102,12 @@ int mp__tensor_check_geometry(const char *call, mp_dtype dtype, int ndim, const 
 const char *mp__device_label(DLDevice dev, char *buf, size_t cap)
 {
     static const char *const names[] = {
-        [kDLCPU] = "cpu",           [kDLCUDA] = "cuda",         [kDLCUDAHost] = "cuda_host",
+        [kDLCUDA] = "cuda",         [kDLCUDAHost] = "cuda_host",
         [kDLOpenCL] = "opencl",     [kDLVulkan] = "vulkan",     [kDLMetal] = "metal",
         [kDLVPI] = "vpi",           [kDLROCM] = "rocm",         [kDLROCMHost] = "rocm_host",
         [kDLExtDev] = "ext_dev",    [kDLCUDAManaged] = "cuda_managed"};
     int type = (int)dev.device_type;
-    if (type == kDLCPU)
+    if (type == kDLCPU) /* one CPU device: no index */
         snprintf(buf, cap, "cpu");
     else if (type > 0 && type < (int)(sizeof names / sizeof names[0]) && names[type])
         snprintf(buf, cap, "%s:%d", names[type], dev.device_id);
@@ -150,20 +150,20 @@ static bool canonical(int ndim, const int64_t *shape, const int64_t *strides)
     return true;
 }
 
-int mp__tensor_make(mp__storage *s, mp_dtype dtype, int ndim, const int64_t *shape,
-                    const int64_t *strides, uint64_t byte_offset, mp_tensor **out)
+int mp__tensor_make(const char *call, mp__storage *s, mp_dtype dtype, int ndim,
+                    const int64_t *shape, const int64_t *strides, uint64_t byte_offset,
+                    mp_tensor **out)
 {
     mp_tensor *t;
     int rc;
     if (!s || !out)
-        return mp__error(MP_EINVAL, "tensor view: NULL storage or out");
-    rc = mp__tensor_check_geometry("tensor view", dtype, ndim, shape, strides, byte_offset,
-                                   s->nbytes);
+        return mp__error(MP_EINVAL, "%s: NULL storage or out", call);
+    rc = mp__tensor_check_geometry(call, dtype, ndim, shape, strides, byte_offset, s->nbytes);
     if (rc < 0)
         return rc;
     t = mp__zalloc(sizeof *t);
     if (!t)
-        return mp__error(MP_ENOMEM, "tensor view: out of memory");
+        return mp__error(MP_ENOMEM, "%s: out of memory for a tensor", call);
     atomic_init(&t->refs, 1);
     t->storage = mp__storage_retain(s);
     t->dtype = dtype;
@@ -203,13 +203,13 @@ bool mp__tensor_is_sole_view(const mp_tensor *t, mp_dtype dtype, int ndim, const
 }
 
 /* A contiguous tensor over s; drops the caller's reference to s. */
-static int make_contiguous(mp__storage *s, mp_dtype dtype, int ndim, const int64_t *shape,
-                           mp_tensor **out)
+static int make_contiguous(const char *call, mp__storage *s, mp_dtype dtype, int ndim,
+                           const int64_t *shape, mp_tensor **out)
 {
     int64_t strides[MP_MAX_NDIM];
     int rc;
     mp__contiguous_strides(ndim, shape, strides);
-    rc = mp__tensor_make(s, dtype, ndim, shape, strides, 0, out);
+    rc = mp__tensor_make(call, s, dtype, ndim, shape, strides, 0, out);
     mp__storage_release(s);
     return rc;
 }
@@ -225,7 +225,7 @@ int mp_tensor_empty(mp_dtype dtype, int ndim, const int64_t *shape, mp_tensor **
     rc = mp__shape_nbytes("mp_tensor_empty", dtype, ndim, shape, &nbytes);
     if (rc == 0)
         rc = mp__storage_alloc(nbytes, &s);
-    return rc < 0 ? rc : make_contiguous(s, dtype, ndim, shape, out);
+    return rc < 0 ? rc : make_contiguous("mp_tensor_empty", s, dtype, ndim, shape, out);
 }
 
 int mp_tensor_empty_shared(mp_dtype dtype, int ndim, const int64_t *shape, mp_tensor **out)
@@ -240,7 +240,7 @@ int mp_tensor_empty_shared(mp_dtype dtype, int ndim, const int64_t *shape, mp_te
     if (rc < 0)
         return rc;
     rc = mp__storage_shared_new(nbytes, &s);
-    return rc < 0 ? rc : make_contiguous(s, dtype, ndim, shape, out);
+    return rc < 0 ? rc : make_contiguous("mp_tensor_empty_shared", s, dtype, ndim, shape, out);
 }
 
 int mp__tensor_shared_filled(size_t nbytes, const mp__segment_part *parts, int nparts,
@@ -256,7 +256,8 @@ int mp__tensor_shared_filled(size_t nbytes, const mp__segment_part *parts, int n
         return mp__error(MP_EOVERFLOW, "mp__tensor_shared_filled: %zu bytes is too large",
                          nbytes);
     rc = mp__storage_shared_filled(nbytes, parts, nparts, &s);
-    return rc < 0 ? rc : make_contiguous(s, MP_UINT8, 1, &shape, out);
+    return rc < 0 ? rc
+                  : make_contiguous("mp__tensor_shared_filled", s, MP_UINT8, 1, &shape, out);
 }
 
 int mp_tensor_from_blob(void *data, size_t nbytes, mp_dtype dtype, int ndim, const int64_t *shape,
@@ -275,13 +276,11 @@ int mp_tensor_from_blob(void *data, size_t nbytes, mp_dtype dtype, int ndim, con
         mp__contiguous_strides(ndim, shape, contig);
         strides = contig;
     }
-    rc = mp__tensor_check_geometry("mp_tensor_from_blob", dtype, ndim, shape, strides, 0, nbytes);
-    if (rc < 0)
-        return rc;
     rc = mp__storage_wrap(data, nbytes, (DLDevice){kDLCPU, 0}, release, ctx, &s);
     if (rc < 0)
         return rc;
-    rc = mp__tensor_make(s, dtype, ndim, shape, strides, 0, out);
+    /* mp__tensor_make checks the geometry against the nbytes-byte storage */
+    rc = mp__tensor_make("mp_tensor_from_blob", s, dtype, ndim, shape, strides, 0, out);
     if (rc < 0)
         s->release = NULL; /* on failure the caller keeps its memory */
     mp__storage_release(s);

@@ -41,9 +41,11 @@ void mp__storage_set_user(mp__storage *s, void *user);
 
 /* A view over s, validated exactly as mp_tensor_as_strided does (dtype known,
  * ndim 0..16, sizes >= 0, no overflow, every reachable element inside s);
- * MP_EINVAL otherwise with the reason in the sentence. Retains s. */
-int mp__tensor_make(mp__storage *s, mp_dtype dtype, int ndim, const int64_t *shape,
-                    const int64_t *strides, uint64_t byte_offset, mp_tensor **out);
+ * MP_EINVAL otherwise with the reason in a sentence that starts with call
+ * (the public call made, or "receiving a message"). Retains s. */
+int mp__tensor_make(const char *call, mp__storage *s, mp_dtype dtype, int ndim,
+                    const int64_t *shape, const int64_t *strides, uint64_t byte_offset,
+                    mp_tensor **out);
 
 /* What a message encoder needs of a tensor, read in one call. */
 typedef struct mp__tensor_view {

@@ -59,7 +59,8 @@ int mp_tensor_narrow(const mp_tensor *t, int dim, int64_t start, int64_t length,
         return rc;
     memcpy(shape, t->shape, sizeof shape);
     shape[dim] = length;
-    return mp__tensor_make(t->storage, t->dtype, t->ndim, shape, t->strides, off, out);
+    return mp__tensor_make("mp_tensor_narrow", t->storage, t->dtype, t->ndim, shape, t->strides,
+                           off, out);
 }
 
 int mp_tensor_slice(const mp_tensor *t, int dim, int64_t start, int64_t stop, int64_t step,
@@ -92,7 +93,8 @@ int mp_tensor_slice(const mp_tensor *t, int dim, int64_t start, int64_t stop, in
     rc = moved_offset("mp_tensor_slice", t, len ? start : 0, t->strides[dim], &off);
     if (rc < 0)
         return rc;
-    return mp__tensor_make(t->storage, t->dtype, t->ndim, shape, strides, off, out);
+    return mp__tensor_make("mp_tensor_slice", t->storage, t->dtype, t->ndim, shape, strides,
+                           off, out);
 }
 
 int mp_tensor_select(const mp_tensor *t, int dim, int64_t index, mp_tensor **out)
@@ -120,7 +122,8 @@ int mp_tensor_select(const mp_tensor *t, int dim, int64_t index, mp_tensor **out
         shape[j] = t->shape[i];
         strides[j++] = t->strides[i];
     }
-    return mp__tensor_make(t->storage, t->dtype, t->ndim - 1, shape, strides, off, out);
+    return mp__tensor_make("mp_tensor_select", t->storage, t->dtype, t->ndim - 1, shape, strides,
+                           off, out);
 }
 
 int mp_tensor_reshape(const mp_tensor *t, int ndim, const int64_t *shape, mp_tensor **out)
@@ -165,7 +168,8 @@ int mp_tensor_reshape(const mp_tensor *t, int ndim, const int64_t *shape, mp_ten
                          "%lld",
                          (long long)known, (long long)numel);
     mp__contiguous_strides(ndim, s, strides);
-    return mp__tensor_make(t->storage, t->dtype, ndim, s, strides, t->offset, out);
+    return mp__tensor_make("mp_tensor_reshape", t->storage, t->dtype, ndim, s, strides,
+                           t->offset, out);
 }
 
 int mp_tensor_permute(const mp_tensor *t, const int *dims, mp_tensor **out)
@@ -188,7 +192,8 @@ int mp_tensor_permute(const mp_tensor *t, const int *dims, mp_tensor **out)
         shape[i] = t->shape[d];
         strides[i] = t->strides[d];
     }
-    return mp__tensor_make(t->storage, t->dtype, t->ndim, shape, strides, t->offset, out);
+    return mp__tensor_make("mp_tensor_permute", t->storage, t->dtype, t->ndim, shape, strides,
+                           t->offset, out);
 }
 
 int mp_tensor_transpose(const mp_tensor *t, int dim0, int dim1, mp_tensor **out)
@@ -211,12 +216,10 @@ int mp_tensor_as_strided(const mp_tensor *t, int ndim, const int64_t *shape, con
                          uint64_t byte_offset, mp_tensor **out)
 {
     int rc = view_args("mp_tensor_as_strided", t, out);
-    if (rc == 0)
-        rc = mp__tensor_check_geometry("mp_tensor_as_strided", t->dtype, ndim, shape, strides,
-                                       byte_offset, t->storage->nbytes);
     if (rc < 0)
         return rc;
-    return mp__tensor_make(t->storage, t->dtype, ndim, shape, strides, byte_offset, out);
+    return mp__tensor_make("mp_tensor_as_strided", t->storage, t->dtype, ndim, shape, strides,
+                           byte_offset, out);
 }
 
 /* ---- copies -------------------------------------------------------------- */

@@ -140,7 +140,8 @@ static int tensor_of(mp__pins *pins, const mp__pin_ref *ref, mp__segment *seg, c
     int rc;
     if ((rc = mp__storage_from_segment(seg, &st)) < 0)
         return rc;
-    rc = mp__tensor_make(st, v->dtype, v->ndim, v->shape, v->strides, v->offset, out);
+    rc = mp__tensor_make("receiving a message", st, v->dtype, v->ndim, v->shape, v->strides,
+                         v->offset, out);
     mp__storage_release(st);
     if (rc == MP_EINVAL || rc == MP_EOVERFLOW) {
         char why[256];

@@ -194,8 +194,8 @@ static int parse_tensor(dec *d, reader *r, uint32_t index, bool grad, uint32_t *
                            (unsigned long long)d->handles[ft.storage].size);
     if (!d->m)
         return 0;
-    rc = mp__tensor_make(d->storages[ft.storage], (mp_dtype)ft.dtype, (int)ft.ndim, shape,
-                         strides, ft.byte_offset, out);
+    rc = mp__tensor_make("receiving a message", d->storages[ft.storage], (mp_dtype)ft.dtype,
+                         (int)ft.ndim, shape, strides, ft.byte_offset, out);
     if (rc == MP_EINVAL || rc == MP_EOVERFLOW)
         return bad_because("attachment %u", index);
     return rc;

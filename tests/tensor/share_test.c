@@ -211,7 +211,7 @@ static mp_tensor *receive_tensor(int sock)
     assert_mp_ok(mp__segment_open(&h, &seg));
     assert_mp_ok(mp__storage_from_segment(seg, &st));
     mp__segment_release(seg);
-    assert_mp_ok(mp__tensor_make(st, MP_INT32, 1, &n, &stride, 0, &t));
+    assert_mp_ok(mp__tensor_make("test", st, MP_INT32, 1, &n, &stride, 0, &t));
     mp__storage_release(st);
     return t;
 }

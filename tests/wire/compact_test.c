@@ -112,8 +112,8 @@ static mp_tensor *view(mp_dtype dtype, int ndim, const int64_t *shape, const int
         mp__contiguous_strides(ndim, shape, contiguous);
         strides = contiguous;
     }
-    assert_mp_ok(mp__tensor_make(mp__tensor_storage(S.base), dtype, ndim, shape, strides,
-                                 offset, &v));
+    assert_mp_ok(mp__tensor_make("test", mp__tensor_storage(S.base), dtype, ndim, shape,
+                                 strides, offset, &v));
     return v;
 }
 
