@@ -240,8 +240,10 @@ MP_API void mp_spawn_options_init(mp_spawn_options *opts);
  * the others terminated and everything reaped); *ctx (ctx may be NULL) is
  * then NULL on success, and on MP_ECHILD the finished context holding the
  * error record, for the caller to destroy. Without join it returns at once
- * with *ctx (required) to join later. Other errors: as mp_process_start;
- * no child is left behind. */
+ * with *ctx (required) to join later. Other errors: MP_EINVAL (a bad
+ * option, each named with its value), MP_ENOENT (no entry of that name is
+ * registered: checked before any child starts), and those of
+ * mp_process_start; no child is left behind. */
 MP_API int mp_spawn(const char *entry, mp_msg *args, int nprocs, bool join, bool daemon,
                     const char *start_method, mp_spawn_context **ctx);
 MP_API int mp_spawn_ex(const char *entry, mp_msg *args, const mp_spawn_options *opts,

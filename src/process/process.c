@@ -143,21 +143,19 @@ int mp__process_create(const char *entry, mp_msg *args, const mp_process_options
     char defname[32];
     mp__method m = MP__FORK; /* set by mp__method_parse or the default */
     mp_process_options copy;
-    if (!out || !entry)
-        return mp__error(MP_EINVAL, "mp_process_create: entry and out must not be NULL");
+    int rc;
+    if (!out)
+        return mp__error(MP_EINVAL, "mp_process_create: out is NULL");
     *out = NULL;
+    if ((rc = mp__entry_check(entry, "mp_process_create")) < 0)
+        return rc;
     if (opts) {
-        int rc = mp__struct_in(&copy, sizeof copy, opts, "mp_process_create",
+        rc = mp__struct_in(&copy, sizeof copy, opts, "mp_process_create",
                                "mp_process_options");
         if (rc)
             return rc;
         opts = &copy;
     }
-    if (!mp__entry_lookup(entry))
-        return mp__error(MP_ENOENT,
-                         "mp_process_create: no entry called '%s' is "
-                         "registered (define it with MP_ENTRY(%s))",
-                         entry, entry);
     if (resolve_method(opts, &m) < 0)
         return MP_EINVAL;
     pthread_once(&init_once, init_once_fn);

@@ -53,13 +53,37 @@ static reg_slot *find(mp__reg_kind kind, const char *name, bool any_of_space)
     return NULL;
 }
 
+int mp__registry_name_check(const char *name, const char *what, const char *call)
+{
+    size_t len = name ? strlen(name) : 0;
+    if (!name)
+        return mp__error(MP_EINVAL, "%s: the %s name is NULL", call, what);
+    if (len == 0 || len > MP_ENTRY_NAME_MAX)
+        return mp__error(MP_EINVAL, "%s: the %s name '%.32s%s' is %zu bytes; names are 1..%d "
+                         "bytes (MP_ENTRY_NAME_MAX)", call, what, name, len > 32 ? "..." : "",
+                         len, MP_ENTRY_NAME_MAX);
+    return 0;
+}
+
+int mp__entry_check(const char *entry, const char *call)
+{
+    int rc = mp__registry_name_check(entry, "entry", call);
+    if (rc)
+        return rc;
+    if (!mp__entry_lookup(entry))
+        return mp__error(MP_ENOENT, "%s: no entry called '%s' is registered (define it with "
+                         "MP_ENTRY(%s))", call, entry, entry);
+    return 0;
+}
+
 int mp__registry_add(mp__reg_kind kind, const char *name, void (*fn)(void), const char *call)
 {
     size_t len = name ? strlen(name) : 0;
-    int rc = 0;
-    if (!fn || len == 0 || len > MP_ENTRY_NAME_MAX)
-        return mp__error(MP_EINVAL, "%s: need a function and a name of 1..%d bytes", call,
-                         MP_ENTRY_NAME_MAX);
+    int rc = mp__registry_name_check(name, kind_word[kind], call);
+    if (rc)
+        return rc;
+    if (!fn)
+        return mp__error(MP_EINVAL, "%s: the function to register as '%s' is NULL", call, name);
     pthread_mutex_lock(&registry_lock);
     int n = atomic_load_explicit(&n_slots, memory_order_relaxed);
     reg_slot *dup = find(kind, name, true);

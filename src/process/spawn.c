@@ -115,7 +115,7 @@ int mp_spawn_context_join(mp_spawn_context *c, double timeout)
 int mp_spawn_context_error(const mp_spawn_context *c, mp_child_error *out)
 {
     if (!c || !out)
-        return mp__error(MP_EINVAL, "mp_spawn_context_error: NULL argument");
+        return mp__error(MP_EINVAL, "mp_spawn_context_error: %s is NULL", c ? "out" : "context");
     if (c->failed < 0)
         return mp__error(MP_ESTATE, "mp_spawn_context_error: no child has failed");
     return mp__struct_out(out, &c->err, sizeof c->err, "mp_spawn_context_error",
@@ -134,20 +134,34 @@ pid_t mp_spawn_context_pid(const mp_spawn_context *c, int rank)
     return mp_process_pid(c->procs[rank]);
 }
 
+/* grace_period and kill_timeout: seconds >= 0, +inf meaning forever. */
+static int check_seconds(double seconds, const char *call, const char *what)
+{
+    if (!(seconds >= 0))
+        return mp__error(MP_EINVAL, "%s: %s is %g; want seconds >= 0", call, what, seconds);
+    return 0;
+}
+
 int mp_spawn_context_set_grace_period(mp_spawn_context *c, double seconds)
 {
-    if (!c || !(seconds >= 0))
-        return mp__error(MP_EINVAL, "mp_spawn_context_set_grace_period: need a context "
-                                    "and seconds >= 0");
+    const char *call = "mp_spawn_context_set_grace_period";
+    int rc = check_seconds(seconds, call, "grace_period");
+    if (rc < 0)
+        return rc;
+    if (!c)
+        return mp__error(MP_EINVAL, "%s: context is NULL", call);
     c->grace = seconds;
     return 0;
 }
 
 int mp_spawn_context_set_kill_timeout(mp_spawn_context *c, double seconds)
 {
-    if (!c || !(seconds >= 0))
-        return mp__error(MP_EINVAL, "mp_spawn_context_set_kill_timeout: need a context "
-                                    "and seconds >= 0");
+    const char *call = "mp_spawn_context_set_kill_timeout";
+    int rc = check_seconds(seconds, call, "kill_timeout");
+    if (rc < 0)
+        return rc;
+    if (!c)
+        return mp__error(MP_EINVAL, "%s: context is NULL", call);
     c->kill_timeout = seconds;
     return 0;
 }
@@ -167,12 +181,14 @@ void mp_spawn_context_destroy(mp_spawn_context *c)
 static int check_options(const char *entry, const mp_spawn_options *o, mp_spawn_context **out)
 {
     mp__method m = MP__FORK; /* set by mp__method_parse or the default */
-    if (!entry)
-        return mp__error(MP_EINVAL, "mp_spawn: entry must not be NULL");
+    int rc = mp__entry_check(entry, "mp_spawn");
+    if (rc < 0)
+        return rc;
     if (o->nprocs < 1 || o->nprocs > 4096)
         return mp__error(MP_EINVAL, "mp_spawn: nprocs must be 1..4096 (got %d)", o->nprocs);
-    if (!(o->grace_period >= 0) || !(o->kill_timeout >= 0))
-        return mp__error(MP_EINVAL, "mp_spawn: grace_period and kill_timeout must be >= 0");
+    if ((rc = check_seconds(o->grace_period, "mp_spawn", "grace_period")) < 0 ||
+        (rc = check_seconds(o->kill_timeout, "mp_spawn", "kill_timeout")) < 0)
+        return rc;
     if (!o->join && !out)
         return mp__error(MP_EINVAL, "mp_spawn: without join, ctx must not be NULL");
     if (o->start_method && mp__method_parse(o->start_method, &m, "mp_spawn") < 0)

@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -309,6 +310,12 @@ static void test_unknown_entry(void **state)
     o.start_method = method;
     assert_mp_err(mp_process_create("no_such_entry", NULL, &o, &p), MP_ENOENT);
     assert_null(p);
+    /* mp_spawn checks the entry before it starts anyone, in its own name */
+    assert_mp_err(mp_spawn("no_such_entry", NULL, 2, true, false, method, NULL), MP_ENOENT);
+    assert_string_equal(mp_last_error(), "mp_spawn: no entry called 'no_such_entry' is "
+                        "registered (define it with MP_ENTRY(no_such_entry))");
+    assert_mp_err(mp_spawn(NULL, NULL, 2, true, false, method, NULL), MP_EINVAL);
+    assert_string_equal(mp_last_error(), "mp_spawn: the entry name is NULL");
     /* t_late exists here but not in a program started by exec. */
     assert_mp_ok(mp_process_create("t_late", NULL, &o, &p));
     assert_mp_ok(mp_process_start(p));
@@ -468,7 +475,18 @@ static void test_spawn_grace_period(void **state)
     assert_true(mp__now() - t0 >= 0.3);
     assert_true(pid_gone(sibling) || kill(sibling, 0) < 0);
     assert_mp_err(mp_spawn_context_set_grace_period(ctx, -1), MP_EINVAL);
-    assert_mp_err(mp_spawn_context_set_kill_timeout(ctx, -1), MP_EINVAL);
+    assert_string_equal(mp_last_error(), "mp_spawn_context_set_grace_period: grace_period is "
+                        "-1; want seconds >= 0");
+    assert_mp_err(mp_spawn_context_set_kill_timeout(ctx, NAN), MP_EINVAL);
+    assert_string_equal(mp_last_error(), "mp_spawn_context_set_kill_timeout: kill_timeout is "
+                        "nan; want seconds >= 0");
+    assert_mp_err(mp_spawn_context_set_kill_timeout(NULL, 1), MP_EINVAL);
+    assert_string_equal(mp_last_error(), "mp_spawn_context_set_kill_timeout: context is NULL");
+    assert_mp_err(mp_spawn_context_error(ctx, NULL), MP_EINVAL);
+    assert_string_equal(mp_last_error(), "mp_spawn_context_error: out is NULL");
+    o.kill_timeout = -0.5;
+    assert_mp_err(mp_spawn_ex("t_rank", m, &o, &ctx), MP_EINVAL);
+    assert_string_equal(mp_last_error(), "mp_spawn: kill_timeout is -0.5; want seconds >= 0");
     mp_spawn_context_destroy(ctx);
     mp_msg_destroy(m);
     mp_tensor_release(ready);

@@ -73,7 +73,15 @@ static void test_one_registry(void **state)
     name[MP_ENTRY_NAME_MAX] = 'n';
     name[MP_ENTRY_NAME_MAX + 1] = '\0';
     assert_mp_err(mp_register_entry(name, other_dup), MP_EINVAL);
+    assert_non_null(strstr(mp_last_error(), "mp_register_entry: the entry name 'nnnn"));
+    assert_non_null(strstr(mp_last_error(), "...' is 128 bytes; names are 1..127 bytes"));
     assert_mp_err(mp_register_task(name, reg_task), MP_EINVAL);
+    assert_non_null(strstr(mp_last_error(), "the task name"));
+    /* a name too long to be registered is refused as such, not looked up */
+    assert_mp_err(mp_process_create(name, NULL, NULL, &(mp_process *){NULL}), MP_EINVAL);
+    assert_mp_err(mp_register_entry("reg_null_fn", NULL), MP_EINVAL);
+    assert_string_equal(mp_last_error(),
+                        "mp_register_entry: the function to register as 'reg_null_fn' is NULL");
     /* one capacity for both kinds, public, named in the sentence */
     for (int i = 0; i < MP_REGISTRY_MAX + 1 && rc == 0; i++) {
         snprintf(name, sizeof name, "fill_%d", i);
