@@ -103,11 +103,12 @@ int mp__mpi_pipe(int peer, mp_mpi_conn **out, const char *fn)
     int rc = mp__mpi_own(fn), *ub = NULL, flag = 0;
     mp_mpi_conn *c;
     /* refused in a forked child before anything else can set the sentence */
-    if (rc || (rc = mp_mpi_is_local(peer)) < 0)
+    if (rc || (rc = mp__mpi_rank_check(peer, "peer", fn)) < 0 ||
+        (rc = mp_mpi_is_local(peer)) < 0)
         return rc;
-    if (!out || peer == mp__mpi.rank)
-        return mp__error(MP_EINVAL, "%s: %s", fn, !out ? "out is NULL"
-                                                           : "peer is this rank; use mp_pipe");
+    if (peer == mp__mpi.rank)
+        return mp__error(MP_EINVAL, "%s: peer %d is this rank; a pipe within one process is "
+                         "mp_pipe", fn, peer);
     if (mp__mpi.failed)
         return mp__mpi_fail_error(fn);
     if (!(c = calloc(1, sizeof *c)))
@@ -479,8 +480,9 @@ static const mp__conn_ops conn_ops = {
 int mp_mpi_pipe(int peer, mp_conn **out)
 {
     mp_mpi_conn *c = NULL;
-    if (out)
-        *out = NULL;
+    if (!out)
+        return mp__error(MP_EINVAL, "mp_mpi_pipe: out is NULL");
+    *out = NULL;
     int rc = mp__mpi_pipe(peer, &c, "mp_mpi_pipe");
     if (rc == 0 && (rc = mp__conn_wrap(&conn_ops, c, out)) != 0)
         mp__mpi_conn_destroy(c);

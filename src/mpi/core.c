@@ -405,14 +405,22 @@ int mp_mpi_local_size(void)
     return rc ? rc : mp__mpi.local_size;
 }
 
-int mp_mpi_rank_info(int rank, const char **host, pid_t *pid)
+int mp__mpi_rank_check(int rank, const char *what, const char *fn)
 {
-    int rc = mp__mpi_need("mp_mpi_rank_info");
+    int rc = mp__mpi_need(fn);
     if (rc)
         return rc;
     if (rank < 0 || rank >= mp__mpi.size)
-        return mp__error(MP_EINVAL, "mp_mpi_rank_info: rank %d is not in 0..%d", rank,
-                         mp__mpi.size - 1);
+        return mp__error(MP_EINVAL, "%s: %s %d is not a rank of this job (0..%d)", fn, what,
+                         rank, mp__mpi.size - 1);
+    return 0;
+}
+
+int mp_mpi_rank_info(int rank, const char **host, pid_t *pid)
+{
+    int rc = mp__mpi_rank_check(rank, "rank", "mp_mpi_rank_info");
+    if (rc)
+        return rc;
     if (host)
         *host = mp__mpi.peers[rank].host;
     if (pid)
@@ -422,7 +430,7 @@ int mp_mpi_rank_info(int rank, const char **host, pid_t *pid)
 
 int mp_mpi_is_local(int rank)
 {
-    int rc = mp_mpi_rank_info(rank, NULL, NULL);
+    int rc = mp__mpi_rank_check(rank, "rank", "mp_mpi_is_local");
     if (rc)
         return rc;
     return mp__mpi.local_path && mp__mpi.peers[rank].local >= 0 ? 1 : 0;

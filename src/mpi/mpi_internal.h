@@ -64,6 +64,9 @@ extern mp__mpi_job mp__mpi;
 
 /* MP_ESTATE with a sentence naming fn when the job is not initialized. */
 int mp__mpi_need(const char *fn);
+/* As need, then MP_EINVAL when rank is not one of the job's; what names
+ * the argument ("peer", "home"). */
+int mp__mpi_rank_check(int rank, const char *what, const char *fn);
 /* Whether this is a process forked from the rank: MPI must not be called
  * there, so the cross-rank objects it inherited refuse every call (own:
  * MP_ESTATE with a sentence naming fn and the fix) and their release frees

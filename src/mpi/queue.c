@@ -120,7 +120,7 @@ static int create(int home, bool joinable, mp_mpi_queue **out, const char *fn)
 {
     int rc = mp__mpi_own(fn), *ub = NULL, flag = 0;
     /* refused in a forked child before anything else can set the sentence */
-    if (rc || (rc = mp_mpi_is_local(home)) < 0)
+    if (rc || (rc = mp__mpi_rank_check(home, "home", fn)) < 0)
         return rc;
     if (!out)
         return mp__error(MP_EINVAL, "%s: out is NULL", fn);

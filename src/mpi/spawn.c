@@ -89,16 +89,15 @@ int mp_mpi_spawn(const char *entry, mp_msg *args, mp_mpi_error *err)
     int rc = mp__mpi_need("mp_mpi_spawn");
     if (rc)
         return rc;
-    if (!entry)
-        return mp__error(MP_EINVAL, "mp_mpi_spawn: entry is NULL");
+    if ((rc = mp__registry_name_check(entry, "entry", "mp_mpi_spawn")) < 0)
+        return rc;
     /* Before the entry runs: every rank runs this same check, so a bad size
      * fails them all here, never leaving one rank out of the collective. */
     if ((rc = fill_error(err, "mp_mpi_spawn")) < 0)
         return rc;
+    if ((rc = mp__entry_check(entry, "mp_mpi_spawn")) < 0)
+        return rc;
     mp_entry_fn fn = mp__entry_lookup(entry);
-    if (!fn)
-        return mp__error(MP_ENOENT, "mp_mpi_spawn: no entry '%s' is registered (MP_ENTRY)",
-                         entry);
     if (!args && (rc = mp_msg_create(&empty)) != 0)
         return rc;
     if (!mp__mpi.failed) {
@@ -165,8 +164,10 @@ int mp_mpi_allreduce_tensor(mp_tensor *t, mp_mpi_op op)
     int rc = mp__mpi_need(fn);
     if (rc)
         return rc;
-    if (!t || (op != MP_MPI_SUM && op != MP_MPI_MEAN))
-        return mp__error(MP_EINVAL, "%s: %s", fn, !t ? "t is NULL" : "op is not SUM or MEAN");
+    if (!t)
+        return mp__error(MP_EINVAL, "%s: t is NULL", fn);
+    if (op != MP_MPI_SUM && op != MP_MPI_MEAN)
+        return mp__error(MP_EINVAL, "%s: op %d is not MP_MPI_SUM or MP_MPI_MEAN", fn, (int)op);
     mp_dtype d = mp_tensor_dtype(t);
     MPI_Datatype type = mpi_type(d);
     if (type == MPI_DATATYPE_NULL || (op == MP_MPI_MEAN && d != MP_FLOAT32 && d != MP_FLOAT64))

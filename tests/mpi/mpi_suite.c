@@ -28,6 +28,9 @@
 
 #include "mpi_check.h"
 
+/* Sentence check: mp_last_error() equals want. */
+#define SAYS(want) CHECK(!strcmp(mp_last_error(), want), "said: %s", mp_last_error())
+
 static mp_tensor *pattern_tensor(int64_t nbytes, unsigned seed)
 {
     mp_tensor *t = NULL;
@@ -283,6 +286,8 @@ MP_ENTRY(case_allreduce)
     }
     CHECK(mp_mpi_allreduce_tensor(h, MP_MPI_MEAN) == MP_ENOTSUP, "float16 mean");
     CHECK(mp_mpi_allreduce_tensor(NULL, MP_MPI_SUM) == MP_EINVAL, "NULL tensor");
+    CHECK(mp_mpi_allreduce_tensor(f, (mp_mpi_op)7) == MP_EINVAL, "op 7");
+    SAYS("mp_mpi_allreduce_tensor: op 7 is not MP_MPI_SUM or MP_MPI_MEAN");
     mp_tensor_release(f), mp_tensor_release(d), mp_tensor_release(i32), mp_tensor_release(h);
     return 0;
 }
@@ -604,16 +609,35 @@ MP_ENTRY(case_pool)
     return 0;
 }
 
-/* A record whose size was not set is refused before the entry runs, on
- * every rank alike (so no rank is left alone in a collective). */
-static void check_unset_record(const char *entry)
+/* Bad arguments are refused before any message moves, on every rank alike
+ * (so no rank is left alone in a collective): a record whose size was not
+ * set, a rank that is not the job's, an unknown entry, a NULL out. */
+static void check_bad_arguments(const char *entry)
 {
     mp_mpi_error unset = {0};
+    mp_conn *c = NULL;
+    mp_queue *q = NULL;
+    char want[160];
     CHECK(mp_mpi_spawn(entry, NULL, &unset) == MP_EINVAL, "an unset mp_mpi_error.size");
     CHECK(mp_mpi_failure(&unset) == MP_EINVAL, "an unset mp_mpi_error.size");
+    CHECK(mp_mpi_spawn("no_such_case", NULL, NULL) == MP_ENOENT, "an unknown entry");
+    SAYS("mp_mpi_spawn: no entry called 'no_such_case' is registered (define it with "
+         "MP_ENTRY(no_such_case))");
+    CHECK(mp_mpi_pipe((rank + 1) % size, NULL) == MP_EINVAL, "a pipe to NULL");
+    SAYS("mp_mpi_pipe: out is NULL");
+    CHECK(mp_mpi_pipe(size, &c) == MP_EINVAL && !c, "a pipe to rank size");
+    snprintf(want, sizeof want, "mp_mpi_pipe: peer %d is not a rank of this job (0..%d)", size,
+             size - 1);
+    SAYS(want);
+    CHECK(mp_mpi_queue_create(-1, &q) == MP_EINVAL && !q, "a queue homed at rank -1");
+    snprintf(want, sizeof want, "mp_mpi_queue_create: home -1 is not a rank of this job "
+             "(0..%d)", size - 1);
+    SAYS(want);
+    CHECK(mp_mpi_is_local(size) == MP_EINVAL, "is_local of rank size");
+    CHECK(!strncmp(mp_last_error(), "mp_mpi_is_local: ", 17), "said: %s", mp_last_error());
 }
 
 int main(int argc, char **argv)
 {
-    return mpi_suite_main("mpi_suite", argc, argv, check_unset_record);
+    return mpi_suite_main("mpi_suite", argc, argv, check_bad_arguments);
 }
