@@ -51,7 +51,8 @@ mproc_tests(sync barrier_test fastlock_test sync_behaviour_test sync_test)
 mproc_tests(ipc emfile_test mpmc_test pins_test pipe_test queue_test ring_test ring_threads_test rx_test
             start_methods_test
             toomanyrefs_test wait_test)
-mproc_tests(process backtrace_test process_behaviour_test process_test registry_test)
+mproc_tests(process backtrace_test no_setup_test process_behaviour_test process_test
+            registry_test)
 mproc_tests(pool array_task_test pool_behaviour_test pool_exit_test pool_test workers_test)
 mproc_tests(cuda cuda_api_test cuda_fake_test cuda_gpu_test cuda_loader_test cuda_process_test frame_test
             pending_test refseg_test)

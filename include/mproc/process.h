@@ -113,8 +113,8 @@ MP_API int mp_get_context(const char *method, mp_context **out);
 MP_API const char *mp_context_start_method(const mp_context *ctx);
 
 /* Starts the forkserver now (idempotent) instead of on first use, e.g.
- * before creating threads or big allocations. Needs mp_setup. Blocks for the
- * exec (a few ms). Thread-safe. */
+ * before creating threads or big allocations. Needs mp_setup (MP_ESTATE
+ * before it). Blocks for the exec (a few ms). Thread-safe. */
 MP_API int mp_forkserver_start(void);
 /* Stops the forkserver: closes its connection; the server exits and is
  * reaped. Children it started are the caller's and keep running. No-op

@@ -319,14 +319,16 @@ void mp_pool_options_init(mp_pool_options *o)
 
 static int check_options(const mp_pool_options *o)
 {
-    mp_context *ctx;
+    mp_context *ctx = NULL;
     if (o->start_method && mp_get_context(o->start_method, &ctx) != 0)
         return mp__error(MP_ENOENT, "mp_pool_create: unknown start method '%s' (fork, spawn "
                          "or forkserver)", o->start_method);
     if (o->initializer && !mp__entry_lookup(o->initializer))
         return mp__error(MP_ENOENT, "mp_pool_create: no entry called '%s' for the "
                          "initializer (define it with MP_ENTRY)", o->initializer);
-    return 0;
+    if ((o->start_method ? ctx->method : mp__method_default()) == MP__FORK)
+        return 0;
+    return mp__setup_check("mp_pool_create");
 }
 
 /* Copies what the options point to: the pool outlives the caller's strings. */

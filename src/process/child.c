@@ -28,6 +28,14 @@ char *const *mp__saved_argv(void)
     return saved_argv;
 }
 
+int mp__setup_check(const char *call)
+{
+    if (saved_argv)
+        return 0;
+    return mp__error(MP_ESTATE, "%s: the spawn and forkserver start methods re-execute the "
+                     "program: call mp_setup(&argc, &argv) first in main", call);
+}
+
 static bool is_child(void)
 {
     return child_chan >= 0 && getpid() == child_owner;

@@ -142,7 +142,9 @@ static int start_locked(void)
 
 int mp_forkserver_start(void)
 {
-    int rc;
+    int rc = mp__setup_check("mp_forkserver_start");
+    if (rc < 0)
+        return rc;
     pthread_mutex_lock(&fs.lock);
     rc = start_locked();
     pthread_mutex_unlock(&fs.lock);

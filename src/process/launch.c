@@ -185,9 +185,7 @@ int mp__launch_exec(int chan, const char *var, bool pdeathsig, pid_t *pid, int *
     pid_t child;
 
     if (!pl.argv)
-        return mp__error(MP_ESTATE, "mp_process_start: the spawn and forkserver start "
-                                    "methods re-execute the program: call "
-                                    "mp_setup(&argc, &argv) first in main");
+        return mp__setup_check("mp_process_start");
     snprintf(value, sizeof value, "%s=3,%d", var, (int)pl.parent);
     pl.envp = build_env(value, var);
     if (!pl.envp)

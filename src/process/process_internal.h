@@ -150,6 +150,8 @@ void mp__backtrace_prime(void);
 void mp__child_prime(void);
 /* argv saved by mp_setup; NULL before. */
 char *const *mp__saved_argv(void);
+/* MP_ESTATE, with call's sentence saying to call mp_setup, before mp_setup. */
+int mp__setup_check(const char *call);
 
 /* ---- launchers (launch.c) ------------------------------------------------ */
 /* Path exec'd by spawn and the forkserver; tests point it elsewhere to

@@ -193,7 +193,9 @@ static int check_options(const char *entry, const mp_spawn_options *o, mp_spawn_
         return mp__error(MP_EINVAL, "mp_spawn: without join, ctx must not be NULL");
     if (o->start_method && mp__method_parse(o->start_method, &m, "mp_spawn") < 0)
         return MP_EINVAL;
-    return 0;
+    if (!o->start_method)
+        m = mp__method_default();
+    return m == MP__FORK ? 0 : mp__setup_check("mp_spawn");
 }
 
 /* Creates and starts every child; on failure none is left. */
