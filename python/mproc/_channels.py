@@ -10,6 +10,7 @@ close() is per process, as Python's: this process's handle goes; other
 processes keep using the queue.
 """
 import errno
+import operator
 import queue as _queue
 
 from . import _mproc, _sharing
@@ -21,7 +22,9 @@ class _Base:
     _kind = "queue"
 
     def __init__(self, maxsize=0, *, ctx=None):
-        self._q = _mproc.Queue(self._kind, int(maxsize) if maxsize else 0)
+        # as Python's Queue: an int (1.5 and "2" are TypeError), <= 0 unbounded
+        maxsize = operator.index(maxsize)
+        self._q = _mproc.Queue(self._kind, maxsize if maxsize > 0 else 0)
         self._maxsize = maxsize
 
     @classmethod
@@ -200,10 +203,15 @@ class Connection:
         return payload
 
     def recv_bytes_into(self, buf, offset=0):
-        payload = self._recv()[0]
+        # The buffer is checked before the message is taken, so a bad one
+        # loses no message (CPython takes it before a read-only buffer fails).
         m = memoryview(buf).cast("B")
+        if m.readonly:
+            raise TypeError("recv_bytes_into: the buffer is read-only; pass a writable one "
+                            "(a bytearray)")
         if offset < 0 or offset > len(m):
             raise ValueError("negative offset" if offset < 0 else "offset too large")
+        payload = self._recv()[0]
         if offset + len(payload) > len(m):
             from multiprocessing import BufferTooShort
             raise BufferTooShort(payload)

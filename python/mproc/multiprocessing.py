@@ -129,13 +129,31 @@ class Pool(_std_pool.Pool):
         ctx = getattr(context, "_std", context)
         super().__init__(processes, initializer, initargs, maxtasksperchild, ctx)
 
+    @staticmethod
+    def _check_chunksize(chunksize):
+        # Python 3.11's map and starmap take chunksize 0 or less and return a
+        # list of Nones; imap refuses it with this sentence. A chunksize that
+        # is not an int (1.5) fails in Python's task thread, where nobody
+        # hears it, and the call waits forever: refuse it here.
+        if chunksize is None:
+            return
+        if not isinstance(chunksize, int):
+            raise TypeError(f"chunksize must be an int, not {type(chunksize).__name__}")
+        if chunksize < 1:
+            raise ValueError("Chunksize must be 1+, not {0:n}".format(chunksize))
+
     def _map_async(self, func, iterable, mapper, chunksize=None, callback=None,
                    error_callback=None):
-        # Python 3.11's map and starmap take chunksize 0 or less and return a
-        # list of Nones; imap refuses it with this sentence.
-        if chunksize is not None and chunksize < 1:
-            raise ValueError("Chunksize must be 1+, not {0:n}".format(chunksize))
+        self._check_chunksize(chunksize)
         return super()._map_async(func, iterable, mapper, chunksize, callback, error_callback)
+
+    def imap(self, func, iterable, chunksize=1):
+        self._check_chunksize(chunksize)
+        return super().imap(func, iterable, chunksize)
+
+    def imap_unordered(self, func, iterable, chunksize=1):
+        self._check_chunksize(chunksize)
+        return super().imap_unordered(func, iterable, chunksize)
 
     @staticmethod
     def _help_stuff_finish(inqueue, task_handler, size):

@@ -45,6 +45,14 @@ def test_full_and_maxsize():
     assert q.get() == 1
     q.put(3)
     assert [q.get(), q.get()] == [2, 3]
+    # as Python's Queue: an int, <= 0 unbounded
+    for bad in (1.5, "2"):
+        with pytest.raises(TypeError, match="cannot be interpreted as an integer"):
+            mp.Queue(bad)
+    unbounded = mp.Queue(-1)
+    for i in range(3):
+        unbounded.put(i, block=False)
+    assert not unbounded.full()
 
 
 def test_close_is_per_handle():
@@ -126,6 +134,25 @@ def test_pipe_duplex():
     assert bytes(buf) == b"\0xyz\0"
     assert not a.poll()
     assert not a.poll(0.05)
+
+
+def test_pipe_recv_bytes_into_bad_buffer_loses_nothing():
+    # the buffer is checked before the message is taken (so, too, with
+    # nothing to receive, a bad buffer fails at once instead of waiting)
+    a, b = mp.Pipe()
+    b.send_bytes(b"xyz")
+    with pytest.raises(ValueError, match="negative offset"):
+        a.recv_bytes_into(bytearray(4), -1)
+    assert a.poll()
+    with pytest.raises(ValueError, match="offset too large"):
+        a.recv_bytes_into(bytearray(4), 5)
+    assert a.poll()
+    with pytest.raises(TypeError, match="read-only"):
+        a.recv_bytes_into(b"1234")
+    assert a.poll()
+    buf = bytearray(4)
+    assert a.recv_bytes_into(buf) == 3
+    assert bytes(buf) == b"xyz\0"
 
 
 def test_pipe_one_way_and_eof():

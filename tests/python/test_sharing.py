@@ -189,6 +189,12 @@ def test_pool_map_refuses_chunksize_below_one():
             with pytest.raises(ValueError, match="Chunksize must be 1"):
                 pool.starmap(pow, [(2, 3)], chunksize=bad)
         assert pool.map(abs, [1, -2], chunksize=1) == [1, 2]
+        # Python's own Pool waits forever on a chunksize that is not an int
+        # (map last: the others return at once when they do not refuse)
+        for call in (pool.map_async, pool.imap, pool.imap_unordered, pool.map):
+            with pytest.raises(TypeError, match="chunksize must be an int, not float"):
+                call(abs, [1, -2], 1.5)
+        assert list(pool.imap(abs, [1, -2], 2)) == [1, 2]
 
 
 @pytest.mark.parametrize("strategy", ["file_system"], indirect=True)
