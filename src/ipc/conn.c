@@ -102,7 +102,10 @@ int mp_pipe(bool duplex, mp_conn **a, mp_conn **b)
     int sv[2] = {-1, -1}, rc;
     mp__segment *seg = NULL;
     if (!a || !b)
-        return mp__error(MP_EINVAL, "mp_pipe: a or b is NULL");
+        return mp__error(MP_EINVAL, "mp_pipe: %s is NULL", a ? "b" : "a");
+    if (a == b)
+        return mp__error(MP_EINVAL, "mp_pipe: a and b are the same pointer; the second end "
+                         "would overwrite the first: pass two");
     *a = *b = NULL;
     if ((rc = ctl_create(&seg)) < 0)
         return rc;

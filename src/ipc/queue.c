@@ -209,7 +209,8 @@ int mp_queue_put_state_dict(mp_queue *q, size_t n, const char *const *names,
 {
     mp_msg *m = NULL;
     int rc = mp__check_timeout(timeout, "mp_queue_put_state_dict");
-    if (rc < 0 || (rc = mp_msg_from_state_dict(n, names, tensors, &m)) < 0)
+    if (rc < 0 || (rc = mp__msg_from_state_dict(n, names, tensors, &m,
+                                                "mp_queue_put_state_dict")) < 0)
         return rc;
     rc = mp__queue_put((mp__queue *)q, m, mp__ipc_deadline(timeout),
                        "mp_queue_put_state_dict");

@@ -383,24 +383,24 @@ int mp_msg_find_tensor(const mp_msg *m, const char *name, mp_tensor **out)
     return mp__error(MP_ENOENT, "mp_msg_find_tensor: no tensor called \"%s\"", name);
 }
 
-int mp_msg_from_state_dict(size_t n, const char *const *names, mp_tensor *const *tensors,
-                           mp_msg **out)
+int mp__msg_from_state_dict(size_t n, const char *const *names, mp_tensor *const *tensors,
+                            mp_msg **out, const char *fn)
 {
     mp_msg *m = NULL;
     int rc;
     if (!out)
-        return mp__error(MP_EINVAL, "mp_msg_from_state_dict: out is NULL");
+        return mp__error(MP_EINVAL, "%s: out is NULL", fn);
     *out = NULL;
     if (n && (!names || !tensors))
-        return mp__error(MP_EINVAL, "mp_msg_from_state_dict: names or tensors is NULL");
+        return mp__error(MP_EINVAL, "%s: %s is NULL", fn, names ? "tensors" : "names");
     for (size_t i = 0; i < n; i++) {
         if (!names[i] || !tensors[i])
-            return mp__error(MP_EINVAL, "mp_msg_from_state_dict: entry %zu has a NULL %s", i,
+            return mp__error(MP_EINVAL, "%s: entry %zu has a NULL %s", fn, i,
                              names[i] ? "tensor" : "name");
         for (size_t j = 0; j < i; j++)
             if (strcmp(names[i], names[j]) == 0)
-                return mp__error(MP_EINVAL, "mp_msg_from_state_dict: name \"%s\" appears "
-                                            "twice (entries %zu and %zu)", names[i], j, i);
+                return mp__error(MP_EINVAL, "%s: name \"%s\" appears twice (entries %zu and "
+                                 "%zu)", fn, names[i], j, i);
     }
     if ((rc = mp_msg_create(&m)) < 0)
         return rc;
@@ -414,13 +414,19 @@ int mp_msg_from_state_dict(size_t n, const char *const *names, mp_tensor *const 
     return 0;
 }
 
+int mp_msg_from_state_dict(size_t n, const char *const *names, mp_tensor *const *tensors,
+                           mp_msg **out)
+{
+    return mp__msg_from_state_dict(n, names, tensors, out, "mp_msg_from_state_dict");
+}
+
 int mp__msg_add_object(mp_msg *m, const char *name, const mp__objkind *k, void *obj,
                        const char *fn)
 {
     size_t len;
     int rc;
     if (!m || !obj)
-        return mp__error(MP_EINVAL, "%s: %s is NULL", fn, m ? "object" : "message");
+        return mp__error(MP_EINVAL, "%s: %s is NULL", fn, m ? k->name : "message");
     if ((rc = check_name(fn, name, &len)) < 0)
         return rc;
     rc = mp__msg_push(m, k, name, len, k->retain(obj));

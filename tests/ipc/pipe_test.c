@@ -21,7 +21,17 @@ static void test_duplex(void **state)
     size_t len = 0;
     (void)state;
     assert_mp_err(mp_pipe(true, NULL, &b), MP_EINVAL);
+    assert_string_equal(mp_last_error(), "mp_pipe: a is NULL");
+    /* one pointer for both ends would leak the first: refused, nothing made */
+    assert_mp_err(mp_pipe(false, &a, &a), MP_EINVAL);
+    assert_non_null(strstr(mp_last_error(), "a and b are the same pointer"));
     assert_mp_ok(mp_pipe(true, &a, &b));
+    m = NULL;
+    assert_mp_ok(mp_msg_create(&m));
+    assert_mp_err(mp_msg_add_conn(m, "c", NULL), MP_EINVAL);
+    assert_string_equal(mp_last_error(), "mp_msg_add_conn: connection is NULL");
+    mp_msg_destroy(m);
+    m = NULL;
     assert_int_equal(mp_conn_poll(a, 0), 0);
     assert_mp_ok(mp_conn_send_bytes(b, "ping", 4, -1));
     assert_int_equal(mp_conn_poll(a, 1), 1);

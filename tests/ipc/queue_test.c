@@ -107,6 +107,13 @@ static void test_convenience(void **state)
     assert_mp_err(mp_queue_get_tensor(q, &got, 1), MP_EPROTO);   /* two tensors: dropped */
     assert_null(got);
     assert_mp_ok(mp_queue_put_state_dict(q, 2, names, ts, 1));
+    /* a bad state_dict is refused in the name of the call made */
+    assert_mp_err(mp_queue_put_state_dict(q, 2, (const char *const[]){"w", "w"}, ts, 1),
+                  MP_EINVAL);
+    assert_string_equal(mp_last_error(), "mp_queue_put_state_dict: name \"w\" appears twice "
+                        "(entries 0 and 1)");
+    assert_mp_err(mp_queue_put_state_dict(q, 2, names, NULL, 1), MP_EINVAL);
+    assert_string_equal(mp_last_error(), "mp_queue_put_state_dict: tensors is NULL");
     assert_mp_ok(mp_queue_get_state_dict(q, &sd, 1));
     assert_mp_ok(mp_msg_find_tensor(sd, "bias", &got));
     assert_true(mp_tensor_same_storage(got, t));

@@ -150,6 +150,19 @@ static void test_initializer(void **state)
     mp_msg_destroy(out);
     mp_pool_destroy(p);
 
+    /* an initializer name that cannot be registered, or is not */
+    o.initargs = NULL;
+    o.initializer = "";
+    assert_mp_err(mp_pool_create(1, &o, &p), MP_EINVAL);
+    assert_string_equal(mp_last_error(), "mp_pool_create: the initializer name '' is 0 bytes; "
+                        "names are 1..127 bytes (MP_ENTRY_NAME_MAX)");
+    o.initializer = "no_init";
+    assert_mp_err(mp_pool_create(1, &o, &p), MP_ENOENT);
+    assert_string_equal(mp_last_error(), "mp_pool_create: no entry called 'no_init' for the "
+                        "initializer (define it with MP_ENTRY(no_init))");
+    assert_null(p);
+    o.initializer = "pool_init";
+
     /* an initializer that fails: the pool does not start, and says why */
     args = msg_i64(666);
     o.initargs = args;
