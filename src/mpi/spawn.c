@@ -89,13 +89,11 @@ int mp_mpi_spawn(const char *entry, mp_msg *args, mp_mpi_error *err)
     int rc = mp__mpi_need("mp_mpi_spawn");
     if (rc)
         return rc;
-    if ((rc = mp__registry_name_check(entry, "entry", "mp_mpi_spawn")) < 0)
+    if ((rc = mp__entry_check(entry, "mp_mpi_spawn")) < 0)
         return rc;
     /* Before the entry runs: every rank runs this same check, so a bad size
      * fails them all here, never leaving one rank out of the collective. */
     if ((rc = fill_error(err, "mp_mpi_spawn")) < 0)
-        return rc;
-    if ((rc = mp__entry_check(entry, "mp_mpi_spawn")) < 0)
         return rc;
     mp_entry_fn fn = mp__entry_lookup(entry);
     if (!args && (rc = mp_msg_create(&empty)) != 0)
