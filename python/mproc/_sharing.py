@@ -255,7 +255,7 @@ def share_array(a):
     memory, so the sender's array stays private)."""
     np = _numpy()
     if np is None or not isinstance(a, np.ndarray):
-        raise TypeError(f"share_array: a is a NumPy array, not {type(a).__name__}; "
+        raise TypeError(f"share_array: a must be a NumPy array, not {type(a).__name__}; "
                         "convert it with numpy.asarray first")
     _check_plain_dtype("share_array", a.dtype)
     st = array_storage(a)

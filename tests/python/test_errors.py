@@ -47,7 +47,7 @@ def test_wrong_types_name_the_call():
     import mproc.multiprocessing as mp
     with pytest.raises(TypeError, match="set_sharing_strategy: the strategy is a str"):
         mp.set_sharing_strategy(1)
-    with pytest.raises(TypeError, match="share_array: a is a NumPy array, not list"):
+    with pytest.raises(TypeError, match="share_array: a must be a NumPy array, not list"):
         mp.share_array([1, 2])
 
 
