@@ -110,16 +110,8 @@ int mp_tensor_copy_cuda_(mp_tensor *dst, const mp_tensor *src)
         return rc;
     if (!dst || !src)
         return mp__error(MP_EINVAL, "%s: NULL tensor", who);
-    char a[MP__SHAPE_TEXT], b[MP__SHAPE_TEXT];
-    if (mp_tensor_dtype(dst) != mp_tensor_dtype(src))
-        return mp__error(MP_EINVAL, "%s: dst is %s, src %s; copy between tensors of one dtype",
-                         who, mp_dtype_name(mp_tensor_dtype(dst)),
-                         mp_dtype_name(mp_tensor_dtype(src)));
-    if (mp_tensor_ndim(dst) != mp_tensor_ndim(src) ||
-        memcmp(mp_tensor_shape(dst), mp_tensor_shape(src),
-               sizeof(int64_t) * (size_t)mp_tensor_ndim(dst)) != 0)
-        return mp__error(MP_EINVAL, "%s: dst has shape %s, src %s; copy between tensors of one "
-                                    "shape", who, mp__shape_text(dst, a), mp__shape_text(src, b));
+    if ((rc = mp__tensor_check_same_layout(who, dst, src)) < 0)
+        return rc;
     if (!mp_tensor_is_contiguous(dst) || !mp_tensor_is_contiguous(src))
         return mp__error(MP_EINVAL, "%s: both tensors must be contiguous (make a contiguous "
                                     "copy with mp_tensor_to_cuda / mp_tensor_to_cpu)", who);

@@ -6,9 +6,6 @@
 #define ATTACH(NAME, TYPE, KIND)                                                            \
     int mp_msg_add_##NAME(mp_msg *m, const char *name, TYPE *obj)                           \
     {                                                                                       \
-        if (!m || !obj)                                                                     \
-            return mp__error(MP_EINVAL, "mp_msg_add_" #NAME ": %s is NULL",                 \
-                             m ? "the object" : "the message");                             \
         return mp__msg_add_object(m, name, &KIND, obj, "mp_msg_add_" #NAME);                 \
     }                                                                                       \
     int mp_msg_get_##NAME(const mp_msg *m, size_t index, TYPE **out)                        \

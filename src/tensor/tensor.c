@@ -116,14 +116,29 @@ const char *mp__device_label(DLDevice dev, char *buf, size_t cap)
     return buf;
 }
 
-const char *mp__shape_text(const mp_tensor *t, char *buf)
+/* "[4, 6]": t's shape as a sentence shows it, in buf. */
+#define SHAPE_TEXT (MP_MAX_NDIM * 22 + 3)
+static const char *shape_text(const mp_tensor *t, char *buf)
 {
-    size_t n = (size_t)snprintf(buf, MP__SHAPE_TEXT, "[");
+    size_t n = (size_t)snprintf(buf, SHAPE_TEXT, "[");
     for (int i = 0; i < t->ndim; i++)
-        n += (size_t)snprintf(buf + n, MP__SHAPE_TEXT - n, "%s%lld", i ? ", " : "",
+        n += (size_t)snprintf(buf + n, SHAPE_TEXT - n, "%s%lld", i ? ", " : "",
                               (long long)t->shape[i]);
-    snprintf(buf + n, MP__SHAPE_TEXT - n, "]");
+    snprintf(buf + n, SHAPE_TEXT - n, "]");
     return buf;
+}
+
+int mp__tensor_check_same_layout(const char *call, const mp_tensor *dst, const mp_tensor *src)
+{
+    char a[SHAPE_TEXT], b[SHAPE_TEXT];
+    if (dst->dtype != src->dtype)
+        return mp__error(MP_EINVAL, "%s: dst is %s, src %s; copy between tensors of one dtype",
+                         call, mp_dtype_name(dst->dtype), mp_dtype_name(src->dtype));
+    if (dst->ndim != src->ndim ||
+        memcmp(dst->shape, src->shape, sizeof(int64_t) * (size_t)src->ndim) != 0)
+        return mp__error(MP_EINVAL, "%s: dst has shape %s, src %s; copy between tensors of one "
+                                    "shape", call, shape_text(dst, a), shape_text(src, b));
+    return 0;
 }
 
 bool mp__contiguous_strides(int ndim, const int64_t *shape, int64_t *strides)

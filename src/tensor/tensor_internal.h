@@ -77,8 +77,8 @@ int mp__tensor_check_geometry(const char *call, mp_dtype dtype, int ndim, const 
 
 /* "cpu", "cuda:0", "opencl:1", ...: a device as a sentence names it. */
 const char *mp__device_label(DLDevice dev, char *buf, size_t cap);
-/* "[4, 6]": t's shape as a sentence shows it, in buf (MP__SHAPE_TEXT bytes). */
-#define MP__SHAPE_TEXT (MP_MAX_NDIM * 22 + 3)
-const char *mp__shape_text(const mp_tensor *t, char *buf);
+/* MP_EINVAL unless dst and src have one dtype and one shape, as a copy
+ * between them needs; the sentence shows both. */
+int mp__tensor_check_same_layout(const char *call, const mp_tensor *dst, const mp_tensor *src);
 
 #endif

@@ -3,7 +3,6 @@
  * that each reachable element lies inside the storage. */
 #include "tensor/tensor_priv.h"
 
-#include <stdio.h>
 #include <string.h>
 
 /* dim, counted from the end when negative, checked against t's ndim. */
@@ -308,17 +307,8 @@ int mp_tensor_copy_(mp_tensor *dst, const mp_tensor *src)
     int rc;
     if (!dst || !src)
         return mp__error(MP_EINVAL, "mp_tensor_copy_: NULL tensor");
-    char a[MP__SHAPE_TEXT], b[MP__SHAPE_TEXT];
-    if (dst->dtype != src->dtype)
-        return mp__error(MP_EINVAL, "mp_tensor_copy_: dst is %s, src %s; copy between tensors "
-                                    "of one dtype", mp_dtype_name(dst->dtype),
-                         mp_dtype_name(src->dtype));
-    if (dst->ndim != src->ndim ||
-        memcmp(dst->shape, src->shape, sizeof(int64_t) * (size_t)src->ndim) != 0)
-        return mp__error(MP_EINVAL, "mp_tensor_copy_: dst has shape %s, src %s; copy between "
-                                    "tensors of one shape",
-                         mp__shape_text(dst, a), mp__shape_text(src, b));
-    if ((rc = on_cpu("mp_tensor_copy_", "dst", dst, "use mp_tensor_copy_cuda_")) < 0 ||
+    if ((rc = mp__tensor_check_same_layout("mp_tensor_copy_", dst, src)) < 0 ||
+        (rc = on_cpu("mp_tensor_copy_", "dst", dst, "use mp_tensor_copy_cuda_")) < 0 ||
         (rc = on_cpu("mp_tensor_copy_", "src", src, "use mp_tensor_copy_cuda_")) < 0)
         return rc;
     if (dst->storage == src->storage && dst != src) {

@@ -58,9 +58,6 @@ size_t mp__objkind_list(char *buf, size_t cap);
  * e.g. mp_msg_add_queue in mproc/queue.h). add retains obj; get returns a new
  * reference, MP_EINVAL when the attachment is not of kind k. fn: the public
  * call, for the error sentences. */
-/* mp_msg_from_state_dict, its sentences naming fn (the public call made). */
-int mp__msg_from_state_dict(size_t n, const char *const *names, mp_tensor *const *tensors,
-                            mp_msg **out, const char *fn);
 int mp__msg_add_object(mp_msg *m, const char *name, const mp__objkind *k, void *obj,
                        const char *fn);
 int mp__msg_get_object(const mp_msg *m, size_t index, const mp__objkind *k, void **obj,
@@ -68,6 +65,9 @@ int mp__msg_get_object(const mp_msg *m, size_t index, const mp__objkind *k, void
 /* Appends src's object attachment at index to dst under the same name,
  * retained. MP_EINVAL when that attachment is a tensor or out of range. */
 int mp__msg_copy_object(mp_msg *dst, const mp_msg *src, size_t index);
+/* mp_msg_from_state_dict, its sentences naming fn (the public call made). */
+int mp__msg_from_state_dict(size_t n, const char *const *names, mp_tensor *const *tensors,
+                            mp_msg **out, const char *fn);
 
 /* Does what sending m would do first to its tensors (share each storage;
  * refuse a device tensor) without sending: 0 when m can be sent, else the
