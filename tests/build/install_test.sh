@@ -32,9 +32,8 @@ so=$(find "$prefix" -name 'libmproc.so.*.*.*' | head -1)
 soname=$(readelf -d "$so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 [ "$soname" = "libmproc.so.$sover" ] || { echo "FAIL: SONAME '$soname', want libmproc.so.$sover"; exit 1; }
 [ -e "$(dirname "$so")/libmproc.so.$sover" ] || { echo "FAIL: no libmproc.so.$sover link"; exit 1; }
-if readelf -d "$so" | grep -q 'NEEDED.*cudart'; then
-  echo "note: this libmproc still links libcudart (until issue 18); mproc.pc and the CMake package do not"
-fi
+readelf -d "$so" | grep -q 'NEEDED.*cud' &&
+  { echo "FAIL: the installed libmproc links a CUDA library (it must dlopen it)"; exit 1; }
 grep -q -i cuda "$(find "$prefix" -name mproc.pc)" "$(find "$prefix" -name 'mproc*.cmake')" &&
   { echo "FAIL: mproc.pc or the CMake package names CUDA"; exit 1; }
 

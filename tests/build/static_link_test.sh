@@ -10,21 +10,14 @@
 # tests/build/kinds_receiver.c, which names no queue, lock or CUDA call yet
 # must decode a message carrying every object kind that program sends it.
 # usage: static_link_test.sh SOURCE_DIR CC PKG_CONFIG_DIR
-#        static_link_test.sh SOURCE_DIR CC --build BUILD_DIR CMAKE [CUDA_LINKED]
-# The second form installs BUILD_DIR into a temporary prefix first; with
-# CUDA_LINKED=1 (the library still links the CUDA runtime: cmake/cuda.cmake
-# adds CUDA::cudart) it exits 77, which ctest reports as skipped.
+#        static_link_test.sh SOURCE_DIR CC --build BUILD_DIR CMAKE
+# The second form installs BUILD_DIR into a temporary prefix first.
 set -eu
 src=$1 cc=$2
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/mproc-static.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 if [ "$3" = --build ]; then
-  if [ "${6:-0}" = 1 ]; then
-    echo "skipped: this libmproc links the CUDA runtime directly (cmake/cuda.cmake adds"
-    echo "CUDA::cudart), so the documented static line would also need -lcudart (issue 18)"
-    exit 77
-  fi
   "$5" --install "$4" --prefix "$tmp/prefix" >"$tmp/install.log" 2>&1 ||
     { cat "$tmp/install.log"; fail "cmake --install"; }
   pcdir=$(dirname "$(find "$tmp/prefix" -name mproc.pc)")
