@@ -29,6 +29,52 @@ def children():
     return [p for p in out if p != me]
 
 
+KILLED_HOLDER = """
+import os
+import torch
+import mproc.torch as mp
+mp.set_sharing_strategy("file_system")
+t = torch.ones(1 << 16)
+t.share_memory_()
+print(mp.__file__, flush=True)
+print(" ".join(n for n in os.listdir("/dev/shm") if n.startswith(f"mproc-{os.getpid()}-")),
+      flush=True)
+os.kill(os.getpid(), 9)
+"""
+
+
+def killed_holder_leaves(tmp_path, pythonpath=None, package=None):
+    """Runs a program that makes a file_system segment and kills itself;
+    returns the segment names still in /dev/shm 20 s later (none when the
+    shm manager reclaimed them). It runs with a runtime directory of its
+    own, so no daemon serves it yet and the one it starts is the one
+    libmproc finds beside the extension (MPROC_SHM_MANAGER, which would
+    name another, is unset). pythonpath replaces PYTHONPATH (default: where
+    this run's mproc is); package is the folder mproc must come from."""
+    import subprocess
+    import sys
+    import time
+    rt = tmp_path / "rt"
+    rt.mkdir(mode=0o700)
+    env = {k: v for k, v in os.environ.items() if k != "MPROC_SHM_MANAGER"}
+    env.update(MPROC_RUNTIME_DIR=str(rt), MPROC_SHM_MANAGER_GRACE="0.5")
+    if not pythonpath:  # this run's package (PYTHONPATH may be relative)
+        import mproc
+        pythonpath = os.path.dirname(os.path.dirname(os.path.abspath(mproc.__file__)))
+    env["PYTHONPATH"] = pythonpath
+    r = subprocess.run([sys.executable, "-c", KILLED_HOLDER], env=env, capture_output=True,
+                       text=True, timeout=60, cwd=tmp_path)
+    assert r.returncode == -9, r.stderr
+    assert "not protected against leaks" not in r.stderr, r.stderr
+    where, names = r.stdout.split("\n")[0], r.stdout.split("\n")[1].split()
+    assert package is None or where.startswith(str(package)), where
+    assert names, "the program made no file_system segment"
+    deadline = time.monotonic() + 20
+    while any(os.path.exists(f"/dev/shm/{n}") for n in names) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [n for n in names if os.path.exists(f"/dev/shm/{n}")]
+
+
 @pytest.fixture
 def strategy(request):
     import mproc.multiprocessing as mp

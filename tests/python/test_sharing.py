@@ -9,7 +9,7 @@ import torch
 
 import mproc.torch as mp
 import workers
-from conftest import children, own_fds, own_segments
+from conftest import children, killed_holder_leaves, own_fds, own_segments
 
 STRATEGIES = ["file_descriptor", "file_system"]
 
@@ -168,6 +168,13 @@ def test_no_leaks_after_many_rounds(strategy):
     assert own_fds() <= fds
     assert own_segments([p.pid]) == segs
     assert p.pid not in children()
+
+
+def test_killed_process_segments_reclaimed(tmp_path):
+    """A process killed while it holds a file_system segment leaves its name
+    in /dev/shm; the package's own mproc-shm-manager (built beside the
+    extension, where libmproc looks for it) removes it."""
+    assert killed_holder_leaves(tmp_path) == []
 
 
 def test_pool_map_tensors():

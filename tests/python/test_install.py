@@ -1,0 +1,31 @@
+"""The package as pip installs it, used from elsewhere: self-contained (the
+extension links libmproc.a; its daemon comes with it), so it works moved
+away from the source tree and the build folder."""
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import killed_holder_leaves
+
+SOURCE = Path(__file__).resolve().parents[2] / "python"
+
+
+def test_installed_package_is_self_contained(tmp_path):
+    target = tmp_path / "site"
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-build-isolation",
+                        "--no-deps", "--no-cache-dir", "--disable-pip-version-check",
+                        "--target", str(target), str(SOURCE)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    moved = tmp_path / "elsewhere"
+    shutil.move(target, moved)
+    pkg = moved / "mproc"
+    daemon = pkg / "mproc-shm-manager"
+    assert os.access(daemon, os.X_OK), sorted(os.listdir(pkg))
+    ext = next(pkg.glob("_mproc*.so"))
+    for f in (ext, daemon):
+        needed = subprocess.run(["readelf", "-d", str(f)], capture_output=True, text=True).stdout
+        assert "libmproc" not in needed and "cuda" not in needed.lower(), needed
+    assert killed_holder_leaves(tmp_path, pythonpath=str(moved), package=pkg) == []
