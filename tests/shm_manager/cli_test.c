@@ -128,20 +128,45 @@ static int teardown_segments(void **state)
     return mp_test_teardown(state);
 }
 
+/* Columns as wide as their widest cell (the names here are the widest of
+ * their column; the sizes 4096 and 100 fit "SIZE", the pids "CREATOR"). */
 static void test_shm_ls_text(void **state)
 {
     char want[2048];
-    int n = 0;
-    n += snprintf(want + n, sizeof want - (size_t)n,
-                  "%-36s %12s %-15s %8s %-5s %4s %5s %s\n", "NAME", "SIZE", "STRATEGY",
-                  "CREATOR", "ALIVE", "REFS", "USERS", "LEAKED");
-    n += snprintf(want + n, sizeof want - (size_t)n,
-                  "%-36s %12s %-15s %8d %-5s %4s %5s %s\n", name_a, "4096", "file_system",
-                  (int)getpid(), "yes", "1", "1", "no");
-    snprintf(want + n, sizeof want - (size_t)n, "%-36s %12s %-15s %8d %-5s %4s %5s %s\n",
-             name_b, "100", "file_system", (int)dead, "no", "2", "0", "yes");
+    int n = 0, wn = (int)(strlen(name_a) > strlen(name_b) ? strlen(name_a) : strlen(name_b));
+    n += snprintf(want + n, sizeof want - (size_t)n, "%-*s %4s %7s %-5s %4s %5s %s\n", wn,
+                  "NAME", "SIZE", "CREATOR", "ALIVE", "REFS", "USERS", "LEAKED");
+    n += snprintf(want + n, sizeof want - (size_t)n, "%-*s %4s %7d %-5s %4s %5s %s\n", wn,
+                  name_a, "4096", (int)getpid(), "yes", "1", "1", "no");
+    snprintf(want + n, sizeof want - (size_t)n, "%-*s %4s %7d %-5s %4s %5s %s\n", wn, name_b,
+             "100", (int)dead, "no", "2", "0", "yes");
     assert_int_equal(MPROC("shm", "ls", "--prefix", prefix), 0);
     assert_out(want);
+}
+
+/* The widest common row, a 7-digit creator pid (pid_max 4194304, systemd's
+ * default) and a 10-digit size, fits an 80-column terminal. */
+static void test_shm_ls_fits_80_columns(void **state)
+{
+    const char *name = "/mproc-4194303-0123456789abcdef";
+    char path[64];
+    mp__fs_header h = {MP__FS_MAGIC, MP__FS_VERSION, 4194303, 9999999999ull, 1, 0};
+    int fd, lines = 0;
+    snprintf(path, sizeof path, "/dev/shm%s", name);
+    make_segment(name, 4194303, 1, 0);
+    fd = open(path, O_RDWR | O_CLOEXEC);
+    assert_true(fd >= 0);
+    assert_int_equal(pwrite(fd, &h, sizeof h, 0), (ssize_t)sizeof h);
+    close(fd);
+    assert_int_equal(MPROC("shm", "ls", "--prefix", "/mproc-4194303-"), 0);
+    shm_unlink(name);
+    assert_non_null(strstr(out, "9999999999"));
+    for (const char *line = out; *line; line = strchr(line, '\n') + 1, lines++) {
+        assert_non_null(strchr(line, '\n'));
+        if (strchr(line, '\n') - line > 80)
+            fail_msg("wider than 80 columns: %.*s", (int)(strchr(line, '\n') - line), line);
+    }
+    assert_int_equal(lines, 2);
 }
 
 static void test_shm_ls_json(void **state)
@@ -416,6 +441,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_shm_ls_text, setup_segments, teardown_segments),
+        cmocka_unit_test_setup_teardown(test_shm_ls_fits_80_columns, mp_test_setup,
+                                        mp_test_teardown),
         cmocka_unit_test_setup_teardown(test_shm_ls_json, setup_segments, teardown_segments),
         cmocka_unit_test_setup_teardown(test_shm_gc, setup_segments, teardown_segments),
         cmocka_unit_test(test_doctor_low_nofile),

@@ -33,11 +33,12 @@ static const struct {
      "  the memfds of its live processes (file_descriptor strategy).\n"},
     {"shm ls",
      "usage: mproc shm ls [--json] [--prefix NAME]\n"
-     "  Lists this user's mproc segments: name, size in bytes, strategy, creator\n"
-     "  pid, whether the creator is alive, the header refcount, how many live\n"
-     "  processes map it or hold an fd, and whether it is leaked (its creator is\n"
-     "  dead, nobody uses it, and the shm manager does not know a message\n"
-     "  carrying it to be in flight).\n"
+     "  Lists this user's mproc segments: name (/mproc-... for file_system,\n"
+     "  memfd:... for file_descriptor), size in bytes, creator pid, whether the\n"
+     "  creator is alive, the header refcount, how many live processes map it\n"
+     "  or hold an fd, and whether it is leaked (its creator is dead, nobody\n"
+     "  uses it, and the shm manager does not know a message carrying it to be\n"
+     "  in flight).\n"
      "  --json         one JSON object: {\"segments\": [...]}\n"
      "  --prefix NAME  only names starting with NAME (e.g. /mproc-1234-)\n"},
     {"shm gc",

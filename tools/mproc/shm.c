@@ -161,19 +161,50 @@ static uint64_t seg_size(const seg *s)
     return s->info.has_header || s->fd_strategy ? s->info.size : s->info.file_size;
 }
 
+/* The text of one row's numbers, and of its refcount ("-" for a memfd). */
+typedef struct row {
+    char size[24], creator[16], refs[16], users[16];
+} row;
+
+static void row_of(const seg *s, row *r)
+{
+    snprintf(r->size, sizeof r->size, "%llu", (unsigned long long)seg_size(s));
+    snprintf(r->creator, sizeof r->creator, "%d", (int)s->info.creator);
+    snprintf(r->refs, sizeof r->refs, "-");
+    if (!s->fd_strategy && s->info.has_header)
+        snprintf(r->refs, sizeof r->refs, "%u", s->info.refcount);
+    snprintf(r->users, sizeof r->users, "%d", s->info.users);
+}
+
+static int widest(int w, const char *text)
+{
+    int n = (int)strlen(text);
+    return n > w ? n : w;
+}
+
+/* Columns as wide as their widest cell, so a list fits an 80-column
+ * terminal (74 columns with 7-digit pids and 10-digit sizes). No STRATEGY
+ * column: the name says it ("/mproc-..." is a file_system segment,
+ * "memfd:..." a file_descriptor one); --json has it. */
 static void print_text(const seglist *l)
 {
-    printf("%-36s %12s %-15s %8s %-5s %4s %5s %s\n", "NAME", "SIZE", "STRATEGY", "CREATOR",
-           "ALIVE", "REFS", "USERS", "LEAKED");
+    int wn = 4, ws = 4, wc = 7, wr = 4, wu = 5;
+    row r;
+    for (int i = 0; i < l->n; i++) {
+        row_of(&l->v[i], &r);
+        wn = widest(wn, l->v[i].info.name);
+        ws = widest(ws, r.size);
+        wc = widest(wc, r.creator);
+        wr = widest(wr, r.refs);
+        wu = widest(wu, r.users);
+    }
+    printf("%-*s %*s %*s %-5s %*s %*s %s\n", wn, "NAME", ws, "SIZE", wc, "CREATOR", "ALIVE", wr,
+           "REFS", wu, "USERS", "LEAKED");
     for (int i = 0; i < l->n; i++) {
         const seg *s = &l->v[i];
-        char refs[16] = "-";
-        if (!s->fd_strategy && s->info.has_header)
-            snprintf(refs, sizeof refs, "%u", s->info.refcount);
-        printf("%-36s %12llu %-15s %8d %-5s %4s %5d %s\n", s->info.name,
-               (unsigned long long)seg_size(s),
-               s->fd_strategy ? "file_descriptor" : "file_system", (int)s->info.creator,
-               s->info.creator_alive ? "yes" : "no", refs, s->info.users,
+        row_of(s, &r);
+        printf("%-*s %*s %*s %-5s %*s %*s %s\n", wn, s->info.name, ws, r.size, wc, r.creator,
+               s->info.creator_alive ? "yes" : "no", wr, r.refs, wu, r.users,
                s->leaked ? "yes" : "no");
     }
 }
