@@ -16,7 +16,7 @@ CMAKE_BUILD = MAKEFLAGS=--no-print-directory cmake --build
 CONFIGURE = cmake -DMPROC_WERROR=$(WERROR) $(CMAKE_FLAGS)
 
 .PHONY: all deps configure build asan-build test test-normal asan demo bench install \
-        format clean deb deb-test docs compilers ci python test-python
+        format clean deb deb-test docs compilers release-test ci python test-python
 
 all: build
 
@@ -109,9 +109,14 @@ compilers: deps
 	        { cat build-release-$$cc/build.log; exit 1; }; \
 	done
 
-# What .ci/run runs: the suite twice, Release builds with gcc and clang, the
-# Debian packages and the API reference.
-ci: test compilers deb-test docs
+# The CTest suite in the gcc Release build (-O3, no -g: backtraces without
+# file:line, inlining the other builds do not do).
+release-test: compilers
+	cd build-release-gcc && ctest --output-on-failure -j $(JOBS) $(CTEST_FLAGS)
+
+# What .ci/run runs: the suite twice, Release builds with gcc and clang (the
+# suite a third time in gcc's), the Debian packages and the API reference.
+ci: test release-test deb-test docs
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

@@ -351,7 +351,7 @@ int main(int argc, char **argv)
         return 1;
     if (argc == 3 && !strcmp(argv[1], "--consumer"))
         return consumer(atoi(argv[2]));
-    if ((rc = bench_parse_args(argc, argv, "handoff latency of CUDA tensors between two "
+    if ((rc = bench_parse_args(argc, argv, "handoff latency of CUDA tensors between two\n"
                                            "processes (first and repeated sends)", &o)) != 0)
         return rc > 0 ? 0 : 2;
     if ((rc = mp_cuda_device_count(&n)) < 0 || n == 0) {

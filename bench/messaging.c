@@ -612,7 +612,7 @@ int main(int argc, char **argv)
 {
     bench_opts o;
     int rc = bench_parse_args(argc, argv,
-                              "messaging: shared-tensor handoff, fresh-tensor throughput and "
+                              "shared-tensor handoff, fresh-tensor throughput and\n"
                               "16-byte message rate, each beside the raw primitive", &o);
     if (rc)
         return rc > 0 ? 0 : 2;

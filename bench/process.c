@@ -228,11 +228,12 @@ int main(int argc, char **argv)
         return 2;
     if (argc == 2 && strcmp(argv[1], "--noop") == 0)
         return 0; /* the posix_spawn primitive's child */
-    if (bench_parse_args(argc, argv,
-                         "process start+join per start method, and failure "
-                         "notification latency",
-                         &o) != 0)
-        return 2;
+    int rc = bench_parse_args(argc, argv,
+                              "process start+join per start method, and failure "
+                              "notification latency",
+                              &o);
+    if (rc)
+        return rc > 0 ? 0 : 2;
     self_argv0 = argv[0];
     char cpus[32];
     snprintf(cpus, sizeof cpus, "%d-%d", bench_cpu_of_slot(0), bench_cpu_of_slot(1));

@@ -107,7 +107,11 @@ int main(int argc, char **argv)
     long n = 2000;
     int64_t size = 1 << 20;
     static const struct option opts[] = {
-        {"buffers", 1, 0, 'k'}, {"messages", 1, 0, 'n'}, {"size", 1, 0, 's'}, {0, 0, 0, 0}};
+        {"buffers", 1, 0, 'k'}, {"messages", 1, 0, 'n'}, {"size", 1, 0, 's'},
+        {"help", 0, 0, 'h'},    {0, 0, 0, 0}};
+    const char *use = "usage: %s [--buffers K] [--messages N] [--size BYTES]\n"
+                      "  K buffers in the ring (default 4), N messages, at least K (default\n"
+                      "  2000), BYTES per buffer, at least 8 (default 1048576)\n";
     if (mp_setup(&argc, &argv) != 0)
         return fail("mp_setup", MP_EINVAL);
     while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -115,13 +119,12 @@ int main(int argc, char **argv)
         case 'k': k = atoi(optarg); break;
         case 'n': n = atol(optarg); break;
         case 's': size = atol(optarg); break;
-        default:
-            fprintf(stderr, "usage: %s [--buffers K] [--messages N] [--size BYTES]\n", argv[0]);
-            return 2;
+        case 'h': printf(use, argv[0]); return 0;
+        default: fprintf(stderr, use, argv[0]); return 2;
         }
     }
-    if (k < 1 || n < k || size < 8) {
-        fprintf(stderr, "bad arguments\n");
+    if (optind < argc || k < 1 || n < k || size < 8) {
+        fprintf(stderr, use, argv[0]);
         return 2;
     }
     int64_t elems = size / 8;

@@ -194,11 +194,15 @@ static int join_all(mp_spawn_context *ctx, const char *what)
     return rc ? 1 : 0;
 }
 
-static void usage(const char *argv0)
+static void usage(FILE *f, const char *argv0)
 {
-    fprintf(stderr, "usage: %s --producers P --consumers C --count N --size BYTES "
-                    "--strategy file_descriptor|file_system "
-                    "--start-method fork|spawn|forkserver\n", argv0);
+    fprintf(f,
+            "usage: %s [--producers P] [--consumers C] [--count N]\n"
+            "         [--size BYTES] [--strategy file_descriptor|file_system]\n"
+            "         [--start-method fork|spawn|forkserver]\n"
+            "  P and C from 1 to 256 (default 2 each), N messages in all, at least P\n"
+            "  (default 100000), BYTES per tensor (default 4096)\n",
+            argv0);
 }
 
 int main(int argc, char **argv)
@@ -210,7 +214,7 @@ int main(int argc, char **argv)
     static const struct option opts[] = {
         {"producers", 1, 0, 'p'}, {"consumers", 1, 0, 'c'}, {"count", 1, 0, 'n'},
         {"size", 1, 0, 's'}, {"strategy", 1, 0, 'S'}, {"start-method", 1, 0, 'm'},
-        {0, 0, 0, 0}};
+        {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     /* spawned producers and consumers run their entry from here */
     if (mp_setup(&argc, &argv) != 0) {
         fprintf(stderr, "%s\n", mp_last_error());
@@ -224,12 +228,13 @@ int main(int argc, char **argv)
         case 's': size = (size_t)atol(optarg); break;
         case 'S': strategy = optarg; break;
         case 'm': method = optarg; break;
-        default: usage(argv[0]); return 2;
+        case 'h': usage(stdout, argv[0]); return 0;
+        default: usage(stderr, argv[0]); return 2;
         }
     }
-    if (producers < 1 || consumers < 1 || count < producers || size < 1 ||
+    if (optind < argc || producers < 1 || consumers < 1 || count < producers || size < 1 ||
         producers > 256 || consumers > 256 || strlen(strategy) >= sizeof ((params *)0)->strategy) {
-        fprintf(stderr, "bad arguments\n");
+        usage(stderr, argv[0]);
         return 2;
     }
     if (mp_set_sharing_strategy(strategy) != 0) {

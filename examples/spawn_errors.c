@@ -50,8 +50,11 @@ MP_ENTRY(worker)
     return 0;
 }
 
+/* 0, or 1 for --help, or -1 for anything it does not know. */
 static int parse(int argc, char **argv, int *mode, const char **method)
 {
+    if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0))
+        return 1;
     for (int i = 1; i < argc; i += 2) {
         const char *v = i + 1 < argc ? argv[i + 1] : "";
         if (strcmp(argv[i], "--mode") == 0 && strcmp(v, "segv") == 0)
@@ -79,12 +82,14 @@ int main(int argc, char **argv)
     /* First, before anything else: in a spawned child this runs the entry. */
     if (mp_setup(&argc, &argv) != 0)
         return 2;
-    if (parse(argc, argv, &mode, &method) < 0) {
-        fprintf(stderr,
-                "usage: %s [--mode segv|raise|ok] "
-                "[--start-method fork|spawn|forkserver]\n",
+    if ((rc = parse(argc, argv, &mode, &method)) != 0) {
+        fprintf(rc > 0 ? stdout : stderr,
+                "usage: %s [--mode segv|raise|ok]\n"
+                "         [--start-method fork|spawn|forkserver]\n"
+                "  Spawns 4 ranks; with segv (the default) or raise, rank 2 fails and\n"
+                "  the error record mp_spawn reports is printed.\n",
                 argv[0]);
-        return 2;
+        return rc > 0 ? 0 : 2;
     }
     if (mp_msg_create(&args) != 0 || mp_msg_set_payload(args, &mode, sizeof mode) != 0) {
         fprintf(stderr, "spawn_errors: %s\n", mp_last_error());

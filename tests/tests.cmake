@@ -63,6 +63,19 @@ if(TARGET bench_all)
   mproc_tests(bench perf_runner_test)
 endif()
 
+# Every program a user runs: --help within 80 columns (tests/support/help_width.sh).
+set(mproc_help_programs)
+foreach(t mproc_tool mproc-shm-manager_tool hogwild dataloader producer_consumer buffer_reuse
+          spawn_errors bench_all bench_messaging bench_mpi bench_pool bench_process bench_sync
+          bench_cuda mpmc_study)
+  if(TARGET ${t})
+    list(APPEND mproc_help_programs $<TARGET_FILE:${t}>)
+  endif()
+endforeach()
+add_test(NAME help_width COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/support/help_width.sh
+                                 ${mproc_help_programs})
+set_tests_properties(help_width PROPERTIES TIMEOUT 60 LABELS support)
+
 include(${CMAKE_CURRENT_LIST_DIR}/build/build.cmake)
 include(${CMAKE_CURRENT_LIST_DIR}/bench/bench.cmake)
 include(${CMAKE_CURRENT_LIST_DIR}/cuda/bench_cuda.cmake)

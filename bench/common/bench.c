@@ -28,12 +28,12 @@ int bench_parse_args(int argc, char **argv, const char *what, bench_opts *o)
             o->reps = (int)v;
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             fprintf(stderr,
-                    "%s: %s\n"
+                    "%s\n"
                     "usage: %s [--quick] [--reps N]\n"
                     "  --quick   tiny counts: a smoke test, the figures mean nothing\n"
                     "  --reps N  timed repetitions per figure (default 7; 2 with --quick)\n"
                     "Prints one JSON line per figure on stdout; see docs/performance.md.\n",
-                    argv[0], what, argv[0]);
+                    what, argv[0]);
             return 1;
         } else {
             fprintf(stderr, "%s: unknown argument '%s' (try --help)\n", argv[0], argv[i]);

@@ -57,7 +57,8 @@ static void usage(FILE *f)
             "  --no-train         do not train: measure the loaders alone\n"
             "  --seed N           shuffles and augmentation (default 1)\n"
             "  --start-method M   fork, spawn or forkserver (default: mproc's)\n"
-            "  --data DIR         Fashion-MNIST idx .gz files (default %s)\n"
+            "  --data DIR         Fashion-MNIST idx .gz files (default\n"
+            "                     %s)\n"
             "  --fail-rank R      loader R dies of SIGSEGV early (shows the error record)\n"
             "  --help\n",
             DATA_DEFAULT_DIR);
