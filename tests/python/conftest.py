@@ -43,36 +43,95 @@ os.kill(os.getpid(), 9)
 """
 
 
-def killed_holder_leaves(tmp_path, pythonpath=None, package=None):
+def killed_holder_leaves(tmp_path, pythonpath=None, package=None, runas=()):
     """Runs a program that makes a file_system segment and kills itself;
     returns the segment names still in /dev/shm 20 s later (none when the
     shm manager reclaimed them). It runs with a runtime directory of its
     own, so no daemon serves it yet and the one it starts is the one
     libmproc finds beside the extension (MPROC_SHM_MANAGER, which would
     name another, is unset). pythonpath replaces PYTHONPATH (default: where
-    this run's mproc is); package is the folder mproc must come from."""
+    this run's mproc is); package is the folder mproc must come from; runas
+    prefixes the command (unprivileged_prefix())."""
     import subprocess
     import sys
     import time
-    rt = tmp_path / "rt"
-    rt.mkdir(mode=0o700)
+    import shutil
+    rt = own_dir(tmp_path / "rt", runas)
     env = {k: v for k, v in os.environ.items() if k != "MPROC_SHM_MANAGER"}
-    env.update(MPROC_RUNTIME_DIR=str(rt), MPROC_SHM_MANAGER_GRACE="0.5")
-    if not pythonpath:  # this run's package (PYTHONPATH may be relative)
-        import mproc
-        pythonpath = os.path.dirname(os.path.dirname(os.path.abspath(mproc.__file__)))
-    env["PYTHONPATH"] = pythonpath
-    r = subprocess.run([sys.executable, "-c", KILLED_HOLDER], env=env, capture_output=True,
-                       text=True, timeout=60, cwd=tmp_path)
-    assert r.returncode == -9, r.stderr
-    assert "not protected against leaks" not in r.stderr, r.stderr
-    where, names = r.stdout.split("\n")[0], r.stdout.split("\n")[1].split()
-    assert package is None or where.startswith(str(package)), where
-    assert names, "the program made no file_system segment"
-    deadline = time.monotonic() + 20
-    while any(os.path.exists(f"/dev/shm/{n}") for n in names) and time.monotonic() < deadline:
+    env.update(MPROC_RUNTIME_DIR=rt, MPROC_SHM_MANAGER_GRACE="0.5",
+               PYTHONPATH=pythonpath or package_root())
+    if runas:
+        env["HOME"] = rt  # torch may write under HOME; nobody's does not exist
+    try:
+        r = subprocess.run([*runas, sys.executable, "-c", KILLED_HOLDER], env=env,
+                           capture_output=True, text=True, timeout=60, cwd="/")
+        assert r.returncode == -9, r.stderr
+        assert "not protected against leaks" not in r.stderr, r.stderr
+        where, names = r.stdout.split("\n")[0], r.stdout.split("\n")[1].split()
+        assert package is None or where.startswith(str(package)), where
+        assert names, "the program made no file_system segment"
+        deadline = time.monotonic() + 20
+        while any(os.path.exists(f"/dev/shm/{n}") for n in names) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return [n for n in names if os.path.exists(f"/dev/shm/{n}")]
+    finally:
+        wait_daemon_gone(rt)
+        if runas:
+            shutil.rmtree(rt, ignore_errors=True)
+
+
+def wait_daemon_gone(rt, seconds=10):
+    """Waits for the shm manager serving runtime directory rt to exit (with
+    no client left it does after its grace)."""
+    import time
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            with open(os.path.join(rt, "shm-manager.lock")) as f:
+                pid = int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            return
+        if not os.path.exists(f"/proc/{pid}"):
+            return
         time.sleep(0.05)
-    return [n for n in names if os.path.exists(f"/dev/shm/{n}")]
+
+
+def package_root():
+    """The folder this run imports mproc from (PYTHONPATH may be relative)."""
+    import mproc
+    return os.path.dirname(os.path.dirname(os.path.abspath(mproc.__file__)))
+
+
+NOBODY = 65534
+
+
+def unprivileged_prefix():
+    """The command prefix that runs a program as nobody, as users run mproc
+    (tests/support/unprivileged.sh's rule); skips the test when this run is
+    not root, has no setpriv, or nobody cannot read the package."""
+    import shutil
+    import subprocess
+    if os.geteuid() != 0:
+        pytest.skip("not root: this run is already unprivileged")
+    if not shutil.which("setpriv"):
+        pytest.skip("no setpriv (util-linux) to drop to nobody with")
+    prefix = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+    init = os.path.join(package_root(), "mproc", "__init__.py")
+    if subprocess.run([*prefix, "test", "-r", init]).returncode != 0:
+        pytest.skip(f"nobody cannot read {init} (a folder above it is private)")
+    return prefix
+
+
+def own_dir(path, runas=()):
+    """path made, mode 0700, owned by whoever runas runs as. A tmp_path is
+    private to root, so a folder for nobody goes under /tmp instead."""
+    import tempfile
+    if not runas:
+        path.mkdir(mode=0o700)
+        return str(path)
+    d = tempfile.mkdtemp(prefix=f"mproc-{path.name}-")
+    os.chown(d, NOBODY, NOBODY)
+    return d
 
 
 @pytest.fixture
