@@ -123,4 +123,4 @@ format:
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(DEB_BUILD) build-release-gcc build-release-clang \
-	    python/build python/mproc/*.so
+	    python/build python/mproc/*.so python/mproc/mproc-shm-manager
