@@ -1,6 +1,11 @@
 """Shared helpers for mproc's Python tests. The package is found through
 PYTHONPATH (scripts/pytest puts python/ there; `make python` builds it)."""
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
 
 import pytest
 
@@ -52,10 +57,6 @@ def killed_holder_leaves(tmp_path, pythonpath=None, package=None, runas=()):
     name another, is unset). pythonpath replaces PYTHONPATH (default: where
     this run's mproc is); package is the folder mproc must come from; runas
     prefixes the command (unprivileged_prefix())."""
-    import subprocess
-    import sys
-    import time
-    import shutil
     rt = own_dir(tmp_path / "rt", runas)
     env = {k: v for k, v in os.environ.items() if k != "MPROC_SHM_MANAGER"}
     env.update(MPROC_RUNTIME_DIR=rt, MPROC_SHM_MANAGER_GRACE="0.5",
@@ -83,7 +84,6 @@ def killed_holder_leaves(tmp_path, pythonpath=None, package=None, runas=()):
 def wait_daemon_gone(rt, seconds=10):
     """Waits for the shm manager serving runtime directory rt to exit (with
     no client left it does after its grace)."""
-    import time
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         try:
@@ -109,8 +109,6 @@ def unprivileged_prefix():
     """The command prefix that runs a program as nobody, as users run mproc
     (tests/support/unprivileged.sh's rule); skips the test when this run is
     not root, has no setpriv, or nobody cannot read the package."""
-    import shutil
-    import subprocess
     if os.geteuid() != 0:
         pytest.skip("not root: this run is already unprivileged")
     if not shutil.which("setpriv"):
@@ -125,7 +123,6 @@ def unprivileged_prefix():
 def own_dir(path, runas=()):
     """path made, mode 0700, owned by whoever runas runs as. A tmp_path is
     private to root, so a folder for nobody goes under /tmp instead."""
-    import tempfile
     if not runas:
         path.mkdir(mode=0o700)
         return str(path)
@@ -146,8 +143,6 @@ def strategy(request):
 def _stacks(pid):
     """Where a stuck child is: its state, kernel stack and, when gdb is
     installed, every thread's C stack (the line a failing CI run needs)."""
-    import shutil
-    import subprocess
     out = []
     for f in ("wchan", "stack"):
         try:
@@ -173,7 +168,6 @@ def no_children_left(request):
     exit joins every non-daemonic child, so it would hang the whole run.
     Its stacks are printed first, to tell where it was stuck."""
     import multiprocessing
-    import sys
     yield
     left = multiprocessing.active_children()
     for p in left:
