@@ -11,9 +11,11 @@ check() { # check LABEL COMMAND...
     label=$1
     shift
     out=$("$@" 2>&1) || { echo "FAIL: $label exits $?"; fail=1; return; }
-    printf '%s\n' "$out" | grep -q 'usage:' || { echo "FAIL: $label says no usage:"; fail=1; }
+    printf '%s\n' "$out" | grep -q 'usage:' ||
+        { echo "FAIL: $label says no usage:"; fail=1; return; }
     long=$(printf '%s\n' "$out" | awk 'length($0) > 80')
-    [ -z "$long" ] || { echo "FAIL: $label has lines over 80 columns:"; echo "$long"; fail=1; }
+    [ -z "$long" ] ||
+        { echo "FAIL: $label has lines over 80 columns:"; echo "$long"; fail=1; return; }
     echo "ok: $label"
 }
 for prog in "$@"; do
