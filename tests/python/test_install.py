@@ -14,10 +14,15 @@ SOURCE = Path(__file__).resolve().parents[2] / "python"
 
 def test_installed_package_is_self_contained(tmp_path):
     target = tmp_path / "site"
+    # A build folder of its own: python/build may hold what an earlier
+    # setup.py put there, and pip would install that too.
+    cfg = tmp_path / "build.cfg"
+    cfg.write_text(f"[build]\nbuild_base = {tmp_path / 'build'}\n")
+    env = dict(os.environ, DIST_EXTRA_CONFIG=str(cfg))
     r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-build-isolation",
                         "--no-deps", "--no-cache-dir", "--disable-pip-version-check",
                         "--target", str(target), str(SOURCE)],
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     moved = tmp_path / "elsewhere"
     shutil.move(target, moved)
