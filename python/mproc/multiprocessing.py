@@ -8,6 +8,7 @@ Manager, get_context, set_start_method, ...).
 """
 import multiprocessing as _std
 import multiprocessing.pool as _std_pool
+import operator
 import sys
 import threading
 from multiprocessing import *  # noqa: F401,F403  the drop-in: every public name
@@ -137,8 +138,10 @@ class Pool(_std_pool.Pool):
         # hears it, and the call waits forever: refuse it here.
         if chunksize is None:
             return
-        if not isinstance(chunksize, int):
-            raise TypeError(f"chunksize must be an int, not {type(chunksize).__name__}")
+        try:  # what Python's Pool accepts: an int or anything with __index__
+            chunksize = operator.index(chunksize)
+        except TypeError:
+            raise TypeError(f"chunksize must be an int, not {type(chunksize).__name__}") from None
         if chunksize < 1:
             raise ValueError("Chunksize must be 1+, not {0:n}".format(chunksize))
 

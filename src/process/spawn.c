@@ -142,28 +142,26 @@ static int check_seconds(double seconds, const char *call, const char *what)
     return 0;
 }
 
-int mp_spawn_context_set_grace_period(mp_spawn_context *c, double seconds)
+/* The two setters: the field kill picks = seconds, checked; sentences name call. */
+static int set_seconds(mp_spawn_context *c, double seconds, bool kill, const char *call)
 {
-    const char *call = "mp_spawn_context_set_grace_period";
-    int rc = check_seconds(seconds, call, "grace_period");
+    int rc = check_seconds(seconds, call, kill ? "kill_timeout" : "grace_period");
     if (rc < 0)
         return rc;
     if (!c)
         return mp__error(MP_EINVAL, "%s: context is NULL", call);
-    c->grace = seconds;
+    *(kill ? &c->kill_timeout : &c->grace) = seconds;
     return 0;
+}
+
+int mp_spawn_context_set_grace_period(mp_spawn_context *c, double seconds)
+{
+    return set_seconds(c, seconds, false, "mp_spawn_context_set_grace_period");
 }
 
 int mp_spawn_context_set_kill_timeout(mp_spawn_context *c, double seconds)
 {
-    const char *call = "mp_spawn_context_set_kill_timeout";
-    int rc = check_seconds(seconds, call, "kill_timeout");
-    if (rc < 0)
-        return rc;
-    if (!c)
-        return mp__error(MP_EINVAL, "%s: context is NULL", call);
-    c->kill_timeout = seconds;
-    return 0;
+    return set_seconds(c, seconds, true, "mp_spawn_context_set_kill_timeout");
 }
 
 void mp_spawn_context_destroy(mp_spawn_context *c)
@@ -191,10 +189,10 @@ static int check_options(const char *entry, const mp_spawn_options *o, mp_spawn_
         return rc;
     if (!o->join && !out)
         return mp__error(MP_EINVAL, "mp_spawn: without join, ctx must not be NULL");
-    if (o->start_method && mp__method_parse(o->start_method, &m, "mp_spawn") < 0)
-        return MP_EINVAL;
     if (!o->start_method)
         m = mp__method_default();
+    else if (mp__method_parse(o->start_method, &m, "mp_spawn") < 0)
+        return MP_EINVAL;
     return m == MP__FORK ? 0 : mp__setup_check("mp_spawn");
 }
 

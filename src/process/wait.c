@@ -8,7 +8,6 @@
 #include "process/process_internal.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,8 +39,7 @@ static int item_fd(const mp_wait_item *it, int *fd)
     case MP_WAIT_PROCESS:
         return mp__process_wait_fd(it->u.process, fd, "mp_wait");
     case MP_WAIT_FD:
-        /* poll would call a closed fd ready (POLLNVAL) for ever */
-        if (it->u.fd < 0 || (fcntl(it->u.fd, F_GETFD) < 0 && errno == EBADF))
+        if (it->u.fd < 0) /* a closed one: look's poll says POLLNVAL */
             return mp__error(MP_EINVAL, "mp_wait: fd %d is not open", it->u.fd);
         *fd = it->u.fd;
         return 0;
@@ -87,7 +85,13 @@ static int look(const mp_wait_item *it, int fd)
         do
             n = poll(&p, 1, 0);
         while (n < 0 && errno == EINTR);
-        return n < 0 ? mp__errno_error(errno, "mp_wait: poll") : n > 0;
+        if (n < 0)
+            return mp__errno_error(errno, "mp_wait: poll");
+        /* not an event but a closed fd, which poll would call ready for ever
+         * (closed before the call, or by another thread while it waits) */
+        if (n > 0 && (p.revents & POLLNVAL))
+            return mp__error(MP_EINVAL, "mp_wait: fd %d is not open", fd);
+        return n > 0;
     }
 }
 

@@ -202,6 +202,9 @@ def test_pool_map_refuses_chunksize_below_one():
             with pytest.raises(TypeError, match="chunksize must be an int, not float"):
                 call(abs, [1, -2], 1.5)
         assert list(pool.imap(abs, [1, -2], 2)) == [1, 2]
+        # an integer that is not an int, as Python's Pool takes it
+        assert pool.map(abs, [1, -2, 3], np.int64(2)) == [1, 2, 3]
+        assert list(pool.imap(abs, [1, -2], np.int64(2))) == [1, 2]
 
 
 @pytest.mark.parametrize("strategy", ["file_system"], indirect=True)
