@@ -12,6 +12,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+/* What a user reads in mp_last_error() on the receiving side. */
+#define OPENING "opening a received shared segment: "
+
 int mp__segment_export(mp__segment *s, mp__segment_handle *h)
 {
     if (!s || !h)
@@ -53,7 +56,7 @@ static int open_fd(mp__segment_handle *h, mp__segment **out)
     int fd = h->fd, seals, rc;
     h->fd = -1; /* ours from here on */
     if (mp__sys.fstat(fd, &st) != 0) {
-        rc = mp__errno_error(errno, "mp__segment_open: fstat of a received segment fd");
+        rc = mp__errno_error(errno, OPENING "fstat of its fd");
         goto out_close;
     }
     s = mp__cache_lookup(st.st_dev, st.st_ino);
@@ -63,7 +66,7 @@ static int open_fd(mp__segment_handle *h, mp__segment **out)
         if (h->size > s->map_len) {
             /* the sentence first: the release may free s */
             rc = mp__error(MP_EPROTO,
-                           "mp__segment_open: handle claims %llu bytes of a "
+                           OPENING "handle claims %llu bytes of a "
                            "%zu-byte segment",
                            (unsigned long long)h->size, s->map_len);
             mp__segment_release(s);
@@ -75,7 +78,7 @@ static int open_fd(mp__segment_handle *h, mp__segment **out)
     }
     rc = MP_EPROTO;
     if (!S_ISREG(st.st_mode) || st.st_size <= 0 || (uint64_t)st.st_size < h->size) {
-        mp__error(rc, "mp__segment_open: fd is not a segment of %llu bytes (a %lld-byte file)",
+        mp__error(rc, OPENING "fd is not a segment of %llu bytes (a %lld-byte file)",
                   (unsigned long long)h->size, (long long)st.st_size);
         goto out_close;
     }
@@ -83,18 +86,18 @@ static int open_fd(mp__segment_handle *h, mp__segment **out)
     /* mproc's no-memfd fallback and adopted foreign segments (foreign.c)
      * cannot be sealed; they come unlinked from /dev/shm instead */
     if ((seals < 0 || !(seals & F_SEAL_SHRINK)) && !mp__shm_unlinked_posix(fd, &st)) {
-        mp__error(rc, "mp__segment_open: fd is neither a memfd sealed against shrinking nor "
+        mp__error(rc, OPENING "fd is neither a memfd sealed against shrinking nor "
                   "an unlinked /dev/shm segment");
         goto out_close;
     }
     s = mp__segment_alloc(MP__STRATEGY_FD);
     if (!s) {
-        rc = mp__error(MP_ENOMEM, "mp__segment_open: out of memory");
+        rc = mp__error(MP_ENOMEM, OPENING "out of memory");
         goto out_close;
     }
     s->map = mp__sys.mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (s->map == MAP_FAILED) {
-        rc = mp__errno_error(errno, "mp__segment_open: mmap(%lld bytes)", (long long)st.st_size);
+        rc = mp__errno_error(errno, OPENING "mmap(%lld bytes)", (long long)st.st_size);
         free(s);
         goto out_close;
     }
@@ -128,15 +131,15 @@ static int map_named(const mp__segment_handle *h, int fd, const struct stat *st,
     mp__fs_header *hd;
     size_t len = (size_t)st->st_size;
     if (len < MP__FS_HEADER_SIZE || len - MP__FS_HEADER_SIZE < h->size)
-        return mp__error(MP_EPROTO, "mp__segment_open: %s has %zu bytes, too few for %llu", h->name,
+        return mp__error(MP_EPROTO, OPENING "%s has %zu bytes, too few for %llu", h->name,
                          len, (unsigned long long)h->size);
     s = mp__segment_alloc(MP__STRATEGY_FS);
     if (!s)
-        return mp__error(MP_ENOMEM, "mp__segment_open: out of memory");
+        return mp__error(MP_ENOMEM, OPENING "out of memory");
     s->map = mp__sys.mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (s->map == MAP_FAILED) {
         free(s);
-        return mp__errno_error(errno, "mp__segment_open: mmap(%s, %zu bytes)", h->name, len);
+        return mp__errno_error(errno, OPENING "mmap(%s, %zu bytes)", h->name, len);
     }
     hd = s->map;
     valid = __atomic_load_n(&hd->magic, __ATOMIC_ACQUIRE) == MP__FS_MAGIC &&
@@ -146,7 +149,7 @@ static int map_named(const mp__segment_handle *h, int fd, const struct stat *st,
         mp__sys.munmap(s->map, len);
         free(s);
         return mp__error(MP_EPROTO,
-                         "mp__segment_open: %s has a bad header (magic, version "
+                         OPENING "%s has a bad header (magic, version "
                          "or size %llu)",
                          h->name, size);
     }
@@ -167,7 +170,7 @@ static int check_fs_cached(const mp__segment_handle *h, mp__segment *cached)
 {
     if (h->size <= cached->size)
         return 0;
-    int rc = mp__error(MP_EPROTO, "mp__segment_open: handle claims %llu bytes of %s, a "
+    int rc = mp__error(MP_EPROTO, OPENING "handle claims %llu bytes of %s, a "
                        "%zu-byte segment", (unsigned long long)h->size, h->name, cached->size);
     mp__segment_release(cached);
     return rc;
@@ -202,7 +205,7 @@ static int open_fs(mp__segment_handle *h, mp__segment **out)
     mp__segment *s = NULL, *cached;
     int fd, rc;
     if (!mp__shm_name_ok(h->name))
-        return mp__error(MP_EPROTO, "mp__segment_open: \"%.64s\" is not an mproc segment name",
+        return mp__error(MP_EPROTO, OPENING "\"%.64s\" is not an mproc segment name",
                          h->name);
     if ((cached = mp__cache_lookup_name(h->name))) { /* the hot path: no system call */
         if ((rc = check_fs_cached(h, cached)) < 0)
@@ -212,9 +215,9 @@ static int open_fs(mp__segment_handle *h, mp__segment **out)
     }
     fd = mp__sys.shm_open(h->name, O_RDWR | O_CLOEXEC, 0);
     if (fd < 0)
-        return mp__errno_error(errno, "mp__segment_open: shm_open(%s)", h->name);
+        return mp__errno_error(errno, OPENING "shm_open(%s)", h->name);
     if (mp__sys.fstat(fd, &st) != 0) {
-        rc = mp__errno_error(errno, "mp__segment_open: fstat(%s)", h->name);
+        rc = mp__errno_error(errno, OPENING "fstat(%s)", h->name);
         goto out_close;
     }
     cached = mp__cache_lookup(st.st_dev, st.st_ino);
@@ -245,17 +248,17 @@ int mp__segment_open(mp__segment_handle *h, mp__segment **out)
 {
     int rc;
     if (!h || !out)
-        return mp__error(MP_EINVAL, "mp__segment_open: NULL handle or out");
+        return mp__error(MP_EINVAL, OPENING "NULL handle or out");
     *out = NULL;
     if (h->size > (uint64_t)INT64_MAX) {
-        rc = mp__error(MP_EPROTO, "mp__segment_open: size %llu out of range",
+        rc = mp__error(MP_EPROTO, OPENING "size %llu out of range",
                        (unsigned long long)h->size);
         mp__segment_handle_drop(h, true);
         return rc;
     }
     if (h->strategy == MP__STRATEGY_FD) {
         if (h->fd < 0)
-            return mp__error(MP_EPROTO, "mp__segment_open: file_descriptor handle without fd");
+            return mp__error(MP_EPROTO, OPENING "file_descriptor handle without fd");
         return open_fd(h, out);
     }
     if (h->strategy == MP__STRATEGY_FS) {
@@ -263,7 +266,7 @@ int mp__segment_open(mp__segment_handle *h, mp__segment **out)
             mp__segment_handle_drop(h, true);
         return rc;
     }
-    rc = mp__error(MP_EPROTO, "mp__segment_open: unknown strategy %d", h->strategy);
+    rc = mp__error(MP_EPROTO, OPENING "unknown strategy %d", h->strategy);
     mp__segment_handle_drop(h, true);
     return rc;
 }

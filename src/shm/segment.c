@@ -344,10 +344,10 @@ static int create(size_t nbytes, int strategy, const fill *f, mp__segment **out)
      * memory (a memfd is otherwise bounded only by RAM). */
     avail = mp__shm_free_bytes();
     if (avail >= 0 && (unsigned long long)len > (unsigned long long)avail)
-        return no_space("mp__segment_create", len);
+        return no_space("creating a shared segment", len);
     s = mp__segment_alloc(strategy);
     if (!s)
-        return mp__error(MP_ENOMEM, "mp__segment_create: out of memory");
+        return mp__error(MP_ENOMEM, "creating a shared segment: out of memory");
     s->size = nbytes;
     rc = strategy == MP__STRATEGY_FD ? create_fd(s, nbytes, len, f) : create_fs(s, nbytes, len, f);
     if (rc < 0) {

@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <cmocka.h>
 
 #include "mproc.h"
@@ -77,7 +78,9 @@ int mp_test_count_fds(void);
 int mp_test_count_shm(void);
 int mp_test_count_maps(void);
 
-/* assert_int_equal with mp_last_error() in the failure message. */
+/* assert_int_equal with mp_last_error() in the failure message. A public
+ * call's sentence is for its user, so it must not name an internal mp__
+ * function (docs/errors.md: the call the user made, the cause, the fix). */
 #define assert_mp_ok(expr)                                                         \
     do {                                                                           \
         int mp_test_rc_ = (expr);                                                  \
@@ -90,6 +93,9 @@ int mp_test_count_maps(void);
         if (mp_test_rc_ != (code))                                                 \
             fail_msg("%s -> %s (wanted %s): %s", #expr, mp_err_name(mp_test_rc_),  \
                      mp_err_name(code), mp_last_error());                          \
+        if (strncmp(#expr, "mp__", 4) != 0 && strstr(mp_last_error(), "mp__"))    \
+            fail_msg("%s: the sentence names an internal function: %s", #expr,     \
+                     mp_last_error());                                             \
     } while (0)
 
 #endif
