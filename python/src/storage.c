@@ -202,6 +202,8 @@ static PyObject *st_empty(PyObject *cls, PyObject *arg)
         }
         return NULL;
     }
+    if (n < 0)
+        return PyErr_Format(PyExc_ValueError, "Storage.empty: nbytes is %lld; give 0 or more", n);
     int64_t shape = n;
     mp_tensor *t;
     int rc = mp_tensor_empty_shared(MP_UINT8, 1, &shape, &t);

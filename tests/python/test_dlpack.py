@@ -101,7 +101,7 @@ def test_bad_arguments():
         st.__dlpack__(stream=1)
     with pytest.raises(ValueError):
         st.__dlpack__(copy=True)
-    with pytest.raises(ValueError, match="negative|size"):
+    with pytest.raises(ValueError, match="nbytes is -1"):
         _mproc.Storage.empty(-1)
     with pytest.raises(TypeError):
         _mproc.Storage.from_dlpack(object())
