@@ -48,8 +48,8 @@ static int worker(mp_queue *full_q, mp_queue *free_q, int k, long n, int64_t ele
         mp_tensor_release(buf);
     }
     uint64_t copies = shared_copies() - copies0;
-    printf("worker: %ld messages over %d buffers: %llu copies into shared memory "
-           "(%s)\n", n, k, (unsigned long long)copies,
+    printf("worker: %ld messages over %d buffers: %llu copies into shared memory\n"
+           "  (%s)\n", n, k, (unsigned long long)copies,
            copies == (uint64_t)k ? "one per buffer" : "WRONG: expected one per buffer");
     return copies == (uint64_t)k ? 0 : 1;
 }
@@ -156,8 +156,8 @@ int main(int argc, char **argv)
     if (mp_process_join(proc, -1) != 0 || mp_process_exitcode(proc, &code) != 0 || code != 0)
         bad = 1;
     mp_process_destroy(proc);
-    printf("consumer: %ld messages of %lld bytes checked, %llu copies into shared memory "
-           "here\n", n, (long long)size,
+    printf("consumer: %ld messages of %lld bytes checked, %llu copies into shared\n"
+           "  memory here\n", n, (long long)size,
            (unsigned long long)(shared_copies() - copies0));
     mp_queue_release(full_q);
     mp_queue_release(free_q);

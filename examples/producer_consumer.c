@@ -275,8 +275,8 @@ int main(int argc, char **argv)
         dups += seen[i] > 1;
     }
     double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
-    printf("%s: %d producers, %d consumers, %zu messages of %zu bytes in %.3f s: "
-           "%.0f messages/s, %.3f GB/s; lost %ld, duplicated %ld\n",
+    printf("%s: %d producers, %d consumers, %zu messages of %zu bytes\n"
+           "  in %.3f s: %.0f messages/s, %.3f GB/s; lost %ld, duplicated %ld\n",
            strategy, producers, consumers, cells, size, s, (double)cells / s,
            (double)cells * (double)size / s / 1e9, lost, dups);
     mp_tensor_release(seen_t);

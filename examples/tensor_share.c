@@ -119,7 +119,7 @@ int main(int argc, char **argv)
             return 1;
     if (mp_tensor_stats_get(&st) != 0)
         return 1;
-    printf("copies into shared memory: %llu of %llu bytes (one per tensor shared); "
+    printf("copies into shared memory: %llu of %llu bytes (one per tensor shared)\n"
            "segments mapped now: %llu\n",
            (unsigned long long)st.shared_copies, (unsigned long long)st.shared_copy_bytes,
            (unsigned long long)st.segments_live);

@@ -76,6 +76,26 @@ add_test(NAME help_width COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/support/help_width
                                  ${mproc_help_programs})
 set_tests_properties(help_width PROPERTIES TIMEOUT 60 LABELS support)
 
+# What the examples and the tool print fits an 80-column terminal
+# (tests/support/output_width.sh: on a pseudo-terminal, progress bars drawn).
+set(mproc_output_runs
+    "hogwild --limit 4000 --epochs 1 --compare"
+    "dataloader --batches 100"
+    "producer_consumer --count 20000"
+    "buffer_reuse"
+    "tensor_share"
+    "pool_map"
+    "mproc_tool shm ls")
+foreach(run ${mproc_output_runs})
+  separate_arguments(parts UNIX_COMMAND "${run}")
+  list(POP_FRONT parts t)
+  if(TARGET ${t})
+    add_test(NAME output_width_${t} COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/support/output_width.sh
+                                            $<TARGET_FILE:${t}> ${parts})
+    set_tests_properties(output_width_${t} PROPERTIES TIMEOUT 60 LABELS support)
+  endif()
+endforeach()
+
 include(${CMAKE_CURRENT_LIST_DIR}/build/build.cmake)
 include(${CMAKE_CURRENT_LIST_DIR}/bench/bench.cmake)
 include(${CMAKE_CURRENT_LIST_DIR}/cuda/bench_cuda.cmake)

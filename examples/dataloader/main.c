@@ -322,20 +322,20 @@ static int report(const options *o, const trainer *t, const mp_tensor *stats, do
         loader_copies += s[w * STATS_COLS + STATS_COPIES];
     /* A buffer is two tensors (x, y) with a storage each: two copies. */
     bool ok = ring_copies == 2 * (uint64_t)o->ring && trainer_copies == 0 && loader_copies == 0;
-    printf("\ndataloader: %ld batches of %d (%ld samples) from %d loader%s in %.2f s: "
-           "%.0f batches/s, %.0f samples/s\n",
+    printf("\ndataloader: %ld batches of %d (%ld samples) from %d loader%s in %.2f s\n"
+           "            %.0f batches/s, %.0f samples/s\n",
            o->batches, o->batch, o->batches * o->batch, o->workers, o->workers == 1 ? "" : "s",
            seconds, (double)o->batches / seconds, (double)(o->batches * o->batch) / seconds);
-    printf("copies into shared memory (mp_tensor_stats_get): %llu at warm-up "
-           "(x and y of %d ring buffers), then %llu in the trainer and %.0f in the loaders\n"
+    printf("copies into shared memory (mp_tensor_stats_get): %llu at warm-up (x and y\n"
+           "  of %d ring buffers), then %llu in the trainer and %.0f in the loaders:\n"
            "  %s\n",
            (unsigned long long)ring_copies, o->ring, (unsigned long long)trainer_copies,
            loader_copies,
            ok ? "one copy per buffer tensor, none per batch"
               : "WRONG: expected two per ring buffer at warm-up and none per batch");
     if (o->train)
-        printf("trainer: MLP 784-256-128-10, mean loss %.3f over the first %ld batches, "
-               "%.3f over the last %ld\n",
+        printf("trainer: MLP 784-256-128-10, mean loss %.3f over the first %ld batches,\n"
+               "         %.3f over the last %ld\n",
                t->first_loss, t->window, t->last_loss, t->window);
     return ok ? 0 : MP_ESTATE;
 }
@@ -382,8 +382,8 @@ int main(int argc, char **argv)
     uint64_t copies1 = loader_shared_copies();
     if ((rc = loader_args(&o, &d, stats, free_q, ready_q, &args)) != 0)
         goto out;
-    printf("dataloader: %d loader%s, ring of %d buffers of %d samples, %ld batches, "
-           "start method %s%s\n",
+    printf("dataloader: %d loader%s, ring of %d buffers of %d samples, %ld batches,\n"
+           "            start method %s%s\n",
            o.workers, o.workers == 1 ? "" : "s", o.ring, o.batch, o.batches,
            o.start_method ? o.start_method : mp_get_start_method(),
            o.train ? ", training an MLP on them" : "");

@@ -163,11 +163,12 @@ static void summary(const char *label, const train_options *o, const train_resul
     char ranks[32] = "";
     if (o->shards > 1) /* --backend mpi */
         snprintf(ranks, sizeof ranks, "%d ranks x ", o->shards);
-    printf("%-9s %s%d worker%s, %s, %d epochs: wall %.1f s (training %.1f s), %.0f samples/s, "
-           "test accuracy %.4f\n",
-           label, ranks, o->workers, o->workers == 1 ? "" : "s",
-           o->sync == TRAIN_SHARED ? "Hogwild shared" : "periodic", r->epochs, r->wall_s,
-           r->train_s, r->samples_per_s, r->test_accuracy);
+    /* Two lines, each within 80 columns (with 3 digits of ranks and workers). */
+    printf("%-9s %s%d worker%s, %s, %d epochs, test accuracy %.4f\n", label, ranks, o->workers,
+           o->workers == 1 ? "" : "s", o->sync == TRAIN_SHARED ? "Hogwild shared" : "periodic",
+           r->epochs, r->test_accuracy);
+    printf("%-9s wall %.1f s (training %.1f s), %.0f samples/s\n", "", r->wall_s, r->train_s,
+           r->samples_per_s);
     if (o->workers == 1 && o->shards == 1) /* what --seed reproduces */
         printf("%-9s parameters fnv1a %016llx (seed %llu)\n", "", (unsigned long long)r->param_hash,
                (unsigned long long)o->seed);
@@ -226,11 +227,11 @@ int main(int argc, char **argv)
         return 1;
     }
     if (!mpi) /* under MPI rank 0 says it, once */
-        printf("hogwild: MLP 784-%d-%d-10 on Fashion-MNIST (%lld train, %lld test), %d worker%s, "
-           "sync %s, start method %s\n",
-           o.h1, o.h2, (long long)(o.limit ? o.limit : d.n_train), (long long)d.n_test, o.workers,
-           o.workers == 1 ? "" : "s", o.sync == TRAIN_SHARED ? "shared" : "periodic",
-           o.start_method ? o.start_method : mp_get_start_method());
+        printf("hogwild: MLP 784-%d-%d-10 on Fashion-MNIST (%lld train, %lld test)\n"
+               "         %d worker%s, sync %s, start method %s\n",
+               o.h1, o.h2, (long long)(o.limit ? o.limit : d.n_train), (long long)d.n_test,
+               o.workers, o.workers == 1 ? "" : "s", o.sync == TRAIN_SHARED ? "shared" : "periodic",
+               o.start_method ? o.start_method : mp_get_start_method());
     if (mpi && (o.compare || o.sync != TRAIN_SHARED)) {
         fprintf(stderr, "hogwild: --backend mpi trains with --sync shared, without --compare\n");
         rc = MP_EINVAL;

@@ -74,9 +74,10 @@ int mpi_backend_run(int *argc, char ***argv, train_options *o, const dataset *d,
         o->output = OUT_QUIET;
     job.o = o, job.d = d, job.res = r;
     if (*is_root)
-        printf("hogwild: MLP 784-%d-%d-10 on Fashion-MNIST, --backend mpi: %d ranks x %d "
-               "workers (Hogwild within a rank), parameters averaged across ranks every %d "
-               "steps and at each epoch's end\n", o->h1, o->h2, o->shards, o->workers, o->every);
+        printf("hogwild: MLP 784-%d-%d-10 on Fashion-MNIST, --backend mpi\n"
+               "         %d ranks x %d workers (Hogwild within a rank); parameters averaged\n"
+               "         across ranks every %d steps and at each epoch's end\n",
+               o->h1, o->h2, o->shards, o->workers, o->every);
     fflush(stdout);
     rc = mp_mpi_spawn("hogwild_rank", NULL, &e);
     if (rc != 0 && *is_root)
