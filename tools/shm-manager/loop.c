@@ -443,111 +443,140 @@ static void close_both(const char *spath, const char *dpath, int lfd, int dfd)
     close(dfd);
 }
 
-int loop_run(const loop_config *cfg, int ready_fd)
-{
-    char spath[sizeof(((struct sockaddr_un *)0)->sun_path)], dpath[sizeof spath];
-    sigset_t sigs;
-    int lfd = -1, dfd = -1, sfd, candidates = 0;
-    double grace_end = 0;
-    bool idle_reclaimed = false;
-    double adopted_check = 0;
-    int adopted_pending = 0; /* adopted candidates still in quarantine */
-    bool rescanned = false;  /* /dev/shm scanned again since the last client left */
+/* What the loop keeps between rounds. */
+typedef struct loop_state {
+    char spath[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    char dpath[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    int lfd, dfd, sfd, candidates;
+    double grace_end;     /* when the grace period with no client ends; 0: not running */
+    bool idle_reclaimed;  /* reclaimed with no client (persistent), until a client comes */
+    double adopted_check; /* when the adopted candidates were last looked at */
+    int adopted_pending;  /* adopted candidates still in quarantine */
+    bool rescanned;       /* /dev/shm scanned again since the last client left */
+} loop_state;
 
-    config = cfg;
-    started = mp__now();
+/* Signals through a signalfd, then both sockets. Tells the starter 'R' or
+ * 'F' on ready_fd. */
+static int loop_listen(loop_state *st, int ready_fd)
+{
+    sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGTERM);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGHUP);
     sigprocmask(SIG_BLOCK, &sigs, NULL);
-    if ((sfd = signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK)) < 0)
+    if ((st->sfd = signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK)) < 0)
         mp__errno_error(errno, "signalfd");
-    if (mp__mgr_path(spath, sizeof spath, MP__MGR_SOCKET, true) < 0 ||
-        mp__mgr_path(dpath, sizeof dpath, MP__MGR_DGRAM, true) < 0 || sfd < 0 ||
-        bind_both(spath, dpath, &lfd, &dfd) < 0) {
+    if (mp__mgr_path(st->spath, sizeof st->spath, MP__MGR_SOCKET, true) < 0 ||
+        mp__mgr_path(st->dpath, sizeof st->dpath, MP__MGR_DGRAM, true) < 0 || st->sfd < 0 ||
+        bind_both(st->spath, st->dpath, &st->lfd, &st->dfd) < 0) {
         dlog("cannot listen: %s", mp_last_error());
         starter_tell(ready_fd, 'F');
-        if (sfd >= 0)
-            close(sfd);
-        return 1;
+        if (st->sfd >= 0)
+            close(st->sfd);
+        return -1;
     }
-    table_init(cfg->grace, spath);
-    table_scan(NULL, 0);
-    dlog("listening on %s (grace %g s%s)", spath, cfg->grace,
-         cfg->persistent ? ", persistent" : "");
-    starter_tell(ready_fd, 'R');
-    while (!stop_requested) {
-        int timeout = -1;
-        if (clients_alive() == 0 && !idle_reclaimed && grace_end == 0)
-            grace_end = mp__now() + cfg->grace;
-        if (candidates > 0)
-            timeout = 20;
-        else if (grace_end > 0)
-            timeout = mp__poll_ms(grace_end);
-        else if (table_has_adopted() || (nclients > 0 && clients[0].pidfd < 0))
-            timeout = 250;
-        if (timeout < 0 || timeout > 250) /* the adopted ones' clock */
-            timeout = table_has_adopted() ? 250 : timeout;
-        if (ring_ms > 0 && (timeout < 0 || timeout > ring_ms))
-            timeout = ring_ms;
-        candidates = serve(lfd, dfd, sfd, timeout);
-        if (mp__now() - adopted_check >= 0.25) {
-            adopted_check = mp__now();
-            adopted_pending = table_reclaim_adopted(adopted_check);
-        }
-        if (clients_alive() > 0) {
-            grace_end = 0;
-            idle_reclaimed = false;
-            rescanned = false;
-            continue;
-        }
-        if (grace_end == 0 || mp__now() < grace_end || adopted_pending > 0)
-            continue;
-        /* A process killed between shm_open and its first report never
-         * became our client, so no pidfd told us to look for its segments:
-         * one last scan adopts them (their quarantine delays the exit). */
-        if (!rescanned) {
-            rescanned = true;
-            table_scan(NULL, 0);
-            adopted_check = mp__now();
-            if ((adopted_pending = table_reclaim_adopted(adopted_check)) > 0)
-                continue;
-        }
-        /* Grace over. New clients now find no socket and start another
-         * daemon (it waits for our lock); whoever slipped in before the
-         * unlink is served, and we stay. */
-        unlink(dpath);
-        unlink(spath);
-        drain_reports(dfd);
-        close_both(spath, dpath, lfd, dfd);
-        close_gone();
-        if (clients_alive() == 0) {
-            table_reclaim_all(mp__now());
-            if (!cfg->persistent) {
-                dlog("no client for %g s: exiting", cfg->grace);
-                close(sfd);
-                return 0;
-            }
-            idle_reclaimed = true; /* until a client comes */
-        }
-        if (bind_both(spath, dpath, &lfd, &dfd) < 0) {
-            dlog("cannot listen again: %s", mp_last_error());
-            close(sfd);
+    return 0;
+}
+
+/* How long this round's poll may sleep (ms, -1: until something happens). */
+static int round_timeout(const loop_state *st)
+{
+    int timeout = -1;
+    if (st->candidates > 0)
+        timeout = 20;
+    else if (st->grace_end > 0)
+        timeout = mp__poll_ms(st->grace_end);
+    else if (table_has_adopted() || (nclients > 0 && clients[0].pidfd < 0))
+        timeout = 250;
+    if (timeout < 0 || timeout > 250) /* the adopted ones' clock */
+        timeout = table_has_adopted() ? 250 : timeout;
+    if (ring_ms > 0 && (timeout < 0 || timeout > ring_ms))
+        timeout = ring_ms;
+    return timeout;
+}
+
+/* The grace period with no client is over: 0 to go on, 1 to exit (0),
+ * -1 to exit (1). */
+static int grace_over(loop_state *st, const loop_config *cfg)
+{
+    /* A process killed between shm_open and its first report never
+     * became our client, so no pidfd told us to look for its segments:
+     * one last scan adopts them (their quarantine delays the exit). */
+    if (!st->rescanned) {
+        st->rescanned = true;
+        table_scan(NULL, 0);
+        st->adopted_check = mp__now();
+        if ((st->adopted_pending = table_reclaim_adopted(st->adopted_check)) > 0)
+            return 0;
+    }
+    /* New clients now find no socket and start another daemon (it waits
+     * for our lock); whoever slipped in before the unlink is served, and
+     * we stay. */
+    unlink(st->dpath);
+    unlink(st->spath);
+    drain_reports(st->dfd);
+    close_both(st->spath, st->dpath, st->lfd, st->dfd);
+    close_gone();
+    if (clients_alive() == 0) {
+        table_reclaim_all(mp__now());
+        if (!cfg->persistent) {
+            dlog("no client for %g s: exiting", cfg->grace);
             return 1;
         }
-        grace_end = 0;
+        st->idle_reclaimed = true; /* until a client comes */
+    }
+    if (bind_both(st->spath, st->dpath, &st->lfd, &st->dfd) < 0) {
+        dlog("cannot listen again: %s", mp_last_error());
+        return -1;
+    }
+    st->grace_end = 0;
+    return 0;
+}
+
+int loop_run(const loop_config *cfg, int ready_fd)
+{
+    loop_state st = {.lfd = -1, .dfd = -1};
+    int over = 0;
+
+    config = cfg;
+    started = mp__now();
+    if (loop_listen(&st, ready_fd) < 0)
+        return 1;
+    table_init(cfg->grace, st.spath);
+    table_scan(NULL, 0);
+    dlog("listening on %s (grace %g s%s)", st.spath, cfg->grace,
+         cfg->persistent ? ", persistent" : "");
+    starter_tell(ready_fd, 'R');
+    while (!stop_requested && over == 0) {
+        if (clients_alive() == 0 && !st.idle_reclaimed && st.grace_end == 0)
+            st.grace_end = mp__now() + cfg->grace;
+        st.candidates = serve(st.lfd, st.dfd, st.sfd, round_timeout(&st));
+        if (mp__now() - st.adopted_check >= 0.25) {
+            st.adopted_check = mp__now();
+            st.adopted_pending = table_reclaim_adopted(st.adopted_check);
+        }
+        if (clients_alive() > 0) {
+            st.grace_end = 0;
+            st.idle_reclaimed = false;
+            st.rescanned = false;
+        } else if (st.grace_end > 0 && mp__now() >= st.grace_end && st.adopted_pending == 0)
+            over = grace_over(&st, cfg);
+    }
+    if (over != 0) {
+        close(st.sfd);
+        return over > 0 ? 0 : 1;
     }
     /* STOP or a signal: live clients keep their segments (they start a new
      * daemon at their next report, which adopts them); with none, reclaim. */
-    drain_reports(dfd);
-    close_both(spath, dpath, lfd, dfd);
+    drain_reports(st.dfd);
+    close_both(st.spath, st.dpath, st.lfd, st.dfd);
     for (int i = 0; i < nconns; i++)
         conns[i]->gone = true;
     close_gone();
     if (clients_alive() == 0)
         table_reclaim_all(mp__now());
     dlog("stopped");
-    close(sfd);
+    close(st.sfd);
     return 0;
 }
