@@ -402,6 +402,50 @@ static int open_storages(dec *d)
     return 0;
 }
 
+/* Parses the body at r without building anything: the storages, where the
+ * payload lies, the attachments (on a copy of r), and that every fd that
+ * arrived is referred to. */
+static int parse_body(dec *d, reader *r, const mp__frame_header *h,
+                      const unsigned char **payload)
+{
+    reader ar;
+    int rc;
+    if ((rc = parse_storages(d, r)) < 0)
+        return rc;
+    if (!(*payload = take(r, h->payload_len)))
+        return BAD("payload of %llu bytes runs past the body", (unsigned long long)h->payload_len);
+    ar = *r;
+    if ((rc = parse_attachments(d, &ar, h->nattach)) < 0)
+        return rc;
+    if (ar.off != ar.len)
+        return BAD("%llu trailing bytes after the last attachment",
+                   (unsigned long long)(ar.len - ar.off));
+    for (int i = 0; i < d->nfds; i++)
+        if (!d->used[i])
+            return BAD("fd %d arrived but no storage or attachment refers to it", i);
+    return 0;
+}
+
+/* Lets go of what decoding holds (d may be NULL); after a failure (rc < 0)
+ * also of the references the parsed, unopened handles carried. */
+static void dec_finish(dec *d, int rc)
+{
+    if (!d)
+        return;
+    for (uint32_t i = 0; i < d->nstorages; i++) {
+        mp__storage_release(d->storages[i]);
+        /* Every file_system entry that parsed holds the sender's reference
+         * (calloc'd entries past a failure read as file_descriptor). */
+        if (rc < 0 && !d->opened[i] && d->handles[i].strategy == MP__STRATEGY_FS)
+            mp__segment_handle_drop(&d->handles[i], true);
+        /* and every pinned one an in-flight count */
+        if (rc < 0 && !d->opened[i] && d->handles[i].strategy == MP__FRAME_STORAGE_PINNED)
+            mp__pins_drop(d->pins, &d->pinned[i]);
+    }
+    mp_msg_destroy(d->m);
+    free(d->storages);
+}
+
 int mp__wire_decode(const void *buf, size_t len, int *fds, int nfds, mp_msg **out)
 {
     return mp__wire_decode_rx(NULL, buf, len, fds, nfds, out);
@@ -444,27 +488,8 @@ int mp__wire_decode_rx(mp__rx *rx, const void *buf, size_t len, int *fds, int nf
             goto out_dec;
         r.p = mp__segment_data(spill);
     }
-    if ((rc = parse_storages(d, &r)) < 0)
+    if ((rc = parse_body(d, &r, &h, &payload)) < 0)
         goto out_dec;
-    if (!(payload = take(&r, h.payload_len))) {
-        rc = BAD("payload of %llu bytes runs past the body", (unsigned long long)h.payload_len);
-        goto out_dec;
-    }
-    {
-        reader ar = r;
-        if ((rc = parse_attachments(d, &ar, h.nattach)) < 0)
-            goto out_dec;
-        if (ar.off != ar.len) {
-            rc = BAD("%llu trailing bytes after the last attachment",
-                     (unsigned long long)(ar.len - ar.off));
-            goto out_dec;
-        }
-    }
-    for (int i = 0; i < d->nfds; i++)
-        if (!d->used[i]) {
-            rc = BAD("fd %d arrived but no storage or attachment refers to it", i);
-            goto out_dec;
-        }
     /* Everything checks out: map, then build. */
     if ((rc = open_storages(d)) < 0 || (rc = mp_msg_create(&d->m)) < 0)
         goto out_dec;
@@ -482,20 +507,7 @@ int mp__wire_decode_rx(mp__rx *rx, const void *buf, size_t len, int *fds, int nf
     *out = d->m;
     d->m = NULL;
 out_dec:
-    for (uint32_t i = 0; d && i < d->nstorages; i++) {
-        mp__storage_release(d->storages[i]);
-        /* Every file_system entry that parsed holds the sender's reference
-         * (calloc'd entries past a failure read as file_descriptor). */
-        if (rc < 0 && !d->opened[i] && d->handles[i].strategy == MP__STRATEGY_FS)
-            mp__segment_handle_drop(&d->handles[i], true);
-        /* and every pinned one an in-flight count */
-        if (rc < 0 && !d->opened[i] && d->handles[i].strategy == MP__FRAME_STORAGE_PINNED)
-            mp__pins_drop(d->pins, &d->pinned[i]);
-    }
-    if (d) {
-        mp_msg_destroy(d->m);
-        free(d->storages);
-    }
+    dec_finish(d, rc);
     mp__segment_release(spill);
 out_fds:
     for (int i = 0; rc < 0 && fds && i < nfds; i++)
