@@ -51,8 +51,10 @@ mproc_tests(sync barrier_test fastlock_test sync_behaviour_test sync_test)
 mproc_tests(ipc emfile_test mpmc_test pins_test pipe_test queue_test ring_test ring_threads_test rx_test
             start_methods_test
             toomanyrefs_test wait_test)
-mproc_tests(process backtrace_test no_setup_test process_behaviour_test process_test
-            registry_test)
+mproc_tests(process backtrace_test no_setup_test process_behaviour_test process_start_test
+            process_test registry_test)
+target_sources(process_test PRIVATE ${CMAKE_CURRENT_LIST_DIR}/process/process_common.c)
+target_sources(process_start_test PRIVATE ${CMAKE_CURRENT_LIST_DIR}/process/process_common.c)
 mproc_tests(pool array_task_test pool_behaviour_test pool_exit_test pool_test workers_test)
 mproc_tests(cuda cuda_api_test cuda_fake_test cuda_gpu_test cuda_loader_test cuda_process_test frame_test
             pending_test refseg_test)

@@ -1,0 +1,305 @@
+/* How processes start: exec failures, a killed forkserver, the start
+ * methods and contexts, fork beside threads, threads starting processes at
+ * once, daemon children at exit; each test once. The children's entries
+ * are process_common.c's. */
+#include "process/process_internal.h"
+#include "process_common.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* The first child of ours found in /proc, or 0. */
+static pid_t find_child(void)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    pid_t found = 0;
+    while (d && !found && (e = readdir(d))) {
+        char path[300], buf[512];
+        int ppid = 0;
+        FILE *f;
+        if (atoi(e->d_name) <= 0)
+            continue;
+        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+        if (!(f = fopen(path, "r")))
+            continue;
+        if (fgets(buf, sizeof buf, f)) {
+            char *p = strrchr(buf, ')');
+            if (p && sscanf(p + 2, "%*c %d", &ppid) == 1 && ppid == getpid())
+                found = atoi(e->d_name);
+        }
+        fclose(f);
+    }
+    if (d)
+        closedir(d);
+    return found;
+}
+
+/* A forkserver that died (killed) is replaced on the next start. */
+static void test_forkserver_restart(void **state)
+{
+    mp_process *p;
+    pid_t server;
+    int st;
+    assert_mp_ok(mp_forkserver_start());
+    assert_mp_ok(mp_forkserver_start()); /* idempotent */
+    server = find_child();
+    assert_true(server > 0);
+    assert_int_equal(kill(server, SIGKILL), 0);
+    assert_int_equal(waitpid(server, &st, 0), server); /* as a careless test would */
+    p = run_op("forkserver", (targ){OP_RETURN, 6, 0, 0});
+    assert_int_equal(exitcode_of(p), 6);
+    assert_mp_ok(mp_process_destroy(p));
+    assert_mp_ok(mp_forkserver_stop());
+    assert_mp_ok(mp_forkserver_stop()); /* no-op */
+}
+
+static void test_exec_failure(void **state)
+{
+    mp_process_options o;
+    mp_process *p = NULL;
+    const char *saved = mp__exec_path;
+    mp_process_options_init(&o);
+    o.start_method = "spawn";
+    assert_mp_ok(mp_process_create("t_op", NULL, &o, &p));
+    mp__exec_path = "/nonexistent/mproc-test";
+    assert_mp_err(mp_process_start(p), MP_ENOENT);
+    mp__exec_path = saved;
+    assert_non_null(strstr(mp_last_error(), "exec of /nonexistent/mproc-test failed"));
+    assert_mp_ok(mp_process_destroy(p));
+}
+
+static void test_start_methods(void **state)
+{
+    const char *const *all = mp_get_all_start_methods();
+    mp_context *ctx = NULL;
+    assert_string_equal(all[0], "fork");
+    assert_string_equal(all[1], "spawn");
+    assert_string_equal(all[2], "forkserver");
+    assert_null(all[3]);
+    assert_mp_ok(mp_set_start_method(NULL, true));
+    assert_mp_ok(mp_set_start_method("spawn", false));
+    assert_mp_err(mp_set_start_method("fork", false), MP_ESTATE);
+    assert_string_equal(mp_get_start_method(), "spawn");
+    assert_mp_ok(mp_set_start_method("forkserver", true));
+    assert_mp_ok(mp_get_context(NULL, &ctx));
+    assert_string_equal(mp_context_start_method(ctx), "forkserver");
+    assert_mp_ok(mp_get_context("spawn", &ctx));
+    assert_string_equal(mp_context_start_method(ctx), "spawn");
+    assert_mp_err(mp_get_context("thread", &ctx), MP_EINVAL);
+    assert_mp_err(mp_set_start_method("thread", true), MP_EINVAL);
+    assert_mp_ok(mp_set_start_method(NULL, true));
+    assert_string_equal(mp_get_start_method(), "fork"); /* the default, now fixed */
+    assert_mp_err(mp_set_start_method("spawn", false), MP_ESTATE);
+}
+
+static void test_context_and_default(void **state)
+{
+    mp_process_options o;
+    mp_process *p = NULL;
+    mp_context *ctx = NULL;
+    mp_msg *m = make_args((targ){OP_FD_CLOSED, 0, 0, 0});
+    int fd0 = open("/dev/null", O_RDONLY), fd = fcntl(fd0, F_DUPFD, 20);
+    targ a = {OP_FD_CLOSED, fd, 0, 0};
+    close(fd0);
+    assert_mp_ok(mp_msg_set_payload(m, &a, sizeof a));
+    assert_mp_ok(mp_get_context("spawn", &ctx));
+    mp_process_options_init(&o);
+    o.context = ctx; /* spawn through the context: fd not inherited -> 0 */
+    assert_mp_ok(mp_process_create("t_op", m, &o, &p));
+    assert_mp_ok(mp_process_start(p));
+    assert_mp_ok(mp_process_join(p, 20));
+    assert_int_equal(exitcode_of(p), 0);
+    assert_mp_ok(mp_process_destroy(p));
+    assert_mp_ok(mp_process_create("t_op", m, NULL, &p)); /* default: fork */
+    assert_mp_ok(mp_process_start(p));
+    assert_mp_ok(mp_process_join(p, 20));
+    assert_int_equal(exitcode_of(p), 3);
+    assert_mp_ok(mp_process_destroy(p));
+    mp_msg_destroy(m);
+    close(fd);
+}
+
+static void *sleeper(void *arg)
+{
+    int fd = *(int *)arg;
+    char c;
+    (void)!read(fd, &c, 1);
+    return NULL;
+}
+
+static void test_fork_hazard(void **state)
+{
+    bool hazard = true;
+    int n = 0, pfd[2];
+    pthread_t th;
+    mp_process_options o;
+    mp_process *p = NULL;
+    assert_mp_ok(mp_fork_hazard(&hazard, &n));
+    assert_false(hazard);
+    assert_int_equal(n, 1);
+    assert_int_equal(pipe2(pfd, O_CLOEXEC), 0);
+    assert_int_equal(pthread_create(&th, NULL, sleeper, &pfd[0]), 0);
+    assert_mp_ok(mp_fork_hazard(&hazard, &n));
+    assert_true(hazard);
+    assert_int_equal(n, 2);
+    mp_set_fork_refuse_threads(true);
+    mp_process_options_init(&o);
+    o.start_method = "fork";
+    assert_mp_ok(mp_process_create("t_op", NULL, &o, &p));
+    assert_mp_err(mp_process_start(p), MP_ESTATE);
+    assert_non_null(strstr(mp_last_error(), "spawn"));
+    assert_mp_ok(mp_process_destroy(p));
+    o.start_method = "spawn"; /* the safe method still works */
+    assert_mp_ok(mp_process_create("t_op", NULL, &o, &p));
+    assert_mp_ok(mp_process_start(p));
+    assert_mp_ok(mp_process_join(p, 20));
+    assert_int_equal(exitcode_of(p), 1); /* empty payload: t_op raises */
+    assert_mp_ok(mp_process_destroy(p));
+    mp_set_fork_refuse_threads(false);
+    close(pfd[1]);
+    pthread_join(th, NULL);
+    close(pfd[0]);
+}
+
+/* Several threads start and join processes at once: the forkserver
+ * connection, its relayed exit statuses and the live list are shared. */
+typedef struct thread_job {
+    const char *method;
+    int base;
+    int bad; /* exit codes that came back wrong */
+    char why[256];
+} thread_job;
+
+static void *start_many(void *arg)
+{
+    thread_job *j = arg;
+    mp_process_options o;
+    mp_process_options_init(&o);
+    o.start_method = j->method;
+    for (int i = 0; i < 5; i++) {
+        targ a = {OP_RETURN, j->base + i, 0, 0};
+        mp_msg *m = NULL;
+        mp_process *p = NULL;
+        int code = -1;
+        if (mp_msg_create(&m) || mp_msg_set_payload(m, &a, sizeof a) ||
+            mp_process_create("t_op", m, &o, &p) || mp_process_start(p) || mp_process_join(p, 20) ||
+            mp_process_exitcode(p, &code) || code != j->base + i) {
+            if (!j->bad++)
+                snprintf(j->why, sizeof j->why, "%s: exit %d: %s", j->method, code,
+                         mp_last_error());
+        }
+        mp_process_destroy(p);
+        mp_msg_destroy(m);
+    }
+    return NULL;
+}
+
+static void test_threads(void **state)
+{
+    thread_job jobs[4] = {{"fork", 10, 0, ""},
+                          {"spawn", 20, 0, ""},
+                          {"forkserver", 30, 0, ""},
+                          {"forkserver", 40, 0, ""}};
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, start_many, &jobs[i]), 0);
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        if (jobs[i].bad)
+            fail_msg("%d failures, first: %s", jobs[i].bad, jobs[i].why);
+    }
+}
+
+/* At normal exit, a daemon child gets SIGTERM (not the PDEATHSIG SIGKILL). */
+static int daemon_fd = -1;
+static void on_term(int sig)
+{
+    (void)!write(daemon_fd, "t", 1);
+    _exit(42);
+}
+
+MP_ENTRY(t_daemon)
+{
+    size_t len;
+    const int *fd = mp_msg_payload(args, &len);
+    daemon_fd = *fd;
+    signal(SIGTERM, on_term);
+    if (write(*fd, "r", 1) != 1)
+        return 2;
+    for (;;)
+        pause();
+}
+
+static void test_daemon_at_exit(void **state)
+{
+    int pfd[2];
+    char c;
+    pid_t mid;
+    assert_int_equal(pipe(pfd), 0);
+    mid = fork();
+    if (mid == 0) {
+        mp_process_options o;
+        mp_process *p = NULL;
+        mp_msg *m = NULL;
+        mp_process_options_init(&o);
+        o.start_method = "fork";
+        o.daemon = true;
+        close(pfd[0]);
+        if (mp_msg_create(&m) || mp_msg_set_payload(m, &pfd[1], sizeof pfd[1]) ||
+            mp_process_create("t_daemon", m, &o, &p) || mp_process_start(p))
+            _exit(1);
+        mp_msg_destroy(m);
+        close(pfd[1]);
+        sleep_ms(100);
+        exit(0); /* the exit handler terminates and reaps the daemon */
+    }
+    close(pfd[1]);
+    assert_int_equal(read(pfd[0], &c, 1), 1);
+    assert_int_equal(c, 'r');
+    assert_int_equal(read(pfd[0], &c, 1), 1);
+    assert_int_equal(c, 't');
+    {
+        int st = 0;
+        assert_int_equal(waitpid(mid, &st, 0), mid);
+        /* exited normally (under LSan the status may be its leak report's) */
+        assert_true(WIFEXITED(st));
+    }
+    close(pfd[0]);
+}
+
+#define ONCE(t) MP_TEST_ON(t, "fork")
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        ONCE(test_exec_failure),        ONCE(test_forkserver_restart), ONCE(test_start_methods),
+        ONCE(test_context_and_default), ONCE(test_fork_hazard),        ONCE(test_threads),
+        ONCE(test_daemon_at_exit),
+    };
+    if (mp_setup(&argc, &argv) != 0)
+        return 1;
+    {
+        /* glibc caches a joined thread's stack: map it now, not in a test */
+        int pfd[2];
+        pthread_t th;
+        if (pipe2(pfd, O_CLOEXEC) || pthread_create(&th, NULL, sleeper, &pfd[0]))
+            return 1;
+        close(pfd[1]);
+        pthread_join(th, NULL);
+        close(pfd[0]);
+    }
+    warm_up();
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
