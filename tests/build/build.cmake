@@ -11,6 +11,8 @@
 #   build_apidoc_check the doc check itself fails on an undocumented function
 #   build_man          the man pages render without warnings and name every command
 #   build_layers       a layer calls only layers below it (docs/architecture.md)
+#   build_doc_decls    the function declarations shown in the docs are the headers'
+#                      (and its --selftest: the check fails on a wrong one)
 # Those that link fresh programs against an installed or separately built
 # library cannot run in the ASan build (no sanitizer runtime there): noasan.
 find_program(MPROC_SH sh REQUIRED)
@@ -19,6 +21,13 @@ add_test(NAME build_header
   COMMAND ${MPROC_SH} ${mproc_build_dir}/header_test.sh
           ${PROJECT_SOURCE_DIR} ${CMAKE_C_COMPILER} ${CMAKE_CXX_COMPILER})
 set_tests_properties(build_header PROPERTIES TIMEOUT 60 LABELS build)
+
+add_test(NAME build_doc_decls
+  COMMAND ${MPROC_SH} ${mproc_build_dir}/doc_decls_test.sh ${PROJECT_SOURCE_DIR} ${CMAKE_C_COMPILER})
+add_test(NAME build_doc_decls_check
+  COMMAND ${MPROC_SH} ${mproc_build_dir}/doc_decls_test.sh --selftest ${PROJECT_SOURCE_DIR}
+          ${CMAKE_C_COMPILER})
+set_tests_properties(build_doc_decls build_doc_decls_check PROPERTIES TIMEOUT 60 LABELS build)
 
 add_test(NAME build_install
   COMMAND ${MPROC_SH} ${mproc_build_dir}/install_test.sh
