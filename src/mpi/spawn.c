@@ -89,7 +89,7 @@ int mp_mpi_spawn(const char *entry, mp_msg *args, mp_mpi_error *err)
     int rc = mp__mpi_need("mp_mpi_spawn");
     if (rc)
         return rc;
-    if ((rc = mp__entry_check(entry, "mp_mpi_spawn")) < 0)
+    if ((rc = mp__entry_check(entry, "entry", "mp_mpi_spawn")) < 0)
         return rc;
     /* Before the entry runs: every rank runs this same check, so a bad size
      * fails them all here, never leaving one rank out of the collective. */

@@ -320,16 +320,13 @@ void mp_pool_options_init(mp_pool_options *o)
 static int check_options(const mp_pool_options *o)
 {
     mp_context *ctx = NULL;
+    int rc;
     if (o->start_method && mp_get_context(o->start_method, &ctx) != 0)
         return mp__error(MP_ENOENT, "mp_pool_create: unknown start method '%s' (fork, spawn "
                          "or forkserver)", o->start_method);
     if (o->initializer &&
-        mp__registry_name_check(o->initializer, "initializer", "mp_pool_create") < 0)
-        return MP_EINVAL;
-    if (o->initializer && !mp__entry_lookup(o->initializer))
-        return mp__error(MP_ENOENT, "mp_pool_create: no entry called '%s' for the "
-                         "initializer (define it with MP_ENTRY(%s))", o->initializer,
-                         o->initializer);
+        (rc = mp__entry_check(o->initializer, "initializer", "mp_pool_create")) < 0)
+        return rc;
     if ((o->start_method ? ctx->method : mp__method_default()) == MP__FORK)
         return 0;
     return mp__setup_check("mp_pool_create");

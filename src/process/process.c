@@ -147,7 +147,7 @@ int mp__process_create(const char *entry, mp_msg *args, const mp_process_options
     if (!out)
         return mp__error(MP_EINVAL, "mp_process_create: out is NULL");
     *out = NULL;
-    if ((rc = mp__entry_check(entry, "mp_process_create")) < 0)
+    if ((rc = mp__entry_check(entry, "entry", "mp_process_create")) < 0)
         return rc;
     if (opts) {
         rc = mp__struct_in(&copy, sizeof copy, opts, "mp_process_create", "mp_process_options");

@@ -46,8 +46,9 @@ int mp__registry_check(const char *call);
 mp_entry_fn mp__entry_lookup(const char *name);
 /* MP_EINVAL for a NULL, empty or too long name; what: "entry", "task", ... */
 int mp__registry_name_check(const char *name, const char *what, const char *call);
-/* As name_check, then MP_ENOENT when no entry of that name is registered. */
-int mp__entry_check(const char *entry, const char *call);
+/* As name_check, then MP_ENOENT when no entry of that name is registered;
+ * what names the argument: "entry", or the role it plays ("initializer"). */
+int mp__entry_check(const char *entry, const char *what, const char *call);
 /* MP_EINVAL with a sentence for an unknown name. */
 int mp__method_parse(const char *name, mp__method *out, const char *fn);
 mp__method mp__method_default(void);

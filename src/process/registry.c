@@ -65,15 +65,18 @@ int mp__registry_name_check(const char *name, const char *what, const char *call
     return 0;
 }
 
-int mp__entry_check(const char *entry, const char *call)
+int mp__entry_check(const char *entry, const char *what, const char *call)
 {
-    int rc = mp__registry_name_check(entry, "entry", call);
+    int rc = mp__registry_name_check(entry, what, call);
     if (rc)
         return rc;
-    if (!mp__entry_lookup(entry))
-        return mp__error(MP_ENOENT, "%s: no entry called '%s' is registered (define it with "
-                         "MP_ENTRY(%s))", call, entry, entry);
-    return 0;
+    if (mp__entry_lookup(entry))
+        return 0;
+    if (strcmp(what, "entry") != 0) /* an entry in another role: "for the initializer" */
+        return mp__error(MP_ENOENT, "%s: no entry called '%s' for the %s (define it with "
+                         "MP_ENTRY(%s))", call, entry, what, entry);
+    return mp__error(MP_ENOENT, "%s: no entry called '%s' is registered (define it with "
+                     "MP_ENTRY(%s))", call, entry, entry);
 }
 
 int mp__registry_add(mp__reg_kind kind, const char *name, void (*fn)(void), const char *call)

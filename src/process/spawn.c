@@ -179,7 +179,7 @@ void mp_spawn_context_destroy(mp_spawn_context *c)
 static int check_options(const char *entry, const mp_spawn_options *o, mp_spawn_context **out)
 {
     mp__method m = MP__FORK; /* set by mp__method_parse or the default */
-    int rc = mp__entry_check(entry, "mp_spawn");
+    int rc = mp__entry_check(entry, "entry", "mp_spawn");
     if (rc < 0)
         return rc;
     if (o->nprocs < 1 || o->nprocs > 4096)

@@ -368,6 +368,20 @@ int mp__segment_create(size_t nbytes, int strategy, mp__segment **out)
     return create(nbytes, strategy, NULL, out);
 }
 
+/* What is wrong with part p of a segment of nbytes whose parts so far end at
+ * end, or NULL. Python's Storage.filled hands its caller's parts here, so
+ * the sentence says which rule a part broke. */
+static const char *part_fault(const mp__segment_part *p, size_t end, size_t nbytes)
+{
+    if (p->nbytes && !p->src)
+        return "has a NULL source";
+    if (p->off < end)
+        return "overlaps the part before (parts go in offset order)";
+    if (p->nbytes > nbytes || p->off > nbytes - p->nbytes)
+        return "ends past the segment";
+    return NULL;
+}
+
 int mp__segment_create_filled(size_t nbytes, int strategy, const mp__segment_part *parts,
                               int nparts, mp__segment **out)
 {
@@ -376,15 +390,14 @@ int mp__segment_create_filled(size_t nbytes, int strategy, const mp__segment_par
     if (out)
         *out = NULL;
     if (nparts < 0 || (nparts && !parts))
-        return mp__error(MP_EINVAL, "mp__segment_create_filled: %d parts at %p", nparts,
+        return mp__error(MP_EINVAL, "creating a shared segment: %d parts at %p", nparts,
                          (const void *)parts);
     for (int i = 0; i < nparts; i++) {
         const mp__segment_part *p = &parts[i];
-        if ((p->nbytes && !p->src) || p->off < end || p->nbytes > nbytes ||
-            p->off > nbytes - p->nbytes)
-            return mp__error(MP_EINVAL, "mp__segment_create_filled: part %d (%zu bytes at %zu) "
-                             "is NULL, overlaps the one before or ends past %zu bytes",
-                             i, p->nbytes, p->off, nbytes);
+        const char *why = part_fault(p, end, nbytes);
+        if (why)
+            return mp__error(MP_EINVAL, "creating a shared segment of %zu bytes: part %d "
+                             "(%zu bytes at offset %zu) %s", nbytes, i, p->nbytes, p->off, why);
         end = p->off + p->nbytes;
     }
     return create(nbytes, strategy, &f, out);

@@ -268,11 +268,11 @@ int mp__tensor_shared_filled(size_t nbytes, const mp__segment_part *parts, int n
         return mp__error(MP_EINVAL, "mp__tensor_shared_filled: NULL %s", out ? "parts" : "out");
     *out = NULL;
     if (nbytes > (size_t)INT64_MAX)
-        return mp__error(MP_EOVERFLOW, "mp__tensor_shared_filled: %zu bytes is too large",
+        return mp__error(MP_EOVERFLOW, "creating a shared segment: %zu bytes is too large",
                          nbytes);
     rc = mp__storage_shared_filled(nbytes, parts, nparts, &s);
     return rc < 0 ? rc
-                  : make_contiguous("mp__tensor_shared_filled", s, MP_UINT8, 1, &shape, out);
+                  : make_contiguous("creating a shared segment", s, MP_UINT8, 1, &shape, out);
 }
 
 int mp_tensor_from_blob(void *data, size_t nbytes, mp_dtype dtype, int ndim, const int64_t *shape,
