@@ -144,8 +144,15 @@ def start_processes(fn, args=(), nprocs=1, join=True, daemon=False, start_method
     context = ProcessContext(processes, error_queues)
     if not join:
         return context
-    while not context.join():
-        pass
+    try:
+        while not context.join():
+            pass
+    except (KeyboardInterrupt, SystemExit):
+        # Ctrl-C, or a signal handler raising SystemExit, in the parent only
+        # (a kill -INT of its pid; a terminal's Ctrl-C reaches every rank):
+        # stop the ranks, else the interpreter's exit would wait for them.
+        context._stop_all()
+        raise
 
 
 def spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn"):

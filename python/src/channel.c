@@ -13,6 +13,8 @@ typedef struct {
 static int q_put(void *x, double t) { op *o = x; return mp_queue_put(o->q->q, o->in, t); }
 static int q_get(void *x, double t) { op *o = x; return mp_queue_get(o->q->q, &o->out, t); }
 static int q_join(void *x, double t) { op *o = x; return mp_queue_join(o->q->q, t); }
+static int sq_put(void *x, double t) { op *o = x; return mpy_simple_queue_put(o->q->sq, o->in, t); }
+static int sq_get(void *x, double t) { op *o = x; return mpy_simple_queue_get(o->q->sq, &o->out, t); }
 static int c_send(void *x, double t) { op *o = x; return mp_conn_send(o->c, o->in, t); }
 static int c_recv(void *x, double t) { op *o = x; return mp_conn_recv(o->c, &o->out, t); }
 static int c_poll(void *x, double t)
@@ -67,13 +69,7 @@ static PyObject *q_send(mpy_queue *self, mp_msg *m, double t)
     if (!m)
         return NULL;
     op o = {self, NULL, m, NULL};
-    if (self->sq) {
-        Py_BEGIN_ALLOW_THREADS
-        rc = mp_simple_queue_put(self->sq, m);
-        Py_END_ALLOW_THREADS
-    } else {
-        rc = mpy_wait(q_put, &o, t);
-    }
+    rc = mpy_wait(self->sq ? sq_put : q_put, &o, t);
     mp_msg_destroy(m);
     if (rc < 0)
         return PyErr_Occurred() ? NULL : mpy_raise(rc);
@@ -113,13 +109,7 @@ static mp_msg *q_recv(mpy_queue *self, PyObject *timeout)
     if (mpy_timeout(timeout, &t) < 0)
         return NULL;
     op o = {self, NULL, NULL, NULL};
-    if (self->sq) {
-        Py_BEGIN_ALLOW_THREADS
-        rc = mp_simple_queue_get(self->sq, &o.out);
-        Py_END_ALLOW_THREADS
-    } else {
-        rc = mpy_wait(q_get, &o, t);
-    }
+    rc = mpy_wait(self->sq ? sq_get : q_get, &o, t);
     if (rc < 0) {
         if (!PyErr_Occurred())
             mpy_raise(rc);

@@ -5,6 +5,7 @@
  *   Pool's pipes) through multiprocessing.reduction.DupFd.
  * - A connection's socket, for Connection.fileno() and
  *   multiprocessing.connection.wait().
+ * - SimpleQueue's put and get with a timeout, for Ctrl-C (mpy_wait).
  * - The storages kept pinned for handoffs without an fd (tests).
  * - A shared tensor written from several buffers (a message's arena). */
 #include "mpy.h"
@@ -43,6 +44,16 @@ int mpy_wire_decode(const void *buf, size_t len, int *fds, int nfds, mp_msg **ou
 int mpy_conn_fileno(const mp_conn *c)
 {
     return mp__conn_fd(c);
+}
+
+int mpy_simple_queue_put(mp_simple_queue *q, const mp_msg *m, double timeout)
+{
+    return mp__queue_put((mp__queue *)q, m, mp__ipc_deadline(timeout), "mp_simple_queue_put");
+}
+
+int mpy_simple_queue_get(mp_simple_queue *q, mp_msg **out, double timeout)
+{
+    return mp__queue_get((mp__queue *)q, out, mp__ipc_deadline(timeout), "mp_simple_queue_get");
 }
 
 int mpy_pins_held(void)
