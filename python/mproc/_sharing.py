@@ -16,6 +16,7 @@ A registry maps the address of every mproc storage this process uses to its
 `_mproc.Storage`, so a tensor already in mproc memory is sent as it is (no
 copy); an entry lives as long as some torch storage or array uses the memory.
 """
+import functools
 import io
 import mmap
 import numbers
@@ -67,6 +68,20 @@ def _numpy():
 
 def _shareable(t):
     return t.device.type == "cpu" and t.layout is _torch().strided and not t.is_quantized
+
+
+def _plain_storage(s):
+    """A CPU TypedStorage mproc can share: a quantized one (a quantized
+    tensor's, which torch pickles through its storage) has no tensor to
+    move it with, so it goes as torch pickles it, by value."""
+    return s.device.type == "cpu" and s.nbytes() > 0 and s.dtype not in _quantized_dtypes()
+
+
+@functools.lru_cache(maxsize=None)
+def _quantized_dtypes():
+    torch = _torch()
+    return {getattr(torch, n) for n in ("quint8", "qint8", "qint32", "quint4x2", "quint2x4")
+            if hasattr(torch, n)}
 
 
 def tensor_storage(t):
@@ -130,11 +145,21 @@ def _check_leaf(t):
             "(e.g., putting it on the queue).")
 
 
+def _view_bits(t):
+    """The lazy conjugate (1) and negative (2) bits of a view (x.conj(),
+    x.conj().imag): set_ over the storage drops them, so they travel."""
+    return (1 if t.is_conj() else 0) | (2 if t.is_neg() else 0)
+
+
+def _meta(t, offset):
+    return (t.dtype, tuple(t.size()), t.stride(), offset, t.requires_grad, t.grad,
+            type(t) is _torch().nn.Parameter, _view_bits(t))
+
+
 def _tensor_meta(t, moved=None):
     _check_leaf(t)
     share_tensor_(t, moved)
-    return (t.dtype, tuple(t.size()), t.stride(), t.storage_offset(), t.requires_grad,
-            t.grad, type(t) is _torch().nn.Parameter)
+    return _meta(t, t.storage_offset())
 
 
 def _make_tensor(storage, meta):
@@ -142,8 +167,12 @@ def _make_tensor(storage, meta):
     needed: the fresh tensor does not require grad when set_ runs (and
     entering no_grad per tensor costs as much as making it)."""
     torch = _torch()
-    dtype, size, stride, offset, requires_grad, grad, is_param = meta
+    dtype, size, stride, offset, requires_grad, grad, is_param, bits = meta
     t = torch.empty(0, dtype=dtype).set_(storage, offset, size, stride)
+    if bits & 1:
+        t = t.conj()
+    if bits & 2:
+        t = t._neg_view()
     if is_param:
         t = torch.nn.Parameter(t, requires_grad=requires_grad)
     elif requires_grad:
@@ -212,12 +241,10 @@ def _reduce_adopted(t, us, ptr, p):
         return None
     torch = _torch()
     dtype, size, stride, offset = t.dtype, tuple(t.size()), t.stride(), t.storage_offset()
-    if not t.requires_grad and t.grad is None and type(t) is torch.Tensor:
+    if not t.requires_grad and t.grad is None and type(t) is torch.Tensor and not _view_bits(t):
         return _rebuild_plain, (i, dtype, size, stride, offset)
     _check_leaf(t)
-    meta = (dtype, size, stride, offset, t.requires_grad, t.grad,
-            type(t) is torch.nn.Parameter)
-    return _rebuild_tensor, (i, meta)
+    return _rebuild_tensor, (i, _meta(t, offset))
 
 
 def _fp_reduce_adopted(t):
@@ -229,9 +256,7 @@ def _fp_reduce_adopted(t):
     if st is None:
         return None
     _check_leaf(t)
-    meta = (t.dtype, tuple(t.size()), t.stride(), t.storage_offset(), t.requires_grad, t.grad,
-            type(t) is _torch().nn.Parameter)
-    return (_fp_rebuild_tensor, (*_encode(st), meta))
+    return (_fp_rebuild_tensor, (*_encode(st), _meta(t, t.storage_offset())))
 
 
 # ---- NumPy ---------------------------------------------------------------
@@ -448,17 +473,16 @@ def _reduce_tensor(t, p):
         _check_leaf(t)
     dtype, size, stride = t.dtype, tuple(t.size()), t.stride()
     offset = p.arena.place(t, us, ptr, nbytes, dtype, size, stride, p)
-    if not grad and t.grad is None and type(t) is torch.Tensor:
+    if not grad and t.grad is None and type(t) is torch.Tensor and not _view_bits(t):
         return _rebuild_plain, (p.arena.index, dtype, size, stride, offset)
-    meta = (dtype, size, stride, offset, t.requires_grad, t.grad, type(t) is torch.nn.Parameter)
-    return _rebuild_tensor, (p.arena.index, meta)
+    return _rebuild_tensor, (p.arena.index, _meta(t, offset))
 
 
 def _reduce_storage(s, p):
     torch = _torch()
     if isinstance(s, torch.UntypedStorage):
         s = torch.TypedStorage(wrap_storage=s, dtype=torch.uint8)
-    if s.device.type != "cpu" or s.nbytes() == 0:
+    if not _plain_storage(s):
         return NotImplemented
     us = s._storage
     if lookup(us.data_ptr()) is None and us.is_shared():
@@ -603,7 +627,7 @@ def fp_reduce_storage(s):
     torch = _torch()
     if isinstance(s, torch.UntypedStorage):
         s = torch.TypedStorage(wrap_storage=s, dtype=torch.uint8)
-    if s.device.type != "cpu" or s.nbytes() == 0:
+    if not _plain_storage(s):
         return s.__reduce__()
     t = share_tensor_(_storage_tensor(s))
     return (_fp_rebuild_storage, (*_encode(tensor_storage(t)), s.dtype))

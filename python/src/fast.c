@@ -39,7 +39,8 @@ static struct {
 } F;
 
 static PyObject *s_storage, *s_data_ptr, *s_nbytes, *s_size, *s_stride, *s_offset, *s_dtype,
-    *s_layout, *s_is_cpu, *s_requires_grad, *s_is_leaf, *s_grad, *s_new, *s_set, *s_rg_, *s_torch;
+    *s_layout, *s_is_cpu, *s_requires_grad, *s_is_leaf, *s_grad, *s_new, *s_set, *s_rg_, *s_torch,
+    *s_is_conj, *s_is_neg;
 
 /* ---- torch, looked up once it is imported (never imported here) ------- */
 
@@ -154,6 +155,16 @@ static int attr_is(PyObject *o, PyObject *name, PyObject *want)
     return r;
 }
 
+static int call_is_true(PyObject *o, PyObject *name)
+{
+    PyObject *v = PyObject_CallMethodNoArgs(o, name);
+    if (!v)
+        return -1;
+    int r = v == Py_True;
+    Py_DECREF(v);
+    return r;
+}
+
 static int call_ssize(PyObject *o, PyObject *name, long long *out)
 {
     PyObject *v = PyObject_CallMethodNoArgs(o, name);
@@ -165,7 +176,8 @@ static int call_ssize(PyObject *o, PyObject *name, long long *out)
 }
 
 /* Tensor t's dtype code when a frame can carry it (exact torch.Tensor on
- * the CPU, strided, no grad, not a non-leaf requiring grad); -2 when not,
+ * the CPU, strided, no grad, not a non-leaf requiring grad, no lazy
+ * conjugate or negative bit: the Python path carries those); -2 when not,
  * -1 on error. *flags gets FAST_REQUIRES_GRAD. */
 static int frame_dtype(PyObject *t, uint8_t *flags)
 {
@@ -180,6 +192,8 @@ static int frame_dtype(PyObject *t, uint8_t *flags)
     if (!code)
         return PyErr_Occurred() ? -1 : -2;
     if ((r = attr_is(t, s_layout, F.strided)) <= 0 || (r = attr_is(t, s_is_cpu, Py_True)) <= 0)
+        return r < 0 ? -1 : -2;
+    if ((r = call_is_true(t, s_is_conj)) != 0 || (r = call_is_true(t, s_is_neg)) != 0)
         return r < 0 ? -1 : -2;
     if ((r = attr_is(t, s_requires_grad, Py_True)) < 0)
         return -1;
@@ -615,6 +629,8 @@ int mpy_fast_init(PyObject *module)
     INTERN(s_set, "set_");
     INTERN(s_rg_, "requires_grad_");
     INTERN(s_torch, "torch");
+    INTERN(s_is_conj, "is_conj");
+    INTERN(s_is_neg, "is_neg");
 #undef INTERN
     PyObject *pk = PyImport_ImportModule("_pickle");
     if (!pk)

@@ -85,6 +85,57 @@ def test_parameter_and_requires_grad():
     assert isinstance(got, torch.nn.Parameter) and got.requires_grad
 
 
+def _conj_neg():
+    x = torch.arange(4.0).to(torch.complex64) * (1 + 1j)
+    return x.conj(), x.conj().imag  # lazy conjugate and negative views
+
+
+def _same_view(a, b):
+    return (a.is_conj(), a.is_neg(), a.resolve_conj().resolve_neg().tolist()) == \
+        (b.is_conj(), b.is_neg(), b.resolve_conj().resolve_neg().tolist())
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES, indirect=True)
+def test_conj_and_neg_views_keep_their_bits(strategy):
+    # set_ over the received storage drops a view's lazy bits: without them
+    # the receiver reads x where the sender reads conj(x) (torch 1.13 does)
+    q = mp.Queue()
+    c, n = _conj_neg()
+    for shared in (False, True):  # the arena's path, then the shared one
+        q.put(c)
+        assert _same_view(q.get(), c)
+        q.put(n)
+        assert _same_view(q.get(), n)
+        q.put({"c": c, "n": n})  # inside an object: the C reducer's path
+        got = q.get()
+        assert _same_view(got["c"], c) and _same_view(got["n"], n)
+        c.share_memory_()
+        n.share_memory_()
+    # across a spawn child's arguments (ForkingPickler) and back
+    r = mp.get_context("spawn").Queue()
+    p = mp.get_context("spawn").Process(target=workers.echo_objects, args=(r, c, n))
+    p.start()
+    got_c, got_n = r.get(timeout=30)
+    p.join(30)
+    assert _same_view(got_c, c) and _same_view(got_n, n)
+
+
+def test_quantized_tensor_travels_by_value():
+    # its storage has a quantized dtype, which torch cannot view as a plain
+    # tensor: it goes as torch pickles it (a copy), not by mproc handle
+    q = mp.Queue()
+    t = torch.quantize_per_tensor(torch.tensor([0.5, 1.0, 2.0]), 0.1, 10, torch.quint8)
+    q.put(t)
+    got = q.get()
+    assert got.is_quantized and torch.equal(got.dequantize(), t.dequantize())
+    assert got.q_scale() == t.q_scale() and got.q_zero_point() == t.q_zero_point()
+    p = mp.get_context("spawn").Process(target=workers.echo_objects, args=(q, t))
+    p.start()
+    got = q.get(timeout=30)[0]
+    p.join(30)
+    assert torch.equal(got.dequantize(), t.dequantize())
+
+
 def test_non_leaf_refused():
     q = mp.Queue()
     x = torch.ones(2, requires_grad=True) * 2

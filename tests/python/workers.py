@@ -17,6 +17,10 @@ def echo(q, r, n=1):
         r.put(q.get())
 
 
+def echo_objects(q, *objs):
+    q.put(objs)
+
+
 def put_and_exit(q, obj):
     q.put(obj)
 
