@@ -13,7 +13,7 @@ import errno
 import operator
 import queue as _queue
 
-from . import _mproc, _sharing
+from . import _forking, _mproc, _sharing
 
 _ClosedError = _mproc.ClosedError
 
@@ -40,7 +40,7 @@ class _Base:
         return self._q
 
     def __reduce__(self):
-        return _sharing.fp_reduce_handle(self)
+        return _forking.fp_reduce_handle(self)
 
     def _closed_error(self):
         return ValueError(f"Queue {self!r} is closed")
@@ -141,7 +141,7 @@ class Connection:
         return self._c
 
     def __reduce__(self):
-        return _sharing.fp_reduce_handle(self)
+        return _forking.fp_reduce_handle(self)
 
     closed = property(lambda self: self._c is None)
     readable = property(lambda self: self._readable)

@@ -13,7 +13,7 @@ import sys
 import threading
 from multiprocessing import *  # noqa: F401,F403  the drop-in: every public name
 
-from . import _channels, _sharing
+from . import _channels, _forking, _sharing
 from ._channels import Connection, JoinableQueue, Pipe, Queue, SimpleQueue  # noqa: F401
 from ._sharing import shared_array  # noqa: F401
 from ._spawn import (ProcessContext, ProcessException, ProcessExitedException,  # noqa: F401
@@ -45,7 +45,7 @@ def _started(start):
         try:
             start(self)
         finally:
-            _sharing.release_pending()
+            _forking.release_pending()
     return wrapped
 
 
@@ -220,4 +220,4 @@ def get_context(method=None):
     return ctx
 
 
-_sharing.install_numpy_when_imported()
+_forking.install_numpy_when_imported()

@@ -16,7 +16,7 @@ import torch as _torch
 import torch.multiprocessing as _tmp
 from torch.utils.data import dataloader as _dataloader
 
-from . import _channels, _sharing
+from . import _channels, _forking, _sharing
 from .multiprocessing import *  # noqa: F401,F403
 from .multiprocessing import __all__ as _mp_all
 from .multiprocessing import (Connection, Pool, Process, get_all_sharing_strategies,  # noqa: F401
@@ -113,8 +113,8 @@ def init_reductions():
     _torch.Tensor.is_shared = _is_shared
     _torch.TypedStorage._new_shared = _new_shared
     _dataloader._MultiProcessingDataLoaderIter._shutdown_workers = _shutdown_workers
-    _sharing.install_torch()
-    _sharing.install_numpy()
+    _forking.install_torch()
+    _forking.install_numpy()
 
 
 init_reductions()
