@@ -182,8 +182,9 @@ MP_API int mp_process_create(const char *entry, mp_msg *args, const mp_process_o
  * stdio's buffers are flushed first (fflush(NULL), as CPython does), so
  * unflushed output is not printed again by the child. Errors: MP_ESTATE
  * (started before; fork refused in a threaded process; spawn without
- * mp_setup), MP_ESYS/MP_EMFILE/MP_ENOMEM (fork, exec, socket), the errors of
- * sending args (MP_ENOSPC, ...). On error no child is left. */
+ * mp_setup), MP_EAGAIN (a limit on processes: RLIMIT_NPROC, pids.max),
+ * MP_ESYS/MP_EMFILE/MP_ENOMEM (fork, exec, socket), the errors of sending
+ * args (MP_ENOSPC, ...). On error no child is left. */
 MP_API int mp_process_start(mp_process *p);
 /* Waits until the child exits and reaps it. timeout in seconds, negative
  * waits forever. 0 when it has exited (whatever its exitcode),

@@ -151,16 +151,28 @@ static void fix_toomanyrefs(char *buf, size_t cap)
              (unsigned long long)rl.rlim_cur);
 }
 
-int mp__errno_error(int err, const char *fmt, ...)
+/* fork's EAGAIN is no "try again": a limit on processes is reached. */
+static void fix_fork_limit(char *buf, size_t cap)
+{
+    struct rlimit rl = {RLIM_INFINITY, RLIM_INFINITY};
+    char limit[32] = "unlimited";
+    getrlimit(RLIMIT_NPROC, &rl);
+    if (rl.rlim_cur != RLIM_INFINITY)
+        snprintf(limit, sizeof limit, "%llu", (unsigned long long)rl.rlim_cur);
+    snprintf(buf, cap, " (a limit on processes is reached: this user's RLIMIT_NPROC, `ulimit -u`, "
+             "is %s here; or kernel.pid_max, kernel.threads-max or a cgroup's pids.max: let "
+             "processes exit, start fewer, or raise the limit)", limit);
+}
+
+static int errno_error(int err, bool forking, const char *fmt, va_list ap)
 {
     char fix[320];
-    va_list ap;
     size_t n;
-    va_start(ap, fmt);
     vsnprintf(last_error, sizeof last_error, fmt, ap);
-    va_end(ap);
     if (err == ETOOMANYREFS)
         fix_toomanyrefs(fix, sizeof fix);
+    else if (err == EAGAIN && forking)
+        fix_fork_limit(fix, sizeof fix);
     else
         snprintf(fix, sizeof fix, "%s", fix_for(err));
     last_errno = err;
@@ -168,4 +180,22 @@ int mp__errno_error(int err, const char *fmt, ...)
     if (n < sizeof last_error)
         snprintf(last_error + n, sizeof last_error - n, ": %s%s", strerror(err), fix);
     return mp__errno_code(err);
+}
+
+int mp__errno_error(int err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = errno_error(err, false, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+int mp__fork_error(int err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = errno_error(err, true, fmt, ap);
+    va_end(ap);
+    return rc;
 }

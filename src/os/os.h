@@ -35,6 +35,9 @@ int mp__error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3
  * EAGAIN -> MP_EAGAIN, EPERM/EACCES -> MP_EPERM, ENOENT -> MP_ENOENT,
  * everything else -> MP_ESYS. */
 int mp__errno_error(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* mp__errno_error for a failed fork, vfork or clone: EAGAIN gets the fix for
+ * a limit on processes (RLIMIT_NPROC's value, pid_max, pids.max). */
+int mp__fork_error(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Clears the thread-local sentence (successful calls need not call it). */
 void mp__error_clear(void);
 /* The calling thread's mp_last_error() sentence and errno, kept aside and

@@ -233,8 +233,8 @@ static int request_locked(int chan, pid_t *pid, int *pidfd)
     if (rc < 0)
         return rc;
     if (rep.value != 0 || rep.pid <= 0)
-        return mp__errno_error(rep.value ? rep.value : EPROTO,
-                               "mp_process_start: the forkserver could not fork");
+        return mp__fork_error(rep.value ? rep.value : EPROTO,
+                              "mp_process_start: the forkserver could not fork");
     rc = adopt(rep.pid, pidfd);
     if (rc == 0)
         *pid = rep.pid;

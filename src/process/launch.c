@@ -66,7 +66,7 @@ int mp__launch_fork(int chan, int parent_end, pid_t *pid, int *pidfd)
     fflush(NULL);
     child = fork(); /* mp_process_create primed backtrace() already */
     if (child < 0)
-        return mp__errno_error(errno, "mp_process_start: fork");
+        return mp__fork_error(errno, "mp_process_start: fork");
     if (child == 0) {
         close(parent_end);
         mp__child_die_with_parent(parent);
@@ -209,7 +209,7 @@ int mp__launch_exec(int chan, const char *var, bool pdeathsig, pid_t *pid, int *
         exec_child(&pl);
     pthread_sigmask(SIG_SETMASK, &pl.mask, NULL);
     if (child < 0) {
-        rc = mp__errno_error(errno, "mp_process_start: vfork");
+        rc = mp__fork_error(errno, "mp_process_start: vfork");
         goto out_fds;
     }
     errpipe[1] = mp__close(errpipe[1]);

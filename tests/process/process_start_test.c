@@ -11,10 +11,12 @@
 #include <math.h>
 #include <poll.h>
 #include <pthread.h>
+#include <grp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -281,12 +283,78 @@ static void test_daemon_at_exit(void **state)
 
 #define ONCE(t) MP_TEST_ON(t, "fork")
 
+enum { LIMIT_OK = 0, LIMIT_SKIP = 77, LIMIT_STARTED = 3, LIMIT_WRONG = 4 };
+
+/* Starting under method fails with MP_EAGAIN, a sentence with where and
+ * the fix, and leaves no child and no fd behind. */
+static int limit_refuses(const char *method, const char *where)
+{
+    mp_process_options o;
+    mp_process *p = NULL;
+    int fds = mp_test_count_fds(), rc;
+    mp_process_options_init(&o);
+    o.start_method = method;
+    if (mp_process_create("t_op", NULL, &o, &p) != 0)
+        return LIMIT_WRONG;
+    rc = mp_process_start(p);
+    if (rc == 0)
+        return LIMIT_STARTED;
+    if (rc != MP_EAGAIN || !strstr(mp_last_error(), where) ||
+        !strstr(mp_last_error(), "RLIMIT_NPROC, `ulimit -u`, is 1 here") ||
+        !strstr(mp_last_error(), "raise the limit") || strstr(mp_last_error(), "mp__")) {
+        fprintf(stderr, "%s: %s: %s\n", method, mp_err_name(rc), mp_last_error());
+        return LIMIT_WRONG;
+    }
+    mp_process_destroy(p);
+    return mp_test_count_fds() == fds ? LIMIT_OK : LIMIT_WRONG;
+}
+
+/* As nobody (root is exempt from RLIMIT_NPROC) at a limit of 1 process,
+ * which this one already is: fork and spawn fail in this process, and
+ * forkserver in the server, made to the same limit after it started. */
+MP_ENTRY(nproc_child)
+{
+    struct rlimit one = {1, 1};
+    pid_t server;
+    int rc;
+    (void)rank;
+    (void)args;
+    if (geteuid() == 0 && (setgroups(0, NULL) < 0 || setresgid(65534, 65534, 65534) < 0 ||
+                           setresuid(65534, 65534, 65534) < 0))
+        return LIMIT_SKIP;
+    if (mp_forkserver_start() != 0 || (server = find_child()) <= 0)
+        return LIMIT_SKIP; /* nobody cannot run this program (a private folder above it) */
+    if (setrlimit(RLIMIT_NPROC, &one) < 0 || prlimit(server, RLIMIT_NPROC, &one, NULL) < 0)
+        return LIMIT_SKIP;
+    if ((rc = limit_refuses("fork", "mp_process_start: fork: ")) != LIMIT_OK ||
+        (rc = limit_refuses("spawn", "mp_process_start: vfork: ")) != LIMIT_OK ||
+        (rc = limit_refuses("forkserver", "the forkserver could not fork: ")) != LIMIT_OK)
+        return rc;
+    return find_child() == server ? LIMIT_OK : LIMIT_STARTED;
+}
+
+/* EAGAIN from fork is a limit on processes, not "try again": the sentence
+ * says which limit and its value. */
+static void test_process_limit(void **state)
+{
+    mp_process *p = NULL;
+    int code;
+    assert_mp_ok(mp_process_create("nproc_child", NULL, NULL, &p));
+    assert_mp_ok(mp_process_start(p));
+    assert_mp_ok(mp_process_join(p, 60));
+    code = exitcode_of(p);
+    assert_mp_ok(mp_process_destroy(p));
+    if (code == LIMIT_SKIP)
+        skip();
+    assert_int_equal(code, LIMIT_OK);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         ONCE(test_exec_failure),        ONCE(test_forkserver_restart), ONCE(test_start_methods),
         ONCE(test_context_and_default), ONCE(test_fork_hazard),        ONCE(test_threads),
-        ONCE(test_daemon_at_exit),
+        ONCE(test_daemon_at_exit),      ONCE(test_process_limit),
     };
     if (mp_setup(&argc, &argv) != 0)
         return 1;
