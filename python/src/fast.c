@@ -14,7 +14,8 @@
  * - Everything else goes to mproc._sharing's Python pickler (_dumps_py,
  *   _loads_py), which the frame must agree with: the frame is only built
  *   when that pickler would send the tensor as it is (shared, CPU, strided,
- *   no grad, a leaf or not requiring grad). */
+ *   no grad, a leaf or not requiring grad, no lazy conjugate or negative
+ *   bit). */
 #include "mpy.h"
 
 #include <string.h>
