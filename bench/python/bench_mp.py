@@ -102,6 +102,26 @@ def bench_objects(kind, n):
     return n / dt  # objects/s
 
 
+def _produce_large(q, nbytes, n):
+    obj = b"x" * nbytes
+    for _ in range(n):
+        q.put(obj)
+
+
+def bench_large(nbytes, n):
+    """A large plain object (bytes, no tensor) from a producer process:
+    the pickle itself travels, not a handle."""
+    q = mp.Queue()
+    p = mp.get_context("fork").Process(target=_produce_large, args=(q, nbytes, n))
+    t0 = time.perf_counter()
+    p.start()
+    for _ in range(n):
+        q.get()
+    dt = time.perf_counter() - t0
+    p.join()
+    return nbytes * n / dt / 1e6  # MB/s
+
+
 def _rank(rank):
     if rank == 1:
         raise RuntimeError("raised_at=" + repr(time.time()))
@@ -132,6 +152,8 @@ def cases(quick):
     n = 200000 if not quick else 40000
     out.append(("objects Queue (obj/s)", lambda: bench_objects("Queue", n)))
     out.append(("objects SimpleQueue (obj/s)", lambda: bench_objects("SimpleQueue", n)))
+    out.append(("large object 32MiB Queue (MB/s)",
+                lambda: bench_large(32 << 20, max(5, int(30 * k)))))
     out.append(("spawn", bench_spawn))
     return out
 

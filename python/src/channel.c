@@ -83,7 +83,7 @@ static PyObject *q_put_py(mpy_queue *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "O|OO:put", &payload, &atts, &timeout) ||
         mpy_timeout(timeout, &t) < 0)
         return NULL;
-    return q_send(self, mpy_msg_build(payload, atts), t);
+    return q_send(self, mpy_msg_build_to_send(payload, atts), t);
 }
 
 /* put_obj(obj, timeout=None): dumps and put in one call, no Python frames. */
@@ -95,10 +95,11 @@ static PyObject *q_put_obj(mpy_queue *self, PyObject *const *args, Py_ssize_t n)
         return PyErr_Format(PyExc_TypeError, "put_obj(obj, timeout=None) takes 1 or 2 arguments");
     if (mpy_timeout(n > 1 ? args[1] : Py_None, &t) < 0 || mpy_dumps(args[0], &payload, &atts) < 0)
         return NULL;
-    mp_msg *m = mpy_msg_build(payload, atts);
-    Py_DECREF(payload);
+    mp_msg *m = mpy_msg_build_to_send(payload, atts);
     Py_XDECREF(atts);
-    return q_send(self, m, t);
+    PyObject *r = q_send(self, m, t); /* destroys m, which borrows payload */
+    Py_DECREF(payload);
+    return r;
 }
 
 /* Receives a message into *out; NULL with a Python error on failure. */
@@ -283,7 +284,7 @@ static PyObject *c_send_py(mpy_conn *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "O|OO:send", &payload, &atts, &timeout) ||
         mpy_timeout(timeout, &t) < 0)
         return NULL;
-    return c_send_msg(self, mpy_msg_build(payload, atts), t);
+    return c_send_msg(self, mpy_msg_build_to_send(payload, atts), t);
 }
 
 static PyObject *c_send_obj(mpy_conn *self, PyObject *const *args, Py_ssize_t n)
@@ -294,10 +295,11 @@ static PyObject *c_send_obj(mpy_conn *self, PyObject *const *args, Py_ssize_t n)
         return PyErr_Format(PyExc_TypeError, "send_obj(obj, timeout=None) takes 1 or 2 arguments");
     if (mpy_timeout(n > 1 ? args[1] : Py_None, &t) < 0 || mpy_dumps(args[0], &payload, &atts) < 0)
         return NULL;
-    mp_msg *m = mpy_msg_build(payload, atts);
-    Py_DECREF(payload);
+    mp_msg *m = mpy_msg_build_to_send(payload, atts);
     Py_XDECREF(atts);
-    return c_send_msg(self, m, t);
+    PyObject *r = c_send_msg(self, m, t); /* destroys m, which borrows payload */
+    Py_DECREF(payload);
+    return r;
 }
 
 static mp_msg *c_recv_msg(mpy_conn *self, PyObject *timeout)

@@ -500,6 +500,10 @@ out:
     return r;
 }
 
+/* Payloads from this size on are unpickled where they lie; below, a bytes
+ * object costs less than a memoryview and its release. */
+#define LOADS_IN_PLACE (64 * 1024)
+
 static int is_frame(const void *p, size_t len)
 {
     return len >= 4 && memcmp(p, FAST_MAGIC, 4) == 0;
@@ -534,6 +538,20 @@ PyObject *mpy_msg_loads(const mp_msg *m)
             return NULL;
         PyObject *r = mpy_tensor_from_frame(p, len, st);
         Py_DECREF(st);
+        return r;
+    }
+    if (n == 0 && len >= LOADS_IN_PLACE) {
+        /* pickle reads the message's own payload: no bytes copy of it (a
+         * copy of 100 MB, page faults included, is as long as the loads) */
+        PyObject *mv = PyMemoryView_FromMemory((char *)p, (Py_ssize_t)len, PyBUF_READ);
+        PyObject *r = mv ? PyObject_CallOneArg(F.pickle_loads, mv) : NULL;
+        if (mv) { /* anything still holding it reads a released view, not freed memory */
+            PyObject *ok = PyObject_CallMethod(mv, "release", NULL);
+            if (!ok)
+                Py_CLEAR(r);
+            Py_XDECREF(ok);
+            Py_DECREF(mv);
+        }
         return r;
     }
     if (n == 0) {

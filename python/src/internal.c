@@ -6,6 +6,7 @@
  * - A connection's socket, for Connection.fileno() and
  *   multiprocessing.connection.wait().
  * - SimpleQueue's put and get with a timeout, for Ctrl-C (mpy_wait).
+ * - A large pickle as a message's payload without a copy.
  * - The storages kept pinned for handoffs without an fd (tests).
  * - A shared tensor written from several buffers (a message's arena). */
 #include "mpy.h"
@@ -13,6 +14,7 @@
 #include "ipc/ipc.h"
 #include "ipc/kinds.h"
 #include "tensor/tensor_internal.h"
+#include "wire/objects.h"
 #include "wire/wire.h"
 
 int mpy_wire_encode(const mp_msg *m, void **buf, size_t *len, int *fds, int *nfds, int maxfds)
@@ -44,6 +46,11 @@ int mpy_wire_decode(const void *buf, size_t len, int *fds, int nfds, mp_msg **ou
 int mpy_conn_fileno(const mp_conn *c)
 {
     return mp__conn_fd(c);
+}
+
+void mpy_msg_borrow_payload(mp_msg *m, const void *data, size_t len)
+{
+    mp__msg_borrow_payload(m, data, len);
 }
 
 int mpy_simple_queue_put(mp_simple_queue *q, const mp_msg *m, double timeout)

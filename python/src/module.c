@@ -99,15 +99,24 @@ static int msg_add(mp_msg *m, PyObject *o)
     return MP_EINVAL;
 }
 
-mp_msg *mpy_msg_build(PyObject *payload, PyObject *atts)
+/* A bytes payload from this size on is sent from where it lies: copying
+ * 100 MB into the message, page faults included, cost as much as the send. */
+#define SEND_IN_PLACE (64 * 1024)
+
+static mp_msg *msg_build(PyObject *payload, PyObject *atts, bool borrow)
 {
     Py_buffer view;
     mp_msg *m = NULL;
     int rc;
     if (PyObject_GetBuffer(payload, &view, PyBUF_SIMPLE) < 0)
         return NULL;
-    if ((rc = mp_msg_create(&m)) < 0 ||
-        (rc = mp_msg_set_payload(m, view.buf, (size_t)view.len)) < 0)
+    if ((rc = mp_msg_create(&m)) < 0)
+        goto fail;
+    /* bytes only: immutable, so the borrowed memory stays as it is while
+     * the send runs without the GIL */
+    if (borrow && PyBytes_CheckExact(payload) && view.len >= SEND_IN_PLACE)
+        mpy_msg_borrow_payload(m, view.buf, (size_t)view.len);
+    else if ((rc = mp_msg_set_payload(m, view.buf, (size_t)view.len)) < 0)
         goto fail;
     PyBuffer_Release(&view);
     if (atts && atts != Py_None) {
@@ -134,6 +143,16 @@ fail:
 fail_py:
     mp_msg_destroy(m);
     return NULL;
+}
+
+mp_msg *mpy_msg_build(PyObject *payload, PyObject *atts)
+{
+    return msg_build(payload, atts, false);
+}
+
+mp_msg *mpy_msg_build_to_send(PyObject *payload, PyObject *atts)
+{
+    return msg_build(payload, atts, true);
 }
 
 static PyObject *attachment(const mp_msg *m, size_t i)

@@ -54,6 +54,9 @@ PyObject *mpy_conn_wrap(mp_conn *c);
 /* A message from (payload, attachments); attachments may be None. NULL with
  * a Python exception set on failure. */
 mp_msg *mpy_msg_build(PyObject *payload, PyObject *atts);
+/* The same for a message sent at once and destroyed while the caller still
+ * holds payload: a large bytes payload is borrowed, not copied. */
+mp_msg *mpy_msg_build_to_send(PyObject *payload, PyObject *atts);
 /* (payload bytes, attachment list or None) from m; m stays the caller's. */
 PyObject *mpy_msg_unpack(const mp_msg *m);
 
@@ -75,6 +78,8 @@ int mpy_pins_held(void);
 /* SimpleQueue's put and get with a timeout (< 0 forever), which the public
  * calls do not take, so that mpy_wait can run signal handlers between
  * slices: Ctrl-C interrupts a blocked SimpleQueue.get as it does a Queue's. */
+/* mp__msg_borrow_payload: data is m's payload until m is destroyed. */
+void mpy_msg_borrow_payload(mp_msg *m, const void *data, size_t len);
 int mpy_simple_queue_put(mp_simple_queue *q, const mp_msg *m, double timeout);
 int mpy_simple_queue_get(mp_simple_queue *q, mp_msg **out, double timeout);
 /* nbytes of a new shared uint8 tensor written from parts (sorted by off, not

@@ -185,7 +185,7 @@ void mp_msg_destroy(mp_msg *m)
         attach_drop(m, &m->att[i]);
     if (m->att != &m->one)
         free(m->att);
-    if (m->payload && m->payload != m->small)
+    if (m->payload && m->payload != m->small && !m->borrowed)
         mp__msg_buf_put(m->payload);
     if (!m->block)
         free(m);
@@ -203,10 +203,17 @@ void mp__msg_reset(mp_msg *m)
 
 void mp__msg_adopt_payload(mp_msg *m, void *payload, size_t len)
 {
-    if (m->payload && m->payload != m->small)
+    if (m->payload && m->payload != m->small && !m->borrowed)
         mp__msg_buf_put(m->payload);
     m->payload = payload;
     m->len = len;
+    m->borrowed = false;
+}
+
+void mp__msg_borrow_payload(mp_msg *m, const void *data, size_t len)
+{
+    mp__msg_adopt_payload(m, (void *)data, len);
+    m->borrowed = true;
 }
 
 int mp_msg_set_payload(mp_msg *m, const void *data, size_t len)

@@ -26,8 +26,9 @@ typedef struct mp__attach {
 #define MP__MSG_NAME_INLINE 16
 
 struct mp_msg {
-    unsigned char *payload; /* small, or malloc'd */
+    unsigned char *payload; /* small, malloc'd, or the caller's (borrowed) */
     size_t len;
+    bool borrowed; /* payload is the caller's: never freed here */
     mp__attach *att;        /* &one, or malloc'd when more than one */
     size_t count;
     size_t cap;

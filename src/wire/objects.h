@@ -85,6 +85,10 @@ void *mp__msg_buf_get(size_t len);
 void mp__msg_buf_put(void *buf);
 /* Takes ownership of a malloc'd payload of len bytes. */
 void mp__msg_adopt_payload(mp_msg *m, void *payload, size_t len);
+/* Makes data itself m's payload, not a copy of it, for a message built to
+ * be sent at once and destroyed (a binding sending a large pickle): the
+ * caller keeps data alive and unchanged until then. */
+void mp__msg_borrow_payload(mp_msg *m, const void *data, size_t len);
 /* n (at most MP__MSG_BLOCK) empty messages in one allocation (out[0..n)):
  * a pool map builds a message per result item, and one malloc and free per
  * item, with glibc consolidating and trimming between maps, cost more than

@@ -1,5 +1,6 @@
 """Python multiprocessing's queue and pipe semantics on mproc's."""
 import errno
+import gc
 import queue
 import time
 
@@ -227,3 +228,42 @@ def test_errors_carry_mproc_sentence():
     with pytest.raises(ValueError, match="file_descriptor"):
         mp.set_sharing_strategy("nope")
     assert mp.get_all_sharing_strategies() == {"file_descriptor", "file_system"}
+
+
+def test_large_payloads_every_channel():
+    # from 64 KiB on a bytes pickle is sent from where it lies (borrowed, not
+    # copied) and unpickled in the received message (no bytes copy): the
+    # sizes around that edge, and a spilled body (over 60 KiB), both ways
+    from conftest import own_fds, own_segments
+    fds, segs = own_fds(), own_segments()
+    objs = [b"a" * (64 * 1024 - 40), b"b" * (64 * 1024), b"c" * (3 << 20),
+            list(range(100_000)), {"k": "v" * 200_000}]
+    for kind in ("Queue", "SimpleQueue", "JoinableQueue"):
+        q, r = getattr(mp, kind)(), getattr(mp, kind)()
+        p = mp.Process(target=workers.echo, args=(q, r, len(objs)))
+        p.start()
+        for o in objs:
+            q.put(o)
+        assert [r.get() for _ in objs] == objs, kind
+        p.join(30)
+        p.close()
+    a, b = mp.Pipe()
+    for o in objs:
+        a.send(o)
+        assert b.recv() == o
+        if isinstance(o, bytes):
+            a.send_bytes(o)
+            assert b.recv_bytes() == o
+            a.send_bytes(memoryview(bytearray(o))[1:])  # not bytes: copied
+            assert b.recv_bytes() == o[1:]
+    # a full queue refuses a large put and loses nothing
+    q = mp.Queue(1)
+    q.put(objs[2])
+    with pytest.raises(queue.Full):
+        q.put(objs[2], timeout=0.2)
+    assert q.get() == objs[2]
+    q.put(objs[3])
+    assert q.get() == objs[3]
+    del a, b, q, r, p
+    gc.collect()
+    assert own_fds() == fds and own_segments() == segs
