@@ -261,6 +261,41 @@ static void test_spill(void **state)
     free(big);
 }
 
+/* A borrowed payload is sent as it is and never freed nor kept for reuse
+ * by the message: replaced, reset or destroyed, the caller's memory stays
+ * the caller's (a static buffer here: freeing it would abort). */
+static void test_borrowed_payload(void **state)
+{
+    static unsigned char lent[128 * 1024];
+    mp_msg *m = NULL, *r = NULL;
+    size_t len = 0;
+    int sv[2];
+    (void)state;
+    for (size_t i = 0; i < sizeof lent; i++)
+        lent[i] = (unsigned char)(i * 13 + 1);
+    assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    assert_mp_ok(mp_msg_create(&m));
+    mp__msg_borrow_payload(m, lent, sizeof lent);
+    assert_ptr_equal(mp_msg_payload(m, &len), lent);
+    assert_mp_ok(mp__wire_send(sv[0], m, 0)); /* spilled: over 60 KiB */
+    assert_mp_ok(mp__wire_recv(sv[1], &r, 0));
+    assert_int_equal(mp_msg_count(r), 0);
+    assert_memory_equal(mp_msg_payload(r, &len), lent, sizeof lent);
+    assert_int_equal(len, sizeof lent);
+    mp_msg_destroy(r);
+    assert_mp_ok(mp_msg_set_payload(m, "own", 3)); /* replaces, frees nothing */
+    mp__msg_borrow_payload(m, lent, 64 * 1024);
+    mp__msg_reset(m);
+    assert_null(mp_msg_payload(m, &len));
+    mp__msg_borrow_payload(m, lent, 64 * 1024);
+    mp_msg_destroy(m);
+    void *next = mp__msg_buf_get(64 * 1024); /* the cache never got lent */
+    assert_ptr_not_equal(next, lent);
+    mp__msg_buf_put(next);
+    close(sv[0]);
+    close(sv[1]);
+}
+
 static void test_encode_decode(void **state)
 {
     mp_msg *m = NULL, *r = NULL;
@@ -544,6 +579,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_roundtrip_fd, setup, teardown),
         cmocka_unit_test_setup_teardown(test_roundtrip_fs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_spill, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_borrowed_payload, setup, teardown),
         cmocka_unit_test_setup_teardown(test_encode_decode, setup, teardown),
         cmocka_unit_test_setup_teardown(test_send_fault_fs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_recv_fault, setup, teardown),
