@@ -75,11 +75,11 @@ int mpy_wire_decode(const void *buf, size_t len, int *fds, int nfds, mp_msg **ou
 int mpy_conn_fileno(const mp_conn *c);
 /* Storages this process keeps pinned for the ends it receives on (tests). */
 int mpy_pins_held(void);
+/* mp__msg_borrow_payload: data is m's payload until m is destroyed. */
+void mpy_msg_borrow_payload(mp_msg *m, const void *data, size_t len);
 /* SimpleQueue's put and get with a timeout (< 0 forever), which the public
  * calls do not take, so that mpy_wait can run signal handlers between
  * slices: Ctrl-C interrupts a blocked SimpleQueue.get as it does a Queue's. */
-/* mp__msg_borrow_payload: data is m's payload until m is destroyed. */
-void mpy_msg_borrow_payload(mp_msg *m, const void *data, size_t len);
 int mpy_simple_queue_put(mp_simple_queue *q, const mp_msg *m, double timeout);
 int mpy_simple_queue_get(mp_simple_queue *q, mp_msg **out, double timeout);
 /* nbytes of a new shared uint8 tensor written from parts (sorted by off, not
