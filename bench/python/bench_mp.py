@@ -90,16 +90,21 @@ def _produce_objects(q, n):
         q.put((i, "x"))
 
 
-def bench_objects(kind, n):
-    q = mp.Queue() if kind == "Queue" else mp.SimpleQueue()
-    p = mp.get_context("fork").Process(target=_produce_objects, args=(q, n))
+def _timed_gets(q, produce, args, n):
+    """Seconds for n gets from q while a forked produce(q, *args) puts."""
+    p = mp.get_context("fork").Process(target=produce, args=(q, *args))
     t0 = time.perf_counter()
     p.start()
     for _ in range(n):
         q.get()
     dt = time.perf_counter() - t0
     p.join()
-    return n / dt  # objects/s
+    return dt
+
+
+def bench_objects(kind, n):
+    q = mp.Queue() if kind == "Queue" else mp.SimpleQueue()
+    return n / _timed_gets(q, _produce_objects, (n,), n)  # objects/s
 
 
 def _produce_large(q, nbytes, n):
@@ -111,15 +116,7 @@ def _produce_large(q, nbytes, n):
 def bench_large(nbytes, n):
     """A large plain object (bytes, no tensor) from a producer process:
     the pickle itself travels, not a handle."""
-    q = mp.Queue()
-    p = mp.get_context("fork").Process(target=_produce_large, args=(q, nbytes, n))
-    t0 = time.perf_counter()
-    p.start()
-    for _ in range(n):
-        q.get()
-    dt = time.perf_counter() - t0
-    p.join()
-    return nbytes * n / dt / 1e6  # MB/s
+    return nbytes * n / _timed_gets(mp.Queue(), _produce_large, (nbytes, n), n) / 1e6  # MB/s
 
 
 def _rank(rank):
