@@ -146,6 +146,13 @@ def _view_bits(t):
     return (1 if t.is_conj() else 0) | (2 if t.is_neg() else 0)
 
 
+def _plain(t):
+    """Whether the receiver needs only dtype, sizes, strides and offset to
+    rebuild t (_rebuild_plain): no grad, not a Parameter, no lazy bit."""
+    return (not t.requires_grad and t.grad is None and type(t) is _torch().Tensor
+            and not _view_bits(t))
+
+
 def _meta(t, offset):
     return (t.dtype, tuple(t.size()), t.stride(), offset, t.requires_grad, t.grad,
             type(t) is _torch().nn.Parameter, _view_bits(t))
@@ -234,9 +241,8 @@ def _reduce_adopted(t, us, ptr, p):
     i = _adopted_index(p, us, ptr)
     if i is None:
         return None
-    torch = _torch()
     dtype, size, stride, offset = t.dtype, tuple(t.size()), t.stride(), t.storage_offset()
-    if not t.requires_grad and t.grad is None and type(t) is torch.Tensor and not _view_bits(t):
+    if _plain(t):
         return _rebuild_plain, (i, dtype, size, stride, offset)
     _check_leaf(t)
     return _rebuild_tensor, (i, _meta(t, offset))
@@ -451,12 +457,11 @@ def _reduce_tensor(t, p):
         r = _reduce_adopted(t, us, ptr, p)
         if r is not None:
             return r
-    grad = t.requires_grad
-    if grad:
+    if t.requires_grad:
         _check_leaf(t)
     dtype, size, stride = t.dtype, tuple(t.size()), t.stride()
     offset = p.arena.place(t, us, ptr, nbytes, dtype, size, stride, p)
-    if not grad and t.grad is None and type(t) is torch.Tensor and not _view_bits(t):
+    if _plain(t):
         return _rebuild_plain, (p.arena.index, dtype, size, stride, offset)
     return _rebuild_tensor, (p.arena.index, _meta(t, offset))
 

@@ -28,6 +28,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
@@ -114,19 +115,23 @@ static void subreaper_off(int was)
         prctl(PR_SET_CHILD_SUBREAPER, 0);
 }
 
-static int start_locked(void)
+/* call: the public call that starts it, mp_forkserver_start or the first
+ * forkserver mp_process_start; the sentences name it, then what failed. */
+static int start_locked(const char *call)
 {
     int sv[2] = {-1, -1}, rc, was;
+    char what[64];
     pthread_once(&atfork_once, register_atfork);
     if (running_locked())
         return 0;
+    snprintf(what, sizeof what, "%s: starting the forkserver", call);
     if (mp__sys.socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
-        return mp__errno_error(errno, "mp_forkserver_start: socketpair");
+        return mp__errno_error(errno, "%s: socketpair", what);
     /* The kernel looks for a subreaper among the ancestors of an orphan only
      * in processes forked while an ancestor was one: so during this fork. */
-    rc = subreaper_on(&was, "mp_forkserver_start");
+    rc = subreaper_on(&was, what);
     if (rc == 0) {
-        rc = mp__launch_exec(sv[1], "MPROC_FORKSERVER", false, &fs.pid, &fs.pidfd);
+        rc = mp__launch_exec(sv[1], "MPROC_FORKSERVER", false, &fs.pid, &fs.pidfd, what);
         subreaper_off(was);
     }
     mp__close(sv[1]);
@@ -146,7 +151,7 @@ int mp_forkserver_start(void)
     if (rc < 0)
         return rc;
     pthread_mutex_lock(&fs.lock);
-    rc = start_locked();
+    rc = start_locked("mp_forkserver_start");
     pthread_mutex_unlock(&fs.lock);
     return rc;
 }
@@ -246,7 +251,7 @@ int mp__forkserver_launch(int chan, pid_t *pid, int *pidfd)
     int rc;
     pthread_mutex_lock(&fs.lock);
     for (int attempt = 0; attempt < 2; attempt++) {
-        rc = start_locked();
+        rc = start_locked("mp_process_start");
         if (rc < 0)
             break;
         rc = request_locked(chan, pid, pidfd);

@@ -148,7 +148,7 @@ static char **build_env(const char *var_value, const char *var)
 }
 
 /* Parent side after vfork returned: did exec succeed? */
-static int check_exec(pid_t child, int errread, const char *path)
+static int check_exec(pid_t child, int errread, const char *path, const char *call)
 {
     long err = 0;
     ssize_t n;
@@ -163,15 +163,17 @@ static int check_exec(pid_t child, int errread, const char *path)
         int err = errno;
         kill(child, SIGKILL);
         waitpid(child, NULL, 0);
-        return mp__errno_error(err, "mp_process_start: reading the exec status of %s", path);
+        return mp__errno_error(err, "%s: reading the exec status of %s", call, path);
     }
     waitpid(child, NULL, 0);
     if (n != (ssize_t)sizeof err)
-        return mp__error(MP_ESYS, "mp_process_start: exec of %s failed (no error code)", path);
-    return mp__errno_error((int)err, "mp_process_start: exec of %s failed", path);
+        return mp__error(MP_ESYS, "%s: exec of %s failed (no error code)", call,
+                         path);
+    return mp__errno_error((int)err, "%s: exec of %s failed", call, path);
 }
 
-int mp__launch_exec(int chan, const char *var, bool pdeathsig, pid_t *pid, int *pidfd)
+int mp__launch_exec(int chan, const char *var, bool pdeathsig, pid_t *pid, int *pidfd,
+                    const char *call)
 {
     char value[64];
     exec_plan pl = {.path = mp__exec_path,
@@ -185,20 +187,20 @@ int mp__launch_exec(int chan, const char *var, bool pdeathsig, pid_t *pid, int *
     pid_t child;
 
     if (!pl.argv)
-        return mp__setup_check("mp_process_start");
+        return mp__setup_check(call);
     snprintf(value, sizeof value, "%s=3,%d", var, (int)pl.parent);
     pl.envp = build_env(value, var);
     if (!pl.envp)
-        return mp__error(MP_ENOMEM, "mp_process_start: out of memory");
+        return mp__error(MP_ENOMEM, "%s: out of memory", call);
     if (pipe2(errpipe, O_CLOEXEC) < 0) {
-        rc = mp__errno_error(errno, "mp_process_start: pipe2");
+        rc = mp__errno_error(errno, "%s: pipe2", call);
         goto out_env;
     }
     /* High copies, so the child's dup3 onto 3 and 4 never clobbers a source. */
     pl.chan = fcntl(chan, F_DUPFD_CLOEXEC, 10);
     pl.errfd = fcntl(errpipe[1], F_DUPFD_CLOEXEC, 10);
     if (pl.chan < 0 || pl.errfd < 0) {
-        rc = mp__errno_error(errno, "mp_process_start: fcntl(F_DUPFD_CLOEXEC)");
+        rc = mp__errno_error(errno, "%s: fcntl(F_DUPFD_CLOEXEC)", call);
         goto out_fds;
     }
     /* No handler may run in the child while it shares our memory. */
@@ -209,15 +211,15 @@ int mp__launch_exec(int chan, const char *var, bool pdeathsig, pid_t *pid, int *
         exec_child(&pl);
     pthread_sigmask(SIG_SETMASK, &pl.mask, NULL);
     if (child < 0) {
-        rc = mp__fork_error(errno, "mp_process_start: vfork");
+        rc = mp__fork_error(errno, "%s: vfork", call);
         goto out_fds;
     }
     errpipe[1] = mp__close(errpipe[1]);
     pl.errfd = mp__close(pl.errfd);
-    rc = check_exec(child, errpipe[0], pl.path);
+    rc = check_exec(child, errpipe[0], pl.path, call);
     if (rc == 0) {
         *pid = child;
-        rc = open_pidfd(child, pidfd, "mp_process_start");
+        rc = open_pidfd(child, pidfd, call);
     }
 out_fds:
     mp__close(pl.chan);

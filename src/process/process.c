@@ -216,7 +216,8 @@ static int launch(mp_process *p, int sv[2])
     case MP__FORK:
         return mp__launch_fork(sv[1], sv[0], &p->pid, &p->pidfd);
     case MP__SPAWN:
-        return mp__launch_exec(sv[1], "MPROC_SPAWN", true, &p->pid, &p->pidfd);
+        return mp__launch_exec(sv[1], "MPROC_SPAWN", true, &p->pid, &p->pidfd,
+                               "mp_process_start");
     default:
         return mp__forkserver_launch(sv[1], &p->pid, &p->pidfd);
     }

@@ -163,8 +163,10 @@ int mp__launch_fork(int chan, int parent_end, pid_t *pid, int *pidfd);
 /* vfork + exec of mp__exec_path with the saved argv and the environment
  * plus VAR=3,<pid>; chan becomes fd 3 in the new program, every other fd
  * but 0-2 is closed. An exec failure comes back through an O_CLOEXEC pipe.
- * pdeathsig: arm PR_SET_PDEATHSIG before the exec. */
-int mp__launch_exec(int chan, const char *var, bool pdeathsig, pid_t *pid, int *pidfd);
+ * pdeathsig: arm PR_SET_PDEATHSIG before the exec. call begins the error
+ * sentences: what the user asked for (a process start, the forkserver's). */
+int mp__launch_exec(int chan, const char *var, bool pdeathsig, pid_t *pid, int *pidfd,
+                    const char *call);
 /* Python's exitcode from a wait status. */
 int mp__exitcode(int wstatus);
 /* pidfd_send_signal; 0 when the process is already gone. */

@@ -330,7 +330,20 @@ MP_ENTRY(nproc_child)
         (rc = limit_refuses("spawn", "mp_process_start: vfork: ")) != LIMIT_OK ||
         (rc = limit_refuses("forkserver", "the forkserver could not fork: ")) != LIMIT_OK)
         return rc;
-    return find_child() == server ? LIMIT_OK : LIMIT_STARTED;
+    if (find_child() != server)
+        return LIMIT_STARTED;
+    /* the server itself cannot start again: the sentence names that start,
+     * whether mp_forkserver_start or a process start asked for it */
+    if (mp_forkserver_stop() != 0)
+        return LIMIT_WRONG;
+    if ((rc = mp_forkserver_start()) == 0)
+        return LIMIT_STARTED;
+    if (rc != MP_EAGAIN || !strstr(mp_last_error(), "starting the forkserver: vfork: ") ||
+        !strstr(mp_last_error(), "RLIMIT_NPROC, `ulimit -u`, is 1 here")) {
+        fprintf(stderr, "mp_forkserver_start: %s: %s\n", mp_err_name(rc), mp_last_error());
+        return LIMIT_WRONG;
+    }
+    return limit_refuses("forkserver", "starting the forkserver: vfork: ");
 }
 
 /* EAGAIN from fork is a limit on processes, not "try again": the sentence
