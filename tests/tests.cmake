@@ -26,6 +26,7 @@ function(mproc_tests folder)
 endfunction()
 
 mproc_tests(api contract_test timeout_test)
+target_sources(timeout_test PRIVATE ${CMAKE_CURRENT_LIST_DIR}/api/blocking_calls.c)
 mproc_tests(os error_test os_test parse_test)
 mproc_tests(shm populate_test recycle_test shm_test)
 if(TARGET mproc-shm-manager_tool)               # they run the daemon and the CLI

@@ -18,6 +18,8 @@
  * waits that long; not ready in time, 0 included, is MP_ETIMEDOUT. The
  * _nowait calls are the timeout-0 calls. (mp_conn_poll, a query, returns
  * 0 instead.) A NaN timeout is MP_EINVAL, refused before the call acts.
+ * A signal handler that runs during a wait does not end it: the call
+ * waits on until its deadline (docs/errors.md, "Signals").
  *
  * Queues and connections are refcounted: _create returns one reference,
  * _retain adds one, _release drops one (NULL is a no-op) and frees the

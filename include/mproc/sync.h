@@ -17,7 +17,8 @@
  *
  * Timeouts are in seconds: negative waits forever, 0 tries once. A wait
  * that runs out returns MP_ETIMEDOUT. Nothing busy-waits: waiters sleep in
- * the kernel (futexes, process-shared robust pthread mutexes).
+ * the kernel (futexes, process-shared robust pthread mutexes). A signal
+ * handler that runs during a wait does not end it (docs/errors.md).
  *
  * Robust to death. Locks are held by a thread (the one that locked
  * them); when the holder's process dies, the kernel marks the lock and the
