@@ -36,18 +36,6 @@ int mp__segment_export(mp__segment *s, mp__segment_handle *h)
     return 0;
 }
 
-/* A received FS handle's in-flight reference joins the cached segment s:
- * adopted when this process holds none (s came through fork), else
- * dropped, as this process already holds one. */
-static void fs_adopt(mp__segment *s)
-{
-    pid_t self = mp__pid(), owner = __atomic_load_n(&s->ref_pid, __ATOMIC_ACQUIRE);
-    while (owner != self)
-        if (__atomic_compare_exchange_n(&s->ref_pid, &owner, self, false, __ATOMIC_ACQ_REL,
-                                        __ATOMIC_ACQUIRE))
-            return;
-    mp__fs_unref(s->map, s->name);
-}
 
 static int open_fd(mp__segment_handle *h, mp__segment **out)
 {
@@ -185,7 +173,8 @@ static void fs_received(mp__segment_handle *h, mp__segment *s, bool fresh, mp__s
     if (hk->batch)
         hk->batch(true);
     if (!fresh) {
-        fs_adopt(s);
+        /* this process holds a header reference for s already (own_cached) */
+        mp__fs_unref(s->map, s->name);
     } else {
         if (hk->opened)
             hk->opened(s->name);
@@ -199,6 +188,22 @@ static void fs_received(mp__segment_handle *h, mp__segment *s, bool fresh, mp__s
     *out = s;
 }
 
+/* A segment mapped at fork time holds the parent's header reference, and
+ * the child's copies of the parent's handles keep it alive (the child
+ * never releases them): a received reference folded into it would never
+ * be given back, and the name would outlive every user. So the child maps
+ * a received name afresh, as a segment of its own whose last release gives
+ * the reference back, and stops finding the inherited one. cached is
+ * retained; NULL when it was inherited (then released). */
+static mp__segment *own_cached(mp__segment *cached)
+{
+    if (!cached || cached->ref_pid == mp__pid())
+        return cached;
+    mp__cache_remove(cached);
+    mp__segment_release(cached);
+    return NULL;
+}
+
 static int open_fs(mp__segment_handle *h, mp__segment **out)
 {
     struct stat st;
@@ -207,7 +212,7 @@ static int open_fs(mp__segment_handle *h, mp__segment **out)
     if (!mp__shm_name_ok(h->name))
         return mp__error(MP_EPROTO, OPENING "\"%.64s\" is not an mproc segment name",
                          h->name);
-    if ((cached = mp__cache_lookup_name(h->name))) { /* the hot path: no system call */
+    if ((cached = own_cached(mp__cache_lookup_name(h->name)))) { /* the hot path */
         if ((rc = check_fs_cached(h, cached)) < 0)
             return rc;
         fs_received(h, cached, false, out);
@@ -220,7 +225,7 @@ static int open_fs(mp__segment_handle *h, mp__segment **out)
         rc = mp__errno_error(errno, OPENING "fstat(%s)", h->name);
         goto out_close;
     }
-    cached = mp__cache_lookup(st.st_dev, st.st_ino);
+    cached = own_cached(mp__cache_lookup(st.st_dev, st.st_ino));
     if (cached) {
         mp__close(fd);
         if ((rc = check_fs_cached(h, cached)) < 0)
@@ -232,7 +237,9 @@ static int open_fs(mp__segment_handle *h, mp__segment **out)
         goto out_close;
     mp__close(fd);
     mp__segment_live_add();
-    cached = mp__cache_insert(s);
+    do
+        cached = mp__cache_insert(s);
+    while (cached != s && !own_cached(cached));
     if (cached != s) { /* lost a race: fold our reference into the winner */
         s->ref_pid = 0;
         mp__segment_destroy(s);

@@ -221,6 +221,29 @@ def test_no_leaks_after_many_rounds(strategy):
     assert p.pid not in children()
 
 
+@pytest.mark.parametrize("strategy", ["file_system"], indirect=True)
+def test_fork_worker_gives_back_inherited_buffer(strategy):
+    """A fork worker that receives a buffer made before the fork (so it
+    inherited the mapping) gives the message's reference back once done
+    with it, although it never drops its copy of the parent's tensor: when
+    the parent drops the buffer, the name leaves /dev/shm at once. It used
+    to stay until the shm manager noticed, or for good without one."""
+    before = own_segments()
+    buf = torch.full((1024,), 3.0).share_memory_()
+    q, r = mp.get_context("fork").Queue(), mp.Queue()
+    p = mp.get_context("fork").Process(target=workers.echo, args=(q, r, 2))
+    p.start()
+    for _ in range(2):
+        q.put(buf)
+        got = r.get(timeout=30)
+        assert got.data_ptr() == buf.data_ptr() and got[0] == 3.0
+    p.join(30)
+    assert p.exitcode == 0
+    del got, buf
+    gc.collect()
+    assert own_segments([p.pid]) == before
+
+
 def test_killed_process_segments_reclaimed(tmp_path):
     """A process killed while it holds a file_system segment leaves its name
     in /dev/shm; the package's own mproc-shm-manager (built beside the
