@@ -49,6 +49,8 @@ def test_block_runs(code, tmp_path):
     # a guard, as docs/python.md asks of spawn's users: children import it
     script.write_text("if __name__ == '__main__':\n" +
                       "".join("    " + ln + "\n" for ln in (PRELUDE + code + POSTLUDE).split("\n")))
+    # the package as this run found it, even through a relative PYTHONPATH
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                       timeout=120, cwd=tmp_path)
+                       timeout=120, cwd=tmp_path, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
