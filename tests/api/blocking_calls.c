@@ -2,6 +2,7 @@
  * makes it ready. */
 #include "blocking_calls.h"
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -198,6 +199,14 @@ static void r_put_tensor(fx *f)
 
 /* ---- sync objects -------------------------------------------------------- */
 
+/* sem_wait, which a signal handler interrupts (timeout_test sends the
+ * waiting thread one every millisecond). */
+static void sem_wait_through_signals(sem_t *s)
+{
+    while (sem_wait(s) != 0)
+        assert_int_equal(errno, EINTR);
+}
+
 /* Lock, RLock and a Condition's lock are owned by a thread: a holder
  * thread takes one and gives it back when told. */
 static void *holder_main(void *arg)
@@ -207,7 +216,7 @@ static void *holder_main(void *arg)
              : f->rlock ? mp_rlock_lock(f->rlock, -1)
                         : mp_condition_lock(f->cond, -1);
     sem_post(&f->held);
-    sem_wait(&f->go);
+    sem_wait_through_signals(&f->go);
     if (!rc)
         rc = f->lock    ? mp_lock_unlock(f->lock)
              : f->rlock ? mp_rlock_unlock(f->rlock)
@@ -218,7 +227,7 @@ static void start_holder(fx *f)
 {
     assert_int_equal(pthread_create(&f->holder, NULL, holder_main, f), 0);
     f->has_holder = true;
-    sem_wait(&f->held);
+    sem_wait_through_signals(&f->held);
 }
 static void s_lock(fx *f)
 {
