@@ -178,3 +178,41 @@ void mp__cache_remove(mp__segment *s)
     }
     pthread_mutex_unlock(&lock);
 }
+
+static bool own_live_alias(mp__segment *base)
+{
+    mp__segment *a = base->alias;
+    return a && a->ref_pid == mp__pid() && retain_live(a);
+}
+
+mp__segment *mp__cache_alias_find(mp__segment *base)
+{
+    mp__segment *found = NULL;
+    pthread_once(&once, init);
+    pthread_mutex_lock(&lock);
+    if (own_live_alias(base))
+        found = base->alias;
+    pthread_mutex_unlock(&lock);
+    return found;
+}
+
+mp__segment *mp__cache_alias_set(mp__segment *base, mp__segment *a)
+{
+    pthread_once(&once, init);
+    pthread_mutex_lock(&lock);
+    if (own_live_alias(base))
+        a = base->alias;
+    else
+        base->alias = a;
+    pthread_mutex_unlock(&lock);
+    return a;
+}
+
+void mp__cache_alias_clear(mp__segment *base, const mp__segment *a)
+{
+    pthread_once(&once, init);
+    pthread_mutex_lock(&lock);
+    if (base->alias == a)
+        base->alias = NULL;
+    pthread_mutex_unlock(&lock);
+}

@@ -36,6 +36,55 @@ int mp__segment_export(mp__segment *s, mp__segment_handle *h)
     return 0;
 }
 
+/* A segment mapped at fork time holds the parent's header reference, and
+ * the child's copies of the parent's handles keep it mapped for good (a
+ * worker never releases them): a reference received into it would never
+ * be given back, and the name would outlive every user. So the child's own
+ * uses go through an alias: a segment object over the same mapping that
+ * owns the child's header reference and gives it back at its last release.
+ * Takes over base's lookup reference; returns the alias, retained, with
+ * *adopt set when it is new (it adopts the handle's reference), or NULL
+ * (out of memory). */
+static mp__segment *child_alias(mp__segment *base, bool *adopt)
+{
+    mp__segment *a = mp__cache_alias_find(base), *won;
+    *adopt = false;
+    if (a) {
+        mp__segment_release(base);
+        return a;
+    }
+    if (!(a = mp__segment_alloc(MP__STRATEGY_FS))) {
+        mp__segment_release(base);
+        mp__error(MP_ENOMEM, OPENING "out of memory");
+        return NULL;
+    }
+    a->map = base->map;
+    a->map_len = base->map_len;
+    a->data = base->data;
+    a->size = base->size;
+    a->dev = base->dev;
+    a->ino = base->ino;
+    a->ref_pid = mp__pid();
+    a->base = base;
+    memcpy(a->name, base->name, sizeof a->name);
+    won = mp__cache_alias_set(base, a);
+    if (won != a) { /* another thread made one meanwhile */
+        free(a);
+        mp__segment_release(base);
+        return won;
+    }
+    *adopt = true;
+    return a;
+}
+
+void mp__segment_alias_destroy(mp__segment *a)
+{
+    mp__cache_alias_clear(a->base, a);
+    if (a->ref_pid == mp__pid()) /* else a fork child's copy, never destroyed */
+        mp__fs_unref(a->map, a->name);
+    mp__segment_release(a->base);
+    free(a);
+}
 
 static int open_fd(mp__segment_handle *h, mp__segment **out)
 {
@@ -164,18 +213,21 @@ static int check_fs_cached(const mp__segment_handle *h, mp__segment *cached)
     return rc;
 }
 
+/* How a received handle's reference joins s. */
+enum { FS_FOLD, FS_ADOPT, FS_FRESH };
+
 /* The handle's reference now belongs to s, a segment this process either
- * just mapped (fresh: report it opened) or already had (fold the handle's
- * reference into it): tell the manager in one batch, consume the handle. */
-static void fs_received(mp__segment_handle *h, mp__segment *s, bool fresh, mp__segment **out)
+ * just mapped (FS_FRESH: report it opened), or a new alias (FS_ADOPT), or
+ * already held a reference for (FS_FOLD: the handle's is dropped): tell the
+ * manager in one batch, consume the handle. */
+static void fs_received(mp__segment_handle *h, mp__segment *s, int how, mp__segment **out)
 {
     const mp__shm_hooks *hk = mp__shm_hooks_get();
     if (hk->batch)
         hk->batch(true);
-    if (!fresh) {
-        /* this process holds a header reference for s already (own_cached) */
+    if (how == FS_FOLD) {
         mp__fs_unref(s->map, s->name);
-    } else {
+    } else if (how == FS_FRESH) {
         if (hk->opened)
             hk->opened(s->name);
         s->reported = true;
@@ -188,20 +240,18 @@ static void fs_received(mp__segment_handle *h, mp__segment *s, bool fresh, mp__s
     *out = s;
 }
 
-/* A segment mapped at fork time holds the parent's header reference, and
- * the child's copies of the parent's handles keep it alive (the child
- * never releases them): a received reference folded into it would never
- * be given back, and the name would outlive every user. So the child maps
- * a received name afresh, as a segment of its own whose last release gives
- * the reference back, and stops finding the inherited one. cached is
- * retained; NULL when it was inherited (then released). */
-static mp__segment *own_cached(mp__segment *cached)
+/* The handle names cached, a segment this process maps already (retained
+ * by its lookup). */
+static int fs_cached(mp__segment_handle *h, mp__segment *cached, mp__segment **out)
 {
-    if (!cached || cached->ref_pid == mp__pid())
-        return cached;
-    mp__cache_remove(cached);
-    mp__segment_release(cached);
-    return NULL;
+    bool adopt = false;
+    int rc = check_fs_cached(h, cached);
+    if (rc < 0)
+        return rc;
+    if (cached->ref_pid != mp__pid() && !(cached = child_alias(cached, &adopt)))
+        return MP_ENOMEM;
+    fs_received(h, cached, adopt ? FS_ADOPT : FS_FOLD, out);
+    return 0;
 }
 
 static int open_fs(mp__segment_handle *h, mp__segment **out)
@@ -212,12 +262,8 @@ static int open_fs(mp__segment_handle *h, mp__segment **out)
     if (!mp__shm_name_ok(h->name))
         return mp__error(MP_EPROTO, OPENING "\"%.64s\" is not an mproc segment name",
                          h->name);
-    if ((cached = own_cached(mp__cache_lookup_name(h->name)))) { /* the hot path */
-        if ((rc = check_fs_cached(h, cached)) < 0)
-            return rc;
-        fs_received(h, cached, false, out);
-        return 0;
-    }
+    if ((cached = mp__cache_lookup_name(h->name))) /* the hot path: no system call */
+        return fs_cached(h, cached, out);
     fd = mp__sys.shm_open(h->name, O_RDWR | O_CLOEXEC, 0);
     if (fd < 0)
         return mp__errno_error(errno, OPENING "shm_open(%s)", h->name);
@@ -225,26 +271,22 @@ static int open_fs(mp__segment_handle *h, mp__segment **out)
         rc = mp__errno_error(errno, OPENING "fstat(%s)", h->name);
         goto out_close;
     }
-    cached = own_cached(mp__cache_lookup(st.st_dev, st.st_ino));
+    cached = mp__cache_lookup(st.st_dev, st.st_ino);
     if (cached) {
         mp__close(fd);
-        if ((rc = check_fs_cached(h, cached)) < 0)
-            return rc;
-        fs_received(h, cached, false, out);
-        return 0;
+        return fs_cached(h, cached, out);
     }
     if ((rc = map_named(h, fd, &st, &s)) < 0)
         goto out_close;
     mp__close(fd);
     mp__segment_live_add();
-    do
-        cached = mp__cache_insert(s);
-    while (cached != s && !own_cached(cached));
-    if (cached != s) { /* lost a race: fold our reference into the winner */
+    cached = mp__cache_insert(s);
+    if (cached != s) { /* lost a race: the handle's reference goes to the winner */
         s->ref_pid = 0;
         mp__segment_destroy(s);
+        return fs_cached(h, cached, out);
     }
-    fs_received(h, cached, cached == s, out);
+    fs_received(h, s, FS_FRESH, out);
     return 0;
 out_close:
     mp__close(fd);

@@ -417,6 +417,10 @@ void mp__segment_destroy(mp__segment *s)
 {
     const mp__shm_hooks *h = mp__shm_hooks_get();
     bool fs = s->strategy == MP__STRATEGY_FS, last = false;
+    if (s->base) { /* an alias maps nothing of its own */
+        mp__segment_alias_destroy(s);
+        return;
+    }
     /* A forked child inherits the mapping but not the header reference,
      * which stays with the process that took it. */
     if (fs && s->ref_pid == mp__pid())

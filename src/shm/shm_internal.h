@@ -24,6 +24,12 @@ struct mp__segment {
     bool had_user; /* a user was ever set: it backed a storage (the stats) */
     unsigned recycle_gen; /* recycle.c: 0, or the fork generation it was made in */
     bool exported;        /* recycle.c: it left this process (atomic access) */
+    /* FS in a fork child (handle.c): an alias is this process's use of a
+     * segment it inherited, over the same mapping, owning this process's
+     * header reference; base is that inherited segment (retained), alias
+     * its live alias, if any. */
+    struct mp__segment *base;
+    struct mp__segment *alias;
     struct mp__segment *next;      /* hash chain */
     struct mp__segment *name_next; /* FS: chain of the name index */
     char name[MP__SHM_NAME_MAX];
@@ -41,6 +47,14 @@ void mp__cache_remove(mp__segment *s);
  * while this process holds a reference to it, which keeps it linked). */
 mp__segment *mp__cache_lookup_name(const char *name);
 int mp__cache_count(void);
+/* base's alias, retained, when it is this process's and still lives; else
+ * NULL. */
+mp__segment *mp__cache_alias_find(mp__segment *base);
+/* Makes a base's alias unless base has a live one of this process, which
+ * it returns, retained (the caller then frees a). */
+mp__segment *mp__cache_alias_set(mp__segment *base, mp__segment *a);
+/* Forgets a as base's alias (a is being destroyed). */
+void mp__cache_alias_clear(mp__segment *base, const mp__segment *a);
 
 /* The hooks currently set (never NULL; members may be). */
 const mp__shm_hooks *mp__shm_hooks_get(void);
@@ -56,6 +70,9 @@ long long mp__shm_free_bytes(void);
  * random_name makes "/mproc-<pid>-<16 hex>". */
 mp__segment *mp__segment_alloc(int strategy);
 void mp__segment_destroy(mp__segment *s);
+/* handle.c, for destroy: gives an alias's header reference back and drops
+ * its base. */
+void mp__segment_alias_destroy(mp__segment *a);
 void mp__segment_live_add(void);
 int mp__shm_random_name(char *name, size_t cap);
 /* Drops one header reference of a named segment; the last unlinks it (and
