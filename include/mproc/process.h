@@ -182,7 +182,8 @@ MP_API int mp_process_create(const char *entry, mp_msg *args, const mp_process_o
  * stdio's buffers are flushed first (fflush(NULL), as CPython does), so
  * unflushed output is not printed again by the child. Errors: MP_ESTATE
  * (started before; fork refused in a threaded process; spawn without
- * mp_setup), MP_EAGAIN (a limit on processes: RLIMIT_NPROC, pids.max),
+ * mp_setup; SIGCHLD ignored, by SIG_IGN or SA_NOCLDWAIT, which loses every
+ * child's exit status), MP_EAGAIN (a limit on processes: RLIMIT_NPROC, pids.max),
  * MP_ESYS/MP_EMFILE/MP_ENOMEM (fork, exec, socket), the errors of sending
  * args (MP_ENOSPC, ...). On error no child is left. */
 MP_API int mp_process_start(mp_process *p);
@@ -244,7 +245,8 @@ MP_API void mp_spawn_options_init(mp_spawn_options *opts);
  * with *ctx (required) to join later. Other errors: MP_EINVAL (a bad
  * option, each named with its value), MP_ENOENT (no entry of that name is
  * registered: checked before any child starts), and those of
- * mp_process_start; no child is left behind. */
+ * mp_process_start (MP_ESTATE for SIGCHLD ignored, refused before any
+ * child starts); no child is left behind. */
 MP_API int mp_spawn(const char *entry, mp_msg *args, int nprocs, bool join, bool daemon,
                     const char *start_method, mp_spawn_context **ctx);
 MP_API int mp_spawn_ex(const char *entry, mp_msg *args, const mp_spawn_options *opts,

@@ -9,6 +9,7 @@ Manager, get_context, set_start_method, ...).
 import multiprocessing as _std
 import multiprocessing.pool as _std_pool
 import operator
+import signal
 import sys
 import threading
 from multiprocessing import *  # noqa: F401,F403  the drop-in: every public name
@@ -40,8 +41,20 @@ def share_array(a):
     return _sharing._make_array(st, a.dtype, a.shape, offset, strides)
 
 
+def _check_sigchld():
+    """Refuses to start a child whose exit nobody could see (libmproc's
+    mp_process_start refuses the same)."""
+    if signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN:
+        raise RuntimeError(
+            "Process.start: SIGCHLD is ignored in this process (signal.SIG_IGN), so the "
+            "kernel reaps each child the moment it exits and its exit code is lost "
+            "(exitcode would stay None and is_alive() True); set it back with "
+            "signal.signal(signal.SIGCHLD, signal.SIG_DFL) before starting processes")
+
+
 def _started(start):
     def wrapped(self):
+        _check_sigchld()
         try:
             start(self)
         finally:

@@ -414,7 +414,8 @@ int mp_pool_create(int nprocs, const mp_pool_options *opts, mp_pool **out)
                                  "mp_pool_options")) != 0)
         return rc;
     opts = &copy;
-    if ((rc = mp__registry_check("mp_pool_create")) != 0 || (rc = check_options(opts)) != 0)
+    if ((rc = mp__registry_check("mp_pool_create")) != 0 || (rc = check_options(opts)) != 0 ||
+        (rc = mp__sigchld_check("mp_pool_create")) != 0)
         return rc;
     if (nprocs < 0 || nprocs > 4096)
         return mp__error(MP_EINVAL, "mp_pool_create: nprocs = %d, want 0 (one per CPU) .. "

@@ -250,7 +250,8 @@ int mp_process_start(mp_process *p)
                          "mp_process_start: process '%s' was already started; "
                          "a process can be started only once",
                          p->name);
-    if ((rc = mp__registry_check("mp_process_start")) < 0)
+    if ((rc = mp__registry_check("mp_process_start")) < 0 ||
+        (rc = mp__sigchld_check("mp_process_start")) < 0)
         return rc;
     if (p->method == MP__FORK && (rc = mp__fork_check("mp_process_start")) < 0)
         return rc;
@@ -275,6 +276,20 @@ int mp_process_start(mp_process *p)
 }
 
 /* ---- wait ---------------------------------------------------------------- */
+
+int mp__sigchld_check(const char *call)
+{
+    struct sigaction sa;
+    if (sigaction(SIGCHLD, NULL, &sa) != 0 ||
+        (sa.sa_handler != SIG_IGN && !(sa.sa_flags & SA_NOCLDWAIT)))
+        return 0;
+    return mp__error(MP_ESTATE,
+                     "%s: SIGCHLD is ignored in this process (%s), so the kernel reaps "
+                     "each child the moment it exits and its exit status is lost; set "
+                     "it back with signal(SIGCHLD, SIG_DFL), or give it a handler "
+                     "without SA_NOCLDWAIT, before starting processes",
+                     call, sa.sa_handler == SIG_IGN ? "SIG_IGN" : "SA_NOCLDWAIT");
+}
 
 /* Every child is ours, forkserver ones included (forkserver.c). */
 static int wait_status(mp_process *p)

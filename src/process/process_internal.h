@@ -58,6 +58,9 @@ const char *mp__method_name(mp__method m);
 void mp__method_inherit(mp__method m);
 /* MP_ESTATE when fork is refused in a threaded process. */
 int mp__fork_check(const char *call);
+/* MP_ESTATE when SIGCHLD is ignored (SIG_IGN or SA_NOCLDWAIT): the kernel
+ * then reaps every child at its exit and its exit status is lost. */
+int mp__sigchld_check(const char *call);
 
 /* ---- the status channel ----------------------------------------------------
  * Each child holds one end of a SOCK_SEQPACKET pair; the parent polls the

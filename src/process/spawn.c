@@ -189,6 +189,8 @@ static int check_options(const char *entry, const mp_spawn_options *o, mp_spawn_
         return rc;
     if (!o->join && !out)
         return mp__error(MP_EINVAL, "mp_spawn: without join, ctx must not be NULL");
+    if ((rc = mp__sigchld_check("mp_spawn")) < 0)
+        return rc;
     if (!o->start_method)
         m = mp__method_default();
     else if (mp__method_parse(o->start_method, &m, "mp_spawn") < 0)

@@ -362,12 +362,63 @@ static void test_process_limit(void **state)
     assert_int_equal(code, LIMIT_OK);
 }
 
+static void on_sigchld(int sig)
+{
+    (void)sig;
+}
+
+/* Each call that starts children refuses, in its own name, with the
+ * disposition that caused it and the fix; nothing is started or left. */
+static void refuses_with_sigchld_ignored(const char *how)
+{
+    mp_process *p = NULL;
+    mp_pool *pool = NULL;
+    mp_spawn_context *ctx = NULL;
+    int fds = mp_test_count_fds();
+    assert_mp_ok(mp_process_create("t_op", NULL, NULL, &p));
+    assert_mp_err(mp_process_start(p), MP_ESTATE);
+    assert_non_null(strstr(mp_last_error(), "mp_process_start: SIGCHLD is ignored"));
+    assert_non_null(strstr(mp_last_error(), how));
+    assert_non_null(strstr(mp_last_error(), "signal(SIGCHLD, SIG_DFL)"));
+    assert_mp_ok(mp_process_destroy(p));
+    assert_mp_err(mp_spawn("t_op", NULL, 2, false, false, NULL, &ctx), MP_ESTATE);
+    assert_non_null(strstr(mp_last_error(), "mp_spawn: SIGCHLD is ignored"));
+    assert_null(ctx);
+    assert_mp_err(mp_pool_create(2, NULL, &pool), MP_ESTATE);
+    assert_non_null(strstr(mp_last_error(), "mp_pool_create: SIGCHLD is ignored"));
+    assert_null(pool);
+    assert_int_equal(mp_test_count_children(), 0);
+    assert_int_equal(mp_test_count_fds(), fds);
+}
+
+/* With SIGCHLD ignored the kernel reaps every child at its exit, and its
+ * exit status is lost: every child used to look killed by SIGKILL (exit
+ * code -9), and mp_spawn said so of a rank that had returned 0. */
+static void test_sigchld_ignored(void **state)
+{
+    struct sigaction ign = {.sa_handler = SIG_IGN}, nowait = {.sa_handler = on_sigchld,
+                                                              .sa_flags = SA_NOCLDWAIT},
+                     old;
+    mp_process *p = NULL;
+    assert_int_equal(sigaction(SIGCHLD, &ign, &old), 0);
+    refuses_with_sigchld_ignored("(SIG_IGN)");
+    assert_int_equal(sigaction(SIGCHLD, &nowait, NULL), 0);
+    refuses_with_sigchld_ignored("(SA_NOCLDWAIT)");
+    /* a handler without SA_NOCLDWAIT leaves the status to be waited for */
+    nowait.sa_flags = 0;
+    assert_int_equal(sigaction(SIGCHLD, &nowait, NULL), 0);
+    p = run_op("fork", (targ){.op = OP_RETURN, .value = 7});
+    assert_int_equal(exitcode_of(p), 7);
+    assert_mp_ok(mp_process_destroy(p));
+    assert_int_equal(sigaction(SIGCHLD, &old, NULL), 0);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         ONCE(test_exec_failure),        ONCE(test_forkserver_restart), ONCE(test_start_methods),
         ONCE(test_context_and_default), ONCE(test_fork_hazard),        ONCE(test_threads),
-        ONCE(test_daemon_at_exit),      ONCE(test_process_limit),
+        ONCE(test_daemon_at_exit),      ONCE(test_process_limit),      ONCE(test_sigchld_ignored),
     };
     if (mp_setup(&argc, &argv) != 0)
         return 1;

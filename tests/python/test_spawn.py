@@ -55,3 +55,26 @@ def test_exceptions_are_torchs():
     import torch.multiprocessing as tmp
     assert mp.ProcessRaisedException is tmp.ProcessRaisedException
     assert mp.ProcessExitedException is tmp.ProcessExitedException
+
+
+def test_sigchld_ignored_refused():
+    """With SIGCHLD ignored the kernel reaps each child at once and its exit
+    code is lost: Python's own Process then reports exitcode None and
+    is_alive() True for ever, and spawn failed with a TypeError. Every start
+    (Process, spawn, Pool) refuses at once, saying how to fix it."""
+    import signal
+    before = set(children())  # a forkserver or resource tracker of earlier tests
+    old = signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    try:
+        for start in (lambda: mp.get_context("fork").Process(target=abs, args=(1,)).start(),
+                      lambda: mp.spawn(workers.rank_exits, args=(0,), nprocs=1, start_method="fork"),
+                      lambda: mp.Pool(1)):
+            with pytest.raises(RuntimeError, match=r"SIGCHLD is ignored.*SIG_DFL"):
+                start()
+        assert set(children()) <= before
+    finally:
+        signal.signal(signal.SIGCHLD, old)
+    p = mp.get_context("fork").Process(target=abs, args=(1,))
+    p.start()
+    p.join(30)
+    assert p.exitcode == 0
