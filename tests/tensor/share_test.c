@@ -5,6 +5,7 @@
 #include "mp_test.h"
 #include "tensor/tensor_internal.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -357,6 +358,80 @@ static void test_child_keeps_parents_handle(void **state)
     child_receives_inherited(false);
 }
 
+/* The same with four threads of the child receiving at once, so that
+ * aliases are made, shared and given up concurrently (FS). */
+enum { RECV_THREADS = 4, RECV_EACH = 200 };
+
+typedef struct receiver {
+    int sock;
+    void *want; /* the inherited mapping's data */
+    int bad;
+} receiver;
+
+static void *receive_many(void *arg)
+{
+    receiver *r = arg;
+    for (int i = 0; i < RECV_EACH && !r->bad; i++) {
+        mp__segment_handle h;
+        mp__segment *s = NULL;
+        size_t len;
+        int fds[1], nfds = 0;
+        if (mp__recv_record(r->sock, &h, sizeof h, &len, fds, 1, &nfds, mp__deadline(30)) < 0 ||
+            len != sizeof h) {
+            r->bad = 1;
+            break;
+        }
+        h.fd = nfds ? fds[0] : -1;
+        if (mp__segment_open(&h, &s) < 0 || mp__segment_data(s) != r->want)
+            r->bad = 2;
+        mp__segment_release(s);
+    }
+    return NULL;
+}
+
+static void test_child_threads_receive_inherited(void **state)
+{
+    int sv[2], status;
+    int64_t n = 1024;
+    mp_tensor *t;
+    mp__segment *seg;
+    mp__segment_handle h;
+    pid_t pid;
+    assert_mp_ok(mp_tensor_empty_shared(MP_INT32, 1, &n, &t));
+    seg = mp__storage_segment(mp__tensor_storage(t));
+    assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        pthread_t th[RECV_THREADS];
+        receiver r[RECV_THREADS];
+        int bad = 0;
+        mp__close(sv[0]);
+        for (int i = 0; i < RECV_THREADS; i++) {
+            r[i] = (receiver){sv[1], mp__segment_data(seg), 0};
+            if (pthread_create(&th[i], NULL, receive_many, &r[i]) != 0)
+                _exit(9);
+        }
+        for (int i = 0; i < RECV_THREADS; i++) {
+            pthread_join(th[i], NULL);
+            bad |= r[i].bad;
+        }
+        _exit(bad);
+    }
+    mp__close(sv[1]);
+    for (int i = 0; i < RECV_THREADS * RECV_EACH; i++) {
+        assert_mp_ok(mp__segment_export(seg, &h));
+        assert_mp_ok(mp__send_record(sv[0], &h, sizeof h, &h.fd, h.fd >= 0 ? 1 : 0, -1));
+    }
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    if (fs())
+        assert_int_equal(
+            ((mp__fs_header *)((char *)mp__segment_data(seg) - MP__FS_HEADER_SIZE))->refcount, 1);
+    mp_tensor_release(t);
+    mp__close(sv[0]);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, mp_test_setup, teardown)
 
 int main(void)
@@ -371,6 +446,7 @@ int main(void)
         T(test_one_storage_per_segment),
         T(test_child_receives_inherited),
         T(test_child_keeps_parents_handle),
+        T(test_child_threads_receive_inherited),
     };
     int failed = cmocka_run_group_tests_name("file_descriptor", tests, group_fd, NULL);
     failed += cmocka_run_group_tests_name("file_system", tests, group_fs, NULL);
