@@ -126,8 +126,8 @@ MP_API void mp_pool_options_init(mp_pool_options *o);
  * Starts nprocs workers (0: the number of online CPUs) and the handler
  * thread. opts may be NULL (defaults). Blocks until the workers run.
  * MP_EINVAL, MP_ENOENT (unknown start method or initializer), MP_ESTATE
- * (spawn or forkserver before mp_setup; SIGCHLD ignored), MP_ENOMEM, MP_EMFILE, MP_ECHILD (a
- * worker failed to start), MP_ESYS. */
+ * (spawn or forkserver before mp_setup; SIGCHLD ignored), MP_ENOMEM,
+ * MP_EMFILE, MP_ECHILD (a worker failed to start), MP_ESYS. */
 MP_API int mp_pool_create(int nprocs, const mp_pool_options *opts, mp_pool **out);
 /* Terminates unless closed, joins, frees. NULL is a no-op. Blocks. */
 MP_API void mp_pool_destroy(mp_pool *p);

@@ -183,7 +183,8 @@ MP_API int mp_process_create(const char *entry, mp_msg *args, const mp_process_o
  * unflushed output is not printed again by the child. Errors: MP_ESTATE
  * (started before; fork refused in a threaded process; spawn without
  * mp_setup; SIGCHLD ignored, by SIG_IGN or SA_NOCLDWAIT, which loses every
- * child's exit status), MP_EAGAIN (a limit on processes: RLIMIT_NPROC, pids.max),
+ * child's exit status), MP_EAGAIN (a limit on processes: RLIMIT_NPROC,
+ * pids.max),
  * MP_ESYS/MP_EMFILE/MP_ENOMEM (fork, exec, socket), the errors of sending
  * args (MP_ENOSPC, ...). On error no child is left. */
 MP_API int mp_process_start(mp_process *p);

@@ -110,8 +110,8 @@ MP_API int mp_simple_queue_close(mp_simple_queue *q);
 
 typedef struct mp_queue mp_queue;
 
-/* maxsize <= 0: unbounded (puts still block while the kernel's socket
- * buffer is full, since no thread buffers them). */
+/* maxsize <= 0: unbounded (puts still block while the ring, 512 messages,
+ * or the kernel's socket buffer is full, since no thread buffers them). */
 MP_API int mp_queue_create(int64_t maxsize, mp_queue **out);
 /* A queue whose consumers call mp_queue_task_done, so mp_queue_join can wait
  * until every message put has been processed. */
