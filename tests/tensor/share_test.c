@@ -167,6 +167,32 @@ static void test_fork_child_writes(void **state)
     mp_tensor_release(priv);
 }
 
+/* Exports seg and sends its handle (and fd) as one record. */
+static int send_segment(int sock, mp__segment *seg)
+{
+    mp__segment_handle h;
+    int rc = mp__segment_export(seg, &h);
+    return rc ? rc : mp__send_record(sock, &h, sizeof h, &h.fd, h.fd >= 0 ? 1 : 0, -1);
+}
+
+/* Receives one record of send_segment and opens the segment it names;
+ * no cmocka asserts, so that a forked child's threads may call it. */
+static int recv_segment(int sock, mp__segment **out)
+{
+    mp__segment_handle h;
+    size_t len;
+    int fds[1], nfds = 0;
+    int rc = mp__recv_record(sock, &h, sizeof h, &len, fds, 1, &nfds, mp__deadline(30));
+    if (rc < 0)
+        return rc;
+    h.fd = nfds ? fds[0] : -1;
+    if (len != sizeof h) {
+        mp__close(h.fd);
+        return mp__error(MP_EPROTO, "share_test: a record of %zu bytes, not a handle", len);
+    }
+    return mp__segment_open(&h, out);
+}
+
 /* Child: creates a shared tensor, sends its segment, then either exits at
  * once (the message alone keeps the segment alive) or waits for the
  * parent's write and checks it. */
@@ -174,16 +200,13 @@ static int child_send(int sock, bool exit_early)
 {
     int64_t n = 1024;
     mp_tensor *t;
-    mp__segment_handle h;
     char ack[1];
     size_t len;
     int nfds, fds[1];
     if (mp_tensor_empty_shared(MP_INT32, 1, &n, &t) != 0)
         return 10;
     fill(t, 7);
-    if (mp__segment_export(mp__storage_segment(mp__tensor_storage(t)), &h) != 0)
-        return 11;
-    if (mp__send_record(sock, &h, sizeof h, &h.fd, h.fd >= 0 ? 1 : 0, -1) != 0)
+    if (send_segment(sock, mp__storage_segment(mp__tensor_storage(t))) != 0)
         return 12;
     if (exit_early) {
         mp_tensor_release(t);
@@ -199,17 +222,11 @@ static int child_send(int sock, bool exit_early)
 
 static mp_tensor *receive_tensor(int sock)
 {
-    mp__segment_handle h;
     mp__segment *seg;
     mp__storage *st;
     mp_tensor *t;
     int64_t n = 1024, stride = 1;
-    size_t len;
-    int fds[1], nfds;
-    assert_mp_ok(mp__recv_record(sock, &h, sizeof h, &len, fds, 1, &nfds, mp__deadline(30)));
-    assert_int_equal(len, sizeof h);
-    h.fd = nfds ? fds[0] : -1;
-    assert_mp_ok(mp__segment_open(&h, &seg));
+    assert_mp_ok(recv_segment(sock, &seg));
     assert_mp_ok(mp__storage_from_segment(seg, &st));
     mp__segment_release(seg);
     assert_mp_ok(mp__tensor_make("test", st, MP_INT32, 1, &n, &stride, 0, &t));
@@ -296,6 +313,19 @@ static void test_one_storage_per_segment(void **state)
     mp_tensor_release(t);
 }
 
+/* Parent side of the inherited cases: sends seg n times to the child pid
+ * (sock), which must exit 0; then (FS) the parent's header reference is
+ * the only one left. */
+static void send_to_child(int sock, mp__segment *seg, int n, pid_t pid)
+{
+    for (int i = 0; i < n; i++)
+        assert_mp_ok(send_segment(sock, seg));
+    wait_ok(pid);
+    if (fs())
+        assert_int_equal(
+            ((mp__fs_header *)((char *)mp__segment_data(seg) - MP__FS_HEADER_SIZE))->refcount, 1);
+}
+
 /* A forked child receives a segment it already inherited: the cache hit
  * reuses the inherited mapping. FS: through an alias that adopts the
  * message's reference and gives it back when the child releases what it
@@ -304,11 +334,10 @@ static void test_one_storage_per_segment(void **state)
  * left, and the parent's release unlinks the name. */
 static void child_receives_inherited(bool child_releases_parents)
 {
-    int sv[2], status;
+    int sv[2];
     int64_t n = 1024;
     mp_tensor *t;
     mp__segment *seg;
-    mp__segment_handle h;
     pid_t pid;
     assert_mp_ok(mp_tensor_empty_shared(MP_INT32, 1, &n, &t));
     fill(t, 3);
@@ -334,16 +363,8 @@ static void child_receives_inherited(bool child_releases_parents)
         _exit(rc);
     }
     mp__close(sv[1]);
-    for (int i = 0; i < 3; i++) {
-        assert_mp_ok(mp__segment_export(seg, &h));
-        assert_mp_ok(mp__send_record(sv[0], &h, sizeof h, &h.fd, h.fd >= 0 ? 1 : 0, -1));
-    }
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    send_to_child(sv[0], seg, 3, pid);
     assert_true(holds(t, 4));
-    if (fs())
-        assert_int_equal(
-            ((mp__fs_header *)((char *)mp__segment_data(seg) - MP__FS_HEADER_SIZE))->refcount, 1);
     mp_tensor_release(t); /* the teardown checks that /dev/shm has no name left */
     mp__close(sv[0]);
 }
@@ -372,17 +393,10 @@ static void *receive_many(void *arg)
 {
     receiver *r = arg;
     for (int i = 0; i < RECV_EACH && !r->bad; i++) {
-        mp__segment_handle h;
         mp__segment *s = NULL;
-        size_t len;
-        int fds[1], nfds = 0;
-        if (mp__recv_record(r->sock, &h, sizeof h, &len, fds, 1, &nfds, mp__deadline(30)) < 0 ||
-            len != sizeof h) {
+        if (recv_segment(r->sock, &s) < 0)
             r->bad = 1;
-            break;
-        }
-        h.fd = nfds ? fds[0] : -1;
-        if (mp__segment_open(&h, &s) < 0 || mp__segment_data(s) != r->want)
+        else if (mp__segment_data(s) != r->want)
             r->bad = 2;
         mp__segment_release(s);
     }
@@ -391,11 +405,10 @@ static void *receive_many(void *arg)
 
 static void test_child_threads_receive_inherited(void **state)
 {
-    int sv[2], status;
+    int sv[2];
     int64_t n = 1024;
     mp_tensor *t;
     mp__segment *seg;
-    mp__segment_handle h;
     pid_t pid;
     assert_mp_ok(mp_tensor_empty_shared(MP_INT32, 1, &n, &t));
     seg = mp__storage_segment(mp__tensor_storage(t));
@@ -419,15 +432,7 @@ static void test_child_threads_receive_inherited(void **state)
         _exit(bad);
     }
     mp__close(sv[1]);
-    for (int i = 0; i < RECV_THREADS * RECV_EACH; i++) {
-        assert_mp_ok(mp__segment_export(seg, &h));
-        assert_mp_ok(mp__send_record(sv[0], &h, sizeof h, &h.fd, h.fd >= 0 ? 1 : 0, -1));
-    }
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    if (fs())
-        assert_int_equal(
-            ((mp__fs_header *)((char *)mp__segment_data(seg) - MP__FS_HEADER_SIZE))->refcount, 1);
+    send_to_child(sv[0], seg, RECV_THREADS * RECV_EACH, pid);
     mp_tensor_release(t);
     mp__close(sv[0]);
 }
