@@ -326,6 +326,19 @@ static void send_to_child(int sock, mp__segment *seg, int n, pid_t pid)
             ((mp__fs_header *)((char *)mp__segment_data(seg) - MP__FS_HEADER_SIZE))->refcount, 1);
 }
 
+/* Makes a shared tensor *t (1024 int32) and a socket pair sv, then forks:
+ * returns the child's pid, 0 in the child, which inherits both. */
+static pid_t fork_holding(mp_tensor **t, int sv[2])
+{
+    int64_t n = 1024;
+    pid_t pid;
+    assert_mp_ok(mp_tensor_empty_shared(MP_INT32, 1, &n, t));
+    assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    pid = fork();
+    assert_true(pid >= 0);
+    return pid;
+}
+
 /* A forked child receives a segment it already inherited: the cache hit
  * reuses the inherited mapping. FS: through an alias that adopts the
  * message's reference and gives it back when the child releases what it
@@ -335,16 +348,9 @@ static void send_to_child(int sock, mp__segment *seg, int n, pid_t pid)
 static void child_receives_inherited(bool child_releases_parents)
 {
     int sv[2];
-    int64_t n = 1024;
     mp_tensor *t;
-    mp__segment *seg;
-    pid_t pid;
-    assert_mp_ok(mp_tensor_empty_shared(MP_INT32, 1, &n, &t));
-    fill(t, 3);
-    seg = mp__storage_segment(mp__tensor_storage(t));
-    assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
-    pid = fork();
-    assert_true(pid >= 0);
+    pid_t pid = fork_holding(&t, sv);
+    mp__segment *seg = mp__storage_segment(mp__tensor_storage(t));
     if (pid == 0) {
         mp__close(sv[0]);
         /* two uses at once (the second folds into the first's alias),
@@ -363,6 +369,7 @@ static void child_receives_inherited(bool child_releases_parents)
         _exit(rc);
     }
     mp__close(sv[1]);
+    fill(t, 3); /* the child checks it after its first receive */
     send_to_child(sv[0], seg, 3, pid);
     assert_true(holds(t, 4));
     mp_tensor_release(t); /* the teardown checks that /dev/shm has no name left */
@@ -406,15 +413,9 @@ static void *receive_many(void *arg)
 static void test_child_threads_receive_inherited(void **state)
 {
     int sv[2];
-    int64_t n = 1024;
     mp_tensor *t;
-    mp__segment *seg;
-    pid_t pid;
-    assert_mp_ok(mp_tensor_empty_shared(MP_INT32, 1, &n, &t));
-    seg = mp__storage_segment(mp__tensor_storage(t));
-    assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
-    pid = fork();
-    assert_true(pid >= 0);
+    pid_t pid = fork_holding(&t, sv);
+    mp__segment *seg = mp__storage_segment(mp__tensor_storage(t));
     if (pid == 0) {
         pthread_t th[RECV_THREADS];
         receiver r[RECV_THREADS];
