@@ -12,12 +12,17 @@
  *   cuda_handoff_repeat  the same allocation again while the receiver still
  *                        holds it (the handle cache hits: no open), beside a
  *                        SOCK_SEQPACKET ping-pong carrying one fd (SCM_RIGHTS),
- *                        the CPU handoff. Target: <= 2x.
+ *                        the CPU handoff. The sender's stream is idle, so
+ *                        mproc sends no event. Target: <= 2x.
  *   cuda_handoff_repeat_raw  the same figure beside the bare cached-handle
  *                        variant: the receiver keeps the allocation open, so
  *                        each handoff is cudaEventRecord + the event handle
  *                        over the socket + cudaIpcOpenEventHandle +
  *                        cudaStreamWaitEvent + ack.
+ *   cuda_handoff_repeat_busy  the repeated handoff right after queuing GPU
+ *                        work (a 1 MiB cudaMemset of the allocation), so an
+ *                        event is needed, beside the cached-handle variant
+ *                        after the same cudaMemset.
  *
  * One JSON line per figure on stdout (median of several repetitions, us per
  * handoff); human text, with the targets met or not, on stderr. Without a
@@ -167,6 +172,7 @@ typedef struct ctx {
     void *raw;      /* the raw cached-handle variant's allocation ... */
     cudaEvent_t raw_event; /* ... and its interprocess event */
     bool has_raw_event;
+    bool busy;      /* queue a cudaMemset of the allocation before each send */
     raw_msg raw_handles;   /* their handles */
 } ctx;
 
@@ -246,7 +252,8 @@ static int op_raw_cached(void *p, size_t iters)
     ctx *c = p;
     c->raw_handles.mode = MODE_RAW_EVENT;
     for (size_t i = 0; i < iters; i++) {
-        if (mp__cuda.EventRecord(c->raw_event, 0) != cudaSuccess ||
+        if ((c->busy && mp__cuda.Memset(c->raw, (int)i, NBYTES) != cudaSuccess) ||
+            mp__cuda.EventRecord(c->raw_event, 0) != cudaSuccess ||
             raw_send(c->sock, &c->raw_handles) < 0) {
             fprintf(stderr, "bench_cuda: raw cached-handle handoff failed\n");
             return 1;
@@ -275,7 +282,8 @@ static int op_repeat(void *p, size_t iters)
 {
     ctx *c = p;
     for (size_t i = 0; i < iters; i++) {
-        if (send_tensor(c->sock, MODE_MPROC_REPEAT, c->t) < 0) {
+        if ((c->busy && mp__cuda.Memset(mp_tensor_data(c->t), (int)i, NBYTES) != cudaSuccess) ||
+            send_tensor(c->sock, MODE_MPROC_REPEAT, c->t) < 0) {
             fprintf(stderr, "bench_cuda: repeated handoff: %s\n", mp_last_error());
             return 1;
         }
@@ -317,7 +325,11 @@ static int bench(int sock, const bench_opts *o)
     double rep = bench_measure_us(op_repeat, &c, bench_iters(o, 1000), o);
     double fd = bench_measure_us(op_fd, &c, bench_iters(o, 1000), o);
     double cached = bench_measure_us(op_raw_cached, &c, bench_iters(o, 1000), o);
-    if (first < 0 || raw < 0 || rep < 0 || fd < 0 || cached < 0)
+    c.busy = true;
+    double rep_busy = bench_measure_us(op_repeat, &c, bench_iters(o, 1000), o);
+    double cached_busy = bench_measure_us(op_raw_cached, &c, bench_iters(o, 1000), o);
+    if (first < 0 || raw < 0 || rep < 0 || fd < 0 || cached < 0 || rep_busy < 0 ||
+        cached_busy < 0)
         goto out;
     bench_emit("cuda_handoff_first", first,
                "cudaMalloc+cudaIpcGetMemHandle+event+send+cudaIpcOpenMemHandle+event wait",
@@ -325,6 +337,9 @@ static int bench(int sock, const bench_opts *o)
     bench_emit("cuda_handoff_repeat", rep, "socketpair SCM_RIGHTS ping-pong (CPU handoff)", fd);
     bench_emit("cuda_handoff_repeat_raw", rep,
                "cached handle: cudaEventRecord+send+cudaIpcOpenEventHandle+event wait", cached);
+    bench_emit("cuda_handoff_repeat_busy", rep_busy,
+               "cudaMemset+cached handle: cudaEventRecord+send+cudaIpcOpenEventHandle+event wait",
+               cached_busy);
     verdict("first send vs raw CUDA IPC", raw > 0 ? first / raw : 0, 1.5);
     verdict("repeated send vs CPU handoff", fd > 0 ? rep / fd : 0, 2.0);
     rc = 0;

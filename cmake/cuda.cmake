@@ -38,7 +38,8 @@ if(NOT MPROC_CUDA STREQUAL "OFF")
 endif()
 
 # Every file of src/cuda/, listed (no globs).
-set(mproc_cuda_sources cuda_stub.c cudart.c device.c frame.c gpu_core.c gpu_ipc.c gpu_msg.c gpu_share.c gpu_tensor.c guard.c pending.c refseg.c)
+set(mproc_cuda_sources cuda_stub.c cudart.c device.c event_files.c frame.c
+    gpu_core.c gpu_ipc.c gpu_msg.c gpu_share.c gpu_tensor.c guard.c pending.c refseg.c)
 list(TRANSFORM mproc_cuda_sources PREPEND ${PROJECT_SOURCE_DIR}/src/cuda/)
 # The files that need the CUDA headers; cuda_stub.c replaces them without.
 set(mproc_cuda_runtime_regex "/(gpu_[^/]*|cudart)\\.c$")

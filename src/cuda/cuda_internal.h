@@ -7,6 +7,7 @@
 #define MPROC_CUDA_INTERNAL_H
 
 #include <stdbool.h>
+#include <sys/types.h>
 
 /* True once this process made a CUDA runtime call that initialised the
  * driver (or a test simulated it). Always false in builds without CUDA,
@@ -37,6 +38,15 @@ extern const struct mp__objkind mp__cuda_tensor_kind;
 /* Registers it with the wire layer (mp__objkind_register); idempotent.
  * src/ipc/kinds.c calls it before any message is decoded. */
 int mp__cuda_kinds_register(void);
+
+/* The CUDA driver's file of a process's interprocess events in /dev/shm
+ * (cuda.shm.<uid>.<pid>.<n>; src/cuda/event_files.c): the pid that a file
+ * name holds, or 0 when the name is not such a file. `mproc shm gc` removes
+ * those of dead processes. */
+pid_t mp__cuda_event_file_pid(const char *name);
+/* Removes this process's event files at its exit; called when mproc makes an
+ * interprocess event. Idempotent, thread-safe. */
+void mp__cuda_event_files_remove_at_exit(void);
 
 /* Test hook: pretend CUDA was (true) or was not (false) initialised in this
  * process. Clearing it does not undo a real initialisation. */

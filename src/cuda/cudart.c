@@ -44,6 +44,7 @@ mp__cuda_ops mp__cuda;
     X(IpcGetEventHandle, cudaIpcGetEventHandle)                                            \
     X(IpcOpenEventHandle, cudaIpcOpenEventHandle)                                          \
     X(StreamWaitEvent, cudaStreamWaitEvent)                                                \
+    X(StreamQuery, cudaStreamQuery)                                                        \
     X(GetErrorString, cudaGetErrorString)
 
 #define MP__CUDA_CHECK_TYPE(field, sym)                                                    \

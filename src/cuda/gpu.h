@@ -37,6 +37,7 @@ typedef struct mp__cuda_ops {
     cudaError_t (*IpcGetEventHandle)(cudaIpcEventHandle_t *handle, cudaEvent_t event);
     cudaError_t (*IpcOpenEventHandle)(cudaEvent_t *event, cudaIpcEventHandle_t handle);
     cudaError_t (*StreamWaitEvent)(cudaStream_t stream, cudaEvent_t event, unsigned int flags);
+    cudaError_t (*StreamQuery)(cudaStream_t stream);
     const char *(*GetErrorString)(cudaError_t err);
 } mp__cuda_ops;
 

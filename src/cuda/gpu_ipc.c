@@ -2,7 +2,8 @@
  * the bytes). The sender records an IPC event on its default stream and
  * takes one reference in the producer's segment for the message in flight;
  * the receiver adopts that reference, opens the allocation's IPC handle once
- * per process (cache below), and waits on the event before any later work. */
+ * per process (cache below), and waits on the event before any later work.
+ * A sender whose stream is idle sends no event (see needs_event). */
 #include "cuda/frame.h"
 #include "cuda/gpu.h"
 #include "wire/wire.h"
@@ -12,6 +13,21 @@
 #include <unistd.h>
 
 static mp__cuda_alloc *imports; /* under mp__cuda_lock */
+
+/* On the current device: whether the receiver must wait for work we queued.
+ * Not when the legacy default stream is idle: then everything queued before,
+ * on it and on the blocking streams it synchronises with, has finished (what
+ * an event recorded on it would wait for). The event is what costs: on an
+ * idle H100 the receiver's cudaStreamWaitEvent made a repeated handoff take
+ * 270 us instead of 20 (docs/cuda.md, "Events"). */
+static int needs_event(bool *needed, const char *who)
+{
+    cudaError_t e = mp__cuda.StreamQuery(0);
+    if (e != cudaSuccess && e != cudaErrorNotReady)
+        return mp__cuda_fail(e, "%s: cudaStreamQuery", who);
+    *needed = e == cudaErrorNotReady;
+    return 0;
+}
 
 /* Under the lock: makes sure a has an IPC event, and records it on the
  * current device's default stream so the receiver waits for our writes. */
@@ -28,14 +44,16 @@ static int record_event(mp__cuda_alloc *a, const char *who)
             return mp__cuda_fail(e, "%s: cudaIpcGetEventHandle", who);
         }
         a->has_event = true;
+        mp__cuda_event_files_remove_at_exit();
     }
     if ((e = mp__cuda.EventRecord(a->event, 0)) != cudaSuccess)
         return mp__cuda_fail(e, "%s: cudaEventRecord", who);
     return 0;
 }
 
-/* Under the lock, on a's device: the handle, slot and event for a send. */
-static int prepare_send(mp__cuda_alloc *a, const char *who)
+/* Under the lock, on a's device: the handle, slot and (when our stream has
+ * work queued) event for a send; *with_event says whether it has one. */
+static int prepare_send(mp__cuda_alloc *a, bool *with_event, const char *who)
 {
     int rc;
     cudaError_t e;
@@ -51,10 +69,13 @@ static int prepare_send(mp__cuda_alloc *a, const char *who)
             a->has_handle = true;
         }
     }
+    if ((rc = needs_event(with_event, who)) < 0 || !*with_event)
+        return rc;
     return record_event(a, who);
 }
 
-static void fill_frame(const mp_tensor *t, const mp__cuda_alloc *a, mp__cuda_frame *f)
+static void fill_frame(const mp_tensor *t, const mp__cuda_alloc *a, bool with_event,
+                       mp__cuda_frame *f)
 {
     memset(f, 0, sizeof *f);
     f->device = a->device;
@@ -65,9 +86,10 @@ static void fill_frame(const mp_tensor *t, const mp__cuda_alloc *a, mp__cuda_fra
     f->gen = a->gen;
     f->alloc_nbytes = a->nbytes;
     f->byte_offset = mp_tensor_byte_offset(t);
-    f->has_event = true;
+    f->has_event = with_event;
     memcpy(f->mem_handle, &a->handle, MP__CUDA_HANDLE_BYTES);
-    memcpy(f->event_handle, &a->event_handle, MP__CUDA_HANDLE_BYTES);
+    if (with_event)
+        memcpy(f->event_handle, &a->event_handle, MP__CUDA_HANDLE_BYTES);
     memcpy(f->shape, mp_tensor_shape(t), sizeof(int64_t) * (size_t)f->ndim);
     memcpy(f->strides, mp_tensor_strides(t), sizeof(int64_t) * (size_t)f->ndim);
 }
@@ -78,6 +100,7 @@ static int encode(void *obj, void *buf, size_t cap, size_t *len, int *fds, int m
     const char *who = "sending a CUDA tensor";
     mp_tensor *t = obj;
     mp__cuda_frame f;
+    bool with_event = false;
     int prev, rc;
     if ((rc = mp__cuda_load(who)) < 0)
         return rc;
@@ -89,9 +112,9 @@ static int encode(void *obj, void *buf, size_t cap, size_t *len, int *fds, int m
     if ((rc = mp__cuda_device_enter(a->device, &prev, who)) < 0)
         return rc;
     mp__cuda_lock();
-    if ((rc = prepare_send(a, who)) < 0)
+    if ((rc = prepare_send(a, &with_event, who)) < 0)
         goto out_unlock;
-    fill_frame(t, a, &f);
+    fill_frame(t, a, with_event, &f);
     rc = mp__refseg_ref_add(a->seg, a->slot, a->gen, (uint32_t)mp__pid(), &f.ref, &f.ref_word);
     if (rc < 0)
         goto out_unlock;

@@ -1,11 +1,12 @@
 # bench_cuda --quick as a smoke test: on the fake CUDA runtime in CUDA builds
-# (it must exit 0 and print its three JSON lines), and without CUDA headers
+# (it must exit 0 and print its four JSON lines), and without CUDA headers
 # (a note, exit 0 and no JSON line: bench_all's "skipped"). The shell keeps the exit status, which
 # PASS_REGULAR_EXPRESSION would ignore (a leak report at exit, say).
 if(TARGET bench_cuda)
   if(MPROC_CUDA_ENABLED)
     set(check "out=$(\"$0\" --quick) && echo \"$out\"")
-    foreach(op cuda_handoff_first cuda_handoff_repeat cuda_handoff_repeat_raw)
+    foreach(op cuda_handoff_first cuda_handoff_repeat cuda_handoff_repeat_raw
+               cuda_handoff_repeat_busy)
       string(APPEND check " && echo \"$out\" | grep -q '\"op\":\"${op}\"'")
     endforeach()
     add_test(NAME bench_cuda_smoke COMMAND sh -c "${check}" $<TARGET_FILE:bench_cuda>)

@@ -133,6 +133,10 @@ static void test_no_device(void **state)
 
 int main(void)
 {
+    /* With a GPU, the runtime opens its own fds (/dev/nvidia*, kept for the
+     * process's life) at its first call: make it before the leak snapshots. */
+    int devices = 0;
+    mp_cuda_device_count(&devices);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_fork_guard, mp_test_setup, teardown),
         cmocka_unit_test_setup_teardown(test_cpu_tensor_is_not_cuda, mp_test_setup, teardown),

@@ -97,7 +97,8 @@ static void test_device_count_cached(void **state)
     close(sv[1]);
 }
 
-/* The child adds 1 in place; the parent sees it. */
+/* The child adds 1 in place; the parent sees it. The parent's stream has
+ * work queued, so the message carries an event and the child waits on it. */
 static void test_add_one(void **state)
 {
     int sv[2];
@@ -105,6 +106,7 @@ static void test_add_one(void **state)
     assert_non_null(d);
     assert_true(mp_tensor_is_cuda(d));
     assert_int_equal(mp_tensor_device(d).device_id, 1);
+    fake->stream_busy = 1;
     pair(sv);
     pid_t pid = fork();
     if (pid == 0) {
@@ -122,6 +124,7 @@ static void test_add_one(void **state)
     }
     close(sv[1]);
     assert_mp_ok(send_tensor(sv[0], d));
+    assert_int_equal(fake->records, 1);
     reap(pid, 0);
     assert_true(values_are(d, 1, 1, 16));
     int count = -1;
@@ -129,6 +132,39 @@ static void test_add_one(void **state)
     assert_int_equal(count, 0);
     mp_tensor_release(d);
     assert_int_equal(fake->frees, 1); /* nobody holds it: freed at once */
+    close(sv[0]);
+}
+
+/* A sender whose stream is idle sends no event: it records none (nor makes
+ * one) and the receiver waits on none. A busy stream on the next send of the
+ * same allocation brings the event back. */
+static void test_idle_stream_sends_no_event(void **state)
+{
+    int sv[2];
+    mp_tensor *d = iota_cuda(0, 1, 8);
+    assert_non_null(d);
+    pair(sv);
+    pid_t pid = fork();
+    if (pid == 0) {
+        mp_tensor *t = NULL, *u = NULL;
+        close(sv[0]);
+        CHECK(recv_tensor(sv[1], &t) == 0 && values_are(t, 0, 1, 8));
+        CHECK(fake->waits == 0 && fake->events == 0);
+        CHECK(recv_tensor(sv[1], &u) == 0 && values_are(u, 0, 1, 8));
+        CHECK(fake->waits == 1);
+        mp_tensor_release(t);
+        mp_tensor_release(u);
+        _exit(0);
+    }
+    close(sv[1]);
+    assert_mp_ok(send_tensor(sv[0], d));
+    assert_int_equal(fake->records, 0);
+    assert_int_equal(fake->events, 0);
+    fake->stream_busy = 1;
+    assert_mp_ok(send_tensor(sv[0], d));
+    assert_int_equal(fake->records, 1);
+    reap(pid, 0);
+    mp_tensor_release(d);
     close(sv[0]);
 }
 
@@ -509,6 +545,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_device_count_cached, setup, teardown),
         cmocka_unit_test_setup_teardown(test_add_one, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_idle_stream_sends_no_event, setup, teardown),
         cmocka_unit_test_setup_teardown(test_views, setup, teardown),
         cmocka_unit_test_setup_teardown(test_free_early, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resend, setup, teardown),

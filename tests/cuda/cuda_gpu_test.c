@@ -7,10 +7,13 @@
  * frees early and the memory stays valid until the consumer releases; re-send
  * to a third process; the producer exits first (the warning, no hang); a
  * consumer SIGKILLed while holding a tensor (the count drops, and
- * mp_cuda_ipc_collect frees the allocation). Exit 77 (skipped) without a
- * device. MPROC_TEST_FAKE_CUDA=1 runs it all on the fake runtime. */
+ * mp_cuda_ipc_collect frees the allocation); a sender with work still queued
+ * (an event orders the receiver; the driver's event file goes at exit). Exit
+ * 77 (skipped) without a device. MPROC_TEST_FAKE_CUDA=1 runs it all on the
+ * fake runtime. */
 #include "mp_test.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -47,6 +50,23 @@ static void log_to_fd(int level, const char *line, void *user)
     int fd = *(int *)user;
     if (level == MP_LOG_WARN && write(fd, line, strlen(line)) < 0)
         _exit(101);
+}
+
+/* The busy sender's tensor: big enough that its fill is still running when
+ * it is sent (1 GiB takes about 0.4 ms on an H100); small on the fake. */
+static int64_t busy_floats(void) { return fake ? 1 << 18 : 1 << 28; }
+
+/* The CUDA driver's event files (cuda.shm.*) of process pid in /dev/shm. */
+static int event_files_of(pid_t pid)
+{
+    DIR *d = opendir("/dev/shm");
+    struct dirent *e;
+    int n = 0;
+    while (d && (e = readdir(d)))
+        n += mp__cuda_event_file_pid(e->d_name) == pid;
+    if (d)
+        closedir(d);
+    return n;
 }
 
 static int child(const char *role, int fd, int fd2)
@@ -96,6 +116,16 @@ static int child(const char *role, int fd, int fd2)
         add_one(t);
         CHECK(mp_cuda_synchronize(mp_tensor_device(t).device_id) == 0);
         mp_tensor_release(t); /* the exit status tells the parent */
+    } else if (!strcmp(role, "busy")) {
+        int64_t n = busy_floats();
+        CHECK(mp_tensor_empty_cuda(0, MP_FLOAT32, 1, &n, &t) == 0);
+        CHECK(mp__cuda.Memset(mp_tensor_data(t), 0x3f, (size_t)n * 4) == cudaSuccess);
+        if (fake)
+            fake->stream_busy = 1; /* the fake's fill is synchronous */
+        CHECK(send_tensor(fd, t) == 0);
+        hear(fd, 'x');
+        mp_tensor_release(t);
+        exit(0); /* atexit: its event file goes */
     } else if (!strcmp(role, "producer")) {
         static int logfd;
         logfd = fd2;
@@ -319,16 +349,51 @@ static void test_producer_exits_first(void **state)
     close(logp[0]);
 }
 
+/* A sender whose stream is still filling the tensor when it sends: the
+ * message carries an event, so the receiver's copy sees the whole fill; the
+ * driver made the sender an event file, which is gone once it has exited. */
+static void test_busy_sender(void **state)
+{
+    int sv[2];
+    int64_t n = 0;
+    mp_tensor *t = NULL, *tail = NULL, *h = NULL;
+    pair(sv);
+    pid_t pid = spawn_role("busy", sv[1], -1);
+    close(sv[1]);
+    assert_mp_ok(recv_tensor(sv[0], &t));
+    n = mp_tensor_numel(t);
+    assert_int_equal(n, busy_floats());
+    assert_mp_ok(mp_tensor_narrow(t, 0, n - 4, 4, &tail));
+    assert_mp_ok(mp_tensor_to_cpu(tail, &h));
+    const unsigned char *b = mp_tensor_data(h);
+    for (int i = 0; i < 16; i++)
+        assert_int_equal(b[i], 0x3f);
+    if (!fake)
+        assert_int_equal(event_files_of(pid), 1); /* it did record an event */
+    mp_tensor_release(h);
+    mp_tensor_release(tail);
+    mp_tensor_release(t);
+    assert_mp_ok(mp__send_record(sv[0], "x", 1, NULL, 0, -1));
+    reap(pid);
+    assert_int_equal(event_files_of(pid), 0);
+    close(sv[0]);
+}
+
 /* One full round before the leak snapshots: the driver opens its own fds
- * and mappings lazily on first use of each feature. */
+ * and mappings lazily on first use of each feature (the event file at the
+ * first send with work queued, hence the fill of a scratch tensor). */
 static void warm_up(void)
 {
     int sv[2];
+    int64_t n = busy_floats();
+    mp_tensor *scratch = NULL;
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
         return;
     mp_tensor *d = iota_cuda(0, 4, 4);
     pid_t pid = spawn_role("add_one", sv[1], -1);
     close(sv[1]);
+    if (mp_tensor_empty_cuda(0, MP_FLOAT32, 1, &n, &scratch) == 0)
+        mp__cuda.Memset(mp_tensor_data(scratch), 0, (size_t)n * 4);
     if (d && send_tensor(sv[0], d) == 0) {
         char c;
         size_t len;
@@ -337,6 +402,7 @@ static void warm_up(void)
     }
     waitpid(pid, NULL, 0);
     mp_tensor_release(d);
+    mp_tensor_release(scratch);
     close(sv[0]);
     /* ... and the receiving side in this process (IPC open and close). */
     int logp[2];
@@ -379,6 +445,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_resend, mp_test_setup, teardown),
         cmocka_unit_test_setup_teardown(test_producer_exits_first, mp_test_setup, teardown),
         cmocka_unit_test_setup_teardown(test_killed_consumer, mp_test_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_busy_sender, mp_test_setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

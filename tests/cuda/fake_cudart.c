@@ -241,4 +241,11 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int f)
     return cudaSuccess;
 }
 
+/* The fake's work is synchronous, so the stream is idle unless a test says
+ * otherwise (stream_busy), as a real one is while a kernel runs. */
+cudaError_t cudaStreamQuery(cudaStream_t s)
+{
+    return fake.stream_busy ? cudaErrorNotReady : cudaSuccess;
+}
+
 const char *cudaGetErrorString(cudaError_t e) { return "fake device error"; }

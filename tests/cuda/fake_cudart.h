@@ -8,6 +8,7 @@ typedef struct fake_counters {
     int device;        /* the current device */
     int count_calls;   /* cudaGetDeviceCount: mproc should ask once per process */
     int mallocs, frees, opens, closes, events, event_frees, waits, records;
+    int stream_busy;   /* cudaStreamQuery answers "not ready" while set (tests set it) */
 } fake_counters;
 
 /* Exported by the fake runtime: its counters (tests zero them with memset). */

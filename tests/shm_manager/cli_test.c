@@ -208,6 +208,34 @@ static void test_shm_gc(void **state)
     assert_out("freed 0 segments, 0 bytes\n");
 }
 
+/* The CUDA driver's event file of a dead process of ours goes; one of a live
+ * process stays. Each is picked with --prefix, so other files are safe. */
+static void test_shm_gc_cuda_event_files(void **state)
+{
+    char dead_file[64], live_file[64], want[256];
+    snprintf(dead_file, sizeof dead_file, "/cuda.shm.%x.%x.1", (unsigned)geteuid(),
+             (unsigned)dead);
+    snprintf(live_file, sizeof live_file, "/cuda.shm.%x.%x.1", (unsigned)geteuid(),
+             (unsigned)getpid());
+    make_segment(dead_file, dead, 1, 100);
+    make_segment(live_file, getpid(), 1, 100);
+    unsigned long long bytes = MP__FS_HEADER_SIZE + 100;
+    snprintf(want, sizeof want, "would free %s (%llu bytes)\nwould free 1 segment, %llu bytes\n",
+             dead_file, bytes, bytes);
+    assert_int_equal(MPROC("shm", "gc", "--dry-run", "--prefix", dead_file), 0);
+    assert_out(want);
+    assert_true(mgr_exists(dead_file));
+    snprintf(want, sizeof want, "freed %s (%llu bytes)\nfreed 1 segment, %llu bytes\n",
+             dead_file, bytes, bytes);
+    assert_int_equal(MPROC("shm", "gc", "--prefix", dead_file), 0);
+    assert_out(want);
+    assert_false(mgr_exists(dead_file));
+    assert_int_equal(MPROC("shm", "gc", "--prefix", live_file), 0);
+    assert_out("freed 0 segments, 0 bytes\n");
+    assert_true(mgr_exists(live_file));
+    shm_unlink(live_file);
+}
+
 static void test_doctor_low_nofile(void **state)
 {
     assert_int_equal(run_mproc(64, (const char *const[]){"doctor", NULL}), 1);
@@ -444,6 +472,8 @@ int main(void)
                                         mp_test_teardown),
         cmocka_unit_test_setup_teardown(test_shm_ls_json, setup_segments, teardown_segments),
         cmocka_unit_test_setup_teardown(test_shm_gc, setup_segments, teardown_segments),
+        cmocka_unit_test_setup_teardown(test_shm_gc_cuda_event_files, setup_segments,
+                                        teardown_segments),
         cmocka_unit_test(test_doctor_low_nofile),
         cmocka_unit_test(test_shm_manager_commands),
         cmocka_unit_test(test_usage_and_help),

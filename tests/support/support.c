@@ -114,7 +114,10 @@ int mp_test_count_shm(void)
  * sanitizers' allocators, so counting them would only measure noise. The
  * shm manager client's report ring is the library's, like its socket: kept
  * for the process's lifetime once the first file_system segment is
- * reported, so not a leak (its memfd is named MP__MGR_RING_NAME). */
+ * reported, so not a leak (its memfd is named MP__MGR_RING_NAME). Nor are
+ * the CUDA driver's cuda.shm.* files: it maps each sending peer's file when
+ * an event of that peer is first opened, and keeps it for the process's life
+ * (src/cuda/event_files.c). */
 static int count_maps(FILE *show)
 {
     FILE *f = fopen("/proc/self/maps", "r");
@@ -124,7 +127,7 @@ static int count_maps(FILE *show)
         return -1;
     while (fgets(line, sizeof line, f)) {
         bool shared = (strstr(line, "/memfd:") && !strstr(line, "/memfd:" MP__MGR_RING_NAME)) ||
-                      strstr(line, "/dev/shm/");
+                      (strstr(line, "/dev/shm/") && !strstr(line, "/dev/shm/cuda.shm."));
         n += shared;
         if (shared && show)
             fprintf(show, "  mapped: %s", line);

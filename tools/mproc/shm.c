@@ -1,6 +1,8 @@
 /* mproc shm ls / gc: this user's segments, seen from outside. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -8,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cuda/cuda_internal.h"
 #include "shm/manager.h"
 
 typedef struct seg {
@@ -273,6 +276,42 @@ static int shm_ls(int argc, char **argv)
     return rc;
 }
 
+/* The CUDA driver's event files (cuda.shm.<uid>.<pid>.<n>) of this user's
+ * dead processes: the driver never removes them, mproc does at a normal exit,
+ * so these are left by processes that were killed (src/cuda/event_files.c).
+ * Counted into *freed and *bytes; returns EXIT_FAIL if an unlink failed. */
+static int gc_cuda_event_files(const char *prefix, bool dry, int *freed,
+                               unsigned long long *bytes)
+{
+    DIR *d = opendir("/dev/shm");
+    struct dirent *e;
+    struct stat st;
+    int rc = EXIT_OK;
+    while (d && (e = readdir(d))) {
+        char full[sizeof e->d_name + 1];
+        pid_t pid = mp__cuda_event_file_pid(e->d_name);
+        snprintf(full, sizeof full, "/%s", e->d_name);
+        if (pid <= 0 || (prefix && strncmp(full, prefix, strlen(prefix)) != 0))
+            continue;
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+            !S_ISREG(st.st_mode) || st.st_uid != geteuid() || kill(pid, 0) == 0 ||
+            errno != ESRCH)
+            continue; /* not this user's, or its process lives */
+        if (!dry && unlinkat(dirfd(d), e->d_name, 0) != 0 && errno != ENOENT) {
+            fprintf(stderr, "mproc shm gc: unlink(/dev/shm%s): %s\n", full, strerror(errno));
+            rc = EXIT_FAIL;
+            continue;
+        }
+        printf("%s %s (%llu bytes)\n", dry ? "would free" : "freed", full,
+               (unsigned long long)st.st_size);
+        (*freed)++;
+        *bytes += (unsigned long long)st.st_size;
+    }
+    if (d)
+        closedir(d);
+    return rc;
+}
+
 static int shm_gc(int argc, char **argv)
 {
     bool dry = false;
@@ -303,6 +342,8 @@ static int shm_gc(int argc, char **argv)
         freed++;
         bytes += s->info.file_size;
     }
+    if (gc_cuda_event_files(l.prefix, dry, &freed, &bytes) != EXIT_OK)
+        rc = EXIT_FAIL;
     printf("%s %d segment%s, %llu bytes\n", dry ? "would free" : "freed", freed,
            freed == 1 ? "" : "s", bytes);
 out:
