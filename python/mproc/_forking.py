@@ -15,7 +15,8 @@ from ._sharing import (_REDUCERS, _check_leaf, _make_array, _make_tensor, _meta,
                        _plain_storage, _reduce_array, _reduce_storage, _reduce_tensor,
                        _register, _shareable, _shareable_array, _storage_tensor,
                        _tensor_meta, _torch, _torch_base, adopt_storage, lookup,
-                       share_array, share_tensor_, tensor_storage)
+                       share_array, share_tensor_, tensor_storage, typed, typed_storage,
+                       untyped)
 
 _pending = []  # fds (our own dups) that wait for a child's start
 
@@ -50,14 +51,14 @@ def _fp_rebuild_tensor(frame, dups, meta):
     st = _decode(frame, dups)
     if lookup(st.data_ptr) is None:
         _register(st)
-    return _make_tensor(_torch_base(st, meta[0]).storage(), meta)
+    return _make_tensor(typed(_torch_base(st, meta[0])), meta)
 
 
 def _fp_rebuild_storage(frame, dups, dtype):
     st = _decode(frame, dups)
     if lookup(st.data_ptr) is None:
         _register(st)
-    return _torch_base(st, dtype).storage()
+    return typed(_torch_base(st, dtype))
 
 
 def _fp_rebuild_array(frame, dups, dtype, shape, offset, strides):
@@ -73,7 +74,7 @@ def _fp_rebuild_handle(frame, dups, cls):
 
 def _fp_reduce_adopted(t):
     """fp_reduce_tensor for a tensor in torch's shared memory, or None."""
-    us = t._storage()
+    us = untyped(t)
     if lookup(us.data_ptr()) is not None:
         return None
     st = adopt_storage(us)
@@ -84,7 +85,7 @@ def _fp_reduce_adopted(t):
 
 
 def fp_reduce_tensor(t):
-    if not _shareable(t) or t._storage().nbytes() == 0:
+    if not _shareable(t) or untyped(t).nbytes() == 0:
         return t.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
     r = _fp_reduce_adopted(t)
     if r is not None:
@@ -96,7 +97,7 @@ def fp_reduce_tensor(t):
 def fp_reduce_storage(s):
     torch = _torch()
     if isinstance(s, torch.UntypedStorage):
-        s = torch.TypedStorage(wrap_storage=s, dtype=torch.uint8)
+        s = typed_storage(wrap_storage=s, dtype=torch.uint8)
     if not _plain_storage(s):
         return s.__reduce__()
     t = share_tensor_(_storage_tensor(s))

@@ -79,9 +79,49 @@ def _quantized_dtypes():
             if hasattr(torch, n)}
 
 
+# torch 2 renamed the storage accessors and warns when a TypedStorage is
+# made or asked for the public way (TypedStorage is deprecated there); these
+# pick the spelling of the torch that runs (1.13 has only the old ones).
+
+def untyped(t):
+    """t's UntypedStorage: untyped_storage() from torch 2, _storage() before."""
+    f = getattr(t, "untyped_storage", None)
+    return f() if f is not None else t._storage()
+
+
+def typed(t):
+    """t's TypedStorage, without torch 2's deprecation warning."""
+    f = getattr(t, "_typed_storage", None)
+    return f() if f is not None else t.storage()
+
+
+def untyped_of(s):
+    """The UntypedStorage inside TypedStorage s."""
+    us = getattr(s, "_untyped_storage", None)
+    return us if us is not None else s._storage
+
+
+def typed_storage(*args, **kwargs):
+    """torch.TypedStorage(*args, **kwargs), without torch 2's warning."""
+    torch = _torch()
+    if _typed_internal():
+        kwargs["_internal"] = True
+    return torch.TypedStorage(*args, **kwargs)
+
+
+@functools.lru_cache(maxsize=None)
+def _typed_internal():
+    """Whether TypedStorage takes _internal=True (torch 2: no warning)."""
+    try:
+        _torch().TypedStorage(0, dtype=_torch().uint8, _internal=True)
+        return True
+    except TypeError:
+        return False
+
+
 def tensor_storage(t):
     """The mproc Storage under a CPU tensor, or None when it is private."""
-    return lookup(t._storage().data_ptr())
+    return lookup(untyped(t).data_ptr())
 
 
 def _torch_base(st, dtype):
@@ -106,11 +146,11 @@ def share_tensor_(t, moved=None):
     torch = _torch()
     if not _shareable(t):
         return t
-    us = t._storage()  # untyped: cheaper than storage()'s TypedStorage wrapper
+    us = untyped(t)  # cheaper than a TypedStorage wrapper
     nbytes = us.nbytes()
     ptr = us.data_ptr()
     if nbytes and lookup(ptr) is None:
-        ts = t.storage()
+        ts = typed(t)
         hit = moved.get(ptr) if moved is not None else None
         if hit is None:
             # the whole storage's bytes, written into the new pages in one pass
@@ -121,14 +161,14 @@ def share_tensor_(t, moved=None):
         else:
             st = hit[0]
         with torch.no_grad():
-            t.set_(_torch_base(st, t.dtype).storage(), t.storage_offset(), t.size(), t.stride())
+            t.set_(typed(_torch_base(st, t.dtype)), t.storage_offset(), t.size(), t.stride())
     if t.grad is not None:
         share_tensor_(t.grad, moved)
     return t
 
 
 def is_shared(t):
-    return _shareable(t) and lookup(t._storage().data_ptr()) is not None
+    return _shareable(t) and lookup(untyped(t).data_ptr()) is not None
 
 
 def _check_leaf(t):
@@ -331,7 +371,7 @@ def _cached_storage(i, dtype):
         st = _att(i)
         if lookup(st.data_ptr) is None:
             _register(st)
-        ts = _tls.bases[key] = _torch_base(st, dtype).storage()
+        ts = _tls.bases[key] = typed(_torch_base(st, dtype))
     return ts
 
 
@@ -436,7 +476,7 @@ class _Arena:
             for t, dtype, offset, size, stride in self.tensors:
                 base = bases.get(dtype)
                 if base is None:
-                    base = bases[dtype] = _torch_base(st, dtype).storage()
+                    base = bases[dtype] = typed(_torch_base(st, dtype))
                 t.set_(base, offset, size, stride)
         atts[self.index] = st
 
@@ -445,7 +485,7 @@ def _reduce_tensor(t, p):
     torch = _torch()
     if t.device.type != "cpu" or t.layout is not torch.strided or t.is_quantized:
         return NotImplemented
-    us = t._storage()
+    us = untyped(t)
     ptr, nbytes = us.data_ptr(), us.nbytes()
     if nbytes == 0:
         return NotImplemented
@@ -469,10 +509,10 @@ def _reduce_tensor(t, p):
 def _reduce_storage(s, p):
     torch = _torch()
     if isinstance(s, torch.UntypedStorage):
-        s = torch.TypedStorage(wrap_storage=s, dtype=torch.uint8)
+        s = typed_storage(wrap_storage=s, dtype=torch.uint8)
     if not _plain_storage(s):
         return NotImplemented
-    us = s._storage
+    us = untyped_of(s)
     if lookup(us.data_ptr()) is None and us.is_shared():
         i = _adopted_index(p, us, us.data_ptr())
         if i is not None:

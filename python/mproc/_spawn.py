@@ -29,7 +29,7 @@ except ImportError:
             super().__init__(msg)
             self.msg = msg
             self.error_index = error_index
-            self.pid = pid
+            self.error_pid = self.pid = pid  # torch 2's name, and 1.x's
 
         def __reduce__(self):
             return type(self), (self.msg, self.error_index, self.pid)

@@ -64,9 +64,9 @@ def _new_shared(self, size, *, device=None):
     if nbytes == 0:
         return _torch_new_shared(self, size, device=device)
     if nbytes < OWN_SEGMENT_MIN:
-        return _torch.TypedStorage(size, dtype=self.dtype)
+        return _sharing.typed_storage(size, dtype=self.dtype)
     st = _sharing._register(_sharing.Storage.empty(nbytes))
-    return _sharing._torch_base(st, self.dtype).storage()
+    return _sharing.typed(_sharing._torch_base(st, self.dtype))
 
 
 def _drain(q):

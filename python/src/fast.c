@@ -39,11 +39,22 @@ static struct {
     PyObject *dtypes[NDTYPES], *protos[NDTYPES];
 } F;
 
-static PyObject *s_storage, *s_data_ptr, *s_nbytes, *s_size, *s_stride, *s_offset, *s_dtype,
+static PyObject *s_storage, *s_untyped_storage, *s_data_ptr, *s_nbytes, *s_size, *s_stride, *s_offset, *s_dtype,
     *s_layout, *s_is_cpu, *s_requires_grad, *s_is_leaf, *s_grad, *s_new, *s_set, *s_rg_, *s_torch,
     *s_is_conj, *s_is_neg;
 
 /* ---- torch, looked up once it is imported (never imported here) ------- */
+
+/* t's UntypedStorage: torch 2 calls the method untyped_storage, 1.x
+ * _storage; the first tensor seen tells which (under the GIL). */
+static PyObject *untyped_storage(PyObject *t)
+{
+    static PyObject *name;
+    if (!name)
+        name = PyObject_HasAttr((PyObject *)Py_TYPE(t), s_untyped_storage) ? s_untyped_storage
+                                                                           : s_storage;
+    return PyObject_CallMethodNoArgs(t, name);
+}
 
 static int torch_ready(void)
 {
@@ -234,7 +245,7 @@ int mpy_tensor_parts(PyObject *t, mpy_parts *p)
         return code;
     if ((code = frame_dtype(t, &flags)) < 0)
         return code == -2 ? 0 : -1;
-    PyObject *us = PyObject_CallMethodNoArgs(t, s_storage), *key = NULL;
+    PyObject *us = untyped_storage(t), *key = NULL;
     PyObject *size = NULL, *stride = NULL;
     if (!us || !(key = PyObject_CallMethodNoArgs(us, s_data_ptr)))
         goto out;
@@ -393,7 +404,7 @@ static PyObject *torch_storage(PyObject *st, PyObject *key, long long need, int 
     PyObject *t = weak_get(F.rx_cache, key), *us = NULL, *p = NULL;
     *fresh = 0;
     if (t) {
-        us = PyObject_CallMethodNoArgs(t, s_storage);
+        us = untyped_storage(t);
         Py_DECREF(t);
         long long n;
         if (us && (p = PyObject_CallMethodNoArgs(us, s_data_ptr)) &&
@@ -418,7 +429,7 @@ static PyObject *torch_storage(PyObject *st, PyObject *key, long long need, int 
     Py_DECREF(owner);
     if (!u8)
         return NULL;
-    us = PyObject_CallMethodNoArgs(u8, s_storage);
+    us = untyped_storage(u8);
     Py_DECREF(u8);
     *fresh = 1;
     return us;
@@ -633,6 +644,7 @@ int mpy_fast_init(PyObject *module)
 {
 #define INTERN(var, s) if (!(var = PyUnicode_InternFromString(s))) return -1
     INTERN(s_storage, "_storage");
+    INTERN(s_untyped_storage, "untyped_storage");
     INTERN(s_data_ptr, "data_ptr");
     INTERN(s_nbytes, "nbytes");
     INTERN(s_size, "size");

@@ -12,12 +12,13 @@ import mproc.torch as mp
 import torch_workers
 from conftest import own_fds, own_segments
 from torch_workers import inode_of, torch_shared
+from mproc._sharing import untyped
 
 STRATEGIES = ["file_descriptor", "file_system"]
 
 
 def _torch_inode(t):
-    st = os.fstat(t._storage()._get_shared_fd())
+    st = os.fstat(untyped(t)._get_shared_fd())
     return (os.major(st.st_dev), os.minor(st.st_dev)), st.st_ino
 
 
@@ -34,14 +35,14 @@ def test_adopted_not_copied(strategy):
     s[7] = 7
     assert t[3] == 5 and b[1] == 5 and early[88] == 6 and t[7] == 7
     # the sender's tensor was left in torch's memory (not rebound)
-    assert mp._sharing.lookup(t._storage().data_ptr()) is None
-    assert t._storage()._get_shared_fd() >= 0
-    assert a._storage().data_ptr() == b._storage().data_ptr()  # one storage per message
+    assert mp._sharing.lookup(untyped(t).data_ptr()) is None
+    assert untyped(t)._get_shared_fd() >= 0
+    assert untyped(a).data_ptr() == untyped(b).data_ptr()  # one storage per message
 
 
 def test_adopt_fd_binding():
     t = torch_shared(256, 3)
-    fd = t._storage()._get_shared_fd()
+    fd = untyped(t)._get_shared_fd()
     st = mp._sharing.Storage.adopt_fd(fd, 1024)
     assert st.nbytes == 1024 and st.is_shared and st.sharing_strategy == "file_descriptor"
     u = torch.from_dlpack(st).view(torch.float32)

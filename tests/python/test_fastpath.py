@@ -14,6 +14,7 @@ import mproc.torch as mp
 import workers
 from conftest import own_fds, own_segments
 from mproc import _mproc, _sharing
+from mproc._sharing import untyped
 
 STRATEGIES = ["file_descriptor", "file_system"]
 FRAME = b"\xffMP1"
@@ -123,14 +124,14 @@ def test_receive_cache_reuses_a_held_storage(strategy):
     done.put(None)
     p.join(30)
     # one torch storage for both: the second arrival reused the first's
-    assert b._storage()._cdata == a._storage()._cdata
+    assert untyped(b)._cdata == untyped(a)._cdata
     assert torch.equal(b, torch.arange(2.0, 6.0)) and b.is_shared()
     b[0] = 100
     assert a[2] == 100
     # in one process: the receiver gets the sender's own storage back
     t = torch.ones(3).share_memory_()
     q.put(t)
-    assert q.get(timeout=5)._storage()._cdata == t._storage()._cdata
+    assert untyped(q.get(timeout=5))._cdata == untyped(t)._cdata
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES, indirect=True)
@@ -140,7 +141,7 @@ def test_cache_keeps_nothing_alive(strategy):
     entries, fds, maps = _mproc._rx_cache_size(), own_fds(), own_maps()
     segs = own_segments()
     t = torch.zeros(1000).share_memory_()
-    ptr = t._storage().data_ptr()
+    ptr = untyped(t).data_ptr()
     q.put(t)
     r = q.get(timeout=5)
     assert _mproc._rx_cache_size() == entries + 1
@@ -228,7 +229,7 @@ def test_containers_of_tensors(strategy):
     assert r["a"].data_ptr() == shared.data_ptr() and r["a"].is_shared()
     assert r["views"][0].storage_offset() == 2 and torch.equal(r["views"][0], shared[2:5])
     assert r["views"][1].stride() == (1, 4)
-    assert r["views"][1]._storage()._cdata == r["a"]._storage()._cdata  # one storage, reused
+    assert untyped(r["views"][1])._cdata == untyped(r["a"])._cdata  # one storage, reused
     assert torch.equal(r["p"], private) and private.is_shared()
     assert type(r["param"]) is torch.nn.Parameter
     assert np.array_equal(r["arr"], arr) and r["plain"] == (1, "x")

@@ -65,5 +65,6 @@ def collate_torch_shared(samples):
     batch = default_collate(samples)
     sharing = sys.modules.get("mproc.torch")
     (sharing._torch_share_memory_ if sharing else torch.Tensor.share_memory_)(batch)
-    st = os.fstat(batch._storage()._get_shared_fd())
+    us = batch.untyped_storage() if hasattr(batch, "untyped_storage") else batch._storage()
+    st = os.fstat(us._get_shared_fd())  # torch 2 spelling, or 1.x's
     return batch, ((os.major(st.st_dev), os.minor(st.st_dev)), st.st_ino)
