@@ -44,6 +44,9 @@ int mp__cuda_kinds_register(void);
  * name holds, or 0 when the name is not such a file. `mproc shm gc` removes
  * those of dead processes. */
 pid_t mp__cuda_event_file_pid(const char *name);
+/* Calls fn for each of this user's event files (mp__shm_each); stops when
+ * fn returns non-zero. Returns the number visited or a negative mp_error. */
+int mp__cuda_event_files_each(int (*fn)(const char *name, void *ctx), void *ctx);
 /* Removes this process's event files at its exit; called when mproc makes an
  * interprocess event. Idempotent, thread-safe. */
 void mp__cuda_event_files_remove_at_exit(void);

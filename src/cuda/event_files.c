@@ -8,14 +8,12 @@
  * signal leaves its file: `mproc shm gc` removes those of dead processes. */
 #include "cuda/cuda_internal.h"
 #include "os/os.h"
+#include "shm/manager.h"
 
-#include <dirent.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <sys/stat.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 pid_t mp__cuda_event_file_pid(const char *name)
@@ -27,21 +25,22 @@ pid_t mp__cuda_event_file_pid(const char *name)
     return (pid_t)pid;
 }
 
-static void remove_own_event_files(void)
+static bool is_event_file(const char *name) { return mp__cuda_event_file_pid(name) > 0; }
+
+int mp__cuda_event_files_each(int (*fn)(const char *name, void *ctx), void *ctx)
 {
-    DIR *d = opendir("/dev/shm");
-    struct dirent *e;
-    struct stat st;
-    if (!d)
-        return;
-    while ((e = readdir(d))) {
-        if (mp__cuda_event_file_pid(e->d_name) == getpid() &&
-            fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-            st.st_uid == geteuid())
-            unlinkat(dirfd(d), e->d_name, 0);
-    }
-    closedir(d);
+    return mp__shm_each(is_event_file, fn, ctx);
 }
+
+static int remove_if_own(const char *name, void *ctx)
+{
+    (void)ctx;
+    if (mp__cuda_event_file_pid(name) == getpid())
+        shm_unlink(name);
+    return 0;
+}
+
+static void remove_own_event_files(void) { mp__cuda_event_files_each(remove_if_own, NULL); }
 
 static void register_removal(void)
 {

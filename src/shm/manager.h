@@ -144,8 +144,12 @@ void mp__seg_users_free(mp__seg_users *u);
 /* Fills *info for /dev/shm/<name> (name with or without the leading '/');
  * users from u (-1 when u is NULL). MP_ENOENT when it does not exist. */
 int mp__seg_inspect(const char *name, const mp__seg_users *u, mp__seg_info *info);
-/* Calls fn for each /dev/shm/mproc-* file of this uid; stops when fn
- * returns non-zero. Returns the number visited or a negative mp_error. */
+/* Calls fn for each regular file of /dev/shm owned by this uid whose name
+ * match accepts; stops when fn returns non-zero. Returns the number visited
+ * or a negative mp_error. */
+int mp__shm_each(bool (*match)(const char *name), int (*fn)(const char *name, void *ctx),
+                 void *ctx);
+/* mp__shm_each over the mproc-* names (mp__mgr_name_ok). */
 int mp__seg_each(int (*fn)(const char *name, void *ctx), void *ctx);
 /* Whether a process with this pid exists (kill 0; EPERM counts as alive). */
 bool mp__pid_alive(pid_t pid);

@@ -171,7 +171,8 @@ int mp__seg_inspect(const char *name, const mp__seg_users *u, mp__seg_info *info
     return 0;
 }
 
-int mp__seg_each(int (*fn)(const char *name, void *ctx), void *ctx)
+int mp__shm_each(bool (*match)(const char *name), int (*fn)(const char *name, void *ctx),
+                 void *ctx)
 {
     DIR *d = opendir(SHM_DIR);
     struct dirent *e;
@@ -180,7 +181,7 @@ int mp__seg_each(int (*fn)(const char *name, void *ctx), void *ctx)
         return mp__errno_error(errno, "shm inspect: opendir(%s)", SHM_DIR);
     while ((e = readdir(d))) {
         struct stat st;
-        if (!mp__mgr_name_ok(e->d_name))
+        if (!match(e->d_name))
             continue;
         if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
             !S_ISREG(st.st_mode) || st.st_uid != geteuid())
@@ -191,4 +192,9 @@ int mp__seg_each(int (*fn)(const char *name, void *ctx), void *ctx)
     }
     closedir(d);
     return n;
+}
+
+int mp__seg_each(int (*fn)(const char *name, void *ctx), void *ctx)
+{
+    return mp__shm_each(mp__mgr_name_ok, fn, ctx);
 }

@@ -8,13 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static mp_msg *one_byte(void)
-{
-    mp_msg *m = NULL;
-    assert_mp_ok(mp_msg_create(&m));
-    assert_mp_ok(mp_msg_set_payload(m, "x", 1));
-    return m;
-}
+static mp_msg *one_byte(void) { return mp_test_payload_msg("x", 1); }
 
 static mp_msg *with_event(mp_event *e)
 {
@@ -47,14 +41,14 @@ MP_TASK(timeout_task)
 
 /* ---- queues and pipes ---------------------------------------------------- */
 
-static void put_one(fx *f)
+static void r_put(fx *f)
 {
     mp_msg *m = one_byte();
     assert_mp_ok(mp_queue_put(f->q, m, -1));
     mp_msg_destroy(m);
 }
 
-static void take_one(fx *f)
+static void r_get(fx *f)
 {
     mp_msg *m = NULL;
     assert_mp_ok(mp_queue_get(f->q, &m, 10));
@@ -65,13 +59,13 @@ static void s_queue(fx *f) { assert_mp_ok(mp_queue_create(0, &f->q)); }
 static void s_queue_full(fx *f)
 {
     assert_mp_ok(mp_queue_create(1, &f->q));
-    put_one(f);
+    r_put(f);
 }
 static void s_joinable(fx *f)
 {
     assert_mp_ok(mp_joinable_queue_create(0, &f->q));
-    put_one(f);
-    take_one(f); /* taken, not task_done: join must wait */
+    r_put(f);
+    r_get(f); /* taken, not task_done: join must wait */
 }
 static void s_simple(fx *f) { assert_mp_ok(mp_simple_queue_create(&f->sq)); }
 static void s_pipe(fx *f) { assert_mp_ok(mp_pipe(true, &f->a, &f->b)); }
@@ -137,10 +131,7 @@ static int c_get_tensor(fx *f, double t)
 static mp_msg *four_k(void)
 {
     static char page[4096];
-    mp_msg *m = NULL;
-    assert_mp_ok(mp_msg_create(&m));
-    assert_mp_ok(mp_msg_set_payload(m, page, sizeof page));
-    return m;
+    return mp_test_payload_msg(page, sizeof page);
 }
 static void s_pipe_full(fx *f)
 {
@@ -167,8 +158,6 @@ static int c_poll(fx *f, double t)
     return rc == 1 ? 0 : rc == 0 ? POLL_NOT_READY : rc;
 }
 
-static void r_put(fx *f) { put_one(f); }
-static void r_get(fx *f) { take_one(f); }
 static void r_task_done(fx *f) { assert_mp_ok(mp_queue_task_done(f->q)); }
 static void r_simple_put(fx *f)
 {

@@ -1,13 +1,18 @@
 /* The public CUDA API on a machine without a GPU, in both builds: the fork
  * guard (simulated), argument checks, MP_ENOTSUP from a build without CUDA,
- * and a clean "no device" from a CUDA build. */
+ * and a clean "no device" from a CUDA build; the removal of the driver's
+ * event files at exit, on files named as the driver names them. */
 #include "mp_test.h"
 #include "cuda/cuda_internal.h"
 #include "ipc/kinds.h"
+#include "os/os.h"
 #include "wire/wire.h"
 
 #include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static int teardown(void **state)
@@ -45,6 +50,51 @@ static void test_cpu_tensor_is_not_cuda(void **state)
                                                              ? MP_ENOTSUP
                                                              : MP_EINVAL);
     mp_tensor_release(t);
+}
+
+static void make_event_file(char *name, size_t cap, pid_t pid)
+{
+    snprintf(name, cap, "/dev/shm/cuda.shm.%x.%x.1", (unsigned)geteuid(), (unsigned)pid);
+    int fd = open(name, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
+    assert_true(fd >= 0);
+    close(fd);
+}
+
+/* A process that made an event removes its own event file when it exits,
+ * by exit or (as an mproc child does) by _exit after the exit work, and
+ * leaves another process's alone. */
+static void test_event_files_removed_at_exit(void **state)
+{
+    char ours[96], theirs[96];
+    make_event_file(theirs, sizeof theirs, getpid());
+    for (int by_exit = 0; by_exit < 2; by_exit++) {
+        int p[2];
+        char c = 0;
+        assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+        pid_t pid = fork();
+        if (pid == 0) {
+            make_event_file(ours, sizeof ours, getpid());
+            mp__cuda_event_files_remove_at_exit();
+            mp__cuda_event_files_remove_at_exit(); /* idempotent */
+            if (write(p[1], "m", 1) != 1)
+                _exit(1);
+            if (by_exit)
+                exit(0);
+            mp__child_exit_run(); /* what an mproc child runs before _exit */
+            _exit(0);
+        }
+        close(p[1]);
+        assert_int_equal(read(p[0], &c, 1), 1);
+        close(p[0]);
+        int status = 0;
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        snprintf(ours, sizeof ours, "/dev/shm/cuda.shm.%x.%x.1", (unsigned)geteuid(),
+                 (unsigned)pid);
+        assert_int_equal(access(ours, F_OK), -1);
+    }
+    assert_int_equal(access(theirs, F_OK), 0);
+    unlink(theirs);
 }
 
 static void test_kind_registered(void **state)
@@ -141,6 +191,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_fork_guard, mp_test_setup, teardown),
         cmocka_unit_test_setup_teardown(test_cpu_tensor_is_not_cuda, mp_test_setup, teardown),
         cmocka_unit_test_setup_teardown(test_kind_registered, mp_test_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_event_files_removed_at_exit, mp_test_setup,
+                                        teardown),
 #ifndef MPROC_HAVE_CUDA
         cmocka_unit_test_setup_teardown(test_stub, mp_test_setup, teardown),
 #else

@@ -13,7 +13,6 @@
  * fake runtime. */
 #include "mp_test.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -56,17 +55,24 @@ static void log_to_fd(int level, const char *line, void *user)
  * it is sent (1 GiB takes about 0.4 ms on an H100); small on the fake. */
 static int64_t busy_floats(void) { return fake ? 1 << 18 : 1 << 28; }
 
+typedef struct files_of {
+    pid_t pid;
+    int n;
+} files_of;
+
+static int count_if_of(const char *name, void *ctx)
+{
+    files_of *f = ctx;
+    f->n += mp__cuda_event_file_pid(name) == f->pid;
+    return 0;
+}
+
 /* The CUDA driver's event files (cuda.shm.*) of process pid in /dev/shm. */
 static int event_files_of(pid_t pid)
 {
-    DIR *d = opendir("/dev/shm");
-    struct dirent *e;
-    int n = 0;
-    while (d && (e = readdir(d)))
-        n += mp__cuda_event_file_pid(e->d_name) == pid;
-    if (d)
-        closedir(d);
-    return n;
+    files_of f = {pid, 0};
+    mp__cuda_event_files_each(count_if_of, &f);
+    return f.n;
 }
 
 static int child(const char *role, int fd, int fd2)

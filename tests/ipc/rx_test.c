@@ -66,10 +66,7 @@ static mp_msg *tensor_msg(int32_t v)
 static mp_msg *big_msg(void)
 {
     static char bytes[4096];
-    mp_msg *m = NULL;
-    assert_mp_ok(mp_msg_create(&m));
-    assert_mp_ok(mp_msg_set_payload(m, bytes, sizeof bytes));
-    return m;
+    return mp_test_payload_msg(bytes, sizeof bytes);
 }
 
 static int queue_get(void *q, mp_msg **out) { return mp_queue_get(q, out, 5); }

@@ -55,6 +55,9 @@ const char *mp_test_method(void **state);
 /* Creates and starts a process running entry(args) with method (default
  * options otherwise); fails the current test on any error. */
 mp_process *mp_test_start(const char *entry, mp_msg *args, const char *method);
+/* A new message whose payload is a copy of bytes[0..n); fails the test on
+ * error. The caller destroys it. */
+mp_msg *mp_test_payload_msg(const void *bytes, size_t n);
 /* This process's mp_tensor_stats_get counters now; fails the test on error. */
 mp_tensor_stats mp_test_tensor_stats(void);
 

@@ -261,6 +261,14 @@ int mp_test_method_teardown(void **state)
 
 const char *mp_test_method(void **state) { return ((method_state *)*state)->method; }
 
+mp_msg *mp_test_payload_msg(const void *bytes, size_t n)
+{
+    mp_msg *m = NULL;
+    assert_mp_ok(mp_msg_create(&m));
+    assert_mp_ok(mp_msg_set_payload(m, bytes, n));
+    return m;
+}
+
 mp_process *mp_test_start(const char *entry, mp_msg *args, const char *method)
 {
     mp_process_options o;

@@ -1,8 +1,6 @@
 /* mproc shm ls / gc: this user's segments, seen from outside. */
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -276,40 +274,38 @@ static int shm_ls(int argc, char **argv)
     return rc;
 }
 
-/* The CUDA driver's event files (cuda.shm.<uid>.<pid>.<n>) of this user's
- * dead processes: the driver never removes them, mproc does at a normal exit,
- * so these are left by processes that were killed (src/cuda/event_files.c).
- * Counted into *freed and *bytes; returns EXIT_FAIL if an unlink failed. */
-static int gc_cuda_event_files(const char *prefix, bool dry, int *freed,
-                               unsigned long long *bytes)
+/* What gc_cuda_event_file gathers. */
+typedef struct cuda_gc {
+    const char *prefix;
+    bool dry;
+    int freed;
+    unsigned long long bytes;
+    bool failed; /* an unlink failed (said on stderr) */
+} cuda_gc;
+
+/* A CUDA driver event file (cuda.shm.<uid>.<pid>.<n>) of a dead process of
+ * ours: the driver never removes them, mproc does at a normal exit, so these
+ * are left by processes that were killed (src/cuda/event_files.c). */
+static int gc_cuda_event_file(const char *name, void *ctx)
 {
-    DIR *d = opendir("/dev/shm");
-    struct dirent *e;
+    cuda_gc *g = ctx;
+    char full[MP__SHM_NAME_MAX + 2], path[MP__SHM_NAME_MAX + 16];
     struct stat st;
-    int rc = EXIT_OK;
-    while (d && (e = readdir(d))) {
-        char full[sizeof e->d_name + 1];
-        pid_t pid = mp__cuda_event_file_pid(e->d_name);
-        snprintf(full, sizeof full, "/%s", e->d_name);
-        if (pid <= 0 || (prefix && strncmp(full, prefix, strlen(prefix)) != 0))
-            continue;
-        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
-            !S_ISREG(st.st_mode) || st.st_uid != geteuid() || kill(pid, 0) == 0 ||
-            errno != ESRCH)
-            continue; /* not this user's, or its process lives */
-        if (!dry && unlinkat(dirfd(d), e->d_name, 0) != 0 && errno != ENOENT) {
-            fprintf(stderr, "mproc shm gc: unlink(/dev/shm%s): %s\n", full, strerror(errno));
-            rc = EXIT_FAIL;
-            continue;
-        }
-        printf("%s %s (%llu bytes)\n", dry ? "would free" : "freed", full,
-               (unsigned long long)st.st_size);
-        (*freed)++;
-        *bytes += (unsigned long long)st.st_size;
+    snprintf(full, sizeof full, "/%s", name);
+    snprintf(path, sizeof path, "/dev/shm/%s", name);
+    if ((g->prefix && strncmp(full, g->prefix, strlen(g->prefix)) != 0) ||
+        mp__pid_alive(mp__cuda_event_file_pid(name)) || stat(path, &st) != 0)
+        return 0;
+    if (!g->dry && shm_unlink(full) != 0 && errno != ENOENT) {
+        fprintf(stderr, "mproc shm gc: shm_unlink(%s): %s\n", full, strerror(errno));
+        g->failed = true;
+        return 0;
     }
-    if (d)
-        closedir(d);
-    return rc;
+    printf("%s %s (%llu bytes)\n", g->dry ? "would free" : "freed", full,
+           (unsigned long long)st.st_size);
+    g->freed++;
+    g->bytes += (unsigned long long)st.st_size;
+    return 0;
 }
 
 static int shm_gc(int argc, char **argv)
@@ -342,7 +338,11 @@ static int shm_gc(int argc, char **argv)
         freed++;
         bytes += s->info.file_size;
     }
-    if (gc_cuda_event_files(l.prefix, dry, &freed, &bytes) != EXIT_OK)
+    cuda_gc g = {.prefix = l.prefix, .dry = dry};
+    mp__cuda_event_files_each(gc_cuda_event_file, &g);
+    freed += g.freed;
+    bytes += g.bytes;
+    if (g.failed)
         rc = EXIT_FAIL;
     printf("%s %d segment%s, %llu bytes\n", dry ? "would free" : "freed", freed,
            freed == 1 ? "" : "s", bytes);
