@@ -9,7 +9,7 @@ set(MPROC_TENSOR_SOURCES adopt.c dlpack.c dtype.c recycle.c stats.c storage.c st
 set(MPROC_WIRE_SOURCES compact.c frame_decode.c frame_encode.c kinds.c msg.c rx.c wire.c)
 set(MPROC_SYNC_SOURCES attach.c barrier.c event.c fastlock.c lock.c object.c robust.c
     semaphore.c)
-set(MPROC_IPC_SOURCES conn.c kinds.c qcore.c queue.c ring.c)
+set(MPROC_IPC_SOURCES conn.c kinds.c qcore.c queue.c ring.c ring_recv.c)
 set(MPROC_PROCESS_SOURCES backtrace.c child.c forkserver.c launch.c process.c registry.c spawn.c wait.c)
 set(MPROC_POOL_SOURCES exit.c frame.c inflight.c pool.c remote.c result.c submit.c worker.c workers.c)
 

@@ -1,0 +1,316 @@
+/* The consumers' half of the shared-memory ring: receives in ring order,
+ * under the socket's reader lock (src/ipc/ring.c tells the protocol). */
+#include <errno.h>
+#include <limits.h>
+#include <sched.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "ipc/ring_impl.h"
+#include "wire/frame.h"
+
+enum { HEAD_EMPTY, HEAD_EOF, HEAD_BELL, HEAD_CLOSED, HEAD_DATA };
+
+/* ---- consumers (under the rx lock) -------------------------------------------- */
+
+/* What is at the socket's head, peeked without taking it or its fds. */
+static int peek_head(int sock, mp__frame_header *h)
+{
+    struct iovec iov = {.iov_base = h, .iov_len = sizeof *h};
+    for (;;) {
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+        ssize_t n;
+        memset(h, 0, sizeof *h);
+        n = mp__sys.recvmsg(sock, &mh, MSG_PEEK | MSG_DONTWAIT);
+        if (n == 0)
+            return HEAD_EOF;
+        if (n > 0) {
+            bool bare = n == (ssize_t)sizeof *h && !(mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) &&
+                        h->magic == MP__FRAME_MAGIC && h->body_len == 0;
+            if (bare && h->flags == MP__FRAME_NUDGE)
+                return HEAD_BELL;
+            return bare && h->flags == MP__FRAME_CLOSED ? HEAD_CLOSED : HEAD_DATA;
+        }
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return HEAD_EMPTY;
+        if (errno != EINTR)
+            return mp__errno_error(errno, "receiving a message: recvmsg");
+    }
+}
+
+/* Takes the record at the head (a doorbell) without looking at it. */
+static void drop_head(int sock)
+{
+    char byte;
+    struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+    while (mp__sys.recvmsg(sock, &mh, MSG_DONTWAIT) < 0 && errno == EINTR)
+        ;
+}
+
+static void uncount_bell(mp__ring *r)
+{
+    uint32_t n = atomic_load(&r->bells);
+    while (n && !atomic_compare_exchange_weak(&r->bells, &n, n - 1))
+        ;
+}
+
+/* Drops the doorbells at the socket's head; the count is right again. */
+static void drop_bells(mp__ring *r, int sock)
+{
+    mp__frame_header hd;
+    while (atomic_load(&r->bells)) {
+        if (peek_head(sock, &hd) != HEAD_BELL) {
+            atomic_store(&r->bells, 0); /* counted, never sent (its sender died) */
+            return;
+        }
+        drop_head(sock);
+        uncount_bell(r);
+    }
+}
+
+/* Slot h was just taken: when it was the last, nothing is left to announce. */
+static void settle_bells(mp__ring *r, int sock, uint32_t h)
+{
+    if (atomic_load_explicit(&r->bells, memory_order_relaxed) &&
+        atomic_load(&r->tail) == h + 1)
+        drop_bells(r, sock);
+}
+
+static void advance(mp__ring *r, uint32_t h)
+{
+    atomic_store(&r->head, h + 1);
+    /* An exchange, not a load and a store: a producer may set the flag
+     * again in between, for a wait that this wake-up must not lose. */
+    if (atomic_load(&r->space_wait) && atomic_exchange(&r->space_wait, 0))
+        mp__futex_wake((uint32_t *)&r->head, INT_MAX, true);
+}
+
+/* Slot h holds a message: copy it out, move head, then decode. */
+static int take_slot(mp__ring *r, int sock, mp__rx *rx, uint32_t h, mp_msg **out,
+                     bool *taken)
+{
+    const mp__ring_slot *s = &r->slot[h & MASK];
+    unsigned char buf[MP__RING_DATA];
+    uint32_t type = s->type, len = s->len;
+    mp_msg *m = NULL;
+    int rc;
+    if (len > MP__RING_DATA ||
+        (type != RING_PAYLOAD && type != RING_FRAME && type != RING_COMPACT)) {
+        advance(r, h);
+        *taken = true;
+        return mp__error(MP_EPROTO, "receiving a message: ring slot of type %u and %u bytes "
+                                    "(the message was dropped)", type, len);
+    }
+    if (type == RING_PAYLOAD) {
+        /* Built before head moves: out of memory leaves it queued. */
+        if ((rc = mp_msg_create(&m)) < 0 || (rc = mp_msg_set_payload(m, s->data, len)) < 0) {
+            mp_msg_destroy(m);
+            return rc;
+        }
+    } else {
+        memcpy(buf, s->data, len);
+    }
+    STEP(COPIED);
+    advance(r, h);
+    *taken = true;
+    STEP(TAKEN);
+    settle_bells(r, sock, h);
+    if (m) {
+        *out = m;
+        return 0;
+    }
+    if (type == RING_COMPACT)
+        return mp__compact_decode(&rx->pins, buf, len, out);
+    return mp__wire_decode_rx(rx, buf, len, NULL, 0, out);
+}
+
+/* Slot h is a mark: receive its record. *done is false when the mark was
+ * stale (skipped) and the caller should look at the ring again. */
+static int take_mark(mp__ring *r, int sock, mp__rx *rx, uint32_t h, mp_msg **out,
+                     bool *taken, bool *done)
+{
+    uint32_t tag = r->slot[h & MASK].len;
+    mp__frame_header hd;
+    int k, rc;
+    *done = false;
+    while ((k = peek_head(sock, &hd)) == HEAD_BELL) {
+        drop_head(sock);
+        uncount_bell(r);
+    }
+    if (k < 0)
+        return k;
+    if (k != HEAD_DATA || (int32_t)(hd.tag - tag) > 0) {
+        advance(r, h); /* a consumer died after taking this mark's record */
+        return 0;
+    }
+    /* The head is this mark's record, or an orphan sent before it. */
+    rc = mp__wire_recv_rx(sock, rx, out, 0, taken);
+    if (*taken && hd.tag == tag) {
+        STEP(MARK_RECEIVED);
+        advance(r, h);
+        settle_bells(r, sock, h);
+    }
+    *done = *taken || rc != MP_ETIMEDOUT;
+    return rc;
+}
+
+/* Watches an empty ring for a moment: true when something arrived. The
+ * caller looks at tail again after this returns false. */
+static bool spin(mp__ring *r, uint32_t h, double *until)
+{
+    bool arrived = false;
+    if (*until < 0)
+        return false;
+    /* The last producer runs on our CPU: it cannot publish while we spin. */
+    if (*until == 0 && (int)atomic_load_explicit(&r->pcpu, memory_order_relaxed) ==
+                           sched_getcpu()) {
+        *until = -1;
+        return false;
+    }
+    if (*until == 0)
+        *until = mp__now() + SPIN_S;
+    atomic_store(&r->spinning, 1);
+    while (!arrived) {
+        for (int i = 0; i < 64 && !arrived; i++) {
+            arrived = atomic_load_explicit(&r->tail, memory_order_acquire) != h;
+            __builtin_ia32_pause();
+        }
+        if (!arrived && mp__now() >= *until) {
+            *until = -1;
+            break;
+        }
+    }
+    atomic_store(&r->spinning, 0);
+    return arrived;
+}
+
+static bool expired(double deadline)
+{
+    return deadline == 0 || (deadline > 0 && mp__now() >= deadline);
+}
+
+/* A record sits at the socket's head and the ring is empty at h: either a
+ * producer is between its send and its mark, or one died there. */
+static int orphan(mp__ring *r, int sock, mp__rx *rx, uint32_t h, double deadline,
+                  mp_msg **out, bool *taken)
+{
+    int err = pthread_mutex_trylock(&r->plock);
+    bool alone;
+    if (err == EBUSY) {
+        if (expired(deadline))
+            return mp__error(MP_ETIMEDOUT, "receiving a message: a message is on its way");
+        nanosleep(&(struct timespec){0, 20000}, NULL);
+        return 1;
+    }
+    if (err == EOWNERDEAD)
+        pthread_mutex_consistent(&r->plock);
+    else if (err)
+        return mp__errno_error(err, "receiving a message: locking the sender lock");
+    alone = atomic_load(&r->tail) == h;
+    pthread_mutex_unlock(&r->plock);
+    if (!alone)
+        return 1;
+    return mp__wire_recv_rx(sock, rx, out, 0, taken); /* its sender died before the mark */
+}
+
+/* Sleeps on tail, at most one slice. 1: look again. */
+static int nap(mp__ring *r, uint32_t h, double deadline)
+{
+    double until;
+    if (atomic_load(&r->tail) != h)
+        return 1;
+    if (expired(deadline))
+        return mp__error(MP_ETIMEDOUT, deadline == 0 ? "receiving a message: none waiting"
+                                                     : "receiving a message: timed out "
+                                                       "waiting for a message");
+    atomic_store(&r->sleeping, 1);
+    STEP(SLEEPING);
+    until = mp__now() + SLICE_MS / 1000.0;
+    if (deadline > 0 && deadline < until)
+        until = deadline;
+    mp__futex_wait((uint32_t *)&r->tail, h, until, true);
+    return 1;
+}
+
+void mp__ring_wake(mp__ring *r)
+{
+    mp__futex_wake((uint32_t *)&r->tail, INT_MAX, true);
+}
+
+/* The ring is empty at h. 1: look again; otherwise the receive's answer. */
+static int idle(mp__ring *r, int sock, mp__rx *rx, uint32_t h, double deadline,
+                double *spun, mp_msg **out, bool *taken)
+{
+    mp__frame_header hd;
+    int k;
+    if (deadline != 0 && spin(r, h, spun))
+        return 1;
+    if ((k = peek_head(sock, &hd)) < 0)
+        return k;
+    switch (k) {
+    case HEAD_BELL:
+        drop_head(sock);
+        uncount_bell(r);
+        return 1;
+    case HEAD_DATA:
+        return orphan(r, sock, rx, h, deadline, out, taken);
+    case HEAD_CLOSED: /* a queue's end marker: it stays for every reader */
+        return mp__error(MP_ECLOSED, "receiving a message: closed and drained");
+    case HEAD_EOF: /* published before the last writer closed: seen now */
+        return atomic_load(&r->tail) != h
+                   ? 1
+                   : mp__error(MP_ECLOSED, "receiving a message: the peer closed the "
+                                           "connection");
+    default: /* HEAD_EMPTY */
+        return nap(r, h, deadline);
+    }
+}
+
+int mp__ring_recv(mp__ring *r, int sock, mp__rx *rx, mp_msg **out, double deadline,
+                  bool *taken)
+{
+    double spun = 0;
+    *taken = false;
+    *out = NULL;
+    for (;;) {
+        uint32_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
+        int rc;
+        bool done;
+        if (atomic_load_explicit(&r->tail, memory_order_acquire) == h) {
+            if ((rc = idle(r, sock, rx, h, deadline, &spun, out, taken)) != 1)
+                return rc;
+            continue;
+        }
+        if (r->slot[h & MASK].type != RING_MARK)
+            return take_slot(r, sock, rx, h, out, taken);
+        rc = take_mark(r, sock, rx, h, out, taken, &done);
+        if (done || rc < 0)
+            return rc;
+    }
+}
+
+int mp__ring_poll(mp__ring *r, int sock, mp__rx *rx, double deadline, const char *fn)
+{
+    struct pollfd p = {.fd = sock, .events = POLLIN};
+    for (;;) {
+        int ms = deadline == 0 ? 0 : mp__poll_ms(deadline), n;
+        if (mp__ring_count(r))
+            return 1;
+        /* Slices: a message published just before this poll rang no bell
+         * if a consumer was spinning; it shows in the ring at the next look. */
+        if (deadline != 0 && (ms < 0 || ms > SLICE_MS))
+            ms = SLICE_MS;
+        n = poll(&p, 1, ms);
+        if (n > 0 && mp__wire_drop_nudge(sock, rx))
+            continue; /* a doorbell, not a message: look again */
+        if (n > 0)
+            return 1;
+        if (n < 0 && errno != EINTR)
+            return mp__errno_error(errno, "%s: poll", fn);
+        if (n == 0 && expired(deadline))
+            return mp__ring_count(r) != 0;
+    }
+}
