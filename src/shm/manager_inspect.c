@@ -39,12 +39,14 @@ static int users_add(mp__seg_users *u, const char *name)
     return 0;
 }
 
-/* "/dev/shm/mproc-x" or "/dev/shm/mproc-x (deleted)" -> "/mproc-x"; else "". */
+/* "/dev/shm/x" -> "/x" ("/dev/shm/x (deleted)", or outside /dev/shm: "").
+ * Every name, not only mproc's: `mproc shm ls` also counts the users of
+ * the CUDA driver's event files. */
 static void shm_name_of(const char *path, char *out)
 {
     size_t n;
     out[0] = 0;
-    if (strncmp(path, SHM_DIR MP__SHM_PREFIX, strlen(SHM_DIR MP__SHM_PREFIX)) != 0)
+    if (strncmp(path, SHM_DIR, strlen(SHM_DIR)) != 0)
         return;
     path += strlen(SHM_DIR) - 1;
     n = strcspn(path, " \n");

@@ -236,6 +236,76 @@ static void test_shm_gc_cuda_event_files(void **state)
     shm_unlink(live_file);
 }
 
+/* One `shm ls` row of a CUDA driver event file (no header: REFS is "-"). */
+static int cuda_row(char *buf, size_t cap, const char *name, pid_t pid, bool alive, int users,
+                    bool leaked)
+{
+    char size[24];
+    snprintf(size, sizeof size, "%llu", (unsigned long long)(MP__FS_HEADER_SIZE + 100));
+    return snprintf(buf, cap, "%-*s %*s %7d %-5s %4s %5d %s\n", (int)strlen(name), name,
+                    (int)strlen(size) > 4 ? (int)strlen(size) : 4, size, (int)pid,
+                    alive ? "yes" : "no", "-", users, leaked ? "yes" : "no");
+}
+
+/* `shm ls` shows the driver's event files beside mproc's segments, with the
+ * processes that map them: those of a dead process are leaked even while a
+ * peer maps them (it never opens them again), and gc takes them; one of a
+ * live process is not. */
+static void test_shm_ls_cuda_event_files(void **state)
+{
+    char leaked[80], mapped[80], live[80], prefix_dead[64], want[1024], path[96];
+    int n, fd, ready[2];
+    pid_t mapper;
+    snprintf(prefix_dead, sizeof prefix_dead, "/cuda.shm.%x.%x.", (unsigned)geteuid(),
+             (unsigned)dead);
+    snprintf(leaked, sizeof leaked, "%s1", prefix_dead);
+    snprintf(mapped, sizeof mapped, "%s2", prefix_dead);
+    snprintf(live, sizeof live, "/cuda.shm.%x.%x.1", (unsigned)geteuid(), (unsigned)getpid());
+    make_segment(leaked, dead, 1, 100);
+    make_segment(mapped, dead, 1, 100);
+    make_segment(live, getpid(), 1, 100);
+    snprintf(path, sizeof path, "/dev/shm%s", mapped);
+    assert_int_equal(pipe(ready), 0);
+    if ((mapper = fork()) == 0) { /* maps the file, as a receiver of its events does */
+        fd = open(path, O_RDWR | O_CLOEXEC);
+        if (fd < 0 || mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0) == MAP_FAILED)
+            _exit(1);
+        (void)!write(ready[1], "r", 1);
+        pause();
+        _exit(0);
+    }
+    close(ready[1]);
+    assert_int_equal(read(ready[0], want, 1), 1);
+    close(ready[0]);
+
+    n = snprintf(want, sizeof want, "%-*s %*s %7s %-5s %4s %5s %s\n", (int)strlen(leaked),
+                 "NAME", MP__FS_HEADER_SIZE + 100 > 9999 ? 5 : 4, "SIZE", "CREATOR", "ALIVE",
+                 "REFS", "USERS", "LEAKED");
+    n += cuda_row(want + n, sizeof want - (size_t)n, leaked, dead, false, 0, true);
+    cuda_row(want + n, sizeof want - (size_t)n, mapped, dead, false, 1, true);
+    assert_int_equal(MPROC("shm", "ls", "--prefix", prefix_dead), 0);
+    assert_out(want);
+    assert_int_equal(MPROC("shm", "ls", "--json", "--prefix", live), 0);
+    snprintf(want, sizeof want,
+             "{\"segments\":[\n{\"name\":\"%s\",\"size\":%llu,\"strategy\":\"cuda_event\","
+             "\"creator\":%d,\"creator_alive\":true,\"refcount\":null,\"users\":0,"
+             "\"in_flight\":0,\"leaked\":false}\n]}\n",
+             live, (unsigned long long)(MP__FS_HEADER_SIZE + 100), (int)getpid());
+    assert_out(want);
+    assert_int_equal(MPROC("shm", "gc", "--prefix", prefix_dead), 0);
+    unsigned long long bytes = MP__FS_HEADER_SIZE + 100;
+    snprintf(want, sizeof want,
+             "freed %s (%llu bytes)\nfreed %s (%llu bytes)\nfreed 2 segments, %llu bytes\n",
+             leaked, bytes, mapped, bytes, 2 * bytes);
+    assert_out(want);
+    assert_false(mgr_exists(leaked));
+    assert_false(mgr_exists(mapped));
+    assert_true(mgr_exists(live));
+    kill(mapper, SIGKILL);
+    waitpid(mapper, NULL, 0);
+    shm_unlink(live);
+}
+
 static void test_doctor_low_nofile(void **state)
 {
     assert_int_equal(run_mproc(64, (const char *const[]){"doctor", NULL}), 1);
@@ -473,6 +543,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_shm_ls_json, setup_segments, teardown_segments),
         cmocka_unit_test_setup_teardown(test_shm_gc, setup_segments, teardown_segments),
         cmocka_unit_test_setup_teardown(test_shm_gc_cuda_event_files, setup_segments,
+                                        teardown_segments),
+        cmocka_unit_test_setup_teardown(test_shm_ls_cuda_event_files, setup_segments,
                                         teardown_segments),
         cmocka_unit_test(test_doctor_low_nofile),
         cmocka_unit_test(test_shm_manager_commands),

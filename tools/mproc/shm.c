@@ -14,6 +14,7 @@
 typedef struct seg {
     mp__seg_info info;
     bool fd_strategy;      /* a memfd seen in live processes */
+    bool cuda_event;       /* the CUDA driver's event file, not an mproc segment */
     long long in_flight;   /* sent - received per the daemon; 0 if unknown */
     int daemon_holders;    /* -1 when the daemon does not track it */
     bool leaked;
@@ -53,6 +54,33 @@ static int add_fs(const char *name, void *ctx)
         return 1;
     if (mp__seg_inspect(name, l->users, &s->info) != 0)
         l->n--; /* vanished meanwhile */
+    return 0;
+}
+
+/* The CUDA driver's event files (cuda.shm.<uid>.<pid>.<n>): the driver never
+ * removes them, mproc does at a normal exit, so a killed process leaves its
+ * own (src/cuda/event_files.c). No header: the name gives the pid. */
+static int add_cuda_event_file(const char *name, void *ctx)
+{
+    seglist *l = ctx;
+    char path[sizeof "/dev/shm" + sizeof l->v->info.name];
+    struct stat st;
+    seg *s;
+    /* a longer name is not the driver's (and gc must unlink it whole) */
+    if (strlen(name) + 1 >= sizeof l->v->info.name)
+        return 0;
+    snprintf(path, sizeof path, "/dev/shm/%s", name);
+    if ((l->prefix && strncmp(path + 8, l->prefix, strlen(l->prefix)) != 0) ||
+        stat(path, &st) != 0)
+        return 0;
+    if (!(s = push(l)))
+        return 1;
+    s->cuda_event = true;
+    memcpy(s->info.name, path + 8, strlen(path + 8) + 1);
+    s->info.size = s->info.file_size = (uint64_t)st.st_size;
+    s->info.creator = mp__cuda_event_file_pid(name);
+    s->info.creator_alive = mp__pid_alive(s->info.creator);
+    s->info.users = mp__seg_users_count(l->users, s->info.name);
     return 0;
 }
 
@@ -141,7 +169,8 @@ static int collect(seglist *l, mp__seg_users *users)
     if (rc < 0)
         return rc;
     l->users = users;
-    if ((rc = mp__seg_each(add_fs, l)) < 0)
+    if ((rc = mp__seg_each(add_fs, l)) < 0 ||
+        (rc = mp__cuda_event_files_each(add_cuda_event_file, l)) < 0)
         return rc;
     if (!l->prefix)
         add_memfds(l);
@@ -150,6 +179,10 @@ static int collect(seglist *l, mp__seg_users *users)
         seg *s = &l->v[i];
         if (!s->fd_strategy && s->info.users <= 0 && !s->info.creator_alive &&
             s->in_flight == 0 && s->daemon_holders <= 0)
+            s->leaked = true;
+        /* A peer that opened the dead process's events maps its file for
+         * life, but never opens it again: the name can go. */
+        if (s->cuda_event && !s->info.creator_alive)
             s->leaked = true;
     }
     if (l->n > 1)
@@ -210,6 +243,11 @@ static void print_text(const seglist *l)
     }
 }
 
+static const char *strategy_of(const seg *s)
+{
+    return s->cuda_event ? "cuda_event" : s->fd_strategy ? "file_descriptor" : "file_system";
+}
+
 static void print_json(const seglist *l)
 {
     printf("{\"segments\":[");
@@ -219,7 +257,7 @@ static void print_json(const seglist *l)
         json_string(stdout, s->info.name);
         printf(",\"size\":%llu,\"strategy\":\"%s\",\"creator\":%d,\"creator_alive\":%s,",
                (unsigned long long)seg_size(s),
-               s->fd_strategy ? "file_descriptor" : "file_system", (int)s->info.creator,
+               strategy_of(s), (int)s->info.creator,
                s->info.creator_alive ? "true" : "false");
         if (!s->fd_strategy && s->info.has_header)
             printf("\"refcount\":%u,", s->info.refcount);
@@ -274,40 +312,6 @@ static int shm_ls(int argc, char **argv)
     return rc;
 }
 
-/* What gc_cuda_event_file gathers. */
-typedef struct cuda_gc {
-    const char *prefix;
-    bool dry;
-    int freed;
-    unsigned long long bytes;
-    bool failed; /* an unlink failed (said on stderr) */
-} cuda_gc;
-
-/* A CUDA driver event file (cuda.shm.<uid>.<pid>.<n>) of a dead process of
- * ours: the driver never removes them, mproc does at a normal exit, so these
- * are left by processes that were killed (src/cuda/event_files.c). */
-static int gc_cuda_event_file(const char *name, void *ctx)
-{
-    cuda_gc *g = ctx;
-    char full[MP__SHM_NAME_MAX + 2], path[MP__SHM_NAME_MAX + 16];
-    struct stat st;
-    snprintf(full, sizeof full, "/%s", name);
-    snprintf(path, sizeof path, "/dev/shm/%s", name);
-    if ((g->prefix && strncmp(full, g->prefix, strlen(g->prefix)) != 0) ||
-        mp__pid_alive(mp__cuda_event_file_pid(name)) || stat(path, &st) != 0)
-        return 0;
-    if (!g->dry && shm_unlink(full) != 0 && errno != ENOENT) {
-        fprintf(stderr, "mproc shm gc: shm_unlink(%s): %s\n", full, strerror(errno));
-        g->failed = true;
-        return 0;
-    }
-    printf("%s %s (%llu bytes)\n", g->dry ? "would free" : "freed", full,
-           (unsigned long long)st.st_size);
-    g->freed++;
-    g->bytes += (unsigned long long)st.st_size;
-    return 0;
-}
-
 static int shm_gc(int argc, char **argv)
 {
     bool dry = false;
@@ -338,12 +342,6 @@ static int shm_gc(int argc, char **argv)
         freed++;
         bytes += s->info.file_size;
     }
-    cuda_gc g = {.prefix = l.prefix, .dry = dry};
-    mp__cuda_event_files_each(gc_cuda_event_file, &g);
-    freed += g.freed;
-    bytes += g.bytes;
-    if (g.failed)
-        rc = EXIT_FAIL;
     printf("%s %d segment%s, %llu bytes\n", dry ? "would free" : "freed", freed,
            freed == 1 ? "" : "s", bytes);
 out:
