@@ -64,19 +64,20 @@ static int add_cuda_event_file(const char *name, void *ctx)
 {
     seglist *l = ctx;
     char path[sizeof "/dev/shm" + sizeof l->v->info.name];
+    const char *shm_name = path + strlen("/dev/shm"); /* "/cuda.shm..." */
     struct stat st;
     seg *s;
     /* a longer name is not the driver's (and gc must unlink it whole) */
     if (strlen(name) + 1 >= sizeof l->v->info.name)
         return 0;
     snprintf(path, sizeof path, "/dev/shm/%s", name);
-    if ((l->prefix && strncmp(path + 8, l->prefix, strlen(l->prefix)) != 0) ||
+    if ((l->prefix && strncmp(shm_name, l->prefix, strlen(l->prefix)) != 0) ||
         stat(path, &st) != 0)
         return 0;
     if (!(s = push(l)))
         return 1;
     s->cuda_event = true;
-    memcpy(s->info.name, path + 8, strlen(path + 8) + 1);
+    memcpy(s->info.name, shm_name, strlen(shm_name) + 1);
     s->info.size = s->info.file_size = (uint64_t)st.st_size;
     s->info.creator = mp__cuda_event_file_pid(name);
     s->info.creator_alive = mp__pid_alive(s->info.creator);
