@@ -39,9 +39,9 @@ static struct {
     PyObject *dtypes[NDTYPES], *protos[NDTYPES];
 } F;
 
-static PyObject *s_storage, *s_untyped_storage, *s_data_ptr, *s_nbytes, *s_size, *s_stride, *s_offset, *s_dtype,
-    *s_layout, *s_is_cpu, *s_requires_grad, *s_is_leaf, *s_grad, *s_new, *s_set, *s_rg_, *s_torch,
-    *s_is_conj, *s_is_neg;
+static PyObject *s_storage, *s_untyped_storage, *s_data_ptr, *s_nbytes, *s_size, *s_stride,
+    *s_offset, *s_dtype, *s_layout, *s_is_cpu, *s_requires_grad, *s_is_leaf, *s_grad, *s_new,
+    *s_set, *s_rg_, *s_torch, *s_is_conj, *s_is_neg;
 
 /* ---- torch, looked up once it is imported (never imported here) ------- */
 

@@ -11,6 +11,7 @@
 #include "shm/manager.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -35,12 +36,21 @@ int mp__cuda_event_files_each(int (*fn)(const char *name, void *ctx), void *ctx)
 static int remove_if_own(const char *name, void *ctx)
 {
     (void)ctx;
-    if (mp__cuda_event_file_pid(name) == getpid())
+    if (mp__cuda_event_file_pid(name) == mp__pid())
         shm_unlink(name);
     return 0;
 }
 
-static void remove_own_event_files(void) { mp__cuda_event_files_each(remove_if_own, NULL); }
+/* The process that last made an event. Children forked after it inherit
+ * the exit hook but make no events (CUDA does not survive a fork), so they
+ * skip the scan of /dev/shm: a DataLoader's workers exit often. */
+static _Atomic pid_t maker;
+
+static void remove_own_event_files(void)
+{
+    if (atomic_load(&maker) == mp__pid())
+        mp__cuda_event_files_each(remove_if_own, NULL);
+}
 
 static void register_removal(void)
 {
@@ -51,5 +61,7 @@ static void register_removal(void)
 void mp__cuda_event_files_remove_at_exit(void)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
+    if (atomic_load_explicit(&maker, memory_order_relaxed) != mp__pid())
+        atomic_store(&maker, mp__pid());
     pthread_once(&once, register_removal);
 }

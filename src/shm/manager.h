@@ -130,14 +130,15 @@ typedef struct mp__seg_info {
     double age;                    /* seconds since its last status change */
 } mp__seg_info;
 
-/* Which mproc segments live processes use: one walk over /proc/<pid>/maps
- * and /proc/<pid>/fd (processes we may not read are skipped). */
+/* Which /dev/shm files live processes use: one walk over /proc/<pid>/maps
+ * and /proc/<pid>/fd (processes we may not read are skipped), counting the
+ * names match accepts (mp__mgr_name_ok: mproc's segments). */
 typedef struct mp__seg_users {
     char (*names)[MP__SHM_NAME_MAX];
     int *counts;
     int n, cap;
 } mp__seg_users;
-int mp__seg_users_collect(mp__seg_users *u);
+int mp__seg_users_collect(mp__seg_users *u, bool (*match)(const char *name));
 int mp__seg_users_count(const mp__seg_users *u, const char *name);
 void mp__seg_users_free(mp__seg_users *u);
 

@@ -39,10 +39,9 @@ static int users_add(mp__seg_users *u, const char *name)
     return 0;
 }
 
-/* "/dev/shm/x" -> "/x" ("/dev/shm/x (deleted)", or outside /dev/shm: "").
- * Every name, not only mproc's: `mproc shm ls` also counts the users of
- * the CUDA driver's event files. */
-static void shm_name_of(const char *path, char *out)
+/* "/dev/shm/x" -> "/x" when match accepts "x"; else "" (also for
+ * "/dev/shm/x (deleted)"). */
+static void shm_name_of(const char *path, bool (*match)(const char *name), char *out)
 {
     size_t n;
     out[0] = 0;
@@ -53,11 +52,13 @@ static void shm_name_of(const char *path, char *out)
     if (n < MP__SHM_NAME_MAX && strncmp(path + n, " (deleted)", 10) != 0) {
         memcpy(out, path, n);
         out[n] = 0;
+        if (!match(out + 1))
+            out[0] = 0;
     }
 }
 
 /* Names one process maps or holds open, each counted once for it. */
-static int scan_process(mp__seg_users *u, const char *pid)
+static int scan_process(mp__seg_users *u, bool (*match)(const char *name), const char *pid)
 {
     char path[64], line[512], name[MP__SHM_NAME_MAX];
     mp__seg_users mine = {0};
@@ -70,7 +71,7 @@ static int scan_process(mp__seg_users *u, const char *pid)
     if ((f = fopen(path, "re"))) {
         while (rc == 0 && fgets(line, sizeof line, f)) {
             char *p = strchr(line, '/');
-            if (p && (shm_name_of(p, name), name[0]))
+            if (p && (shm_name_of(p, match, name), name[0]))
                 rc = users_add(&mine, name);
         }
         fclose(f);
@@ -87,7 +88,7 @@ static int scan_process(mp__seg_users *u, const char *pid)
             if (n <= 0)
                 continue;
             line[n] = 0;
-            if ((shm_name_of(line, name), name[0]))
+            if ((shm_name_of(line, match, name), name[0]))
                 rc = users_add(&mine, name);
         }
         closedir(d);
@@ -98,7 +99,7 @@ static int scan_process(mp__seg_users *u, const char *pid)
     return rc;
 }
 
-int mp__seg_users_collect(mp__seg_users *u)
+int mp__seg_users_collect(mp__seg_users *u, bool (*match)(const char *name))
 {
     DIR *d = opendir("/proc");
     struct dirent *e;
@@ -108,7 +109,7 @@ int mp__seg_users_collect(mp__seg_users *u)
         return mp__errno_error(errno, "shm inspect: opendir(/proc)");
     while (rc == 0 && (e = readdir(d)))
         if (e->d_name[0] >= '1' && e->d_name[0] <= '9' && atoi(e->d_name) != getpid())
-            rc = scan_process(u, e->d_name);
+            rc = scan_process(u, match, e->d_name);
     closedir(d);
     if (rc < 0)
         mp__seg_users_free(u);

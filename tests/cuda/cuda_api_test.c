@@ -97,6 +97,40 @@ static void test_event_files_removed_at_exit(void **state)
     unlink(theirs);
 }
 
+/* A child forked after its parent made an event inherits the exit hook but
+ * made none itself (CUDA does not survive a fork): its exit scans nothing,
+ * so a file named with its pid, which the scan would remove, stays. */
+static void test_forked_child_skips_the_scan(void **state)
+{
+    char grandchild_file[96];
+    int p[2];
+    pid_t grandchild = 0;
+    assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        mp__cuda_event_files_remove_at_exit();
+        pid_t g = fork();
+        if (g == 0) {
+            make_event_file(grandchild_file, sizeof grandchild_file, getpid());
+            exit(0);
+        }
+        int status = 0;
+        if (waitpid(g, &status, 0) != g || write(p[1], &g, sizeof g) != sizeof g)
+            _exit(1);
+        exit(WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1);
+    }
+    close(p[1]);
+    assert_int_equal(read(p[0], &grandchild, sizeof grandchild), (ssize_t)sizeof grandchild);
+    close(p[0]);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    snprintf(grandchild_file, sizeof grandchild_file, "/dev/shm/cuda.shm.%x.%x.1",
+             (unsigned)geteuid(), (unsigned)grandchild);
+    assert_int_equal(access(grandchild_file, F_OK), 0);
+    unlink(grandchild_file);
+}
+
 static void test_kind_registered(void **state)
 {
     const mp__objkind *k;
@@ -192,6 +226,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_cpu_tensor_is_not_cuda, mp_test_setup, teardown),
         cmocka_unit_test_setup_teardown(test_kind_registered, mp_test_setup, teardown),
         cmocka_unit_test_setup_teardown(test_event_files_removed_at_exit, mp_test_setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_forked_child_skips_the_scan, mp_test_setup,
                                         teardown),
 #ifndef MPROC_HAVE_CUDA
         cmocka_unit_test_setup_teardown(test_stub, mp_test_setup, teardown),

@@ -42,7 +42,7 @@ static seg *push(seglist *l)
     return &l->v[l->n++];
 }
 
-static int add_fs(const char *name, void *ctx)
+static int add_mproc_segment(const char *name, void *ctx)
 {
     seglist *l = ctx;
     char full[MP__SHM_NAME_MAX + 1];
@@ -83,6 +83,18 @@ static int add_cuda_event_file(const char *name, void *ctx)
     s->info.creator_alive = mp__pid_alive(s->info.creator);
     s->info.users = mp__seg_users_count(l->users, s->info.name);
     return 0;
+}
+
+/* What `shm ls` shows of /dev/shm: mproc's segments and the driver's files. */
+static bool listed(const char *name)
+{
+    return mp__mgr_name_ok(name) || mp__cuda_event_file_pid(name) > 0;
+}
+
+static int add_listed(const char *name, void *ctx)
+{
+    return mp__mgr_name_ok(name) ? add_mproc_segment(name, ctx)
+                                 : add_cuda_event_file(name, ctx);
 }
 
 /* file_descriptor segments: memfds named "mproc" held by live processes. */
@@ -166,12 +178,11 @@ static int by_name(const void *a, const void *b)
 
 static int collect(seglist *l, mp__seg_users *users)
 {
-    int rc = mp__seg_users_collect(users);
+    int rc = mp__seg_users_collect(users, listed);
     if (rc < 0)
         return rc;
     l->users = users;
-    if ((rc = mp__seg_each(add_fs, l)) < 0 ||
-        (rc = mp__cuda_event_files_each(add_cuda_event_file, l)) < 0)
+    if ((rc = mp__shm_each(listed, add_listed, l)) < 0)
         return rc;
     if (!l->prefix)
         add_memfds(l);

@@ -327,7 +327,7 @@ static int reclaim_adopted(double now, bool final)
         /* Who maps or holds it takes a walk of all of /proc: only for a
          * segment that passed the cheap checks, once per round. */
         if (ok && !have_users) {
-            if (mp__seg_users_collect(&users) != 0)
+            if (mp__seg_users_collect(&users, mp__mgr_name_ok) != 0)
                 break;
             have_users = true;
         }
@@ -382,7 +382,7 @@ static int scan_one(const char *name, void *arg)
             return 0;
     }
     if (!c->have_users) {
-        if (mp__seg_users_collect(&c->users) != 0)
+        if (mp__seg_users_collect(&c->users, mp__mgr_name_ok) != 0)
             return 1;
         c->have_users = true;
     }
