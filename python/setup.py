@@ -65,11 +65,11 @@ if sanitize:
 ext = Extension(
     "mproc._mproc",
     sources=[os.path.join("src", f) for f in ("module.c", "storage.c", "channel.c", "internal.c",
-                                              "fast.c", "fastpickle.c")],
+                                              "fast.c", "fast_recv.c", "fastpickle.c")],
     include_dirs=[os.path.join(ROOT, "include"), os.path.join(ROOT, "src")],
     extra_objects=[ARCHIVE],
     # relinked when the library changes, not only when these sources do
-    depends=[ARCHIVE, os.path.join("src", "mpy.h")],
+    depends=[ARCHIVE, os.path.join("src", "mpy.h"), os.path.join("src", "fast_impl.h")],
     extra_compile_args=extra_compile,
     extra_link_args=extra_link,
 )

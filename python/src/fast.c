@@ -16,51 +16,38 @@
  *   when that pickler would send the tensor as it is (shared, CPU, strided,
  *   no grad, a leaf or not requiring grad, no lazy conjugate or negative
  *   bit). */
-#include "mpy.h"
+#include "fast_impl.h"
 
 #include <string.h>
 
+/* Sized by the declaration: a count that differs from MPY_NDTYPES does not compile. */
+const mpy_dtype mpy_dtypes[] = {
+    {"float32", 4}, {"float64", 8}, {"float16", 2}, {"bfloat16", 2}, {"uint8", 1},
+    {"int8", 1},    {"int16", 2},   {"int32", 4},   {"int64", 8},    {"bool", 1},
+    {"complex64", 8}, {"complex128", 16}};
 
-/* torch dtypes a frame can name: the index is the code on the wire. */
-static const struct {
-    const char *name;
-    int size;
-} dtype_table[] = {{"float32", 4}, {"float64", 8}, {"float16", 2}, {"bfloat16", 2},
-                   {"uint8", 1},   {"int8", 1},    {"int16", 2},   {"int32", 4},
-                   {"int64", 8},   {"bool", 1},    {"complex64", 8}, {"complex128", 16}};
-#define NDTYPES ((int)(sizeof dtype_table / sizeof dtype_table[0]))
-
-static struct {
-    PyObject *registry; /* mproc._sharing._registry: address -> weakref(Storage) */
-    PyObject *register_fn, *dumps_py, *loads_py;
-    PyObject *pickle_dumps, *pickle_loads, *protocol;
-    PyObject *rx_cache; /* address -> weakref(a torch tensor over that memory) */
-    PyObject *tensor_type, *strided, *from_dlpack, *empty, *codes; /* torch's, once imported */
-    PyObject *dtypes[NDTYPES], *protos[NDTYPES];
-} F;
-
-static PyObject *s_storage, *s_untyped_storage, *s_data_ptr, *s_nbytes, *s_size, *s_stride,
-    *s_offset, *s_dtype, *s_layout, *s_is_cpu, *s_requires_grad, *s_is_leaf, *s_grad, *s_new,
-    *s_set, *s_rg_, *s_torch, *s_is_conj, *s_is_neg;
+mpy_fast_state mpy_fast;
+mpy_names mpy_name;
 
 /* ---- torch, looked up once it is imported (never imported here) ------- */
 
 /* t's UntypedStorage: torch 2 calls the method untyped_storage, 1.x
  * _storage; the first tensor seen tells which (under the GIL). */
-static PyObject *untyped_storage(PyObject *t)
+PyObject *mpy_untyped_storage(PyObject *t)
 {
     static PyObject *name;
     if (!name)
-        name = PyObject_HasAttr((PyObject *)Py_TYPE(t), s_untyped_storage) ? s_untyped_storage
-                                                                           : s_storage;
+        name = PyObject_HasAttr((PyObject *)Py_TYPE(t), mpy_name.untyped_storage)
+                   ? mpy_name.untyped_storage
+                   : mpy_name.storage;
     return PyObject_CallMethodNoArgs(t, name);
 }
 
-static int torch_ready(void)
+int mpy_torch_ready(void)
 {
-    if (F.tensor_type)
+    if (mpy_fast.tensor_type)
         return 1;
-    PyObject *torch = PyDict_GetItemWithError(PyImport_GetModuleDict(), s_torch);
+    PyObject *torch = PyDict_GetItemWithError(PyImport_GetModuleDict(), mpy_name.torch);
     if (!torch)
         return PyErr_Occurred() ? -1 : 0;
     PyObject *tt = PyObject_GetAttrString(torch, "Tensor");
@@ -69,10 +56,10 @@ static int torch_ready(void)
     PyObject *empty = PyObject_GetAttrString(torch, "empty");
     PyObject *codes = PyDict_New();
     int ok = tt && strided && fd && empty && codes;
-    for (int i = 0; ok && i < NDTYPES; i++) {
+    for (int i = 0; ok && i < MPY_NDTYPES; i++) {
         PyObject *code = PyLong_FromLong(i);
-        F.dtypes[i] = PyObject_GetAttrString(torch, dtype_table[i].name);
-        ok = code && F.dtypes[i] && PyDict_SetItem(codes, F.dtypes[i], code) == 0;
+        mpy_fast.dtypes[i] = PyObject_GetAttrString(torch, mpy_dtypes[i].name);
+        ok = code && mpy_fast.dtypes[i] && PyDict_SetItem(codes, mpy_fast.dtypes[i], code) == 0;
         Py_XDECREF(code);
     }
     if (!ok) { /* torch half imported (a pickle made during its import) */
@@ -82,39 +69,25 @@ static int torch_ready(void)
         Py_XDECREF(fd);
         Py_XDECREF(empty);
         Py_XDECREF(codes);
-        for (int i = 0; i < NDTYPES; i++)
-            Py_CLEAR(F.dtypes[i]);
+        for (int i = 0; i < MPY_NDTYPES; i++)
+            Py_CLEAR(mpy_fast.dtypes[i]);
         return 0;
     }
-    F.strided = strided;
-    F.from_dlpack = fd;
-    F.empty = empty;
-    F.codes = codes;
-    F.tensor_type = tt;
+    mpy_fast.strided = strided;
+    mpy_fast.from_dlpack = fd;
+    mpy_fast.empty = empty;
+    mpy_fast.codes = codes;
+    mpy_fast.tensor_type = tt;
     return 1;
 }
 
 PyObject *mpy_torch_tensor_type(void)
 {
-    if (torch_ready() <= 0) {
+    if (mpy_torch_ready() <= 0) {
         PyErr_Clear();
         return NULL;
     }
-    return F.tensor_type;
-}
-
-/* An empty tensor of dtype code c: Tensor.new() of it is the cheapest way
- * to a fresh tensor that set_() then points at a storage. */
-static PyObject *proto(int c)
-{
-    if (!F.protos[c]) {
-        PyObject *kw = Py_BuildValue("{sO}", "dtype", F.dtypes[c]);
-        PyObject *args = kw ? Py_BuildValue("(i)", 0) : NULL;
-        F.protos[c] = args ? PyObject_Call(F.empty, args, kw) : NULL;
-        Py_XDECREF(kw);
-        Py_XDECREF(args);
-    }
-    return F.protos[c];
+    return mpy_fast.tensor_type;
 }
 
 /* ---- weak caches: address -> weakref, entries leave with their object -- */
@@ -123,8 +96,8 @@ static PyObject *proto(int c)
  * it is still this dead reference. */
 static PyObject *entry_gone(PyObject *key, PyObject *ref)
 {
-    PyObject *cur = PyDict_GetItemWithError(F.rx_cache, key);
-    if (cur == ref && PyDict_DelItem(F.rx_cache, key) < 0)
+    PyObject *cur = PyDict_GetItemWithError(mpy_fast.rx_cache, key);
+    if (cur == ref && PyDict_DelItem(mpy_fast.rx_cache, key) < 0)
         return NULL;
     if (!cur && PyErr_Occurred())
         return NULL;
@@ -133,18 +106,18 @@ static PyObject *entry_gone(PyObject *key, PyObject *ref)
 
 static PyMethodDef entry_gone_def = {"_rx_gone", entry_gone, METH_O, NULL};
 
-static int rx_remember(PyObject *key, PyObject *tensor)
+int mpy_rx_remember(PyObject *key, PyObject *tensor)
 {
     PyObject *cb = PyCFunction_New(&entry_gone_def, key);
     PyObject *ref = cb ? PyWeakref_NewRef(tensor, cb) : NULL;
-    int rc = ref ? PyDict_SetItem(F.rx_cache, key, ref) : -1;
+    int rc = ref ? PyDict_SetItem(mpy_fast.rx_cache, key, ref) : -1;
     Py_XDECREF(cb);
     Py_XDECREF(ref);
     return rc;
 }
 
 /* The live object a weakref dict holds for key, or NULL (no exception). */
-static PyObject *weak_get(PyObject *dict, PyObject *key)
+PyObject *mpy_weak_get(PyObject *dict, PyObject *key)
 {
     PyObject *ref = PyDict_GetItemWithError(dict, key);
     if (!ref || !PyWeakref_Check(ref)) {
@@ -177,7 +150,7 @@ static int call_is_true(PyObject *o, PyObject *name)
     return r;
 }
 
-static int call_ssize(PyObject *o, PyObject *name, long long *out)
+int mpy_call_ssize(PyObject *o, PyObject *name, long long *out)
 {
     PyObject *v = PyObject_CallMethodNoArgs(o, name);
     if (!v)
@@ -194,35 +167,36 @@ static int call_ssize(PyObject *o, PyObject *name, long long *out)
 static int frame_dtype(PyObject *t, uint8_t *flags)
 {
     int r;
-    if (Py_TYPE(t) != (PyTypeObject *)F.tensor_type)
+    if (Py_TYPE(t) != (PyTypeObject *)mpy_fast.tensor_type)
         return -2;
-    PyObject *dtype = PyObject_GetAttr(t, s_dtype);
+    PyObject *dtype = PyObject_GetAttr(t, mpy_name.dtype);
     if (!dtype)
         return -1;
-    PyObject *code = PyDict_GetItemWithError(F.codes, dtype);
+    PyObject *code = PyDict_GetItemWithError(mpy_fast.codes, dtype);
     Py_DECREF(dtype);
     if (!code)
         return PyErr_Occurred() ? -1 : -2;
-    if ((r = attr_is(t, s_layout, F.strided)) <= 0 || (r = attr_is(t, s_is_cpu, Py_True)) <= 0)
+    if ((r = attr_is(t, mpy_name.layout, mpy_fast.strided)) <= 0 ||
+        (r = attr_is(t, mpy_name.is_cpu, Py_True)) <= 0)
         return r < 0 ? -1 : -2;
-    if ((r = call_is_true(t, s_is_conj)) != 0 || (r = call_is_true(t, s_is_neg)) != 0)
+    if ((r = call_is_true(t, mpy_name.is_conj)) != 0 || (r = call_is_true(t, mpy_name.is_neg)) != 0)
         return r < 0 ? -1 : -2;
-    if ((r = attr_is(t, s_requires_grad, Py_True)) < 0)
+    if ((r = attr_is(t, mpy_name.requires_grad, Py_True)) < 0)
         return -1;
     *flags = r ? FAST_REQUIRES_GRAD : 0;
     /* a non-leaf requiring grad: the Python path raises torch's error (and
      * reading .grad of a non-leaf would warn) */
-    if (r && (r = attr_is(t, s_is_leaf, Py_True)) <= 0)
+    if (r && (r = attr_is(t, mpy_name.is_leaf, Py_True)) <= 0)
         return r < 0 ? -1 : -2;
-    if ((r = attr_is(t, s_grad, Py_None)) <= 0)
+    if ((r = attr_is(t, mpy_name.grad, Py_None)) <= 0)
         return r < 0 ? -1 : -2;
     return (int)PyLong_AsLong(code);
 }
 
 /* The registered mproc Storage for the memory at address key, or NULL. */
-static PyObject *registered(PyObject *key)
+PyObject *mpy_registered(PyObject *key)
 {
-    PyObject *st = weak_get(F.registry, key);
+    PyObject *st = mpy_weak_get(mpy_fast.registry, key);
     if (st && !PyObject_TypeCheck(st, &mpy_storage_type))
         Py_CLEAR(st);
     return st;
@@ -241,20 +215,21 @@ int mpy_tensor_parts(PyObject *t, mpy_parts *p)
     long long off;
     int code, rc = -1;
     memset(p, 0, sizeof *p);
-    if ((code = torch_ready()) <= 0)
+    if ((code = mpy_torch_ready()) <= 0)
         return code;
     if ((code = frame_dtype(t, &flags)) < 0)
         return code == -2 ? 0 : -1;
-    PyObject *us = untyped_storage(t), *key = NULL;
+    PyObject *us = mpy_untyped_storage(t), *key = NULL;
     PyObject *size = NULL, *stride = NULL;
-    if (!us || !(key = PyObject_CallMethodNoArgs(us, s_data_ptr)))
+    if (!us || !(key = PyObject_CallMethodNoArgs(us, mpy_name.data_ptr)))
         goto out;
-    if (!(p->st = registered(key))) {
+    if (!(p->st = mpy_registered(key))) {
         rc = 0; /* private memory: the Python path moves it */
         goto out;
     }
-    if (!(size = PyObject_CallMethodNoArgs(t, s_size)) ||
-        !(stride = PyObject_CallMethodNoArgs(t, s_stride)) || call_ssize(t, s_offset, &off) < 0)
+    if (!(size = PyObject_CallMethodNoArgs(t, mpy_name.size)) ||
+        !(stride = PyObject_CallMethodNoArgs(t, mpy_name.stride)) ||
+        mpy_call_ssize(t, mpy_name.offset, &off) < 0)
         goto out;
     if (!PyTuple_Check(size) || !PyTuple_Check(stride) ||
         PyTuple_GET_SIZE(size) != PyTuple_GET_SIZE(stride) ||
@@ -273,8 +248,8 @@ int mpy_tensor_parts(PyObject *t, mpy_parts *p)
         goto out;
     /* The sender's tensor serves as the receiving side's cache entry too:
      * the same storage coming back (a ping-pong) is rebuilt from it. */
-    PyObject *seen = weak_get(F.rx_cache, key);
-    if (!seen && rx_remember(key, t) < 0)
+    PyObject *seen = mpy_weak_get(mpy_fast.rx_cache, key);
+    if (!seen && mpy_rx_remember(key, t) < 0)
         PyErr_Clear(); /* only a cache */
     Py_XDECREF(seen);
     rc = 1;
@@ -343,19 +318,19 @@ static int plain(PyObject *o, int depth)
 int mpy_dumps(PyObject *obj, PyObject **payload, PyObject **atts)
 {
     *payload = *atts = NULL;
-    if (!F.dumps_py) {
+    if (!mpy_fast.dumps_py) {
         PyErr_SetString(PyExc_RuntimeError, "mproc._sharing is not imported: import mproc first");
         return -1;
     }
     if (plain(obj, 3)) {
-        PyObject *args[2] = {obj, F.protocol};
-        *payload = PyObject_Vectorcall(F.pickle_dumps, args, 2, NULL);
+        PyObject *args[2] = {obj, mpy_fast.protocol};
+        *payload = PyObject_Vectorcall(mpy_fast.pickle_dumps, args, 2, NULL);
         return *payload ? 0 : -1;
     }
     int r = tensor_frame(obj, payload, atts);
     if (r != 0)
         return r < 0 ? -1 : 0;
-    PyObject *res = PyObject_CallOneArg(F.dumps_py, obj);
+    PyObject *res = PyObject_CallOneArg(mpy_fast.dumps_py, obj);
     if (!res)
         return -1;
     if (!PyTuple_Check(res) || PyTuple_GET_SIZE(res) != 2) {
@@ -368,215 +343,6 @@ int mpy_dumps(PyObject *obj, PyObject **payload, PyObject **atts)
     *atts = a == Py_None ? NULL : Py_NewRef(a);
     Py_DECREF(res);
     return 0;
-}
-
-/* ---- receive: a tensor from a frame ----------------------------------- */
-
-static PyObject *bad_frame(const char *why)
-{
-    return PyErr_Format(PyExc_ValueError, "mproc: a corrupt tensor frame (%s): the sender is "
-                        "not mproc's Python binding of this version", why);
-}
-
-/* Largest byte the view touches + 1, or -1 when it overflows. */
-static long long view_extent(const fast_head *h, const int64_t *dims, int elsize)
-{
-    long long last = h->offset, n;
-    for (int i = 0; i < h->ndim; i++) {
-        if (dims[i] < 0 || dims[h->ndim + i] < 0)
-            return -1;
-        if (dims[i] == 0)
-            return (long long)h->offset * elsize;
-        if (__builtin_mul_overflow(dims[i] - 1, dims[h->ndim + i], &n) ||
-            __builtin_add_overflow(last, n, &last))
-            return -1;
-    }
-    if (__builtin_add_overflow(last, 1, &last) || __builtin_mul_overflow(last, elsize, &n))
-        return -1;
-    return n;
-}
-
-/* A torch UntypedStorage over st's memory: the one of a live tensor this
- * process has over it (cache), else a DLPack import of the registered
- * Storage of that memory (registering st when none is). *fresh: imported. */
-static PyObject *torch_storage(PyObject *st, PyObject *key, long long need, int *fresh)
-{
-    PyObject *t = weak_get(F.rx_cache, key), *us = NULL, *p = NULL;
-    *fresh = 0;
-    if (t) {
-        us = untyped_storage(t);
-        Py_DECREF(t);
-        long long n;
-        if (us && (p = PyObject_CallMethodNoArgs(us, s_data_ptr)) &&
-            PyObject_RichCompareBool(p, key, Py_EQ) == 1 && call_ssize(us, s_nbytes, &n) == 0 &&
-            n >= need) {
-            Py_DECREF(p);
-            return us;
-        }
-        Py_XDECREF(p);
-        Py_XDECREF(us);
-        PyErr_Clear(); /* the tensor was pointed elsewhere meanwhile: import */
-    }
-    PyObject *owner = registered(key);
-    if (!owner) {
-        PyObject *r = PyObject_CallOneArg(F.register_fn, st);
-        if (!r)
-            return NULL;
-        Py_DECREF(r);
-        owner = Py_NewRef(st);
-    }
-    PyObject *u8 = PyObject_CallOneArg(F.from_dlpack, owner);
-    Py_DECREF(owner);
-    if (!u8)
-        return NULL;
-    us = untyped_storage(u8);
-    Py_DECREF(u8);
-    *fresh = 1;
-    return us;
-}
-
-static PyObject *tuple_of(const int64_t *v, int n)
-{
-    PyObject *r = PyTuple_New(n);
-    for (int i = 0; r && i < n; i++) {
-        PyObject *x = PyLong_FromLongLong(v[i]);
-        if (!x)
-            Py_CLEAR(r);
-        else
-            PyTuple_SET_ITEM(r, i, x);
-    }
-    return r;
-}
-
-PyObject *mpy_tensor_from_frame(const char *buf, size_t len, PyObject *st)
-{
-    mpy_parts p;
-    if (len < sizeof p.head)
-        return bad_frame("short");
-    memcpy(&p.head, buf, sizeof p.head);
-    if (p.head.ndim > FAST_MAXDIM || len != sizeof p.head + sizeof(int64_t) * 2 * p.head.ndim)
-        return bad_frame("header");
-    memcpy(p.dims, buf + sizeof p.head, sizeof(int64_t) * 2 * p.head.ndim);
-    p.st = st;
-    return mpy_tensor_build(&p);
-}
-
-PyObject *mpy_tensor_build(const mpy_parts *p)
-{
-    const fast_head h = p->head;
-    const int64_t *dims = p->dims;
-    PyObject *st = p->st;
-    if (h.kind != FAST_TENSOR || h.dtype >= NDTYPES || h.ndim > FAST_MAXDIM || h.offset < 0)
-        return bad_frame("header");
-    if (!st || !PyObject_TypeCheck(st, &mpy_storage_type))
-        return bad_frame("its attachment is not a storage");
-    long long need = view_extent(&h, dims, dtype_table[h.dtype].size);
-    mp_tensor *mt = ((mpy_storage *)st)->t;
-    if (need < 0 || (unsigned long long)need > mp_tensor_nbytes(mt))
-        return bad_frame("view out of the storage's bounds");
-    if (torch_ready() == 0) {
-        /* a spawned child that unpickled only its arguments: a tensor
-         * arriving is what makes it need torch, as the pickler's path does */
-        PyObject *m = PyImport_ImportModule("mproc.torch");
-        if (!m)
-            return NULL;
-        Py_DECREF(m);
-    }
-    if (torch_ready() <= 0)
-        return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_RuntimeError,
-            "mproc: a torch tensor arrived but torch cannot be used (half imported?)");
-    PyObject *key = PyLong_FromVoidPtr(mp_tensor_data(mt)), *r = NULL, *size = NULL, *stride = NULL;
-    PyObject *off = NULL, *empty = NULL, *pt = proto(h.dtype);
-    int fresh;
-    PyObject *us = key && pt ? torch_storage(st, key, need, &fresh) : NULL;
-    if (!us || !(size = tuple_of(dims, h.ndim)) || !(stride = tuple_of(dims + h.ndim, h.ndim)) ||
-        !(off = PyLong_FromLongLong(h.offset)) || !(empty = PyObject_CallMethodNoArgs(pt, s_new)))
-        goto out;
-    r = PyObject_CallMethodObjArgs(empty, s_set, us, off, size, stride, NULL);
-    if (r && (h.flags & FAST_REQUIRES_GRAD)) {
-        PyObject *x = PyObject_CallMethodOneArg(r, s_rg_, Py_True);
-        if (!x)
-            Py_CLEAR(r);
-        Py_XDECREF(x);
-    }
-    if (r && fresh && rx_remember(key, r) < 0)
-        PyErr_Clear();
-out:
-    Py_XDECREF(key);
-    Py_XDECREF(us);
-    Py_XDECREF(size);
-    Py_XDECREF(stride);
-    Py_XDECREF(off);
-    Py_XDECREF(empty);
-    return r;
-}
-
-/* Payloads from this size on are unpickled where they lie; below, a bytes
- * object costs less than a memoryview and its release. */
-#define LOADS_IN_PLACE (64 * 1024)
-
-static int is_frame(const void *p, size_t len)
-{
-    return len >= 4 && memcmp(p, FAST_MAGIC, 4) == 0;
-}
-
-PyObject *mpy_loads(PyObject *payload, PyObject *atts)
-{
-    if (!F.loads_py)
-        return PyErr_Format(PyExc_RuntimeError, "mproc._sharing is not imported: import mproc");
-    if (PyBytes_Check(payload) && is_frame(PyBytes_AS_STRING(payload), PyBytes_GET_SIZE(payload))) {
-        if (!PyList_Check(atts) || PyList_GET_SIZE(atts) != 1)
-            return bad_frame("not one attachment");
-        return mpy_tensor_from_frame(PyBytes_AS_STRING(payload), (size_t)PyBytes_GET_SIZE(payload),
-                                 PyList_GET_ITEM(atts, 0));
-    }
-    if (atts == Py_None || atts == NULL)
-        return PyObject_CallOneArg(F.pickle_loads, payload);
-    return PyObject_CallFunctionObjArgs(F.loads_py, payload, atts, NULL);
-}
-
-PyObject *mpy_msg_loads(const mp_msg *m)
-{
-    size_t len, n = mp_msg_count(m);
-    const char *p = mp_msg_payload(m, &len);
-    if (n == 1 && p && is_frame(p, len) && mp_msg_kind(m, 0) == MP_ATTACH_TENSOR) {
-        mp_tensor *t;
-        int rc = mp_msg_get_tensor(m, 0, &t);
-        if (rc < 0)
-            return mpy_raise(rc);
-        PyObject *st = mpy_storage_wrap(t);
-        if (!st)
-            return NULL;
-        PyObject *r = mpy_tensor_from_frame(p, len, st);
-        Py_DECREF(st);
-        return r;
-    }
-    if (n == 0 && len >= LOADS_IN_PLACE) {
-        /* pickle reads the message's own payload: no bytes copy of it (a
-         * copy of 100 MB, page faults included, is as long as the loads) */
-        PyObject *mv = PyMemoryView_FromMemory((char *)p, (Py_ssize_t)len, PyBUF_READ);
-        PyObject *r = mv ? PyObject_CallOneArg(F.pickle_loads, mv) : NULL;
-        if (mv) { /* anything still holding it reads a released view, not freed memory */
-            PyObject *ok = PyObject_CallMethod(mv, "release", NULL);
-            if (!ok)
-                Py_CLEAR(r);
-            Py_XDECREF(ok);
-            Py_DECREF(mv);
-        }
-        return r;
-    }
-    if (n == 0) {
-        PyObject *b = PyBytes_FromStringAndSize(p ? p : "", (Py_ssize_t)len);
-        PyObject *r = b ? mpy_loads(b, Py_None) : NULL;
-        Py_XDECREF(b);
-        return r;
-    }
-    PyObject *pa = mpy_msg_unpack(m);
-    if (!pa)
-        return NULL;
-    PyObject *r = mpy_loads(PyTuple_GET_ITEM(pa, 0), PyTuple_GET_ITEM(pa, 1));
-    Py_DECREF(pa);
-    return r;
 }
 
 /* ---- module functions ---------------------------------------------------- */
@@ -607,17 +373,17 @@ static PyObject *py_fast_setup(PyObject *self, PyObject *args)
     (void)self;
     if (!PyArg_ParseTuple(args, "O!OOO:_fast_setup", &PyDict_Type, &reg, &regfn, &dpy, &lpy))
         return NULL;
-    Py_XSETREF(F.registry, Py_NewRef(reg));
-    Py_XSETREF(F.register_fn, Py_NewRef(regfn));
-    Py_XSETREF(F.dumps_py, Py_NewRef(dpy));
-    Py_XSETREF(F.loads_py, Py_NewRef(lpy));
+    Py_XSETREF(mpy_fast.registry, Py_NewRef(reg));
+    Py_XSETREF(mpy_fast.register_fn, Py_NewRef(regfn));
+    Py_XSETREF(mpy_fast.dumps_py, Py_NewRef(dpy));
+    Py_XSETREF(mpy_fast.loads_py, Py_NewRef(lpy));
     Py_RETURN_NONE;
 }
 
 static PyObject *py_rx_cache_size(PyObject *self, PyObject *unused)
 {
     (void)self, (void)unused;
-    return PyLong_FromSsize_t(PyDict_GET_SIZE(F.rx_cache));
+    return PyLong_FromSsize_t(PyDict_GET_SIZE(mpy_fast.rx_cache));
 }
 
 static PyObject *py_pins_held(PyObject *self, PyObject *unused)
@@ -643,35 +409,36 @@ static PyMethodDef fast_functions[] = {
 int mpy_fast_init(PyObject *module)
 {
 #define INTERN(var, s) if (!(var = PyUnicode_InternFromString(s))) return -1
-    INTERN(s_storage, "_storage");
-    INTERN(s_untyped_storage, "untyped_storage");
-    INTERN(s_data_ptr, "data_ptr");
-    INTERN(s_nbytes, "nbytes");
-    INTERN(s_size, "size");
-    INTERN(s_stride, "stride");
-    INTERN(s_offset, "storage_offset");
-    INTERN(s_dtype, "dtype");
-    INTERN(s_layout, "layout");
-    INTERN(s_is_cpu, "is_cpu");
-    INTERN(s_requires_grad, "requires_grad");
-    INTERN(s_is_leaf, "is_leaf");
-    INTERN(s_grad, "grad");
-    INTERN(s_new, "new");
-    INTERN(s_set, "set_");
-    INTERN(s_rg_, "requires_grad_");
-    INTERN(s_torch, "torch");
-    INTERN(s_is_conj, "is_conj");
-    INTERN(s_is_neg, "is_neg");
+    INTERN(mpy_name.storage, "_storage");
+    INTERN(mpy_name.untyped_storage, "untyped_storage");
+    INTERN(mpy_name.data_ptr, "data_ptr");
+    INTERN(mpy_name.nbytes, "nbytes");
+    INTERN(mpy_name.size, "size");
+    INTERN(mpy_name.stride, "stride");
+    INTERN(mpy_name.offset, "storage_offset");
+    INTERN(mpy_name.dtype, "dtype");
+    INTERN(mpy_name.layout, "layout");
+    INTERN(mpy_name.is_cpu, "is_cpu");
+    INTERN(mpy_name.requires_grad, "requires_grad");
+    INTERN(mpy_name.is_leaf, "is_leaf");
+    INTERN(mpy_name.grad, "grad");
+    INTERN(mpy_name.new, "new");
+    INTERN(mpy_name.set, "set_");
+    INTERN(mpy_name.rg_, "requires_grad_");
+    INTERN(mpy_name.torch, "torch");
+    INTERN(mpy_name.is_conj, "is_conj");
+    INTERN(mpy_name.is_neg, "is_neg");
 #undef INTERN
     PyObject *pk = PyImport_ImportModule("_pickle");
     if (!pk)
         return -1;
-    F.pickle_dumps = PyObject_GetAttrString(pk, "dumps");
-    F.pickle_loads = PyObject_GetAttrString(pk, "loads");
+    mpy_fast.pickle_dumps = PyObject_GetAttrString(pk, "dumps");
+    mpy_fast.pickle_loads = PyObject_GetAttrString(pk, "loads");
     Py_DECREF(pk);
-    F.protocol = PyLong_FromLong(5); /* pickle.HIGHEST_PROTOCOL of 3.8+ */
-    F.rx_cache = PyDict_New();
-    if (!F.pickle_dumps || !F.pickle_loads || !F.protocol || !F.rx_cache)
+    mpy_fast.protocol = PyLong_FromLong(5); /* pickle.HIGHEST_PROTOCOL of 3.8+ */
+    mpy_fast.rx_cache = PyDict_New();
+    if (!mpy_fast.pickle_dumps || !mpy_fast.pickle_loads || !mpy_fast.protocol ||
+        !mpy_fast.rx_cache)
         return -1;
     return PyModule_AddFunctions(module, fast_functions);
 }

@@ -91,8 +91,8 @@ typedef struct mpy_part {
 } mpy_part;
 int mpy_tensor_filled(size_t nbytes, const mpy_part *parts, int nparts, mp_tensor **out);
 
-/* fast.c: obj as an mproc message (payload bytes, attachment list or NULL
- * for none), and back; -1/NULL with a Python exception on failure. */
+/* fast.c, fast_recv.c: obj as an mproc message (payload bytes, attachment
+ * list or NULL for none), and back; -1/NULL with a Python exception on failure. */
 int mpy_dumps(PyObject *obj, PyObject **payload, PyObject **atts);
 PyObject *mpy_loads(PyObject *payload, PyObject *atts);
 PyObject *mpy_msg_loads(const mp_msg *m);
@@ -115,7 +115,7 @@ typedef struct {
     PyObject *st;                  /* the Storage */
 } mpy_parts;
 
-/* fast.c: the frame of tensor t when one can carry it (1; p->st is a new
+/* fast.c, fast_recv.c: the frame of tensor t when one can carry it (1; p->st is a new
  * reference, mpy_parts_clear drops it), 0 when not, -1 on error; and the
  * tensor back from parts (p->st borrowed), every field checked. */
 int mpy_tensor_parts(PyObject *t, mpy_parts *p);

@@ -1,4 +1,4 @@
-"""The C fast paths of mproc's messages (python/src/fast.c): plain data
+"""The C fast paths of mproc's messages (python/src/fast.c, fast_recv.c): plain data
 straight through pickle, one shared tensor as a tensor frame, the receive
 cache that reuses a torch storage the receiver already holds, and the
 lifetime of all of it (no fd, mapping, segment or cache growth)."""
