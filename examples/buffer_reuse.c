@@ -5,15 +5,20 @@
  * message reuses the shared storage.
  *
  *   buffer_reuse [--buffers K] [--messages N] [--size BYTES]
+ *                [--strategy file_descriptor|file_system]
  *
  * Prints how many copies into shared memory happened, and exits non-zero
- * unless that is one per buffer. The worker is an mproc process (started
- * with fork, the default), so it dies with the consumer. */
+ * unless that is one per buffer; then the time per message once every
+ * buffer went round (both strategies keep them mapped on both sides:
+ * docs/tensor.md, "Handoff without an fd" and "Kept mappings"). The worker
+ * is an mproc process (started with fork, the default), so it dies with the
+ * consumer. */
 #include <getopt.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <mproc.h>
 
@@ -21,6 +26,13 @@ static int fail(const char *who, int rc)
 {
     fprintf(stderr, "%s: %s: %s\n", who, mp_err_name(rc), mp_last_error());
     return 1;
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* This process's copies into shared memory so far (mp_tensor_stats_get). */
@@ -106,12 +118,16 @@ int main(int argc, char **argv)
     mp_process *proc = NULL;
     long n = 2000;
     int64_t size = 1 << 20;
+    double start = 0;
+    const char *strategy = "file_descriptor";
     static const struct option opts[] = {
         {"buffers", 1, 0, 'k'}, {"messages", 1, 0, 'n'}, {"size", 1, 0, 's'},
-        {"help", 0, 0, 'h'},    {0, 0, 0, 0}};
+        {"strategy", 1, 0, 'S'}, {"help", 0, 0, 'h'},    {0, 0, 0, 0}};
     const char *use = "usage: %s [--buffers K] [--messages N] [--size BYTES]\n"
+                      "       [--strategy file_descriptor|file_system]\n"
                       "  K buffers in the ring (default 4), N messages, at least K (default\n"
-                      "  2000), BYTES per buffer, at least 8 (default 1048576)\n";
+                      "  2000), BYTES per buffer, at least 8 (default 1048576), the sharing\n"
+                      "  strategy (default file_descriptor)\n";
     if (mp_setup(&argc, &argv) != 0)
         return fail("mp_setup", MP_EINVAL);
     while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -119,6 +135,7 @@ int main(int argc, char **argv)
         case 'k': k = atoi(optarg); break;
         case 'n': n = atol(optarg); break;
         case 's': size = atol(optarg); break;
+        case 'S': strategy = optarg; break;
         case 'h': printf(use, argv[0]); return 0;
         default: fprintf(stderr, use, argv[0]); return 2;
         }
@@ -128,6 +145,8 @@ int main(int argc, char **argv)
         return 2;
     }
     int64_t elems = size / 8;
+    if (mp_set_sharing_strategy(strategy) != 0) /* the forked worker inherits it */
+        return fail("--strategy", MP_EINVAL);
     mp_queue *full_q = NULL, *free_q = NULL;
     int rc = mp_queue_create(0, &full_q);
     if (rc || (rc = mp_queue_create(0, &free_q)))
@@ -137,6 +156,8 @@ int main(int argc, char **argv)
         return fail("starting the worker", rc);
     for (long i = 0; i < n && !bad; i++) {
         mp_tensor *buf = NULL;
+        if (i == 2 * k)
+            start = now(); /* every buffer went round twice */
         if ((rc = mp_queue_get_tensor(full_q, &buf, 30))) {
             bad = fail("consumer: get", rc);
             break;
@@ -151,6 +172,7 @@ int main(int argc, char **argv)
             bad = fail("consumer: returning a buffer", rc);
         mp_tensor_release(buf);
     }
+    double per_message = n > 2 * k ? (now() - start) / (double)(n - 2 * k) : 0;
     if (bad)
         mp_process_terminate(proc); /* it may wait for buffers that never come */
     if (mp_process_join(proc, -1) != 0 || mp_process_exitcode(proc, &code) != 0 || code != 0)
@@ -159,6 +181,9 @@ int main(int argc, char **argv)
     printf("consumer: %ld messages of %lld bytes checked, %llu copies into shared\n"
            "  memory here\n", n, (long long)size,
            (unsigned long long)(shared_copies() - copies0));
+    if (per_message > 0)
+        printf("  %.1f us per message (%s), once each buffer went round twice\n",
+               per_message * 1e6, strategy);
     mp_queue_release(full_q);
     mp_queue_release(free_q);
     return bad;

@@ -4,7 +4,7 @@
 # added by cmake/cuda.cmake.
 set(MPROC_OS_SOURCES atfork.c coderef.c error.c extstruct.c hazard.c ids.c parse.c pidfd.c record.c sys.c util.c)
 set(MPROC_SHM_SOURCES cache.c foreign.c handle.c manager_client.c manager_inspect.c manager_util.c pins.c
-    pins_borrow.c recycle.c segment.c strategy.c)
+    pins_borrow.c pins_keep.c recycle.c segment.c strategy.c)
 set(MPROC_TENSOR_SOURCES adopt.c dlpack.c dtype.c recycle.c stats.c storage.c strategy.c tensor.c view.c)
 set(MPROC_WIRE_SOURCES compact.c frame_decode.c frame_encode.c kinds.c msg.c rx.c wire.c)
 set(MPROC_SYNC_SOURCES attach.c barrier.c event.c fastlock.c lock.c object.c robust.c

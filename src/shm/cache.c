@@ -59,11 +59,17 @@ static mp__segment *find(dev_t dev, ino_t ino)
     return NULL;
 }
 
-static size_t name_slot(const char *name, size_t n)
+uint64_t mp__shm_name_hash(const char *name)
 {
     uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
     for (; *name; name++)
         h = (h ^ (unsigned char)*name) * 0x100000001b3ull;
+    return h;
+}
+
+static size_t name_slot(const char *name, size_t n)
+{
+    uint64_t h = mp__shm_name_hash(name);
     return (size_t)(h ^ (h >> 32)) & (n - 1);
 }
 

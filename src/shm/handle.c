@@ -214,23 +214,25 @@ static int check_fs_cached(const mp__segment_handle *h, mp__segment *cached)
 }
 
 /* How a received handle's reference joins s. */
-enum { FS_FOLD, FS_ADOPT, FS_FRESH };
+enum { FS_FOLD, FS_ADOPT, FS_FRESH, FS_KEPT_ADOPT, FS_KEPT_FOLD };
 
 /* The handle's reference now belongs to s, a segment this process either
  * just mapped (FS_FRESH: report it opened), or a new alias (FS_ADOPT), or
- * already held a reference for (FS_FOLD: the handle's is dropped): tell the
+ * already held a reference for (FS_FOLD: the handle's is dropped), or an
+ * alias over a base this process just mapped for an end to keep (FS_KEPT_*:
+ * report the base opened; the alias is new, or another thread's): tell the
  * manager in one batch, consume the handle. */
 static void fs_received(mp__segment_handle *h, mp__segment *s, int how, mp__segment **out)
 {
     const mp__shm_hooks *hk = mp__shm_hooks_get();
     if (hk->batch)
         hk->batch(true);
-    if (how == FS_FOLD) {
+    if (how == FS_FOLD || how == FS_KEPT_FOLD)
         mp__fs_unref(s->map, s->name);
-    } else if (how == FS_FRESH) {
+    if (how == FS_FRESH || how == FS_KEPT_ADOPT || how == FS_KEPT_FOLD) {
         if (hk->opened)
             hk->opened(s->name);
-        s->reported = true;
+        (s->base ? s->base : s)->reported = true;
     }
     if (hk->received)
         hk->received(h->name);
@@ -254,7 +256,25 @@ static int fs_cached(mp__segment_handle *h, mp__segment *cached, mp__segment **o
     return 0;
 }
 
-static int open_fs(mp__segment_handle *h, mp__segment **out)
+/* s, just mapped and cached, becomes a base that an end keeps (*kept,
+ * retained): it holds no header reference, so the name goes when its users
+ * are done, as if this process had unmapped it; the user's use is an alias
+ * that owns the handle's reference (child_alias, as in a fork child). */
+static int fs_keep(mp__segment_handle *h, mp__segment *s, mp__segment **kept, mp__segment **out)
+{
+    bool adopt;
+    mp__segment *a;
+    *kept = mp__segment_retain(s);
+    if (!(a = child_alias(s, &adopt))) {
+        mp__segment_release(*kept);
+        *kept = NULL;
+        return MP_ENOMEM; /* the caller gives the handle's reference back */
+    }
+    fs_received(h, a, adopt ? FS_KEPT_ADOPT : FS_KEPT_FOLD, out);
+    return 0;
+}
+
+static int open_fs(mp__segment_handle *h, mp__segment **out, mp__segment **kept)
 {
     struct stat st;
     mp__segment *s = NULL, *cached;
@@ -280,12 +300,16 @@ static int open_fs(mp__segment_handle *h, mp__segment **out)
         goto out_close;
     mp__close(fd);
     mp__segment_live_add();
+    if (kept)
+        s->ref_pid = 0; /* a base: the handle's reference goes to its alias */
     cached = mp__cache_insert(s);
     if (cached != s) { /* lost a race: the handle's reference goes to the winner */
         s->ref_pid = 0;
         mp__segment_destroy(s);
         return fs_cached(h, cached, out);
     }
+    if (kept)
+        return fs_keep(h, s, kept, out);
     fs_received(h, s, FS_FRESH, out);
     return 0;
 out_close:
@@ -295,7 +319,14 @@ out_close:
 
 int mp__segment_open(mp__segment_handle *h, mp__segment **out)
 {
+    return mp__segment_open_keeping(h, out, NULL);
+}
+
+int mp__segment_open_keeping(mp__segment_handle *h, mp__segment **out, mp__segment **kept)
+{
     int rc;
+    if (kept)
+        *kept = NULL;
     if (!h || !out)
         return mp__error(MP_EINVAL, OPENING "NULL handle or out");
     *out = NULL;
@@ -311,7 +342,7 @@ int mp__segment_open(mp__segment_handle *h, mp__segment **out)
         return open_fd(h, out);
     }
     if (h->strategy == MP__STRATEGY_FS) {
-        if ((rc = open_fs(h, out)) < 0)
+        if ((rc = open_fs(h, out, kept)) < 0)
             mp__segment_handle_drop(h, true);
         return rc;
     }

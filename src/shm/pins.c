@@ -53,6 +53,11 @@
  * storages does not keep old ones mapped; the owner's last handle of the
  * end lets go of all of them.
  *
+ * Kept mappings. A file_system storage needs no fd, but a receiver that
+ * lets go of it between arrivals maps it again each time; its end keeps a
+ * mapping of it in a slot of the same table (pins_keep.c), which senders
+ * never name, let go idle, dead or with the end as a pin is.
+ *
  * Keepsakes. The owner may leave an object of a layer above with a pin (the
  * compact decoder's tensor over it, handed out again while nobody holds
  * it); it is released when the pin is let go, once this file's lock is.
@@ -64,35 +69,16 @@
  * receive can run on it) and a fork child's disowning (whose entry shows
  * its parent's pid). That path takes no lock: it finds its entry by the
  * one this thread used last, unless an entry was freed since. */
-#include "shm/pins.h"
-#include "shm/shm_internal.h"
+#include "shm/pins_local.h"
 
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define PROBE 8u            /* slots looked at per (dev, ino) */
-#define SEEN 64u            /* segments remembered as received once */
 #define IDLE_RECEIVES 1024u /* a pin unnamed this long is let go */
 #define SWEEP_EVERY 64u
 
-/* This process's side of one table: what it pins there, and what it saw. */
-typedef struct local {
-    mp__pins *table;
-    pid_t pid; /* a fork child's inherited copy holds references, pins nothing */
-    int users; /* handles receiving on the end */
-    uint64_t clock; /* storages received on the end */
-    _Atomic uint64_t received; /* of them, by this process's pins */
-    _Atomic uint64_t reused;   /* of those, keepsakes handed out again */
-    mp__segment *seg[MP__PIN_SLOTS];
-    void *kept[MP__PIN_SLOTS]; /* keepsakes (mp__pins_keep) and their release */
-    void (*kept_release[MP__PIN_SLOTS])(void *);
-    uint32_t gen[MP__PIN_SLOTS];
-    uint64_t used[MP__PIN_SLOTS];
-    uint64_t seen_dev[SEEN], seen_ino[SEEN];
-    unsigned seen_next;
-    struct local *next;
-} local;
+typedef mp__pins_local local;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static local *locals;
@@ -117,7 +103,7 @@ static atomic_ullong by_pin;
 static atomic_ullong epoch;
 static _Thread_local struct {
     mp__pins *table;
-    struct local *l;
+    local *l;
     unsigned long long epoch;
 } hot;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -130,7 +116,7 @@ static void init(void)
     mp__atfork_register(MP__FORK_SHM_PINS, &h);
 }
 
-static void locked(void)
+void mp__pins_lock(void)
 {
     pthread_once(&once, init);
     pthread_mutex_lock(&lock);
@@ -143,7 +129,7 @@ static void doom(void *obj, void (*release)(void *))
 }
 
 /* Lets go of lock, then releases what the section doomed. */
-static void unlocked(void)
+void mp__pins_unlock(void)
 {
     keepsake d[sizeof doomed / sizeof doomed[0]];
     unsigned n = ndoomed;
@@ -160,7 +146,7 @@ static void unlocked(void)
 
 static uint32_t gen_of(uint64_t state) { return (uint32_t)(state >> 32); }
 
-static unsigned home(uint64_t dev, uint64_t ino)
+unsigned mp__pins_home(uint64_t dev, uint64_t ino)
 {
     uint64_t h = (dev * 0x9e3779b97f4a7c15ull) ^ (ino * 0xc2b2ae3d27d4eb4full);
     return (unsigned)(h >> 40) & (MP__PIN_SLOTS - 1);
@@ -183,11 +169,11 @@ void mp__pins_init(mp__pins *p)
 bool mp__pins_reserve(mp__pins *p, const mp__segment *s, mp__pin_ref *ref)
 {
     uint64_t dev = (uint64_t)s->dev, ino = (uint64_t)s->ino;
-    unsigned h = home(dev, ino);
+    unsigned h = mp__pins_home(dev, ino);
     if (s->strategy != MP__STRATEGY_FD ||
         atomic_load_explicit(&p->owner, memory_order_relaxed) <= 0)
         return false;
-    for (unsigned k = 0; k < PROBE; k++) {
+    for (unsigned k = 0; k < MP__PINS_PROBE; k++) {
         mp__pin *pin = &p->slot[(h + k) & (MP__PIN_SLOTS - 1)];
         uint64_t st = atomic_load(&pin->state);
         while ((st & MP__PIN_LIVE) && (st & MP__PIN_SENT) < MP__PIN_SENT &&
@@ -266,7 +252,7 @@ static void disown(local *l)
     memset(l->seen_ino, 0, sizeof l->seen_ino);
 }
 
-static local *find_own(mp__pins *p)
+local *mp__pins_find_own(mp__pins *p)
 {
     local *l = find(p);
     if (l && l->pid != mp__pid())
@@ -277,10 +263,10 @@ static local *find_own(mp__pins *p)
 int mp__pins_attach(mp__pins *p)
 {
     local *l;
-    locked();
-    if (!(l = find_own(p))) {
+    mp__pins_lock();
+    if (!(l = mp__pins_find_own(p))) {
         if (!(l = calloc(1, sizeof *l))) {
-            unlocked();
+            mp__pins_unlock();
             return mp__error(MP_ENOMEM, "receiving end: out of memory");
         }
         l->table = p;
@@ -289,7 +275,7 @@ int mp__pins_attach(mp__pins *p)
         locals = l;
     }
     l->users++;
-    unlocked();
+    mp__pins_unlock();
     return 0;
 }
 
@@ -297,9 +283,9 @@ void mp__pins_detach(mp__pins *p)
 {
     local *l, **pp;
     bool owner, stuck = false;
-    locked();
-    if (!(l = find_own(p)) || --l->users > 0) {
-        unlocked();
+    mp__pins_lock();
+    if (!(l = mp__pins_find_own(p)) || --l->users > 0) {
+        mp__pins_unlock();
         return;
     }
     owner = atomic_load(&p->owner) == l->pid;
@@ -316,29 +302,29 @@ void mp__pins_detach(mp__pins *p)
     by_own_pin += atomic_load(&l->received);
     reused_retired += atomic_load(&l->reused);
     atomic_fetch_add(&epoch, 1);
-    unlocked();
+    mp__pins_unlock();
     free(l);
 }
 
 int mp__pins_held(void)
 {
     int n;
-    locked();
+    mp__pins_lock();
     n = held;
-    unlocked();
+    mp__pins_unlock();
     return n;
 }
 
 void mp__pins_counts(uint64_t *received, uint64_t *reused)
 {
-    locked();
+    mp__pins_lock();
     *received = by_own_pin;
     *reused = reused_retired;
     for (local *l = locals; l; l = l->next) {
         *received += atomic_load_explicit(&l->received, memory_order_relaxed);
         *reused += atomic_load_explicit(&l->reused, memory_order_relaxed);
     }
-    unlocked();
+    mp__pins_unlock();
     *received += atomic_load_explicit(&by_pin, memory_order_relaxed);
 }
 
@@ -354,7 +340,7 @@ static void bump(_Atomic uint64_t *c)
 
 /* Whether this process owns p's table, claiming it when nobody does; a
  * second receiving process turns it off. */
-static bool own(mp__pins *p, bool claim)
+bool mp__pins_own(mp__pins *p, bool claim)
 {
     int32_t self = (int32_t)mp__pid(), o = atomic_load(&p->owner);
     if (o == self)
@@ -366,34 +352,42 @@ static bool own(mp__pins *p, bool claim)
     return false;
 }
 
+/* A kept file_system base whose every user let go: its name is gone, no
+ * message can name it again, and its pages wait only for this mapping. */
+static bool dead(const mp__segment *s)
+{
+    return s->strategy == MP__STRATEGY_FS &&
+           __atomic_load_n(&((const mp__fs_header *)s->map)->refcount, __ATOMIC_ACQUIRE) == 0;
+}
+
 /* One more storage received on l's end; lets go of idle pins now and then. */
-static void tick(local *l)
+void mp__pins_tick(local *l)
 {
     if (++l->clock % SWEEP_EVERY)
         return;
     for (unsigned i = 0; i < MP__PIN_SLOTS; i++)
-        if (l->seg[i] && l->clock - l->used[i] > IDLE_RECEIVES)
+        if (l->seg[i] && (l->clock - l->used[i] > IDLE_RECEIVES || dead(l->seg[i])))
             (void)unpin(l, i, true);
 }
 
-static bool seen_before(local *l, uint64_t dev, uint64_t ino)
+bool mp__pins_seen_before(local *l, uint64_t dev, uint64_t ino)
 {
-    for (unsigned i = 0; i < SEEN; i++)
+    for (unsigned i = 0; i < MP__PINS_SEEN; i++)
         if (l->seen_ino[i] == ino && l->seen_dev[i] == dev && ino)
             return true;
     l->seen_dev[l->seen_next] = dev;
     l->seen_ino[l->seen_next] = ino;
-    l->seen_next = (l->seen_next + 1) % SEEN;
+    l->seen_next = (l->seen_next + 1) % MP__PINS_SEEN;
     return false;
 }
 
-/* Pins s in a free slot of its probe run, else in the least recently named
- * one no message in flight names. */
-static void pin(local *l, mp__segment *s)
+/* Pins s in a free slot of the probe run from h, else in the least
+ * recently named one no message in flight names. */
+void mp__pins_pin(local *l, mp__segment *s, unsigned h)
 {
     uint64_t dev = (uint64_t)s->dev, ino = (uint64_t)s->ino;
-    unsigned h = home(dev, ino), best = MP__PIN_SLOTS;
-    for (unsigned k = 0; k < PROBE; k++) {
+    unsigned best = MP__PIN_SLOTS;
+    for (unsigned k = 0; k < MP__PINS_PROBE; k++) {
         unsigned i = (h + k) & (MP__PIN_SLOTS - 1);
         if (l->seg[i] && l->seg[i]->dev == s->dev && l->seg[i]->ino == s->ino) {
             /* pinned already: a sender raced the pin, or its count is
@@ -429,7 +423,7 @@ static void pin(local *l, mp__segment *s)
 /* MPROC_PINS=0 in a receiving process: it pins nothing, so every storage
  * comes to it with its fd (read at each arrival by fd, which costs far
  * more than a getenv). */
-static bool pins_wanted(void)
+bool mp__pins_wanted(void)
 {
     const char *v = getenv("MPROC_PINS");
     return !v || strcmp(v, "0") != 0;
@@ -439,16 +433,18 @@ void mp__pins_received(mp__pins *p, mp__segment *s)
 {
     local *l;
     if (s->strategy != MP__STRATEGY_FD || atomic_load(&p->owner) == MP__PINS_OFF ||
-        !pins_wanted())
+        !mp__pins_wanted())
         return;
-    locked();
-    if ((l = find_own(p)) && own(p, true)) {
-        tick(l);
-        if (seen_before(l, (uint64_t)s->dev, (uint64_t)s->ino))
-            pin(l, s);
+    mp__pins_lock();
+    if ((l = mp__pins_find_own(p)) && mp__pins_own(p, true)) {
+        mp__pins_tick(l);
+        if (mp__pins_seen_before(l, (uint64_t)s->dev, (uint64_t)s->ino))
+            mp__pins_pin(l, s, mp__pins_home((uint64_t)s->dev, (uint64_t)s->ino));
     }
-    unlocked();
+    mp__pins_unlock();
 }
+
+/* ---- pin references ------------------------------------------------------------ */
 
 bool mp__pins_ref_ok(const mp__pin_ref *ref)
 {
@@ -500,7 +496,7 @@ static bool take_hot(mp__pins *p, const mp__pin_ref *ref, uint64_t size, mp__seg
         !holds(l, ref, carried) || size > l->seg[ref->slot]->map_len)
         return false;
     (void)take_owned(l, p, ref, size, out, reuse); /* cannot fail: size was checked */
-    l->clock++; /* tick() without its sweep */
+    l->clock++; /* mp__pins_tick() without its sweep */
     return true;
 }
 
@@ -512,18 +508,18 @@ static int resolve(mp__pins *p, const mp__pin_ref *given, uint64_t size, mp__seg
     local *l;
     int rc;
     *out = NULL;
-    locked();
-    if ((l = find_own(p)) && own(p, false) && holds(l, ref, carried)) {
+    mp__pins_lock();
+    if ((l = mp__pins_find_own(p)) && mp__pins_own(p, false) && holds(l, ref, carried)) {
         rc = take_owned(l, p, ref, size, out, reuse);
         if (rc == 0) {
-            tick(l);
+            mp__pins_tick(l);
             *counted = true;
             hot.table = p, hot.l = l, hot.epoch = atomic_load(&epoch);
         }
-        unlocked();
+        mp__pins_unlock();
         return rc;
     }
-    unlocked();
+    mp__pins_unlock();
     return mp__pins_borrow(p, given, size, out);
 }
 
@@ -557,14 +553,14 @@ void mp__pins_keep(mp__pins *p, const mp__pin_ref *ref, void *obj, void (*releas
     local *l;
     if (!obj)
         return;
-    locked();
-    if ((l = find_own(p)) && holds(l, ref, false) && own(p, false)) {
+    mp__pins_lock();
+    if ((l = mp__pins_find_own(p)) && holds(l, ref, false) && mp__pins_own(p, false)) {
         doom(l->kept[ref->slot], l->kept_release[ref->slot]);
         l->kept[ref->slot] = obj;
         l->kept_release[ref->slot] = release;
         obj = NULL;
     }
-    unlocked();
+    mp__pins_unlock();
     if (obj)
         release(obj);
 }

@@ -476,14 +476,18 @@ void *mp__segment_user(const mp__segment *s)
 {
     return s->user;
 }
+/* An alias maps nothing of its own: whether its mapping ever backed a
+ * storage is its base's to say (the stats count mappings, not aliases). */
 void mp__segment_set_user(mp__segment *s, void *user)
 {
     s->user = user;
     s->had_user |= user != NULL;
+    if (s->base)
+        s->base->had_user |= user != NULL;
 }
 bool mp__segment_had_user(const mp__segment *s)
 {
-    return s->had_user;
+    return s->base ? s->base->had_user : s->had_user;
 }
 uint64_t mp__segment_user_unmapped(void)
 {

@@ -107,6 +107,12 @@ int mp__segment_export(mp__segment *s, mp__segment_handle *h);
  * afterwards (h->fd = -1, name cleared; a failed open gives the in-flight
  * reference back), so mp__segment_handle_drop on it is a no-op. */
 int mp__segment_open(mp__segment_handle *h, mp__segment **out);
+/* The same; with kept, a file_system segment that this process does not map
+ * yet is mapped as a base for a receiving end to keep (*kept, retained):
+ * the base holds no header reference, *out is an alias over it that owns
+ * the handle's, so the name still goes when the last user releases it.
+ * *kept is NULL when nothing was mapped anew (src/shm/pins.c). */
+int mp__segment_open_keeping(mp__segment_handle *h, mp__segment **out, mp__segment **kept);
 /* Maps a foreign shared-memory file from fd without copying (foreign.c): fd is
  * dup'ed (the caller keeps its own), checked (a regular file of at least end
  * bytes, sealed against shrinking or unlinked from /dev/shm: else MP_EINVAL

@@ -46,6 +46,8 @@ void mp__cache_remove(mp__segment *s);
  * process maps already needs no shm_open (it cannot name another segment
  * while this process holds a reference to it, which keeps it linked). */
 mp__segment *mp__cache_lookup_name(const char *name);
+/* The hash of a segment name that the cache's name index uses. */
+uint64_t mp__shm_name_hash(const char *name);
 int mp__cache_count(void);
 /* base's alias, retained, when it is this process's and still lives; else
  * NULL. */

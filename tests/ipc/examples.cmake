@@ -8,16 +8,20 @@ if(MPROC_BUILD_EXAMPLES)
                          LABELS ipc)
   endforeach()
   add_test(NAME example_buffer_reuse COMMAND buffer_reuse --buffers 4 --messages 500)
-  set_tests_properties(example_buffer_reuse PROPERTIES TIMEOUT 120 LABELS ipc)
+  add_test(NAME example_buffer_reuse_file_system
+           COMMAND buffer_reuse --buffers 4 --messages 500 --strategy file_system)
+  set_tests_properties(example_buffer_reuse example_buffer_reuse_file_system PROPERTIES
+                       TIMEOUT 120 LABELS ipc)
 endif()
 
 # Tests that create file_system segments, or count them in /dev/shm for leak
 # checks, must not overlap under ctest -j: the count is machine-wide.
 set(mproc_shm_tests wire_test mpmc_test queue_test emfile_test pipe_test malformed_test
-    start_methods_test)
+    start_methods_test keep_test)
 if(MPROC_BUILD_EXAMPLES)
   list(APPEND mproc_shm_tests example_producer_consumer_file_system
-       example_producer_consumer_file_descriptor example_buffer_reuse)
+       example_producer_consumer_file_descriptor example_buffer_reuse
+       example_buffer_reuse_file_system)
 endif()
 foreach(t ${mproc_shm_tests})
   if(TEST ${t})

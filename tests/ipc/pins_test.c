@@ -105,17 +105,11 @@ static mp_tensor *tensor(void)
     return t;
 }
 
-/* A pipe to say "go" between processes. */
-typedef struct gate { int fd[2]; } gate;
-static void gate_open(gate *g) { assert_int_equal(pipe(g->fd), 0); }
-static void gate_pass(gate *g) { char c = 1; assert_int_equal(write(g->fd[1], &c, 1), 1); }
-static int gate_wait(gate *g)
-{
-    struct pollfd p = {.fd = g->fd[0], .events = POLLIN};
-    char c;
-    return poll(&p, 1, 10000) == 1 && read(g->fd[0], &c, 1) == 1 ? 0 : -1;
-}
-static void gate_close(gate *g) { close(g->fd[0]); close(g->fd[1]); }
+typedef mp_test_gate gate;
+#define gate_open mp_test_gate_open
+#define gate_pass mp_test_gate_pass
+#define gate_wait mp_test_gate_wait
+#define gate_close mp_test_gate_close
 
 /* ---- repeated handoffs ---------------------------------------------------- */
 

@@ -74,6 +74,16 @@ void mp_test_ep_close(mp_test_ep *e);
 int mp_test_ep_send(mp_test_ep *e, mp_msg *m, double timeout);
 int mp_test_ep_recv(mp_test_ep *e, mp_msg **m, double timeout);
 
+/* A pipe to say "go" between processes (fork children): pass writes a
+ * byte, wait reads one, 0, or -1 after 10 s. */
+typedef struct mp_test_gate {
+    int fd[2];
+} mp_test_gate;
+void mp_test_gate_open(mp_test_gate *g);
+void mp_test_gate_pass(mp_test_gate *g);
+int mp_test_gate_wait(mp_test_gate *g);
+void mp_test_gate_close(mp_test_gate *g);
+
 /* SIGKILLs and reaps every child of this process. */
 void mp_test_kill_children(void);
 int mp_test_count_children(void);

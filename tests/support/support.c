@@ -2,6 +2,7 @@
 #include "shm/manager.h"
 
 #include <dirent.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -291,4 +292,22 @@ mp_tensor_stats mp_test_tensor_stats(void)
     if (rc != 0)
         fail_msg("mp_tensor_stats_get: %s: %s", mp_err_name(rc), mp_last_error());
     return st;
+}
+
+void mp_test_gate_open(mp_test_gate *g) { assert_int_equal(pipe(g->fd), 0); }
+void mp_test_gate_pass(mp_test_gate *g)
+{
+    char c = 1;
+    assert_int_equal(write(g->fd[1], &c, 1), 1);
+}
+int mp_test_gate_wait(mp_test_gate *g)
+{
+    struct pollfd p = {.fd = g->fd[0], .events = POLLIN};
+    char c;
+    return poll(&p, 1, 10000) == 1 && read(g->fd[0], &c, 1) == 1 ? 0 : -1;
+}
+void mp_test_gate_close(mp_test_gate *g)
+{
+    close(g->fd[0]);
+    close(g->fd[1]);
 }
