@@ -402,8 +402,9 @@ static PyMethodDef fast_functions[] = {
     {"_rx_cache_size", py_rx_cache_size, METH_NOARGS,
      "Entries in the receive cache (live tensors over received storages), for tests."},
     {"_pins_held", py_pins_held, METH_NOARGS,
-     "Storages this process keeps pinned (mapped, one fd each) for the ends it receives "
-     "on, for tests: docs/tensor.md, \"Handoff without an fd\"."},
+     "Storages this process keeps pinned or kept mapped (file_descriptor ones hold an fd "
+     "each) for the ends it receives on, for tests: docs/tensor.md, \"Handoff without an "
+     "fd\" and \"Kept mappings\"."},
     {NULL, NULL, 0, NULL}};
 
 int mpy_fast_init(PyObject *module)

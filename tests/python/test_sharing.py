@@ -386,6 +386,27 @@ def test_repeated_handoff_needs_no_fd(shared):
     assert fds12 == fds3
 
 
+@pytest.mark.parametrize("strategy", ["file_system"], indirect=True)
+def test_released_buffer_kept_mapped(strategy):
+    """A file_system storage sent again and again to a spawned receiver that
+    drops it each time is mapped there twice in all, not once per message:
+    its end keeps the mapping from the second arrival (docs/tensor.md,
+    "Kept mappings")."""
+    ctx = mp.get_context("spawn")
+    q, r = ctx.Queue(), ctx.Queue()
+    t = torch.zeros(1024).share_memory_()
+    p = ctx.Process(target=workers.count_mapped, args=(q, r, 12))
+    p.start()
+    for i in range(12):
+        t[0] = i
+        q.put(t)
+        assert r.get(timeout=30) == i
+    mapped, kept = r.get(timeout=30)
+    p.join(30)
+    assert p.exitcode == 0
+    assert (mapped, kept) == (2, 1)
+
+
 _NUMPY_LATE = """
 import sys
 import mproc.multiprocessing as mp

@@ -133,3 +133,16 @@ def count_pinned(q, r, n):
             fds3 = len(os.listdir("/proc/self/fd"))
     pinned = mproc.tensor_stats()["segments_received_by_pin"] - s0
     r.put((pinned, fds3, len(os.listdir("/proc/self/fd"))))
+
+
+def count_mapped(q, r, n):
+    """Receives n tensors, answering each one's first element and dropping
+    it; then how many segments it mapped and how many it keeps mapped."""
+    import mproc
+    from mproc import _mproc
+    m0 = mproc.tensor_stats()["segments_mapped"]
+    for _ in range(n):
+        t = q.get(timeout=30)
+        r.put(int(t[0]))
+        del t
+    r.put((mproc.tensor_stats()["segments_mapped"] - m0, _mproc._pins_held()))
