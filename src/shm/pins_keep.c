@@ -59,4 +59,3 @@ void mp__pins_keep_fs(mp__pins *p, mp__segment *base)
         mp__pins_pin(l, base, mp__pins_home(key, FS_SEEN));
     mp__pins_unlock();
 }
-

@@ -44,7 +44,9 @@ mp__segment *mp__cache_insert(mp__segment *s);
 void mp__cache_remove(mp__segment *s);
 /* The cached file_system segment named name, retained, or NULL: a name this
  * process maps already needs no shm_open (it cannot name another segment
- * while this process holds a reference to it, which keeps it linked). */
+ * while this process holds a reference to it, which keeps it linked; a base
+ * an end keeps holds none, but a name is never made twice: the creator's
+ * pid and 64 random bits, and a dead base goes at its end's next sweep). */
 mp__segment *mp__cache_lookup_name(const char *name);
 /* The hash of a segment name that the cache's name index uses. */
 uint64_t mp__shm_name_hash(const char *name);
