@@ -172,7 +172,7 @@ int main(int argc, char **argv)
             bad = fail("consumer: returning a buffer", rc);
         mp_tensor_release(buf);
     }
-    double per_message = n > 2 * k ? (now() - start) / (double)(n - 2 * k) : 0;
+    double per_message = !bad && n > 2 * k ? (now() - start) / (double)(n - 2 * k) : 0;
     if (bad)
         mp_process_terminate(proc); /* it may wait for buffers that never come */
     if (mp_process_join(proc, -1) != 0 || mp_process_exitcode(proc, &code) != 0 || code != 0)

@@ -47,6 +47,11 @@ add_test(NAME pins_test_unprivileged
          COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/support/unprivileged.sh $<TARGET_FILE:pins_test>)
 set_tests_properties(pins_test_unprivileged PROPERTIES TIMEOUT 240 LABELS ipc
                      SKIP_RETURN_CODE ${MPROC_SKIP_CODE})
+# Kept file_system mappings as such a user: its own /dev/shm names and limits.
+add_test(NAME keep_test_unprivileged
+         COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/support/unprivileged.sh $<TARGET_FILE:keep_test>)
+set_tests_properties(keep_test_unprivileged PROPERTIES TIMEOUT 120 LABELS ipc
+                     SKIP_RETURN_CODE ${MPROC_SKIP_CODE} RESOURCE_LOCK mproc_dev_shm)
 mproc_tests(wire compact_test kinds_test malformed_test wire_test)
 mproc_tests(sync barrier_test fastlock_test sync_behaviour_test sync_test)
 mproc_tests(ipc emfile_test keep_test mpmc_test pins_test pipe_test queue_test ring_test ring_threads_test rx_test

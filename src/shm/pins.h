@@ -91,14 +91,12 @@ void mp__pins_drop(mp__pins *p, const mp__pin_ref *ref);
 /* Receiver: s arrived here by fd. A segment that arrives a second time is
  * pinned (up to MP__PIN_SLOTS), so later sends of it need no fd. */
 void mp__pins_received(mp__pins *p, mp__segment *s);
-/* Receiver: a file_system storage named name arrived on the end behind p
- * (before it is opened). True when the end should keep it: it arrived
- * before and is not kept yet; open it with mp__segment_open_keeping and
- * give what that kept to mp__pins_keep_fs. */
-bool mp__pins_fs_arrived(mp__pins *p, const char *name);
-/* Receiver: base (retained by the caller) stays mapped for p's end in this
- * process until idle, dead or the end's last handle (src/shm/pins.c). */
-void mp__pins_keep_fs(mp__pins *p, mp__segment *base);
+/* Receiver: mp__segment_open of a file_system handle h that arrived on the
+ * end behind p. A storage that arrived there before stays mapped for the
+ * end in this process (until idle, dead or the end's last handle), so a
+ * receiver that lets go of it between arrivals does not map it again
+ * (src/shm/pins_keep.c). */
+int mp__pins_open_fs(mp__pins *p, mp__segment_handle *h, mp__segment **out);
 
 /* A handle that receives on the end behind p is made (attach) or released
  * (detach) in this process. The last detach lets go of this process's

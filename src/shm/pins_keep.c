@@ -30,7 +30,9 @@ static int kept_slot(const mp__pins_local *l, uint64_t key, const char *name)
     return -1;
 }
 
-bool mp__pins_fs_arrived(mp__pins *p, const char *name)
+/* A file_system storage named name arrives at p's end: true when the end
+ * should keep it (it arrived before and is not kept yet). */
+static bool arrived(mp__pins *p, const char *name)
 {
     uint64_t key = mp__shm_name_hash(name);
     bool keep = false;
@@ -50,7 +52,7 @@ bool mp__pins_fs_arrived(mp__pins *p, const char *name)
     return keep;
 }
 
-void mp__pins_keep_fs(mp__pins *p, mp__segment *base)
+static void keep(mp__pins *p, mp__segment *base)
 {
     uint64_t key = mp__shm_name_hash(base->name);
     mp__pins_local *l;
@@ -58,4 +60,15 @@ void mp__pins_keep_fs(mp__pins *p, mp__segment *base)
     if ((l = mp__pins_find_own(p)) && mp__pins_own(p, false) && kept_slot(l, key, base->name) < 0)
         mp__pins_pin(l, base, mp__pins_home(key, FS_SEEN));
     mp__pins_unlock();
+}
+
+int mp__pins_open_fs(mp__pins *p, mp__segment_handle *h, mp__segment **out)
+{
+    mp__segment *base = NULL;
+    int rc = mp__segment_open_keeping(h, out, arrived(p, h->name) ? &base : NULL);
+    if (base) {
+        keep(p, base);
+        mp__segment_release(base);
+    }
+    return rc;
 }

@@ -381,25 +381,20 @@ static int open_storages(dec *d)
                 return rc;
         } else {
             bool by_fd = h->strategy == MP__STRATEGY_FD;
-            bool keep = h->strategy == MP__STRATEGY_FS && d->pins &&
-                        mp__pins_fs_arrived(d->pins, h->name);
-            mp__segment *kept = NULL;
             if (by_fd) {
                 int idx = h->fd;
                 h->fd = d->fds[idx];
                 d->fds[idx] = -1;
             }
-            if ((rc = mp__segment_open_keeping(h, &seg, keep ? &kept : NULL)) < 0) {
+            rc = d->pins && h->strategy == MP__STRATEGY_FS ? mp__pins_open_fs(d->pins, h, &seg)
+                                                           : mp__segment_open(h, &seg);
+            if (rc < 0) {
                 if (rc == MP_EPROTO)
                     rc = bad_because("storage fd");
                 return rc;
             }
             if (by_fd && d->pins)
                 mp__pins_received(d->pins, seg);
-            if (kept) {
-                mp__pins_keep_fs(d->pins, kept);
-                mp__segment_release(kept);
-            }
         }
         rc = mp__storage_from_segment(seg, &d->storages[i]);
         mp__segment_release(seg);

@@ -1,4 +1,4 @@
-/* Kept file_system mappings (src/shm/pins.c): a file_system storage that
+/* Kept file_system mappings (src/shm/pins_keep.c): a file_system storage that
  * arrives at a pipe's or queue's end a second time stays mapped there, so a
  * receiver that lets go of it between arrivals maps it twice in all, not
  * once per message; the kept mapping holds no reference, so the name leaves

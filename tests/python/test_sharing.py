@@ -364,26 +364,33 @@ def test_tensor_stats(strategy):
     assert d["segments_unmapped"] == 2 and d["segments_live"] == 0
 
 
+def resend(ctx, t, n):
+    """Sends t n times to a ctx process (workers.count_arrivals), waiting
+    for each answer; returns what the arrivals cost it."""
+    q, r = ctx.Queue(), ctx.Queue()
+    p = ctx.Process(target=workers.count_arrivals, args=(q, r, n))
+    p.start()
+    for i in range(n):
+        t[0] = i
+        q.put(t)
+        assert r.get(timeout=30) == i
+    cost = r.get(timeout=30)
+    p.join(30)
+    assert p.exitcode == 0
+    return cost
+
+
 @pytest.mark.parametrize("shared", [True, False])
 def test_repeated_handoff_needs_no_fd(shared):
     """The same storage sent again to one receiving process crosses with no
     fd: its end pins it at the second arrival, and the child's fds stay
     flat (mproc's file_descriptor segments, and torch's own, adopted)."""
-    q, r = mp.Queue(), mp.Queue()
     t = torch.zeros(1024)
     if shared:
         t.share_memory_()
-    p = mp.Process(target=workers.count_pinned, args=(q, r, 12))
-    p.start()
-    for i in range(12):
-        t[0] = i
-        q.put(t)
-        assert r.get(timeout=30) == i
-    pinned, fds3, fds12 = r.get(timeout=30)
-    p.join(30)
-    assert p.exitcode == 0
-    assert pinned == 10, "the 3rd to 12th arrivals name the pin"
-    assert fds12 == fds3
+    cost = resend(mp, t, 12)
+    assert cost["pinned"] == 10, "the 3rd to 12th arrivals name the pin"
+    assert cost["fds"] == cost["fds3"]
 
 
 @pytest.mark.parametrize("strategy", ["file_system"], indirect=True)
@@ -392,19 +399,8 @@ def test_released_buffer_kept_mapped(strategy):
     drops it each time is mapped there twice in all, not once per message:
     its end keeps the mapping from the second arrival (docs/tensor.md,
     "Kept mappings")."""
-    ctx = mp.get_context("spawn")
-    q, r = ctx.Queue(), ctx.Queue()
-    t = torch.zeros(1024).share_memory_()
-    p = ctx.Process(target=workers.count_mapped, args=(q, r, 12))
-    p.start()
-    for i in range(12):
-        t[0] = i
-        q.put(t)
-        assert r.get(timeout=30) == i
-    mapped, kept = r.get(timeout=30)
-    p.join(30)
-    assert p.exitcode == 0
-    assert (mapped, kept) == (2, 1)
+    cost = resend(mp.get_context("spawn"), torch.zeros(1024).share_memory_(), 12)
+    assert (cost["mapped"], cost["kept"]) == (2, 1)
 
 
 _NUMPY_LATE = """

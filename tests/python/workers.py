@@ -119,11 +119,14 @@ def share_and_send_twice(q, done):
     done.get()  # keeps t until the parent has both
 
 
-def count_pinned(q, r, n):
-    """Receives n tensors, answering each one's first element; then how many
-    arrived by a pin (no fd) and the open fds after the 3rd and the last."""
+def count_arrivals(q, r, n):
+    """Receives n tensors, answering each one's first element and dropping
+    it; then what that cost: the arrivals by a pin (no fd), the segments
+    mapped, the storages kept pinned or mapped, and the open fds after the
+    3rd arrival and after the last."""
     import mproc
-    s0 = mproc.tensor_stats()["segments_received_by_pin"]
+    from mproc import _mproc
+    s0 = mproc.tensor_stats()
     fds3 = None
     for i in range(n):
         t = q.get(timeout=30)
@@ -131,18 +134,8 @@ def count_pinned(q, r, n):
         del t
         if i == 2:
             fds3 = len(os.listdir("/proc/self/fd"))
-    pinned = mproc.tensor_stats()["segments_received_by_pin"] - s0
-    r.put((pinned, fds3, len(os.listdir("/proc/self/fd"))))
-
-
-def count_mapped(q, r, n):
-    """Receives n tensors, answering each one's first element and dropping
-    it; then how many segments it mapped and how many it keeps mapped."""
-    import mproc
-    from mproc import _mproc
-    m0 = mproc.tensor_stats()["segments_mapped"]
-    for _ in range(n):
-        t = q.get(timeout=30)
-        r.put(int(t[0]))
-        del t
-    r.put((mproc.tensor_stats()["segments_mapped"] - m0, _mproc._pins_held()))
+    s = mproc.tensor_stats()
+    r.put({"pinned": s["segments_received_by_pin"] - s0["segments_received_by_pin"],
+           "mapped": s["segments_mapped"] - s0["segments_mapped"],
+           "kept": _mproc._pins_held(), "fds3": fds3,
+           "fds": len(os.listdir("/proc/self/fd"))})
