@@ -14,12 +14,21 @@
  *
  * and prints, per placement, the median wall time per message, the CPU
  * time per message (all processes together) and the context switches per
- * 1000 messages. */
+ * 1000 messages.
+ *
+ * Then the ring's two sides under contention, each contender on its own CPU
+ * and running the whole time, as on a machine with a CPU for every process
+ * (docs/performance.md, "Small messages without the reader lock"): 1 and 2
+ * consumers draining a full ring, 1 and 2 producers filling an empty one;
+ * the median time per message over many rounds. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -146,6 +155,98 @@ static int by_wall(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* ---- contention: a full ring drained, an empty one filled ------------------- */
+
+enum { ROUND = 510, ROUNDS = 200 }; /* a round fills the ring (512 slots) but 2 */
+
+typedef struct rounds {
+    _Atomic int round, done;
+    _Atomic uint64_t start[2], end[2];
+} rounds;
+
+/* Contender `id` (on CPU slot id) puts its share of each round, or gets until a
+ * 1-byte stop message, when the round counter says go. */
+static void contender(mp_queue *q, rounds *rs, int id, int k, bool producer)
+{
+    mp_msg *m = NULL;
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || bench_pin_cpu(id) != 0 ||
+        mp_msg_create(&m) || mp_msg_set_payload(m, "0123456789abcdef", 16))
+        _exit(2);
+    for (int r = 1; r <= ROUNDS; r++) {
+        while (atomic_load(&rs->round) < r)
+            sched_yield();
+        uint64_t t0 = bench_now_ns();
+        for (int i = 0; producer && i < ROUND / k; i++)
+            if (mp_queue_put(q, m, -1))
+                _exit(1);
+        for (size_t len = 0; !producer && len != 1;) {
+            mp_msg *g = NULL;
+            if (mp_queue_get(q, &g, -1))
+                _exit(1);
+            mp_msg_payload(g, &len);
+            mp_msg_destroy(g);
+        }
+        atomic_store(&rs->start[id], t0);
+        atomic_store(&rs->end[id], bench_now_ns());
+        atomic_fetch_add(&rs->done, 1);
+    }
+    _exit(0);
+}
+
+static int by_value(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median ns per message of k contenders, from the first one's start
+ * to the last one's end of each round. */
+static double contend(mp_queue *q, mp_msg *stop, int k, bool producer)
+{
+    rounds *rs = mmap(NULL, sizeof *rs, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                      -1, 0);
+    static double t[ROUNDS];
+    pid_t pid[2];
+    mp_msg *m = NULL;
+    int bad = 0;
+    if (rs == MAP_FAILED || mp_msg_create(&m) || mp_msg_set_payload(m, "0123456789abcdef", 16))
+        die("setup of a contention run", NULL);
+    for (int i = 0; i < k; i++)
+        if ((pid[i] = fork()) == 0)
+            contender(q, rs, i, k, producer);
+        else if (pid[i] < 0)
+            die("fork", strerror(errno));
+    for (int r = 1; r <= ROUNDS; r++) {
+        for (int i = 0; !producer && i < ROUND + k; i++)
+            if (mp_queue_put(q, i < ROUND ? m : stop, -1))
+                die("put", mp_last_error());
+        atomic_store(&rs->done, 0);
+        atomic_store(&rs->round, r);
+        while (atomic_load(&rs->done) < k)
+            usleep(50);
+        uint64_t a = rs->start[0], b = rs->end[0];
+        for (int i = 1; i < k; i++) {
+            a = rs->start[i] < a ? rs->start[i] : a;
+            b = rs->end[i] > b ? rs->end[i] : b;
+        }
+        t[r - 1] = (double)(b - a) / ROUND;
+        for (int i = 0; producer && i < ROUND / k * k; i++) {
+            mp_msg *g = NULL;
+            if (mp_queue_get(q, &g, -1))
+                die("get", mp_last_error());
+            mp_msg_destroy(g);
+        }
+    }
+    for (int i = 0; i < k; i++)
+        bad |= reap(pid[i]);
+    if (bad)
+        die("a contender exited with an error", NULL);
+    mp_msg_destroy(m);
+    munmap(rs, sizeof *rs);
+    qsort(t, ROUNDS, sizeof t[0], by_value);
+    return t[ROUNDS / 2];
+}
+
 int main(int argc, char **argv)
 {
     size_t n = 400000;
@@ -186,6 +287,13 @@ int main(int argc, char **argv)
         qsort(s[k], (size_t)reps, sizeof s[k][0], by_wall);
         sample m = s[k][reps / 2];
         printf("%-14s %12.1f %12.1f %14.2f\n", places[k].name, m.wall, m.cpu, m.csw);
+    }
+    printf("\ncontention, each process on its own CPU, median of %d rounds of %d messages\n",
+           ROUNDS, ROUND);
+    for (int producer = 0; producer < 2; producer++) {
+        double one = contend(q, stop, 1, producer), two = contend(q, stop, 2, producer);
+        printf("%-8s 1: %6.1f ns/msg   2: %6.1f ns/msg   (%.2fx)\n",
+               producer ? "fill" : "drain", one, two, two / one);
     }
     mp_msg_destroy(stop);
     mp_queue_release(q);

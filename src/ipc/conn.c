@@ -227,6 +227,10 @@ int mp_conn_recv(mp_conn *c, mp_msg **out, double timeout)
     if ((rc = mp__objkinds_ensure("mp_conn_recv")) < 0)
         return rc;
     deadline = mp__ipc_deadline(timeout);
+    /* A small message is taken without the reader lock (mp__ring_take). */
+    rc = mp__ring_take(conn_ring(c, false), c->sock, conn_rx(c, false), out, &taken);
+    if (rc != 0)
+        return rc < 0 ? rc : 0;
     if ((rc = mp__rx_lock(conn_rx(c, false), deadline, "mp_conn_recv")) < 0)
         return rc;
     rc = mp__ring_recv(conn_ring(c, false), c->sock, conn_rx(c, false), out, deadline, &taken);

@@ -5,11 +5,16 @@
  * big body) is sent on the socket as a record whose frame header carries a
  * tag, and a MARK slot with that tag follows it in the ring. Producers take
  * turns under plock (a robust process-shared mutex) from taking a slot to
- * publishing it; consumers take turns under the socket's reader lock
- * (mp__rx), so a consumer meets marks in the order their records were sent.
+ * publishing it. A consumer copies the slot at head, then claims it by a
+ * compare-and-swap of head (a loser drops its copy and looks again; a slot
+ * is refilled only after head passed it, so a winner's copy is whole). A
+ * payload slot is taken so without any lock (mp__ring_take: consumers do
+ * not queue for the small-message path); everything else is received under
+ * the socket's reader lock (mp__rx), so a consumer meets marks in the order
+ * their records were sent, and lock-free takers leave marks alone.
  *
  * Commits. Publishing (the store to tail) is a producer's last store, and
- * moving head is a consumer's: whoever dies before it did nothing, whoever
+ * the claim is a consumer's: whoever dies before it did nothing, whoever
  * dies after it is done, so a lock found EOWNERDEAD is made consistent with
  * nothing to repair. The socket path has two steps that cannot be one, and
  * the tag settles them:
@@ -24,8 +29,8 @@
  * A record left queued by MP_EMFILE keeps its mark in place, so it is
  * delivered in order once fds fit.
  *
- * Wake-ups. A consumer that finds the ring empty sets `spinning` and
- * watches tail briefly, then sets `sleeping` and sleeps on tail (a futex)
+ * Wake-ups. A consumer that finds the ring empty sets `spinning` (only
+ * where doorbells ring: it spares one) and watches tail briefly, then sets `sleeping` and sleeps on tail (a futex)
  * for a slice at a time, looking at the socket between slices (EOF, a
  * queue's end marker, an orphan); closing a pipe end or a queue wakes it at
  * once. After publishing, a producer that sees `sleeping` clears it and
@@ -43,7 +48,9 @@
  * waits for the next message).
  * `bells` counts doorbells sent and not yet dropped: a consumer that takes
  * the last message of the ring while some are queued drops them, so a
- * user's poll does not report a message that was already taken. A `quiet`
+ * user's poll does not report a message that was already taken (a
+ * lock-free taker only when the reader lock is free; else the holder drops
+ * them once it finds the ring empty). A `quiet`
  * ring (mp__ring_quiet: an end nobody polls, such as the same-host pipe
  * under an MPI conn, which looks only after MPI said a message is there)
  * rings no bells at all.
@@ -225,12 +232,14 @@ static void ring_bell(mp__ring *r, int sock)
  * a poll by itself. */
 static void wake_consumers(mp__ring *r, int sock, uint32_t t, bool mark)
 {
-    /* Exchanges, as in advance(). */
+    /* Exchanges, as in claim(). */
     if (atomic_load(&r->sleeping) && atomic_exchange(&r->sleeping, 0)) {
         mp__futex_wake((uint32_t *)&r->tail, INT_MAX, true);
+    } else if (mark || atomic_load(&r->bell_mode) != MP__RING_BELLS) {
+        /* no doorbell: `spinning` is not looked at (nor set) */
     } else if (atomic_load(&r->spinning) && atomic_exchange(&r->spinning, 0)) {
         /* it sees the message: no fd needs to */
-    } else if (!mark && atomic_load(&r->bell_mode) == MP__RING_BELLS) {
+    } else {
         uint32_t h = atomic_load(&r->head);
         atomic_store_explicit(&r->head_seen, h, memory_order_relaxed);
         if (h == t)
@@ -262,7 +271,7 @@ static void publish(mp__ring *r, int sock, uint32_t t)
 {
     uint32_t cpu = (uint32_t)sched_getcpu();
     /* read while the slot is still ours: once published it may be taken */
-    bool mark = r->slot[t & MASK].type == RING_MARK;
+    bool mark = slot_type(&r->slot[t & MASK]) == RING_MARK;
     if (atomic_load_explicit(&r->pcpu, memory_order_relaxed) != cpu)
         atomic_store_explicit(&r->pcpu, cpu, memory_order_relaxed);
     STEP(FILLED);
@@ -276,7 +285,6 @@ static void publish(mp__ring *r, int sock, uint32_t t)
 static int send_inline(mp__ring *r, int sock, uint32_t type, const void *data, size_t len,
                        double deadline, bool pipe, const char *fn)
 {
-    mp__ring_slot *s;
     uint32_t t;
     int rc;
     if ((rc = plock(r, deadline, fn)) < 0)
@@ -287,11 +295,7 @@ static int send_inline(mp__ring *r, int sock, uint32_t type, const void *data, s
         return rc;
     }
     t = atomic_load_explicit(&r->tail, memory_order_relaxed);
-    s = &r->slot[t & MASK];
-    s->type = type;
-    s->len = (uint32_t)len;
-    if (len) /* an empty payload may be NULL */
-        memcpy(s->data, data, len);
+    slot_write(&r->slot[t & MASK], type, data, (uint32_t)len); /* data may be NULL if len 0 */
     publish(r, sock, t);
     return 0;
 }
@@ -301,7 +305,6 @@ static int send_marked(mp__ring *r, int sock, mp__rx *rx, mp__frame_out *o, doub
                        bool pipe, const char *fn)
 {
     mp__frame_header *h = o->buf;
-    mp__ring_slot *s;
     uint32_t t, tag;
     int rc;
     if ((rc = plock(r, deadline, fn)) < 0)
@@ -319,9 +322,7 @@ static int send_marked(mp__ring *r, int sock, mp__rx *rx, mp__frame_out *o, doub
         goto out;
     STEP(SENT);
     t = atomic_load_explicit(&r->tail, memory_order_relaxed);
-    s = &r->slot[t & MASK];
-    s->type = RING_MARK;
-    s->len = tag;
+    slot_header(&r->slot[t & MASK], RING_MARK, tag);
     publish(r, sock, t);
     return 0;
 out:

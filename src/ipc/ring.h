@@ -18,8 +18,9 @@
 typedef struct mp__ring_slot {
     uint32_t type;   /* RING_PAYLOAD, RING_FRAME or RING_MARK (ring.c) */
     uint32_t len;    /* data bytes; for a mark, the tag of its socket record */
-    unsigned char data[MP__RING_DATA];
+    _Alignas(8) unsigned char data[MP__RING_DATA]; /* moved in words (ring_impl.h) */
 } mp__ring_slot;
+_Static_assert(MP__RING_DATA % 8 == 0, "a slot's data is whole words");
 
 /* Lives in the endpoint's control segment (a sealed memfd), so it travels
  * wherever the control segment's fd travels. Producers write one cache line
@@ -31,7 +32,7 @@ typedef struct mp__ring {
     _Alignas(64) _Atomic uint32_t tail; /* slots published (producers) */
     _Atomic uint32_t head_seen;        /* head as a producer last read it (<= head) */
     _Atomic uint32_t closes_seen;      /* `closes` when a producer last found a reader */
-    _Alignas(64) _Atomic uint32_t head; /* slots taken (consumers, under the rx lock) */
+    _Alignas(64) _Atomic uint32_t head; /* slots taken (consumers, by compare-and-swap) */
     _Atomic uint32_t space_wait;       /* a producer sleeps on head: the ring is full */
     _Alignas(64) _Atomic uint32_t sleeping; /* a consumer sleeps on tail (a futex) */
     _Atomic uint32_t spinning;         /* a consumer inside a receive watches tail */
@@ -59,6 +60,11 @@ int mp__ring_init(mp__ring *r, const char *fn);
  * killed) and whenever the ring is full. */
 int mp__ring_send(mp__ring *r, int sock, mp__rx *rx, const mp_msg *m, double deadline,
                   bool pipe, const char *fn);
+/* Takes the message at the ring's head without rx's lock when it is a
+ * payload alone (the small-message path), so that consumers do not queue
+ * on the lock for it: 1 taken (*out), 0 nothing such at the head (receive
+ * with the lock), or an error with *taken as below. */
+int mp__ring_take(mp__ring *r, int sock, mp__rx *rx, mp_msg **out, bool *taken);
 /* Receives the next message in ring order; the caller holds rx's lock.
  * *taken as mp__wire_recv_rx: true when a message left the endpoint, even if
  * it could not be decoded. MP_ECLOSED at EOF or at a queue's end marker. */

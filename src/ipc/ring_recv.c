@@ -13,7 +13,7 @@
 
 enum { HEAD_EMPTY, HEAD_EOF, HEAD_BELL, HEAD_CLOSED, HEAD_DATA };
 
-/* ---- consumers (under the rx lock) -------------------------------------------- */
+/* ---- consumers ---------------------------------------------------------------- */
 
 /* What is at the socket's head, peeked without taking it or its fds. */
 static int peek_head(int sock, mp__frame_header *h)
@@ -71,53 +71,68 @@ static void drop_bells(mp__ring *r, int sock)
     }
 }
 
-/* Slot h was just taken: when it was the last, nothing is left to announce. */
-static void settle_bells(mp__ring *r, int sock, uint32_t h)
+/* Slot h was just taken: when it was the last, nothing is left to announce.
+ * Dropping needs rx's lock; a taker without it drops them only if the lock is
+ * free, else leaves them to the holder, who drops them when it finds the
+ * ring empty (a poll until then may report one message too many). */
+static void settle_bells(mp__ring *r, int sock, mp__rx *rx, uint32_t h, bool locked)
 {
-    if (atomic_load_explicit(&r->bells, memory_order_relaxed) &&
-        atomic_load(&r->tail) == h + 1)
+    if (!atomic_load_explicit(&r->bells, memory_order_relaxed) ||
+        atomic_load(&r->tail) != h + 1)
+        return;
+    if (locked) {
         drop_bells(r, sock);
+    } else if (mp__rx_trylock(rx)) {
+        drop_bells(r, sock);
+        mp__rx_unlock(rx);
+    }
 }
 
-static void advance(mp__ring *r, uint32_t h)
+/* Moves head from h to h + 1 unless another consumer moved it first: the
+ * commit of a take. */
+static bool claim(mp__ring *r, uint32_t h)
 {
-    atomic_store(&r->head, h + 1);
+    if (!atomic_compare_exchange_strong(&r->head, &h, h + 1))
+        return false;
     /* An exchange, not a load and a store: a producer may set the flag
      * again in between, for a wait that this wake-up must not lose. */
     if (atomic_load(&r->space_wait) && atomic_exchange(&r->space_wait, 0))
         mp__futex_wake((uint32_t *)&r->head, INT_MAX, true);
+    return true;
 }
 
-/* Slot h holds a message: copy it out, move head, then decode. */
-static int take_slot(mp__ring *r, int sock, mp__rx *rx, uint32_t h, mp_msg **out,
+/* Slot h holds a message: copy it, claim it, then decode. Built before
+ * the claim where it can be (a payload), so that running out of memory
+ * leaves it queued. 0 with *taken false: another consumer claimed it first.
+ * locked: the caller holds rx's lock (and so may read the socket). */
+static int take_slot(mp__ring *r, int sock, mp__rx *rx, uint32_t h, bool locked, mp_msg **out,
                      bool *taken)
 {
     const mp__ring_slot *s = &r->slot[h & MASK];
     unsigned char buf[MP__RING_DATA];
-    uint32_t type = s->type, len = s->len;
+    uint32_t type = slot_type(s), len = slot_len(s);
+    bool valid = len <= MP__RING_DATA &&
+                 (type == RING_PAYLOAD || type == RING_FRAME || type == RING_COMPACT);
     mp_msg *m = NULL;
     int rc;
-    if (len > MP__RING_DATA ||
-        (type != RING_PAYLOAD && type != RING_FRAME && type != RING_COMPACT)) {
-        advance(r, h);
-        *taken = true;
-        return mp__error(MP_EPROTO, "receiving a message: ring slot of type %u and %u bytes "
-                                    "(the message was dropped)", type, len);
-    }
-    if (type == RING_PAYLOAD) {
-        /* Built before head moves: out of memory leaves it queued. */
-        if ((rc = mp_msg_create(&m)) < 0 || (rc = mp_msg_set_payload(m, s->data, len)) < 0) {
-            mp_msg_destroy(m);
-            return rc;
-        }
-    } else {
-        memcpy(buf, s->data, len);
+    if (valid)
+        slot_read(s, len, buf);
+    if (valid && type == RING_PAYLOAD &&
+        ((rc = mp_msg_create(&m)) < 0 || (rc = mp_msg_set_payload(m, buf, len)) < 0)) {
+        mp_msg_destroy(m);
+        return rc;
     }
     STEP(COPIED);
-    advance(r, h);
+    if (!claim(r, h)) {
+        mp_msg_destroy(m);
+        return 0;
+    }
     *taken = true;
     STEP(TAKEN);
-    settle_bells(r, sock, h);
+    settle_bells(r, sock, rx, h, locked);
+    if (!valid)
+        return mp__error(MP_EPROTO, "receiving a message: ring slot of type %u and %u bytes "
+                                    "(the message was dropped)", type, len);
     if (m) {
         *out = m;
         return 0;
@@ -127,12 +142,28 @@ static int take_slot(mp__ring *r, int sock, mp__rx *rx, uint32_t h, mp_msg **out
     return mp__wire_decode_rx(rx, buf, len, NULL, 0, out);
 }
 
+int mp__ring_take(mp__ring *r, int sock, mp__rx *rx, mp_msg **out, bool *taken)
+{
+    *taken = false;
+    *out = NULL;
+    for (;;) {
+        uint32_t h = atomic_load_explicit(&r->head, memory_order_acquire);
+        int rc;
+        if (atomic_load_explicit(&r->tail, memory_order_acquire) == h ||
+            slot_type(&r->slot[h & MASK]) != RING_PAYLOAD)
+            return 0;
+        rc = take_slot(r, sock, rx, h, false, out, taken);
+        if (rc < 0 || *taken)
+            return rc < 0 ? rc : 1;
+    }
+}
+
 /* Slot h is a mark: receive its record. *done is false when the mark was
  * stale (skipped) and the caller should look at the ring again. */
 static int take_mark(mp__ring *r, int sock, mp__rx *rx, uint32_t h, mp_msg **out,
                      bool *taken, bool *done)
 {
-    uint32_t tag = r->slot[h & MASK].len;
+    uint32_t tag = slot_len(&r->slot[h & MASK]);
     mp__frame_header hd;
     int k, rc;
     *done = false;
@@ -143,15 +174,15 @@ static int take_mark(mp__ring *r, int sock, mp__rx *rx, uint32_t h, mp_msg **out
     if (k < 0)
         return k;
     if (k != HEAD_DATA || (int32_t)(hd.tag - tag) > 0) {
-        advance(r, h); /* a consumer died after taking this mark's record */
+        claim(r, h); /* a consumer died after taking this mark's record */
         return 0;
     }
     /* The head is this mark's record, or an orphan sent before it. */
     rc = mp__wire_recv_rx(sock, rx, out, 0, taken);
     if (*taken && hd.tag == tag) {
         STEP(MARK_RECEIVED);
-        advance(r, h);
-        settle_bells(r, sock, h);
+        claim(r, h); /* lock-free takers leave marks alone: it is ours */
+        settle_bells(r, sock, rx, h, true);
     }
     *done = *taken || rc != MP_ETIMEDOUT;
     return rc;
@@ -161,6 +192,9 @@ static int take_mark(mp__ring *r, int sock, mp__rx *rx, uint32_t h, mp_msg **out
  * caller looks at tail again after this returns false. */
 static bool spin(mp__ring *r, uint32_t h, double *until)
 {
+    /* The flag only spares a doorbell: without bells, no cache line
+     * written per message for it. */
+    bool flag = atomic_load_explicit(&r->bell_mode, memory_order_relaxed) == MP__RING_BELLS;
     bool arrived = false;
     if (*until < 0)
         return false;
@@ -172,7 +206,8 @@ static bool spin(mp__ring *r, uint32_t h, double *until)
     }
     if (*until == 0)
         *until = mp__now() + SPIN_S;
-    atomic_store(&r->spinning, 1);
+    if (flag)
+        atomic_store(&r->spinning, 1);
     while (!arrived) {
         for (int i = 0; i < 64 && !arrived; i++) {
             arrived = atomic_load_explicit(&r->tail, memory_order_acquire) != h;
@@ -183,7 +218,8 @@ static bool spin(mp__ring *r, uint32_t h, double *until)
             break;
         }
     }
-    atomic_store(&r->spinning, 0);
+    if (flag)
+        atomic_store(&r->spinning, 0);
     return arrived;
 }
 
@@ -276,7 +312,7 @@ int mp__ring_recv(mp__ring *r, int sock, mp__rx *rx, mp_msg **out, double deadli
     *taken = false;
     *out = NULL;
     for (;;) {
-        uint32_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
+        uint32_t h = atomic_load_explicit(&r->head, memory_order_acquire);
         int rc;
         bool done;
         if (atomic_load_explicit(&r->tail, memory_order_acquire) == h) {
@@ -284,8 +320,12 @@ int mp__ring_recv(mp__ring *r, int sock, mp__rx *rx, mp_msg **out, double deadli
                 return rc;
             continue;
         }
-        if (r->slot[h & MASK].type != RING_MARK)
-            return take_slot(r, sock, rx, h, out, taken);
+        if (slot_type(&r->slot[h & MASK]) != RING_MARK) {
+            rc = take_slot(r, sock, rx, h, true, out, taken);
+            if (rc < 0 || *taken)
+                return rc;
+            continue; /* a lock-free taker was first */
+        }
         rc = take_mark(r, sock, rx, h, out, taken, &done);
         if (done || rc < 0)
             return rc;

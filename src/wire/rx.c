@@ -65,6 +65,14 @@ int mp__rx_lock(mp__rx *rx, double deadline, const char *fn)
     return err ? mp__errno_error(err, "%s: locking the reader lock", fn) : 0;
 }
 
+bool mp__rx_trylock(mp__rx *rx)
+{
+    int err = pthread_mutex_trylock(&rx->lock);
+    if (err == EOWNERDEAD)
+        recover(rx);
+    return err == 0 || err == EOWNERDEAD;
+}
+
 void mp__rx_unlock(mp__rx *rx) { pthread_mutex_unlock(&rx->lock); }
 
 bool mp__rx_fast_begin(mp__rx *rx)

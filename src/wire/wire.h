@@ -28,6 +28,9 @@ int mp__rx_init(mp__rx *rx, const char *fn);
  * taken in time -> MP_ETIMEDOUT). A holder that died leaves it EOWNERDEAD: it is made consistent
  * and the caller goes on (nothing is left half-done under the lock). */
 int mp__rx_lock(mp__rx *rx, double deadline, const char *fn);
+/* Takes the reader lock if it is free (as mp__rx_lock with deadline 0,
+ * leaving the last error alone): true when taken. */
+bool mp__rx_trylock(mp__rx *rx);
 void mp__rx_unlock(mp__rx *rx);
 
 /* Sends m as one record on a SOCK_SEQPACKET socket, waiting for room until

@@ -1,7 +1,8 @@
 /* The ring beside the socket of pipes and queues (src/ipc/ring.c): order
  * per producer across the ring and the socket, exactly-once delivery with
  * several producers and consumers, a full ring, timeouts, EOF, readiness of
- * the fd (and none for a quiet end), MP_EMFILE, and a producer or consumer
+ * the fd (and none for a quiet end), MP_EMFILE, small messages taken
+ * without the reader lock, and a producer or consumer
  * SIGKILLed at every step of the protocol (through the mp__ring_fault
  * hook). */
 #include <fcntl.h>
@@ -479,6 +480,36 @@ static void killer(int step)
         raise(SIGKILL);
 }
 
+/* ---- small messages without the reader lock ----------------------------------- */
+
+/* A payload alone is taken without the reader lock (mp__ring_take), so a
+ * consumer does not wait behind another that holds it, asleep in a receive
+ * say. A message that needs the lock still waits, and one behind it too:
+ * the ring's order holds. */
+static void test_small_messages_skip_the_reader_lock(void **state)
+{
+    mp__rx *rx;
+    tag t;
+    ep e;
+    (void)state;
+    ep_open(&e, true);
+    rx = &e.q->q.ctl->rx;
+    assert_mp_ok(mp__rx_lock(rx, -1, "ring_test"));
+    assert_mp_ok(ep_send(&e, make(1, 0, SMALL), 5));
+    assert_mp_ok(ep_recv(&e, &t, 0));
+    assert_int_equal(t.seq, 0);
+    assert_mp_ok(ep_send(&e, make(1, 1, TENSOR), 5));
+    assert_mp_ok(ep_send(&e, make(1, 2, SMALL), 5));
+    assert_mp_err(ep_recv(&e, &t, 0), MP_ETIMEDOUT);
+    assert_mp_err(ep_recv(&e, &t, 0.05), MP_ETIMEDOUT);
+    mp__rx_unlock(rx);
+    for (uint32_t i = 1; i <= 2; i++) {
+        assert_mp_ok(ep_recv(&e, &t, 0));
+        assert_int_equal(t.seq, i);
+    }
+    ep_close(&e);
+}
+
 /* Ring and socket messages mixed, so every step happens at least 3 times. */
 static const int kinds[] = {SMALL, TENSOR, SMALL, BIG, TENSOR, SMALL, EMPTY_TENSOR, TENSOR};
 #define NK ((uint32_t)(sizeof kinds / sizeof kinds[0]))
@@ -613,6 +644,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_queue_bells_once_polled, setup, teardown),
         cmocka_unit_test_setup_teardown(test_waiting_counts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_emfile_keeps_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_small_messages_skip_the_reader_lock, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_producer_killed_at_every_step, setup, teardown),
         cmocka_unit_test_setup_teardown(test_consumer_killed_at_every_step, setup, teardown),
     };
