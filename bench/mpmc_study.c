@@ -209,8 +209,10 @@ static double contend(mp_queue *q, mp_msg *stop, int k, bool producer)
     pid_t pid[2];
     mp_msg *m = NULL;
     int bad = 0;
-    if (rs == MAP_FAILED || mp_msg_create(&m) || mp_msg_set_payload(m, "0123456789abcdef", 16))
-        die("setup of a contention run", NULL);
+    if (rs == MAP_FAILED)
+        die("mmap", strerror(errno));
+    if (mp_msg_create(&m) || mp_msg_set_payload(m, "0123456789abcdef", 16))
+        die("a message for a contention run", mp_last_error());
     for (int i = 0; i < k; i++)
         if ((pid[i] = fork()) == 0)
             contender(q, rs, i, k, producer);

@@ -16,7 +16,7 @@
 #define MP__RING_DATA (MP__RING_SLOT - 8u)
 
 typedef struct mp__ring_slot {
-    uint32_t type;   /* RING_PAYLOAD, RING_FRAME or RING_MARK (ring.c) */
+    uint32_t type;   /* RING_PAYLOAD, RING_FRAME, RING_COMPACT or RING_MARK (ring_impl.h) */
     uint32_t len;    /* data bytes; for a mark, the tag of its socket record */
     _Alignas(8) unsigned char data[MP__RING_DATA]; /* moved in words (ring_impl.h) */
 } mp__ring_slot;
@@ -35,7 +35,7 @@ typedef struct mp__ring {
     _Alignas(64) _Atomic uint32_t head; /* slots taken (consumers, by compare-and-swap) */
     _Atomic uint32_t space_wait;       /* a producer sleeps on head: the ring is full */
     _Alignas(64) _Atomic uint32_t sleeping; /* a consumer sleeps on tail (a futex) */
-    _Atomic uint32_t spinning;         /* a consumer inside a receive watches tail */
+    _Atomic uint32_t spinning;         /* a consumer watches tail (rings with doorbells) */
     _Atomic uint32_t bells;            /* doorbells sent and not yet dropped (about) */
     _Atomic uint32_t pcpu;             /* the CPU the last producer ran on */
     _Atomic uint32_t bell_mode;        /* doorbells: an mp__ring_bells state */
