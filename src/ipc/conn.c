@@ -17,7 +17,7 @@ enum { CONN_READ = 1, CONN_WRITE = 2 };
 
 #define CONN_CTL_MAGIC 0x6c74636e6e6f636dull /* "mconnctl" */
 
-#define CONN_CTL_VERSION 6u /* 6: a ring counts its closed readers */
+#define CONN_CTL_VERSION 7u /* 7: a ring slot says which position it holds (seq) */
 
 /* Shared by the two ends of a pipe (a sealed memfd): the receive side of
  * each end, so several threads or processes receiving on one end take turns

@@ -14,7 +14,7 @@
 #include "wire/wire.h"
 
 #define MP__QCTL_MAGIC 0x6c7463716f72706dull /* "mproqctl" */
-#define MP__QCTL_VERSION 7u /* 7: a ring counts its closed readers */
+#define MP__QCTL_VERSION 8u /* 8: a ring slot says which position it holds (seq) */
 
 /* Lives in a sealed memfd segment that every process holding the queue maps.
  * What producers write and what consumers write sit on separate cache lines,

@@ -5,19 +5,28 @@
  * big body) is sent on the socket as a record whose frame header carries a
  * tag, and a MARK slot with that tag follows it in the ring. Producers take
  * turns under plock (a robust process-shared mutex) from taking a slot to
- * publishing it. A consumer copies the slot at head, then claims it by a
- * compare-and-swap of head (a loser drops its copy and looks again; a slot
- * is refilled only after head passed it, so a winner's copy is whole). A
- * payload slot is taken so without any lock (mp__ring_take: consumers do
- * not queue for the small-message path); everything else is received under
- * the socket's reader lock (mp__rx), so a consumer meets marks in the order
- * their records were sent, and lock-free takers leave marks alone.
+ * publishing it: the store of the slot's `seq` word (the position it
+ * holds) is the commit, and tail moves after it (for producers and
+ * sleepers). Consumers look for the message at head in its slot, never at
+ * tail, so a consumer that waits for a producer, or runs behind it, does
+ * not pull tail's cache line away from it message by message (which halved
+ * 1->1 streaming across CPUs). A consumer copies the slot at head, then
+ * claims it by a compare-and-swap of head (a loser drops its copy and looks
+ * again; a slot is refilled only after head passed it, so a winner's copy
+ * is whole). A payload slot is taken so without any lock (mp__ring_take:
+ * consumers do not queue for the small-message path); everything else is
+ * received under the socket's reader lock (mp__rx), so a consumer meets
+ * marks in the order their records were sent, and lock-free takers leave
+ * marks alone.
  *
- * Commits. Publishing (the store to tail) is a producer's last store, and
- * the claim is a consumer's: whoever dies before it did nothing, whoever
- * dies after it is done, so a lock found EOWNERDEAD is made consistent with
- * nothing to repair. The socket path has two steps that cannot be one, and
- * the tag settles them:
+ * Commits. Publishing (the store to the slot's seq) is a producer's commit,
+ * and the claim is a consumer's: whoever dies before it did nothing, whoever
+ * dies after it is done. A producer that died between publishing and moving
+ * tail left tail one short: whoever finds plock EOWNERDEAD moves it
+ * (recover_tail) before making the lock consistent. A consumer that finds
+ * its head's slot already holding a later lap read head too early (another
+ * consumer took it since) and reads head again. The socket path has two
+ * steps that cannot be one, and the tag settles them:
  *   - a producer that died between sending a record and writing its mark
  *     left an orphan: a tagged record with no mark. A consumer at a mark
  *     whose head record has an older tag delivers that orphan first; a
@@ -30,14 +39,15 @@
  * delivered in order once fds fit.
  *
  * Wake-ups. A consumer that finds the ring empty sets `spinning` (only
- * where doorbells ring: it spares one) and watches tail briefly, then sets `sleeping` and sleeps on tail (a futex)
+ * where doorbells ring: it spares one) and watches its head's slot briefly,
+ * then sets `sleeping` and sleeps on tail (a futex)
  * for a slice at a time, looking at the socket between slices (EOF, a
  * queue's end marker, an orphan); closing a pipe end or a queue wakes it at
  * once. After publishing, a producer that sees `sleeping` clears it and
  * wakes the futex; one that sees `spinning` clears it. Dekker's two flags:
- * the consumer stores its flag before it looks at tail, the producer stores
- * tail before it looks at the flags; a consumer looks at tail once more
- * after it clears `spinning`.
+ * the consumer stores its flag before it looks at tail and the slot, the
+ * producer publishes and stores tail before it looks at the flags; a
+ * consumer looks at the slot once more after it clears `spinning`.
  *
  * Readiness. The socket's fd is what users poll (mp_wait, a select loop on
  * mp_conn_fileno), so a message that no consumer inside a receive is sure
@@ -111,8 +121,9 @@ int mp__ring_init(mp__ring *r, const char *fn)
 
 uint32_t mp__ring_count(const mp__ring *r)
 {
-    uint32_t h = atomic_load(&r->head);
-    return atomic_load(&r->tail) - h;
+    uint32_t h = atomic_load(&r->head), t = atomic_load(&r->tail);
+    /* a producer that died between publishing and moving tail left one */
+    return t - h + slot_ready(&r->slot[t & MASK], t);
 }
 
 /* ---- producers -------------------------------------------------------------- */
@@ -142,7 +153,8 @@ static int plock(mp__ring *r, double deadline, const char *fn)
         ts = mp__deadline_timespec(deadline);
         err = pthread_mutex_clocklock(&r->plock, CLOCK_MONOTONIC, &ts);
     }
-    if (err == EOWNERDEAD) { /* publishing is the last store: nothing to repair */
+    if (err == EOWNERDEAD) { /* publishing is the commit: at most tail to move */
+        recover_tail(r);
         pthread_mutex_consistent(&r->plock);
         err = 0;
     }
@@ -275,8 +287,9 @@ static void publish(mp__ring *r, int sock, uint32_t t)
     if (atomic_load_explicit(&r->pcpu, memory_order_relaxed) != cpu)
         atomic_store_explicit(&r->pcpu, cpu, memory_order_relaxed);
     STEP(FILLED);
-    atomic_store(&r->tail, t + 1);
+    slot_publish(&r->slot[t & MASK], t);
     STEP(PUBLISHED);
+    atomic_store(&r->tail, t + 1);
     pthread_mutex_unlock(&r->plock);
     STEP(UNLOCKED);
     wake_consumers(r, sock, t, mark);
@@ -322,7 +335,7 @@ static int send_marked(mp__ring *r, int sock, mp__rx *rx, mp__frame_out *o, doub
         goto out;
     STEP(SENT);
     t = atomic_load_explicit(&r->tail, memory_order_relaxed);
-    slot_header(&r->slot[t & MASK], RING_MARK, tag);
+    slot_write(&r->slot[t & MASK], RING_MARK, &tag, sizeof tag);
     publish(r, sock, t);
     return 0;
 out:

@@ -16,11 +16,13 @@
 #define MP__RING_DATA (MP__RING_SLOT - 8u)
 
 typedef struct mp__ring_slot {
-    uint32_t type;   /* RING_PAYLOAD, RING_FRAME, RING_COMPACT or RING_MARK (ring_impl.h) */
-    uint32_t len;    /* data bytes; for a mark, the tag of its socket record */
+    uint32_t seq;    /* p + 1 once the message at position p is in it (published) */
+    uint16_t type;   /* RING_PAYLOAD, RING_FRAME, RING_COMPACT or RING_MARK (ring_impl.h) */
+    uint16_t len;    /* data bytes (a mark's: its record's 4-byte tag) */
     _Alignas(8) unsigned char data[MP__RING_DATA]; /* moved in words (ring_impl.h) */
 } mp__ring_slot;
 _Static_assert(MP__RING_DATA % 8 == 0, "a slot's data is whole words");
+_Static_assert(sizeof(mp__ring_slot) == MP__RING_SLOT, "a slot is MP__RING_SLOT bytes");
 
 /* Lives in the endpoint's control segment (a sealed memfd), so it travels
  * wherever the control segment's fd travels. Producers write one cache line
@@ -29,13 +31,13 @@ _Static_assert(MP__RING_DATA % 8 == 0, "a slot's data is whole words");
 typedef struct mp__ring {
     pthread_mutex_t plock;             /* robust, process-shared: one producer at a time */
     _Atomic uint32_t tag;              /* the last socket record's tag (under plock) */
-    _Alignas(64) _Atomic uint32_t tail; /* slots published (producers) */
+    _Alignas(64) _Atomic uint32_t tail; /* slots published, as producers count them */
     _Atomic uint32_t head_seen;        /* head as a producer last read it (<= head) */
     _Atomic uint32_t closes_seen;      /* `closes` when a producer last found a reader */
     _Alignas(64) _Atomic uint32_t head; /* slots taken (consumers, by compare-and-swap) */
     _Atomic uint32_t space_wait;       /* a producer sleeps on head: the ring is full */
     _Alignas(64) _Atomic uint32_t sleeping; /* a consumer sleeps on tail (a futex) */
-    _Atomic uint32_t spinning;         /* a consumer watches tail (rings with doorbells) */
+    _Atomic uint32_t spinning;         /* a consumer watches its slot (rings with doorbells) */
     _Atomic uint32_t bells;            /* doorbells sent and not yet dropped (about) */
     _Atomic uint32_t pcpu;             /* the CPU the last producer ran on */
     _Atomic uint32_t bell_mode;        /* doorbells: an mp__ring_bells state */
@@ -101,7 +103,7 @@ uint32_t mp__ring_count(const mp__ring *r);
 enum {
     MP__RING_STEP_LOCKED = 1,     /* producer holds plock */
     MP__RING_STEP_FILLED,         /* slot written, not published */
-    MP__RING_STEP_PUBLISHED,      /* tail moved, plock still held */
+    MP__RING_STEP_PUBLISHED,      /* slot published, tail not yet moved, plock held */
     MP__RING_STEP_UNLOCKED,       /* plock released, wake-up not yet sent */
     MP__RING_STEP_TAGGED,         /* socket path: tag taken, record not sent */
     MP__RING_STEP_SENT,           /* socket path: record sent, mark not written */

@@ -24,8 +24,8 @@ enum { RING_PAYLOAD = 1, RING_FRAME = 2, RING_MARK = 3, RING_COMPACT = 4 };
  * race. Relaxed word moves cost what plain ones do. */
 static inline void slot_header(mp__ring_slot *s, uint32_t type, uint32_t len)
 {
-    __atomic_store_n(&s->type, type, __ATOMIC_RELAXED);
-    __atomic_store_n(&s->len, len, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->type, (uint16_t)type, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->len, (uint16_t)len, __ATOMIC_RELAXED);
 }
 
 static inline void slot_write(mp__ring_slot *s, uint32_t type, const void *data, uint32_t len)
@@ -55,6 +55,35 @@ static inline uint32_t slot_len(const mp__ring_slot *s)
     return __atomic_load_n(&s->len, __ATOMIC_RELAXED);
 }
 
+/* The message at position p is in s: its last store, which a consumer
+ * looks for at head (the slot's own line, not tail's: a consumer that
+ * waits for the producer or runs behind it does not pull tail's line
+ * away from it message by message). */
+static inline void slot_publish(mp__ring_slot *s, uint32_t p)
+{
+    __atomic_store_n(&s->seq, p + 1, __ATOMIC_RELEASE);
+}
+
+/* How far s is past position p: 0 when it holds the message at p, below 0
+ * when that message is not yet published (the ring is empty at p), above 0
+ * when s already holds a later lap's (p is a stale head: look again). A slot
+ * holds p, p + SLOTS, ... in turn; a fresh ring's zeros are below its first
+ * lap. */
+static inline int32_t slot_lag(const mp__ring_slot *s, uint32_t p)
+{
+    return (int32_t)(__atomic_load_n(&s->seq, __ATOMIC_ACQUIRE) - (p + 1));
+}
+
+static inline bool slot_ready(const mp__ring_slot *s, uint32_t p)
+{
+    return slot_lag(s, p) == 0;
+}
+
+static inline bool slot_empty(const mp__ring_slot *s, uint32_t p)
+{
+    return slot_lag(s, p) < 0;
+}
+
 /* Copies len bytes (at most MP__RING_DATA, rounded up to a word) into buf,
  * which holds MP__RING_DATA bytes. */
 static inline void slot_read(const mp__ring_slot *s, uint32_t len, unsigned char *buf)
@@ -64,6 +93,25 @@ static inline void slot_read(const mp__ring_slot *s, uint32_t len, unsigned char
         uint64_t w = __atomic_load_n(&from[i / 8], __ATOMIC_RELAXED);
         memcpy(buf + i, &w, 8);
     }
+}
+
+/* Whoever finds plock EOWNERDEAD calls this before letting go of it: its
+ * holder may have died between publishing slot tail and moving tail. */
+static inline void recover_tail(mp__ring *r)
+{
+    uint32_t t = atomic_load_explicit(&r->tail, memory_order_relaxed);
+    if (slot_ready(&r->slot[t & MASK], t))
+        atomic_store(&r->tail, t + 1);
+}
+
+/* A mark's tag, the first word of its data. */
+static inline uint32_t slot_tag(const mp__ring_slot *s)
+{
+    unsigned char buf[MP__RING_DATA];
+    uint32_t tag;
+    slot_read(s, sizeof tag, buf);
+    memcpy(&tag, buf, sizeof tag);
+    return tag;
 }
 
 #define STEP(s)                                                                            \

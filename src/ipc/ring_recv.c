@@ -1,5 +1,6 @@
-/* The consumers' half of the shared-memory ring: receives in ring order,
- * under the socket's reader lock (src/ipc/ring.c tells the protocol). */
+/* The consumers' half of the shared-memory ring: takes small messages
+ * without a lock, receives the rest in ring order under the socket's reader
+ * lock (src/ipc/ring.c tells the protocol). */
 #include <errno.h>
 #include <limits.h>
 #include <sched.h>
@@ -78,7 +79,7 @@ static void drop_bells(mp__ring *r, int sock)
 static void settle_bells(mp__ring *r, int sock, mp__rx *rx, uint32_t h, bool locked)
 {
     if (!atomic_load_explicit(&r->bells, memory_order_relaxed) ||
-        atomic_load(&r->tail) != h + 1)
+        !slot_empty(&r->slot[(h + 1) & MASK], h + 1))
         return;
     if (locked) {
         drop_bells(r, sock);
@@ -148,9 +149,11 @@ int mp__ring_take(mp__ring *r, int sock, mp__rx *rx, mp_msg **out, bool *taken)
     *out = NULL;
     for (;;) {
         uint32_t h = atomic_load_explicit(&r->head, memory_order_acquire);
+        int32_t lag = slot_lag(&r->slot[h & MASK], h);
         int rc;
-        if (atomic_load_explicit(&r->tail, memory_order_acquire) == h ||
-            slot_type(&r->slot[h & MASK]) != RING_PAYLOAD)
+        if (lag > 0)
+            continue; /* h was taken and its slot refilled since we read it */
+        if (lag < 0 || slot_type(&r->slot[h & MASK]) != RING_PAYLOAD)
             return 0;
         rc = take_slot(r, sock, rx, h, false, out, taken);
         if (rc < 0 || *taken)
@@ -163,7 +166,7 @@ int mp__ring_take(mp__ring *r, int sock, mp__rx *rx, mp_msg **out, bool *taken)
 static int take_mark(mp__ring *r, int sock, mp__rx *rx, uint32_t h, mp_msg **out,
                      bool *taken, bool *done)
 {
-    uint32_t tag = slot_len(&r->slot[h & MASK]);
+    uint32_t tag = slot_tag(&r->slot[h & MASK]);
     mp__frame_header hd;
     int k, rc;
     *done = false;
@@ -189,7 +192,7 @@ static int take_mark(mp__ring *r, int sock, mp__rx *rx, uint32_t h, mp_msg **out
 }
 
 /* Watches an empty ring for a moment: true when something arrived. The
- * caller looks at tail again after this returns false. */
+ * caller looks at the ring again after this returns false. */
 static bool spin(mp__ring *r, uint32_t h, double *until)
 {
     /* The flag only spares a doorbell: without bells, no cache line
@@ -210,7 +213,7 @@ static bool spin(mp__ring *r, uint32_t h, double *until)
         atomic_store(&r->spinning, 1);
     while (!arrived) {
         for (int i = 0; i < 64 && !arrived; i++) {
-            arrived = atomic_load_explicit(&r->tail, memory_order_acquire) != h;
+            arrived = !slot_empty(&r->slot[h & MASK], h);
             __builtin_ia32_pause();
         }
         if (!arrived && mp__now() >= *until) {
@@ -241,11 +244,13 @@ static int orphan(mp__ring *r, int sock, mp__rx *rx, uint32_t h, double deadline
         nanosleep(&(struct timespec){0, 20000}, NULL);
         return 1;
     }
-    if (err == EOWNERDEAD)
+    if (err == EOWNERDEAD) {
+        recover_tail(r);
         pthread_mutex_consistent(&r->plock);
-    else if (err)
+    } else if (err) {
         return mp__errno_error(err, "receiving a message: locking the sender lock");
-    alone = atomic_load(&r->tail) == h;
+    }
+    alone = slot_empty(&r->slot[h & MASK], h);
     pthread_mutex_unlock(&r->plock);
     if (!alone)
         return 1;
@@ -256,7 +261,8 @@ static int orphan(mp__ring *r, int sock, mp__rx *rx, uint32_t h, double deadline
 static int nap(mp__ring *r, uint32_t h, double deadline)
 {
     double until;
-    if (atomic_load(&r->tail) != h)
+    uint32_t t;
+    if (!slot_empty(&r->slot[h & MASK], h))
         return 1;
     if (expired(deadline))
         return mp__error(MP_ETIMEDOUT, deadline == 0 ? "receiving a message: none waiting"
@@ -264,10 +270,15 @@ static int nap(mp__ring *r, uint32_t h, double deadline)
                                                        "waiting for a message");
     atomic_store(&r->sleeping, 1);
     STEP(SLEEPING);
+    /* Dekker on tail: a producer publishes, moves tail, then looks at the
+     * flag. tail is h, or h - 1 after a producer died before moving it. */
+    t = atomic_load(&r->tail);
+    if (!slot_empty(&r->slot[h & MASK], h))
+        return 1;
     until = mp__now() + SLICE_MS / 1000.0;
     if (deadline > 0 && deadline < until)
         until = deadline;
-    mp__futex_wait((uint32_t *)&r->tail, h, until, true);
+    mp__futex_wait((uint32_t *)&r->tail, t, until, true);
     return 1;
 }
 
@@ -296,7 +307,7 @@ static int idle(mp__ring *r, int sock, mp__rx *rx, uint32_t h, double deadline,
     case HEAD_CLOSED: /* a queue's end marker: it stays for every reader */
         return mp__error(MP_ECLOSED, "receiving a message: closed and drained");
     case HEAD_EOF: /* published before the last writer closed: seen now */
-        return atomic_load(&r->tail) != h
+        return !slot_empty(&r->slot[h & MASK], h)
                    ? 1
                    : mp__error(MP_ECLOSED, "receiving a message: the peer closed the "
                                            "connection");
@@ -313,13 +324,16 @@ int mp__ring_recv(mp__ring *r, int sock, mp__rx *rx, mp_msg **out, double deadli
     *out = NULL;
     for (;;) {
         uint32_t h = atomic_load_explicit(&r->head, memory_order_acquire);
+        int32_t lag = slot_lag(&r->slot[h & MASK], h);
         int rc;
         bool done;
-        if (atomic_load_explicit(&r->tail, memory_order_acquire) == h) {
+        if (lag < 0) {
             if ((rc = idle(r, sock, rx, h, deadline, &spun, out, taken)) != 1)
                 return rc;
             continue;
         }
+        if (lag > 0)
+            continue; /* a lock-free taker took h, and its slot was refilled */
         if (slot_type(&r->slot[h & MASK]) != RING_MARK) {
             rc = take_slot(r, sock, rx, h, true, out, taken);
             if (rc < 0 || *taken)
