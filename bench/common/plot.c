@@ -89,10 +89,11 @@ static void run_stamp(char *buf, size_t cap)
 
 /* Writes the y tics: every decade and half-decade (0.1, 0.5, 1, 5, ...)
  * from the decade below the lowest point to past the largest, so a reader
- * can place any value. */
+ * can place any value. The range reaches the first tic above the largest
+ * point: points between 0.1 and 0.3 would otherwise show one tic only. */
 static void plot_ytics(FILE *g, double (*pts)[3], int n)
 {
-    double top = 0, low = 1e300, bottom = 1;
+    double top = 0, low = 1e300, bottom = 1, above;
     for (int i = 0; i < n; i++)
         for (int j = 1; j < 3; j++) {
             top = pts[i][j] > top ? pts[i][j] : top;
@@ -103,7 +104,12 @@ static void plot_ytics(FILE *g, double (*pts)[3], int n)
     fprintf(g, "set ytics (");
     for (double d = bottom; d <= top * 10; d *= 10)
         fprintf(g, "%s\"%g\" %g, \"%g\" %g", d > bottom ? ", " : "", d, d, 5 * d, 5 * d);
-    fprintf(g, ")\nset yrange [%g:%g]\n", bottom, top * 3);
+    for (above = bottom; above <= top; above *= 10)
+        if (5 * above > top) {
+            above *= 5;
+            break;
+        }
+    fprintf(g, ")\nset yrange [%g:%g]\n", bottom, above > top * 3 ? above : top * 3);
 }
 
 /* Draws png from dat (pts: n points) with gnuplot; without gnuplot, says
