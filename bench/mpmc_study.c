@@ -193,12 +193,6 @@ static void contender(mp_queue *q, rounds *rs, int id, int k, bool producer)
     _exit(0);
 }
 
-static int by_value(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* The median ns per message of k contenders, from the first one's start
  * to the last one's end of each round. */
 static double contend(mp_queue *q, mp_msg *stop, int k, bool producer)
@@ -245,8 +239,7 @@ static double contend(mp_queue *q, mp_msg *stop, int k, bool producer)
         die("a contender exited with an error", NULL);
     mp_msg_destroy(m);
     munmap(rs, sizeof *rs);
-    qsort(t, ROUNDS, sizeof t[0], by_value);
-    return t[ROUNDS / 2];
+    return bench_median(t, ROUNDS);
 }
 
 int main(int argc, char **argv)

@@ -20,11 +20,12 @@
 
 #include <string.h>
 
-/* Sized by the declaration: a count that differs from MPY_NDTYPES does not compile. */
 const mpy_dtype mpy_dtypes[] = {
     {"float32", 4}, {"float64", 8}, {"float16", 2}, {"bfloat16", 2}, {"uint8", 1},
     {"int8", 1},    {"int16", 2},   {"int32", 4},   {"int64", 8},    {"bool", 1},
     {"complex64", 8}, {"complex128", 16}};
+_Static_assert(sizeof mpy_dtypes / sizeof mpy_dtypes[0] == MPY_NDTYPES,
+               "MPY_NDTYPES counts the dtypes a frame can name");
 
 mpy_fast_state mpy_fast;
 mpy_names mpy_name;

@@ -13,7 +13,7 @@ typedef struct {
 } mpy_dtype;
 
 #define MPY_NDTYPES 12
-extern const mpy_dtype mpy_dtypes[MPY_NDTYPES];
+extern const mpy_dtype mpy_dtypes[]; /* MPY_NDTYPES of them (fast.c checks) */
 
 typedef struct {
     PyObject *registry; /* mproc._sharing._registry: address -> weakref(Storage) */

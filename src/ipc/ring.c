@@ -23,7 +23,7 @@
  * and the claim is a consumer's: whoever dies before it did nothing, whoever
  * dies after it is done. A producer that died between publishing and moving
  * tail left tail one short: whoever finds plock EOWNERDEAD moves it
- * (recover_tail) before making the lock consistent. A consumer that finds
+ * (plock_recover) before making the lock consistent. A consumer that finds
  * its head's slot already holding a later lap read head too early (another
  * consumer took it since) and reads head again. The socket path has two
  * steps that cannot be one, and the tag settles them:
@@ -153,9 +153,8 @@ static int plock(mp__ring *r, double deadline, const char *fn)
         ts = mp__deadline_timespec(deadline);
         err = pthread_mutex_clocklock(&r->plock, CLOCK_MONOTONIC, &ts);
     }
-    if (err == EOWNERDEAD) { /* publishing is the commit: at most tail to move */
-        recover_tail(r);
-        pthread_mutex_consistent(&r->plock);
+    if (err == EOWNERDEAD) {
+        plock_recover(r);
         err = 0;
     }
     if (err == ETIMEDOUT || err == EBUSY)

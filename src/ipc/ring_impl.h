@@ -95,22 +95,23 @@ static inline void slot_read(const mp__ring_slot *s, uint32_t len, unsigned char
     }
 }
 
-/* Whoever finds plock EOWNERDEAD calls this before letting go of it: its
- * holder may have died between publishing slot tail and moving tail. */
-static inline void recover_tail(mp__ring *r)
+/* plock was found EOWNERDEAD (its holder died under it): publishing is the
+ * commit, so at most tail is left to move (the holder died between
+ * publishing slot tail and moving it); then the lock is consistent. */
+static inline void plock_recover(mp__ring *r)
 {
     uint32_t t = atomic_load_explicit(&r->tail, memory_order_relaxed);
     if (slot_ready(&r->slot[t & MASK], t))
         atomic_store(&r->tail, t + 1);
+    pthread_mutex_consistent(&r->plock);
 }
 
-/* A mark's tag, the first word of its data. */
+/* A mark's tag, the first 4 bytes of its data (slot_write's layout). */
 static inline uint32_t slot_tag(const mp__ring_slot *s)
 {
-    unsigned char buf[MP__RING_DATA];
+    uint64_t w = __atomic_load_n((const uint64_t *)(const void *)s->data, __ATOMIC_RELAXED);
     uint32_t tag;
-    slot_read(s, sizeof tag, buf);
-    memcpy(&tag, buf, sizeof tag);
+    memcpy(&tag, &w, sizeof tag);
     return tag;
 }
 

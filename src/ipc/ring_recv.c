@@ -244,12 +244,10 @@ static int orphan(mp__ring *r, int sock, mp__rx *rx, uint32_t h, double deadline
         nanosleep(&(struct timespec){0, 20000}, NULL);
         return 1;
     }
-    if (err == EOWNERDEAD) {
-        recover_tail(r);
-        pthread_mutex_consistent(&r->plock);
-    } else if (err) {
+    if (err == EOWNERDEAD)
+        plock_recover(r);
+    else if (err)
         return mp__errno_error(err, "receiving a message: locking the sender lock");
-    }
     alone = slot_empty(&r->slot[h & MASK], h);
     pthread_mutex_unlock(&r->plock);
     if (!alone)

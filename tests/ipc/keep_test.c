@@ -25,19 +25,6 @@ static int teardown(void **state) { return mp_test_teardown(state); }
 
 static uint64_t mapped(void) { return mp_test_tensor_stats().segments_mapped; }
 
-static void expect_exit0(pid_t pid)
-{
-    int status = 0;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        fail_msg("child failed: status 0x%x (exit %d)", status, WEXITSTATUS(status));
-}
-
-typedef mp_test_gate gate;
-#define gate_open mp_test_gate_open
-#define gate_pass mp_test_gate_pass
-#define gate_wait mp_test_gate_wait
-#define gate_close mp_test_gate_close
 
 static mp_tensor *tensor(void)
 {
@@ -58,10 +45,10 @@ static void send_seq(mp_test_ep *e, mp_tensor *t, int32_t seq)
 
 /* Sends t starting with seq and waits until it was received (and checked:
  * t is written again only then). */
-static void send_acked(mp_test_ep *e, mp_tensor *t, int32_t seq, gate *ack)
+static void send_acked(mp_test_ep *e, mp_tensor *t, int32_t seq, mp_test_gate *ack)
 {
     send_seq(e, t, seq);
-    assert_int_equal(gate_wait(ack), 0);
+    assert_int_equal(mp_test_gate_wait(ack), 0);
 }
 
 /* Receives a tensor starting with seq: into *held, or released at once. */
@@ -82,19 +69,19 @@ static int recv_seq(mp_test_ep *e, int32_t seq, mp_tensor **held)
 /* ---- the receiver maps a storage twice, however often it arrives --------- */
 
 /* Receives arrivals first..first+n-1, releasing each; false on a bad one. */
-static bool recv_acked(mp_test_ep *e, int32_t first, int32_t n, gate *ack)
+static bool recv_acked(mp_test_ep *e, int32_t first, int32_t n, mp_test_gate *ack)
 {
     for (int32_t i = first; i < first + n; i++) {
         if (recv_seq(e, i, NULL))
             return false;
-        gate_pass(ack);
+        mp_test_gate_pass(ack);
     }
     return true;
 }
 
 /* Receives N arrivals of one storage, releasing each: mapped at the first
  * and kept at the second, never again. With MPROC_PINS=0, every time. */
-static int receive_released(mp_test_ep *e, gate *ack, bool keeping)
+static int receive_released(mp_test_ep *e, mp_test_gate *ack, bool keeping)
 {
     uint64_t before = mapped();
     if (!recv_acked(e, 0, N, ack))
@@ -111,10 +98,10 @@ static void released(bool queue, bool keeping)
 {
     mp_tensor *t;
     mp_test_ep e;
-    gate ack;
+    mp_test_gate ack;
     pid_t pid;
     mp_test_ep_open(&e, queue, false);
-    gate_open(&ack);
+    mp_test_gate_open(&ack);
     if ((pid = fork()) == 0) { /* before the storage: nothing is inherited */
         if (!keeping)
             setenv("MPROC_PINS", "0", 1);
@@ -123,8 +110,8 @@ static void released(bool queue, bool keeping)
     t = tensor();
     for (int32_t i = 0; i < N; i++)
         send_acked(&e, t, i, &ack);
-    expect_exit0(pid);
-    gate_close(&ack);
+    mp_test_expect_exit0(pid);
+    mp_test_gate_close(&ack);
     mp_test_ep_close(&e);
     mp_tensor_release(t);
 }
@@ -138,16 +125,16 @@ static void test_pins_off_maps_every_time(void **state) { (void)state; released(
 /* Keeps the storage, then holds one arrival until told to let go; then
  * receives SWEEP arrivals of another storage, after which the first (its
  * name gone) is no longer kept. */
-static int keep_then_hold(mp_test_ep *e, gate *ack, gate *go)
+static int keep_then_hold(mp_test_ep *e, mp_test_gate *ack, mp_test_gate *go)
 {
     mp_tensor *held = NULL;
     if (!recv_acked(e, 0, 2, ack) || recv_seq(e, 2, &held))
         return 10;
-    gate_pass(ack);          /* holding arrival 2 */
-    if (gate_wait(go) != 0)  /* the sender released its own */
+    mp_test_gate_pass(ack);          /* holding arrival 2 */
+    if (mp_test_gate_wait(go) != 0)  /* the sender released its own */
         return 11;
     mp_tensor_release(held); /* the last user: the name goes now */
-    gate_pass(ack);
+    mp_test_gate_pass(ack);
     if (!recv_acked(e, 1000, SWEEP, ack))
         return 12;
     if (mp__pins_held() != 1) /* the second storage, not the dead first */
@@ -160,13 +147,13 @@ static void test_kept_mapping_holds_no_reference(void **state)
 {
     mp_tensor *t, *other;
     mp_test_ep e;
-    gate ack, go;
+    mp_test_gate ack, go;
     pid_t pid;
     int shm0;
     (void)state;
     mp_test_ep_open(&e, true, false);
-    gate_open(&ack);
-    gate_open(&go);
+    mp_test_gate_open(&ack);
+    mp_test_gate_open(&go);
     if ((pid = fork()) == 0)
         _exit(keep_then_hold(&e, &ack, &go));
     shm0 = mp_test_count_shm();
@@ -175,15 +162,15 @@ static void test_kept_mapping_holds_no_reference(void **state)
         send_acked(&e, t, i, &ack);
     mp_tensor_release(t);
     assert_int_equal(mp_test_count_shm(), shm0 + 1); /* the receiver holds arrival 2 */
-    gate_pass(&go);
-    assert_int_equal(gate_wait(&ack), 0);
+    mp_test_gate_pass(&go);
+    assert_int_equal(mp_test_gate_wait(&ack), 0);
     assert_int_equal(mp_test_count_shm(), shm0); /* gone, though the receiver keeps it */
     other = tensor();
     for (int32_t i = 0; i < SWEEP; i++)
         send_acked(&e, other, 1000 + i, &ack);
-    expect_exit0(pid);
-    gate_close(&ack);
-    gate_close(&go);
+    mp_test_expect_exit0(pid);
+    mp_test_gate_close(&ack);
+    mp_test_gate_close(&go);
     mp_test_ep_close(&e);
     mp_tensor_release(other);
 }
@@ -194,16 +181,16 @@ static void test_killed_keeper_leaves_nothing(void **state)
 {
     mp_tensor *t;
     mp_test_ep e;
-    gate ack;
+    mp_test_gate ack;
     pid_t pid;
     int shm0, status = 0;
     (void)state;
     mp_test_ep_open(&e, false, false);
-    gate_open(&ack);
+    mp_test_gate_open(&ack);
     if ((pid = fork()) == 0) {
         if (!recv_acked(&e, 0, 3, &ack) || mp__pins_held() != 1)
             _exit(10);
-        gate_pass(&ack);
+        mp_test_gate_pass(&ack);
         pause();
         _exit(0);
     }
@@ -211,12 +198,12 @@ static void test_killed_keeper_leaves_nothing(void **state)
     t = tensor();
     for (int32_t i = 0; i < 3; i++)
         send_acked(&e, t, i, &ack);
-    assert_int_equal(gate_wait(&ack), 0); /* kept */
+    assert_int_equal(mp_test_gate_wait(&ack), 0); /* kept */
     assert_int_equal(kill(pid, SIGKILL), 0);
     assert_int_equal(waitpid(pid, &status, 0), pid);
     mp_tensor_release(t);
     assert_int_equal(mp_test_count_shm(), shm0);
-    gate_close(&ack);
+    mp_test_gate_close(&ack);
     mp_test_ep_close(&e);
 }
 

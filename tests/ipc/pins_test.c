@@ -23,20 +23,6 @@ static int teardown(void **state) { return mp_test_teardown(state); }
 
 static uint64_t by_pin(void) { return mp_test_tensor_stats().segments_received_by_pin; }
 
-static int reap(pid_t pid)
-{
-    int status = 0;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    return status;
-}
-
-static void expect_exit0(pid_t pid)
-{
-    int status = reap(pid);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        fail_msg("child failed: status 0x%x (exit %d)", status, WEXITSTATUS(status));
-}
-
 /* One end for the tests: a queue, or a one-way pipe (sent on tx, received
  * on rx). */
 typedef mp_test_ep ep;
@@ -105,18 +91,13 @@ static mp_tensor *tensor(void)
     return t;
 }
 
-typedef mp_test_gate gate;
-#define gate_open mp_test_gate_open
-#define gate_pass mp_test_gate_pass
-#define gate_wait mp_test_gate_wait
-#define gate_close mp_test_gate_close
 
 /* ---- repeated handoffs ---------------------------------------------------- */
 
 /* The child receives N messages of one storage: from the third on with no
  * fd (the second pinned it), with the data of each, and with as many fds
  * open after the last as after the third. */
-static int receive_repeated(ep *e, gate *ack)
+static int receive_repeated(ep *e, mp_test_gate *ack)
 {
     uint64_t pinned0 = by_pin();
     int fds = 0;
@@ -125,7 +106,7 @@ static int receive_repeated(ep *e, gate *ack)
             return 10;
         if (i == 2)
             fds = mp_test_count_fds();
-        gate_pass(ack);
+        mp_test_gate_pass(ack);
     }
     if (by_pin() - pinned0 != N - 2)
         return 11;
@@ -139,20 +120,20 @@ static int receive_repeated(ep *e, gate *ack)
 static void repeated(bool queue)
 {
     mp_tensor *t = tensor();
-    gate ack;
+    mp_test_gate ack;
     pid_t pid;
     ep e;
     ep_open(&e, queue);
-    gate_open(&ack);
+    mp_test_gate_open(&ack);
     if ((pid = fork()) == 0)
         _exit(receive_repeated(&e, &ack));
     for (int32_t i = 0; i < N; i++) {
         assert_mp_ok(ep_send(&e, with(t, i)));
-        assert_int_equal(gate_wait(&ack), 0); /* t is written only once received */
+        assert_int_equal(mp_test_gate_wait(&ack), 0); /* t is written only once received */
     }
-    expect_exit0(pid);
+    mp_test_expect_exit0(pid);
     assert_int_equal(atomic_load(&ep_pins(&e)->owner), 0); /* let go cleanly */
-    gate_close(&ack);
+    mp_test_gate_close(&ack);
     ep_close(&e);
     mp_tensor_release(t);
 }
@@ -165,34 +146,34 @@ static void test_repeated_queue(void **state) { (void)state; repeated(true); }
 static void test_pin_outlives_sender(void **state)
 {
     mp_tensor *t = tensor();
-    gate ack, go;
+    mp_test_gate ack, go;
     pid_t pid;
     ep e;
     (void)state;
     ep_open(&e, false);
-    gate_open(&ack);
-    gate_open(&go);
+    mp_test_gate_open(&ack);
+    mp_test_gate_open(&go);
     if ((pid = fork()) == 0) {
         uint64_t pinned0 = by_pin();
         for (int32_t i = 0; i < 2; i++) {
             if (recv_seq(&e, i, 10))
                 _exit(10);
-            gate_pass(&ack);
+            mp_test_gate_pass(&ack);
         }
-        if (gate_wait(&go) || recv_seq(&e, 77, 10))
+        if (mp_test_gate_wait(&go) || recv_seq(&e, 77, 10))
             _exit(11);
         _exit(by_pin() - pinned0 == 1 ? 0 : 12);
     }
     for (int32_t i = 0; i < 2; i++) {
         assert_mp_ok(ep_send(&e, with(t, i)));
-        assert_int_equal(gate_wait(&ack), 0);
+        assert_int_equal(mp_test_gate_wait(&ack), 0);
     }
     assert_mp_ok(ep_send(&e, with(t, 77)));
     mp_tensor_release(t); /* the last reference here: unmapped, fd closed */
-    gate_pass(&go);
-    expect_exit0(pid);
-    gate_close(&ack);
-    gate_close(&go);
+    mp_test_gate_pass(&go);
+    mp_test_expect_exit0(pid);
+    mp_test_gate_close(&ack);
+    mp_test_gate_close(&go);
     ep_close(&e);
 }
 
@@ -273,27 +254,27 @@ static void test_idle_pin_is_let_go(void **state)
  * MP_EBROKEN for that message and the next one normally. */
 static void second_receiver(bool kill_owner)
 {
-    gate ack, go_r, done_r;
+    mp_test_gate ack, go_r, done_r;
     pid_t owner, reader;
     mp_tensor *t;
     mp_msg *m;
     ep e;
     ep_open(&e, true);
-    gate_open(&ack);
-    gate_open(&go_r);
-    gate_open(&done_r);
+    mp_test_gate_open(&ack);
+    mp_test_gate_open(&go_r);
+    mp_test_gate_open(&done_r);
     if ((owner = fork()) == 0) {
         for (int32_t i = 0; i < 2; i++) {
             if (recv_seq(&e, i, 10))
                 _exit(10);
-            gate_pass(&ack);
+            mp_test_gate_pass(&ack);
         }
         pause(); /* holds the pin until killed */
         _exit(0);
     }
     if ((reader = fork()) == 0) {
         uint64_t pinned0 = by_pin();
-        if (gate_wait(&go_r))
+        if (mp_test_gate_wait(&go_r))
             _exit(20);
         if (kill_owner) {
             if (ep_recv(&e, &m, 10) != MP_EBROKEN || !strstr(mp_last_error(), "has exited"))
@@ -303,7 +284,7 @@ static void second_receiver(bool kill_owner)
         }
         if (atomic_load(&ep_pins(&e)->owner) != MP__PINS_OFF)
             _exit(23);
-        gate_pass(&done_r);
+        mp_test_gate_pass(&done_r);
         if (recv_seq(&e, 3, 10) || by_pin() - pinned0 != !kill_owner)
             _exit(24); /* pins off: 3 came with its fd */
         _exit(0);
@@ -311,7 +292,7 @@ static void second_receiver(bool kill_owner)
     t = tensor();
     for (int32_t i = 0; i < 2; i++) {
         assert_mp_ok(ep_send(&e, with(t, i)));
-        assert_int_equal(gate_wait(&ack), 0);
+        assert_int_equal(mp_test_gate_wait(&ack), 0);
     }
     assert_int_equal(atomic_load(&ep_pins(&e)->owner), owner);
     assert_mp_ok(ep_send(&e, with(t, 2)));
@@ -319,20 +300,20 @@ static void second_receiver(bool kill_owner)
         mp_tensor_release(t);
         t = NULL;
         kill(owner, SIGKILL);
-        assert_int_equal(WTERMSIG(reap(owner)), SIGKILL);
+        assert_int_equal(WTERMSIG(mp_test_reap(owner)), SIGKILL);
     }
-    gate_pass(&go_r);
-    assert_int_equal(gate_wait(&done_r), 0);
+    mp_test_gate_pass(&go_r);
+    assert_int_equal(mp_test_gate_wait(&done_r), 0);
     assert_mp_ok(ep_send(&e, kill_owner ? note(3) : with(t, 3)));
-    expect_exit0(reader);
+    mp_test_expect_exit0(reader);
     if (!kill_owner) {
         kill(owner, SIGKILL);
-        reap(owner);
+        mp_test_reap(owner);
     }
     mp_tensor_release(t);
-    gate_close(&ack);
-    gate_close(&go_r);
-    gate_close(&done_r);
+    mp_test_gate_close(&ack);
+    mp_test_gate_close(&go_r);
+    mp_test_gate_close(&done_r);
     ep_close(&e);
 }
 
@@ -366,14 +347,14 @@ static void producer_killed(int step)
     mp_tensor *t = tensor();
     uint64_t pinned0;
     bool published = step == MP__RING_STEP_PUBLISHED || step == MP__RING_STEP_UNLOCKED;
-    gate ack;
+    mp_test_gate ack;
     pid_t pid;
     ep e;
     ep_open(&e, false);
-    gate_open(&ack);
+    mp_test_gate_open(&ack);
     if ((pid = fork()) == 0) {
         for (int32_t i = 0; i < 2; i++)
-            if (ep_send(&e, with(t, i)) || gate_wait(&ack))
+            if (ep_send(&e, with(t, i)) || mp_test_gate_wait(&ack))
                 _exit(10);
         kill_step = step;
         mp__ring_fault = killer;
@@ -382,9 +363,9 @@ static void producer_killed(int step)
     }
     for (int32_t i = 0; i < 2; i++) {
         assert_int_equal(recv_seq(&e, i, 10), 0);
-        gate_pass(&ack);
+        mp_test_gate_pass(&ack);
     }
-    assert_int_equal(WTERMSIG(reap(pid)), SIGKILL);
+    assert_int_equal(WTERMSIG(mp_test_reap(pid)), SIGKILL);
     pinned0 = by_pin();
     if (published)
         assert_int_equal(recv_seq(&e, 2, 5), 0);
@@ -393,7 +374,7 @@ static void producer_killed(int step)
     assert_mp_ok(ep_send(&e, with(t, 3)));
     assert_int_equal(recv_seq(&e, 3, 5), 0);
     assert_int_equal(by_pin() - pinned0, 1u + published);
-    gate_close(&ack);
+    mp_test_gate_close(&ack);
     ep_close(&e);
     assert_int_equal(mp__pins_held(), 0);
     mp_tensor_release(t);
@@ -417,17 +398,17 @@ static void consumer_killed(int step)
     mp_tensor *t = tensor();
     bool kept = step == MP__RING_STEP_COPIED;
     uint64_t pinned0;
-    gate ack;
+    mp_test_gate ack;
     pid_t pid;
     ep e;
     ep_open(&e, false);
-    gate_open(&ack);
+    mp_test_gate_open(&ack);
     if ((pid = fork()) == 0) {
         mp_msg *m = NULL;
         for (int32_t i = 0; i < 2; i++) {
             if (recv_seq(&e, i, 10))
                 _exit(10);
-            gate_pass(&ack);
+            mp_test_gate_pass(&ack);
         }
         kill_step = step;
         mp__ring_fault = killer;
@@ -436,10 +417,10 @@ static void consumer_killed(int step)
     }
     for (int32_t i = 0; i < 2; i++) {
         assert_mp_ok(ep_send(&e, with(t, i)));
-        assert_int_equal(gate_wait(&ack), 0);
+        assert_int_equal(mp_test_gate_wait(&ack), 0);
     }
     assert_mp_ok(ep_send(&e, with(t, 2)));
-    assert_int_equal(WTERMSIG(reap(pid)), SIGKILL);
+    assert_int_equal(WTERMSIG(mp_test_reap(pid)), SIGKILL);
     assert_mp_ok(ep_send(&e, note(3)));
     pinned0 = by_pin();
     if (kept)
@@ -457,7 +438,7 @@ static void consumer_killed(int step)
     assert_mp_ok(ep_send(&e, with(t, 5)));
     assert_int_equal(recv_seq(&e, 5, 5), 0);
     assert_int_equal(by_pin() - pinned0, 1);
-    gate_close(&ack);
+    mp_test_gate_close(&ack);
     ep_close(&e);
     mp_tensor_release(t);
 }

@@ -1,9 +1,12 @@
 /* A ring slot's seq word (src/ipc/ring_impl.h): what a consumer at head
  * reads from it (empty, ready, or a stale head whose slot holds a later
  * lap), across the wrap of the 32-bit positions, and the repair of a tail
- * left one short by a producer killed between publishing and moving it.
+ * left one short by a producer that died between publishing and moving it.
  * ring_test covers the same through queues and pipes, with SIGKILLs. */
-#include <stdlib.h>
+#include <errno.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "ipc/ring_impl.h"
 #include "mp_test.h"
@@ -48,24 +51,35 @@ static void test_positions_wrap(void **state)
 }
 
 /* The ring as a producer killed at MP__RING_STEP_PUBLISHED leaves it: the
- * message is visible and counted, and the next plock holder moves tail. */
+ * message is visible and counted, plock is EOWNERDEAD, and whoever takes it
+ * next moves tail and makes it consistent. */
 static void test_tail_one_short_is_recovered(void **state)
 {
-    mp__ring *r = calloc(1, sizeof *r);
+    mp__ring *r = mmap(NULL, sizeof *r, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    int status = 0;
+    pid_t pid;
     (void)state;
-    assert_non_null(r);
+    assert_true(r != MAP_FAILED);
     assert_mp_ok(mp__ring_init(r, "ring_slot_test"));
-    slot_write(&r->slot[0], RING_PAYLOAD, "abc", 3);
-    slot_publish(&r->slot[0], 0);
+    if ((pid = fork()) == 0) { /* dies holding plock, slot 0 published */
+        pthread_mutex_lock(&r->plock);
+        slot_write(&r->slot[0], RING_PAYLOAD, "abc", 3);
+        slot_publish(&r->slot[0], 0);
+        _exit(0);
+    }
+    assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_int_equal(atomic_load(&r->tail), 0);
     assert_int_equal(mp__ring_count(r), 1);
-    recover_tail(r);
+    assert_int_equal(pthread_mutex_trylock(&r->plock), EOWNERDEAD);
+    plock_recover(r);
     assert_int_equal(atomic_load(&r->tail), 1);
     assert_int_equal(mp__ring_count(r), 1);
-    recover_tail(r); /* slot 1 holds nothing: tail stays */
+    pthread_mutex_unlock(&r->plock);
+    assert_int_equal(pthread_mutex_trylock(&r->plock), 0); /* consistent again */
     assert_int_equal(atomic_load(&r->tail), 1);
+    pthread_mutex_unlock(&r->plock);
     pthread_mutex_destroy(&r->plock);
-    free(r);
+    munmap(r, sizeof *r);
 }
 
 static void test_mark_tag_round_trips(void **state)

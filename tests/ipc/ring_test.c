@@ -96,13 +96,6 @@ static void *shared(size_t n)
     return p;
 }
 
-static int reap(pid_t pid)
-{
-    int status = 0;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    return status;
-}
-
 /* An attachment without fds (an empty tensor) makes a frame that fits in a
  * slot, so the tests below cover the ring's frame slots too. */
 static void test_kinds_take_their_paths(void **state)
@@ -139,7 +132,7 @@ static void order_one(bool queue)
         assert_mp_ok(ep_recv(&e, &t, 10));
         assert_int_equal(t.seq, i);
     }
-    assert_int_equal(reap(pid), 0);
+    assert_int_equal(mp_test_reap(pid), 0);
     ep_close(&e);
 }
 
@@ -182,11 +175,11 @@ static void mpmc(bool queue)
             _exit(0);
         }
     for (int p = 0; p < NP; p++)
-        assert_int_equal(reap(pids[p]), 0);
+        assert_int_equal(mp_test_reap(pids[p]), 0);
     for (int c = 0; c < NC; c++)
         assert_mp_ok(ep_send(&e, make(NP, 0, SMALL), 10));
     for (int c = 0; c < NC; c++)
-        assert_int_equal(reap(pids[NP + c]), 0);
+        assert_int_equal(mp_test_reap(pids[NP + c]), 0);
     assert_int_equal(*bad, 0);
     for (int i = 0; i < NP * PER; i++)
         assert_int_equal(got[i], 1);
@@ -247,7 +240,7 @@ static void test_eof(void **state)
         _exit(0);
     }
     mp_conn_close(w);
-    assert_int_equal(reap(pid), 0);
+    assert_int_equal(mp_test_reap(pid), 0);
     for (i = 0; i < 10; i++) {
         assert_mp_ok(mp_conn_recv(r, &m, 5));
         mp_msg_destroy(m);
@@ -291,7 +284,7 @@ static void test_fd_readiness(void **state)
             assert_int_equal(poll(&p, 1, 10000), 1);
             assert_mp_ok(ep_recv(&e, &t, 0));
             assert_int_equal(t.seq, (uint32_t)round);
-            assert_int_equal(reap(pid), 0);
+            assert_int_equal(mp_test_reap(pid), 0);
             if (queue)
                 assert_int_equal(mp__queue_poll((mp__queue *)e.q), 0);
             else
@@ -400,7 +393,7 @@ static void test_quiet_end_rings_no_bell(void **state)
     assert_int_equal(parse(m, &t), 0);
     assert_int_equal(t.seq, 4);
     mp_msg_destroy(m);
-    assert_int_equal(reap(pid), 0);
+    assert_int_equal(mp_test_reap(pid), 0);
     assert_mp_ok(mp_conn_recv(a, &m, 0));
     mp_msg_destroy(m);
     mp_conn_release(a);
@@ -553,7 +546,7 @@ static void producer_killed(bool queue, int step)
         }
         _exit(0);
     }
-    status = reap(pid);
+    status = mp_test_reap(pid);
     assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
     k = *cur;
     assert_mp_ok(ep_send(&e, make(2, 0, TENSOR), 5));
@@ -602,7 +595,7 @@ static void consumer_killed(bool queue, int step, uint32_t lost)
             log[++log[0]] = t.seq;
         _exit(0);
     }
-    status = reap(pid);
+    status = mp_test_reap(pid);
     assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
     for (uint32_t i = 0; i < NK && sleeping; i++)
         assert_mp_ok(ep_send(&e, make(1, i, kinds[i]), 5));

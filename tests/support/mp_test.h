@@ -84,6 +84,11 @@ void mp_test_gate_pass(mp_test_gate *g);
 int mp_test_gate_wait(mp_test_gate *g);
 void mp_test_gate_close(mp_test_gate *g);
 
+/* Waits for child pid: its wait status. */
+int mp_test_reap(pid_t pid);
+/* Waits for child pid and fails the test unless it exited with 0. */
+void mp_test_expect_exit0(pid_t pid);
+
 /* SIGKILLs and reaps every child of this process. */
 void mp_test_kill_children(void);
 int mp_test_count_children(void);

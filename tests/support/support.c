@@ -294,6 +294,20 @@ mp_tensor_stats mp_test_tensor_stats(void)
     return st;
 }
 
+int mp_test_reap(pid_t pid)
+{
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    return status;
+}
+
+void mp_test_expect_exit0(pid_t pid)
+{
+    int status = mp_test_reap(pid);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fail_msg("child failed: status 0x%x (exit %d)", status, WEXITSTATUS(status));
+}
+
 void mp_test_gate_open(mp_test_gate *g) { assert_int_equal(pipe(g->fd), 0); }
 void mp_test_gate_pass(mp_test_gate *g)
 {
