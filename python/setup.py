@@ -55,8 +55,12 @@ def private_libs():
     return ["-pthread", "-lrt", "-ldl", "-lm", "-ldw"]
 
 
-extra_compile = ["-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Wno-missing-field-initializers"]
-extra_link = private_libs()
+# The extension exports PyInit__mproc alone: libmproc's mp_* and the module's
+# mpy_* stay inside it, so a program that also loads another libmproc (a C
+# extension linked against the system's libmproc.so) gets each its own.
+extra_compile = ["-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Wno-missing-field-initializers",
+                 "-fvisibility=hidden"]
+extra_link = private_libs() + ["-Wl,--exclude-libs,ALL"]
 sanitize = os.environ.get("MPROC_SANITIZE")
 if sanitize:
     extra_compile += [f"-fsanitize={sanitize}", "-fno-omit-frame-pointer"]
