@@ -1,6 +1,7 @@
 /* The inline uncontended fast path of the robust mutexes (fastlock.c says
  * why and how it stays glibc's own protocol). Included by the sync files
- * whose lock and unlock are on a hot path. */
+ * whose lock and unlock are on a hot path, and by the ring's producers
+ * (src/ipc/ring.c), which take their sender lock once per message. */
 #ifndef MPROC_SYNC_FASTLOCK_H
 #define MPROC_SYNC_FASTLOCK_H
 
