@@ -130,13 +130,13 @@ uint32_t mp__ring_count(const mp__ring *r)
 /* ---- producers -------------------------------------------------------------- */
 
 /* A free, consistent plock is taken by the inline fast path of the sync
- * layer's robust mutexes: glibc's protocol without its generic robust
- * path, so fewer stores to the lock's line while a producer holds it (two
- * producers on two CPUs fill a ring 15-25% faster). Everything else goes
- * through glibc. A deadline of 0 still waits a moment: the holder is usually a few
- * stores from unlocking, and "try once" must not fail for that. Timed waits
- * try first and wait on the clock only when contended (ThreadSanitizer
- * does not intercept pthread_mutex_clocklock). */
+ * layer's robust mutexes: glibc's protocol without the dispatch of its
+ * generic robust path (about 2 ns of a producer's 33 per message).
+ * Everything else goes through glibc. A deadline of 0 still waits a
+ * moment: the holder is usually a few stores from unlocking, and "try
+ * once" must not fail for that. Timed waits try first and wait on the
+ * clock only when contended (ThreadSanitizer does not intercept
+ * pthread_mutex_clocklock). */
 static int plock(mp__ring *r, double deadline, const char *fn)
 {
     struct timespec ts;
