@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "mp_test.h"
+#include "os/os.h"
 
 #define PRODUCERS 3
 #define CONSUMERS 3
@@ -247,19 +248,12 @@ static uint64_t taken_total(const chaos *s)
     return n;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Kills until the end; fails when nothing was taken for 3 s. */
 static void chaos_loop(run *r, double seconds, unsigned *seed)
 {
-    double end = now_s() + seconds, progress_at = now_s();
+    double end = mp__now() + seconds, progress_at = mp__now();
     uint64_t seen = 0;
-    while (now_s() < end) {
+    while (mp__now() < end) {
         uint64_t n;
         if (r->next_id + PRODUCERS + 1 >= MAX_IDS) { /* a round starts up to 4 */
             printf("chaos: producer ids used up: the run ends early\n");
@@ -270,8 +264,8 @@ static void chaos_loop(run *r, double seconds, unsigned *seed)
         replace_finished(r);
         if ((n = taken_total(r->s)) != seen) {
             seen = n;
-            progress_at = now_s();
-        } else if (now_s() - progress_at > 3) {
+            progress_at = mp__now();
+        } else if (mp__now() - progress_at > 3) {
             fail_msg("stalled: no message taken for 3 s (%llu taken so far)",
                      (unsigned long long)n);
         }

@@ -33,17 +33,24 @@ def test_installed_package_is_self_contained(tmp_path):
     for f in (ext, daemon):
         needed = subprocess.run(["readelf", "-d", str(f)], capture_output=True, text=True).stdout
         assert "libmproc" not in needed and "cuda" not in needed.lower(), needed
+    assert exported_functions(ext) == ["PyInit__mproc"]
     assert killed_holder_leaves(tmp_path, pythonpath=str(moved), package=pkg) == []
+
+
+def exported_functions(path):
+    """The code and data symbols a shared object exports, sorted."""
+    out = subprocess.run(["nm", "-D", "--defined-only", str(path)],
+                         capture_output=True, text=True, check=True).stdout
+    return sorted(line.split()[-1] for line in out.splitlines()
+                  if line.split()[-2] in ("T", "D", "B", "R"))
 
 
 def test_extension_exports_only_its_init():
     """libmproc is linked into the extension: its mp_* symbols (and the
     module's mpy_*) must not be exported, or a process that also loads
     another libmproc (a C extension linked against libmproc.so) would have
-    one bind to the other's functions."""
+    one bind to the other's functions. The installed copy is checked in the
+    test above."""
     from mproc import _mproc
-    out = subprocess.run(["nm", "-D", "--defined-only", _mproc.__file__],
-                         capture_output=True, text=True, check=True).stdout
-    exported = sorted(line.split()[-1] for line in out.splitlines()
-                      if line.split()[-2] in ("T", "D", "B", "R"))
+    exported = exported_functions(_mproc.__file__)
     assert exported == ["PyInit__mproc"], exported
