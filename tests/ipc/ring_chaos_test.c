@@ -273,18 +273,22 @@ static void chaos_loop(run *r, double seconds, unsigned *seed)
 }
 
 /* The producers stop, the queue closes (the pipe's last sending end), the
- * consumers drain it and exit. */
+ * consumers drain it and exit: each within DRAIN_S, or the test fails
+ * saying which hung (a put or get that never returns after the kills). */
+enum { DRAIN_S = 30 };
+
 static void finish(run *r)
 {
     atomic_store(&r->s->stop, 1);
     for (int i = 0; i < PRODUCERS; i++)
-        mp_test_expect_exit0(r->prod[i]);
+        mp_test_expect_exit0_within(r->prod[i], DRAIN_S, "chaos: a producer told to stop");
     if (r->e.q)
         assert_mp_ok(mp_queue_close(r->e.q));
     else
         assert_mp_ok(mp_conn_close(r->e.tx));
     for (int i = 0; i < CONSUMERS; i++)
-        mp_test_expect_exit0(r->cons[i]);
+        mp_test_expect_exit0_within(r->cons[i], DRAIN_S, "chaos: a consumer draining the "
+                                                         "closed endpoint");
 }
 
 /* Every (id, seq) put was taken, except at most one per consumer killed;

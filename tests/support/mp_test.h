@@ -88,6 +88,9 @@ void mp_test_gate_close(mp_test_gate *g);
 int mp_test_reap(pid_t pid);
 /* Waits for child pid and fails the test unless it exited with 0. */
 void mp_test_expect_exit0(pid_t pid);
+/* The same, for at most `seconds`: a child still running then fails the
+ * test with a sentence naming it as `what` (the teardown kills it). */
+void mp_test_expect_exit0_within(pid_t pid, double seconds, const char *what);
 
 /* SIGKILLs and reaps every child of this process. */
 void mp_test_kill_children(void);

@@ -1,4 +1,5 @@
 #include "mp_test.h"
+#include "os/os.h"
 #include "shm/manager.h"
 
 #include <dirent.h>
@@ -306,6 +307,23 @@ void mp_test_expect_exit0(pid_t pid)
     int status = mp_test_reap(pid);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         fail_msg("child failed: status 0x%x (exit %d)", status, WEXITSTATUS(status));
+}
+
+void mp_test_expect_exit0_within(pid_t pid, double seconds, const char *what)
+{
+    struct timespec nap = {0, 1000000};
+    double until = mp__now() + seconds;
+    int status = 0;
+    pid_t got;
+    while ((got = waitpid(pid, &status, WNOHANG)) == 0) {
+        if (mp__now() > until)
+            fail_msg("%s (pid %d) still running after %g s", what, (int)pid, seconds);
+        nanosleep(&nap, NULL);
+    }
+    assert_int_equal(got, pid);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fail_msg("%s (pid %d) failed: status 0x%x (exit %d)", what, (int)pid, status,
+                 WEXITSTATUS(status));
 }
 
 void mp_test_gate_open(mp_test_gate *g) { assert_int_equal(pipe(g->fd), 0); }
