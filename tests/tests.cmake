@@ -55,7 +55,7 @@ set_tests_properties(keep_test_unprivileged PROPERTIES TIMEOUT 120 LABELS ipc
 mproc_tests(wire compact_test kinds_test malformed_test wire_test)
 mproc_tests(sync barrier_test fastlock_test sync_behaviour_test sync_test)
 mproc_tests(ipc emfile_test keep_test mpmc_test pins_test pipe_test queue_test ring_chaos_test
-            ring_slot_test ring_test
+            ring_slot_test ring_test ring_wake_test
             ring_threads_test rx_test
             start_methods_test
             toomanyrefs_test wait_test)

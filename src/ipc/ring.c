@@ -76,9 +76,12 @@
  * asking (its fd is the connection's own) and rings from the start.
  *
  * A full ring makes producers wait on head (a futex, in slices); the
- * consumer that moves head wakes them when `space_wait` is set. Every flag a
- * side clears is cleared by an exchange: a load and a store would erase a
- * flag set again in between, and lose that wait's wake-up. */
+ * consumer that moves head past the one the producer saw wakes it
+ * (`space_wait`). Every flag a side clears is cleared by an exchange or a
+ * compare-and-swap: a load and a store would erase a flag set again in
+ * between, and lose that wait's wake-up. The two wait flags also hold the
+ * position waited for (wait_flag), so that a process that ran late cannot
+ * take down a later wait's flag. */
 #include <errno.h>
 #include <limits.h>
 #include <sched.h>
@@ -228,9 +231,10 @@ static int room(mp__ring *r, int sock, double deadline, bool pipe, const char *f
         if (deadline == 0)
             return mp__error(MP_ETIMEDOUT, "%s: no room: the receiver is not taking messages "
                                            "(%u waiting)", fn, MP__RING_SLOTS);
-        atomic_store(&r->space_wait, 1);
+        atomic_store(&r->space_wait, wait_flag(h));
         if (atomic_load(&r->head) != h)
             continue;
+        STEP(SPACE_WAIT);
         /* In slices: a pipe's reader may go away while we wait. */
         if (deadline < 0 || deadline > mp__now() + SLICE_MS / 1000.0)
             until = mp__now() + SLICE_MS / 1000.0;
@@ -254,12 +258,11 @@ static void ring_bell(mp__ring *r, int sock)
 }
 
 /* Slot t (a mark when mark) was just published: wake whoever needs to
- * know. A mark needs no doorbell: its record is on the socket, which wakes
- * a poll by itself. */
+ * know (a consumer asleep for slot t or an earlier one). A mark needs no
+ * doorbell: its record is on the socket, which wakes a poll by itself. */
 static void wake_consumers(mp__ring *r, int sock, uint32_t t, bool mark)
 {
-    /* Exchanges, as in claim(). */
-    if (atomic_load(&r->sleeping) && atomic_exchange(&r->sleeping, 0)) {
+    if (wake_due(&r->sleeping, t)) {
         mp__futex_wake((uint32_t *)&r->tail, INT_MAX, true);
     } else if (mark || atomic_load(&r->bell_mode) != MP__RING_BELLS) {
         /* no doorbell: `spinning` is not looked at (nor set) */

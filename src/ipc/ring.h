@@ -23,6 +23,9 @@ typedef struct mp__ring_slot {
 } mp__ring_slot;
 _Static_assert(MP__RING_DATA % 8 == 0, "a slot's data is whole words");
 _Static_assert(sizeof(mp__ring_slot) == MP__RING_SLOT, "a slot is MP__RING_SLOT bytes");
+/* The wait flags are shared between processes: a lock inside the atomic
+ * would be each process's own. */
+_Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "64-bit atomics without a lock");
 
 /* Lives in the endpoint's control segment (a sealed memfd), so it travels
  * wherever the control segment's fd travels. Producers write one cache line
@@ -35,8 +38,10 @@ typedef struct mp__ring {
     _Atomic uint32_t head_seen;        /* head as a producer last read it (<= head) */
     _Atomic uint32_t closes_seen;      /* `closes` when a producer last found a reader */
     _Alignas(64) _Atomic uint32_t head; /* slots taken (consumers, by compare-and-swap) */
-    _Atomic uint32_t space_wait;       /* a producer sleeps on head: the ring is full */
-    _Alignas(64) _Atomic uint32_t sleeping; /* a consumer sleeps on tail (a futex) */
+    _Atomic uint64_t space_wait;       /* a producer sleeps on head, the ring full at the
+                                        * head in it (ring_impl.h's wait_flag); or 0 */
+    _Alignas(64) _Atomic uint64_t sleeping; /* a consumer sleeps on tail, waiting for the
+                                             * slot in it (wait_flag); or 0 */
     _Atomic uint32_t spinning;         /* a consumer watches its slot (rings with doorbells) */
     _Atomic uint32_t bells;            /* doorbells sent and not yet dropped (about) */
     _Atomic uint32_t pcpu;             /* the CPU the last producer ran on */
@@ -111,6 +116,8 @@ enum {
     MP__RING_STEP_TAKEN,          /* consumer moved head, message not returned */
     MP__RING_STEP_MARK_RECEIVED,  /* consumer took a mark's record, head not moved */
     MP__RING_STEP_SLEEPING,       /* consumer flagged itself asleep, not yet in poll */
+    MP__RING_STEP_CLAIMED,        /* consumer moved head, space_wait not yet looked at */
+    MP__RING_STEP_SPACE_WAIT,     /* producer flagged itself waiting for room, not asleep */
     MP__RING_STEPS
 };
 extern void (*mp__ring_fault)(int step);

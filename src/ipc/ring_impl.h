@@ -106,6 +106,31 @@ static inline void plock_recover(mp__ring *r)
     pthread_mutex_consistent(&r->plock);
 }
 
+/* The flag a waiter sets before it sleeps (`space_wait`, `sleeping`): the
+ * position it waits past, so that only a process that moved past it takes
+ * it down. Each flag has one waiter at a time (the holder of plock, of the
+ * reader lock). A bare 0/1 flag lost wake-ups: a consumer preempted
+ * between moving head and looking at the flag (or a producer between
+ * publishing and looking) found the flag of a later wait, took it down
+ * and woke nobody, since the waiter was not asleep yet; the waiter then
+ * slept on an unchanged word with its flag gone, and every process that
+ * did move past it saw no flag. It slept a whole slice (50 ms). */
+#define WAITING ((uint64_t)1 << 32)
+static inline uint64_t wait_flag(uint32_t pos)
+{
+    return WAITING | pos;
+}
+
+/* Whether the process that just moved past pos (took slot pos, or
+ * published it) must wake the waiter of f: then the flag is down. A flag
+ * set again meanwhile is a new wait, whose waiter looks at the word after
+ * setting it, and so sees this move. */
+static inline bool wake_due(_Atomic uint64_t *f, uint32_t pos)
+{
+    uint64_t w = atomic_load(f);
+    return w && (int32_t)(pos - (uint32_t)w) >= 0 && atomic_compare_exchange_strong(f, &w, 0);
+}
+
 /* A mark's tag, the first 4 bytes of its data (slot_write's layout). */
 static inline uint32_t slot_tag(const mp__ring_slot *s)
 {

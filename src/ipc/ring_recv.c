@@ -95,9 +95,8 @@ static bool claim(mp__ring *r, uint32_t h)
 {
     if (!atomic_compare_exchange_strong(&r->head, &h, h + 1))
         return false;
-    /* An exchange, not a load and a store: a producer may set the flag
-     * again in between, for a wait that this wake-up must not lose. */
-    if (atomic_load(&r->space_wait) && atomic_exchange(&r->space_wait, 0))
+    STEP(CLAIMED);
+    if (wake_due(&r->space_wait, h))
         mp__futex_wake((uint32_t *)&r->head, INT_MAX, true);
     return true;
 }
@@ -266,7 +265,7 @@ static int nap(mp__ring *r, uint32_t h, double deadline)
         return mp__error(MP_ETIMEDOUT, deadline == 0 ? "receiving a message: none waiting"
                                                      : "receiving a message: timed out "
                                                        "waiting for a message");
-    atomic_store(&r->sleeping, 1);
+    atomic_store(&r->sleeping, wait_flag(h));
     STEP(SLEEPING);
     /* Dekker on tail: a producer publishes, moves tail, then looks at the
      * flag. tail is h, or h - 1 after a producer died before moving it. */
