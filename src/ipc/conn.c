@@ -316,6 +316,11 @@ mp__pins *mp__conn_pins(const mp_conn *c)
     return c && !c->ops ? &conn_rx(c, false)->pins : NULL;
 }
 
+mp__ring *mp__conn_ring(const mp_conn *c)
+{
+    return c && !c->ops && (c->mode & CONN_READ) ? conn_ring(c, false) : NULL;
+}
+
 uint32_t mp__conn_waiting(const mp_conn *c)
 {
     return c && !c->ops && (c->mode & CONN_READ) ? mp__ring_count(conn_ring(c, false)) : 0;

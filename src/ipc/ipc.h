@@ -91,6 +91,9 @@ static inline double mp__ipc_deadline(double timeout)
 int mp__conn_fd(const mp_conn *c);
 /* The pins of the end c receives on (tests), NULL for a remote connection. */
 mp__pins *mp__conn_pins(const mp_conn *c);
+/* The ring the end c receives on (tests), NULL for a remote connection or
+ * an end that only sends. */
+mp__ring *mp__conn_ring(const mp_conn *c);
 /* Messages to the end c receives on ring no doorbell (mp__ring_quiet): for
  * an end its owner keeps to itself and never polls (no mp_conn_fileno,
  * mp_wait or mp_conn_poll on it). A local connection only; 0, or MP_EINVAL. */

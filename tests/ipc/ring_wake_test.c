@@ -2,8 +2,9 @@
  * runs late must not take down the flag of a later wait. Each test stops
  * processes at chosen steps of the protocol (the mp__ring_fault hook) to
  * build the interleaving that lost the wake-up before the flags held a
- * position, then times the wake-up: it must come at once, not at the end
- * of the sleeper's 50-ms slice.
+ * position, checks that the late process left the flag up, then times the
+ * wake-up: it must come at once, not at the end of the sleeper's 50-ms
+ * slice.
  *
  *   sleeping:    a producer that published slot 0 and stopped before its
  *                wake-up runs on while a consumer flags itself asleep for
@@ -22,13 +23,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ipc/ring.h"
+#include "ipc/ipc.h"
 #include "mp_test.h"
 #include "os/os.h"
 
 /* A wake-up that works takes microseconds; a lost one waits out the
  * sleeper's slice (50 ms). */
-#define WAKE_LIMIT_S 0.025
+#define WAKE_LIMIT_S 0.040
 
 /* What the parent and its stopped children share. */
 typedef struct stops {
@@ -111,6 +112,21 @@ static void let_go(int step)
     atomic_store(&sh->go, step);
 }
 
+/* The ring e's messages go through. */
+static mp__ring *ring_of(mp_test_ep *e)
+{
+    mp__ring *r = e->q ? &((mp__queue *)e->q)->ctl->ring : mp__conn_ring(e->rx);
+    assert_non_null(r);
+    return r;
+}
+
+/* After the late process ran: the waiter's flag must still be up. */
+static void expect_flag_up(_Atomic uint64_t *flag, const char *which, const char *late)
+{
+    if (!atomic_load(flag))
+        fail_msg("%s took down %s, set for a later wait", late, which);
+}
+
 static mp_msg *small(int i)
 {
     return mp_test_payload_msg(&i, sizeof i);
@@ -161,6 +177,7 @@ static void sleeping_consumer(bool queue)
     wait_stopped(MP__RING_STEP_SLEEPING);
     let_go(MP__RING_STEP_UNLOCKED); /* the late producer looks at the flag now */
     mp_test_expect_exit0_within(producer, 10, "ring_wake: the stopped producer");
+    expect_flag_up(&ring_of(&e)->sleeping, "`sleeping`", "the late producer");
     let_go_to_sleep(consumer, MP__RING_STEP_SLEEPING);
     sent_at = mp__now();
     assert_mp_ok(mp_test_ep_send(&e, small(1), 5));
@@ -193,6 +210,7 @@ static void waiting_producer(bool queue)
     wait_stopped(MP__RING_STEP_SPACE_WAIT);
     let_go(MP__RING_STEP_CLAIMED); /* the late consumer looks at the flag now */
     mp_test_expect_exit0_within(consumer, 10, "ring_wake: the stopped consumer");
+    expect_flag_up(&ring_of(&e)->space_wait, "`space_wait`", "the late consumer");
     let_go_to_sleep(producer, MP__RING_STEP_SPACE_WAIT);
     took_at = mp__now();
     assert_mp_ok(recv_one(&e, &v));
