@@ -98,6 +98,7 @@ static char proc_state(pid_t pid)
 static void let_go_to_sleep(pid_t pid, int step)
 {
     double until = mp__now() + 10;
+    atomic_store(&sh->left, 0); /* the other child's, which has exited */
     atomic_store(&sh->go, step);
     while (!atomic_load(&sh->left) || proc_state(pid) != 'S') {
         if (mp__now() > until)
