@@ -150,11 +150,10 @@ static int recv_one(mp_test_ep *e, int *value)
 static void expect_woken_within(double since, const char *who)
 {
     double waited = atomic_load(&sh->woke) - since;
-    printf("ring_wake: %s woke %.2f ms after its wake-up was sent\n", who,
-           waited * 1e3);
+    printf("ring_wake: %s woke %.2f ms after its wake-up was sent\n", who, waited * 1e3);
     if (waited > WAKE_LIMIT_S)
-        fail_msg("%s slept %.1f ms after its wake-up was due (lost wake-up; limit %.0f ms)",
-                 who, waited * 1e3, WAKE_LIMIT_S * 1e3);
+        fail_msg("%s slept %.1f ms after its wake-up was due (lost wake-up; limit %.0f ms)", who,
+                 waited * 1e3, WAKE_LIMIT_S * 1e3);
 }
 
 static void sleeping_consumer(bool queue)
