@@ -17,7 +17,7 @@ enum { CONN_READ = 1, CONN_WRITE = 2 };
 
 #define CONN_CTL_MAGIC 0x6c74636e6e6f636dull /* "mconnctl" */
 
-#define CONN_CTL_VERSION 7u /* 7: a ring slot says which position it holds (seq) */
+#define CONN_CTL_VERSION 8u /* 8: the ring's wait flags hold the position waited for */
 
 /* Shared by the two ends of a pipe (a sealed memfd): the receive side of
  * each end, so several threads or processes receiving on one end take turns
@@ -386,6 +386,7 @@ static int conn_decode(const void *buf, size_t len, int *fds, int nfds, void **o
     uint32_t w[2] = {0, 0};
     mp__segment_handle h = {.strategy = MP__STRATEGY_FD, .fd = -1, .size = sizeof(conn_ctl)};
     mp__segment *seg = NULL;
+    const conn_ctl *ctl;
     mp_conn *c = NULL;
     int rc;
     *obj = NULL;
@@ -405,10 +406,13 @@ static int conn_decode(const void *buf, size_t len, int *fds, int nfds, void **o
     fds[1] = -1;
     if ((rc = mp__segment_open(&h, &seg)) < 0)
         goto out_fds;
-    if (((conn_ctl *)mp__segment_data(seg))->magic != CONN_CTL_MAGIC ||
-        ((conn_ctl *)mp__segment_data(seg))->version != CONN_CTL_VERSION) {
-        rc = mp__error(MP_EPROTO, "connection attachment: control block has the wrong magic "
-                                  "or version");
+    ctl = mp__segment_data(seg);
+    if (ctl->magic != CONN_CTL_MAGIC || ctl->version != CONN_CTL_VERSION) {
+        rc = mp__error(MP_EPROTO, "connection attachment: control block %s (version %u, this "
+                                  "mproc reads %u): every process sharing a connection must "
+                                  "run the same mproc build",
+                       ctl->magic != CONN_CTL_MAGIC ? "of another kind" : "of another layout",
+                       ctl->version, CONN_CTL_VERSION);
         goto out_seg;
     }
     if ((rc = conn_new(fds[0], (int)w[0], (int)w[1], seg, &c)) < 0)

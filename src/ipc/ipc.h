@@ -14,7 +14,7 @@
 #include "wire/wire.h"
 
 #define MP__QCTL_MAGIC 0x6c7463716f72706dull /* "mproqctl" */
-#define MP__QCTL_VERSION 8u /* 8: a ring slot says which position it holds (seq) */
+#define MP__QCTL_VERSION 9u /* 9: the ring's wait flags hold the position waited for */
 
 /* Lives in a sealed memfd segment that every process holding the queue maps.
  * What producers write and what consumers write sit on separate cache lines,

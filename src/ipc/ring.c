@@ -43,8 +43,9 @@
  * then sets `sleeping` and sleeps on tail (a futex)
  * for a slice at a time, looking at the socket between slices (EOF, a
  * queue's end marker, an orphan); closing a pipe end or a queue wakes it at
- * once. After publishing, a producer that sees `sleeping` clears it and
- * wakes the futex; one that sees `spinning` clears it. Dekker's two flags:
+ * once. After publishing, a producer that sees `sleeping` set for its slot
+ * or an earlier one clears it and wakes the futex; one that sees
+ * `spinning` clears it. Dekker's two flags:
  * the consumer stores its flag before it looks at tail and the slot, the
  * producer publishes and stores tail before it looks at the flags; a
  * consumer looks at the slot once more after it clears `spinning`.

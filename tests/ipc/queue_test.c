@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "ipc/ipc.h"
 #include "mp_test.h"
 #include "os/os.h"
 
@@ -488,6 +489,33 @@ static void test_queue_attachment(void **state)
     mp_simple_queue_release(sq);
 }
 
+/* A queue whose control block another mproc build laid out (another
+ * version) is refused when it arrives, with a sentence that says so, and
+ * nothing of it stays open. */
+static void test_attachment_of_another_build(void **state)
+{
+    mp_queue *carrier = NULL, *q = NULL;
+    mp__qctl *ctl;
+    mp_msg *m = NULL, *r = NULL;
+    (void)state;
+    assert_mp_ok(mp_queue_create(0, &carrier));
+    assert_mp_ok(mp_queue_create(0, &q));
+    ctl = ((mp__queue *)q)->ctl; /* shared: the receiving side reads this block */
+    assert_mp_ok(mp_msg_create(&m));
+    assert_mp_ok(mp_msg_add_queue(m, "q", q));
+    ctl->version = MP__QCTL_VERSION - 1;
+    assert_mp_ok(mp_queue_put(carrier, m, 5));
+    assert_mp_err(mp_queue_get(carrier, &r, 5), MP_EPROTO);
+    assert_null(r);
+    if (!strstr(mp_last_error(), "another layout") ||
+        !strstr(mp_last_error(), "the same mproc build"))
+        fail_msg("unexpected sentence: %s", mp_last_error());
+    ctl->version = MP__QCTL_VERSION;
+    mp_msg_destroy(m);
+    mp_queue_release(q);
+    mp_queue_release(carrier);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -503,6 +531,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_consumer_killed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_consumer_killed_streaming, setup, teardown),
         cmocka_unit_test_setup_teardown(test_queue_attachment, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_attachment_of_another_build, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

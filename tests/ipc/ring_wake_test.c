@@ -80,19 +80,6 @@ static void wait_stopped(int step)
     }
 }
 
-/* The state letter of /proc/pid/stat ('S': asleep). */
-static char proc_state(pid_t pid)
-{
-    char path[64], buf[256], *p;
-    FILE *f;
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    if (!(f = fopen(path, "r")))
-        return '?';
-    p = fgets(buf, sizeof buf, f) ? strrchr(buf, ')') : NULL;
-    fclose(f);
-    return p && p[1] == ' ' ? p[2] : '?';
-}
-
 /* Lets the stopped child go on and waits (10 s at most) until it has left
  * the hook and sleeps again: in the wait the test is about. */
 static void let_go_to_sleep(pid_t pid, int step)
@@ -100,7 +87,7 @@ static void let_go_to_sleep(pid_t pid, int step)
     double until = mp__now() + 10;
     atomic_store(&sh->left, 0); /* the other child's, which has exited */
     atomic_store(&sh->go, step);
-    while (!atomic_load(&sh->left) || proc_state(pid) != 'S') {
+    while (!atomic_load(&sh->left) || mp_test_proc_state(pid) != 'S') {
         if (mp__now() > until)
             fail_msg("child %d did not go to sleep within 10 s", (int)pid);
         usleep(200);

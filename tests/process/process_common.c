@@ -129,19 +129,9 @@ int exitcode_of(mp_process *p)
 
 bool pid_gone(pid_t pid)
 {
-    char path[64], buf[256], state = '?';
-    FILE *f;
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    f = fopen(path, "r");
-    if (!f)
-        return true;
-    if (fgets(buf, sizeof buf, f)) {
-        char *p = strrchr(buf, ')');
-        if (p)
-            state = p[2];
-    }
-    fclose(f);
-    return state == 'Z' || state == 'X'; /* dead, waiting for init to reap it */
+    char state = mp_test_proc_state(pid);
+    /* unreadable: gone; Z or X: dead, waiting for init to reap it */
+    return state == 0 || state == 'Z' || state == 'X';
 }
 
 /* Sanitizer allocators map size classes on first use: exercise every path

@@ -91,6 +91,9 @@ void mp_test_expect_exit0(pid_t pid);
 /* The same, for at most `seconds`: a child still running then fails the
  * test with a sentence naming it as `what` (the teardown kills it). */
 void mp_test_expect_exit0_within(pid_t pid, double seconds, const char *what);
+/* pid's state letter from /proc/<pid>/stat ('R', 'S', 'Z', ...); 0 when
+ * it cannot be read (the process is gone). */
+char mp_test_proc_state(pid_t pid);
 
 /* SIGKILLs and reaps every child of this process. */
 void mp_test_kill_children(void);

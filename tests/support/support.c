@@ -302,11 +302,16 @@ int mp_test_reap(pid_t pid)
     return status;
 }
 
+static void expect_exit0_status(int status, pid_t pid, const char *what)
+{
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fail_msg("%s (pid %d) failed: status 0x%x (exit %d)", what, (int)pid, status,
+                 WEXITSTATUS(status));
+}
+
 void mp_test_expect_exit0(pid_t pid)
 {
-    int status = mp_test_reap(pid);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        fail_msg("child failed: status 0x%x (exit %d)", status, WEXITSTATUS(status));
+    expect_exit0_status(mp_test_reap(pid), pid, "child");
 }
 
 void mp_test_expect_exit0_within(pid_t pid, double seconds, const char *what)
@@ -321,9 +326,23 @@ void mp_test_expect_exit0_within(pid_t pid, double seconds, const char *what)
         nanosleep(&nap, NULL);
     }
     assert_int_equal(got, pid);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        fail_msg("%s (pid %d) failed: status 0x%x (exit %d)", what, (int)pid, status,
-                 WEXITSTATUS(status));
+    expect_exit0_status(status, pid, what);
+}
+
+char mp_test_proc_state(pid_t pid)
+{
+    char path[64], buf[256], state = 0;
+    FILE *f;
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    if (!(f = fopen(path, "r")))
+        return 0;
+    if (fgets(buf, sizeof buf, f)) {
+        const char *p = strrchr(buf, ')'); /* the name may hold spaces and ')' */
+        if (p && p[1] == ' ')
+            state = p[2];
+    }
+    fclose(f);
+    return state;
 }
 
 void mp_test_gate_open(mp_test_gate *g) { assert_int_equal(pipe(g->fd), 0); }
