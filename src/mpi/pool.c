@@ -7,7 +7,6 @@
 #include "pool/pool_internal.h"
 #include "process/process_internal.h"
 
-#include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,28 +78,12 @@ static int unwrap(const mp_msg *w, size_t hlen, mp_msg **out)
 
 /* ---- the worker side -------------------------------------------------------- */
 
-static _Thread_local sigjmp_buf *raise_jmp;
-static _Thread_local char raise_text[MP__MPI_TEXT_MAX];
-
-static void catch_raise(const char *text)
-{
-    snprintf(raise_text, sizeof raise_text, "%s", text);
-    mp__raise_hook = NULL;
-    siglongjmp(*raise_jmp, 1);
-}
-
 int mp__mpi_run_caught(int (*call)(void *), void *ctx, char *err, size_t cap)
 {
-    sigjmp_buf jb;
-    int rc;
-    if (sigsetjmp(jb, 0)) {
-        snprintf(err, cap, "%s", raise_text);
-        return MP_ECHILD;
-    }
-    raise_jmp = &jb;
-    mp__raise_hook = catch_raise;
-    rc = call(ctx);
-    mp__raise_hook = NULL;
+    bool raised;
+    int rc = mp__catch_raise(call, ctx, err, cap, &raised);
+    if (raised)
+        return rc;
     if (rc > 0 || rc < -17)
         rc = MP_ECHILD;
     if (rc && !err[0])

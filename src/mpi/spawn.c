@@ -3,37 +3,22 @@
 #include "mpi/mpi_internal.h"
 #include "process/process_internal.h"
 
-#include <setjmp.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-/* mp_raise inside the entry comes back here, as in a pool worker. */
-static _Thread_local sigjmp_buf *raise_jmp;
-static _Thread_local char raise_text[MP__MPI_TEXT_MAX];
+/* The entry's call, made through mp__catch_raise: mp_raise inside it is
+ * this rank's failure, with its text, as in a pool worker. */
+struct entry_call {
+    mp_entry_fn fn;
+    mp_msg *args;
+};
 
-static void catch_raise(const char *text)
+static int call_entry(void *ctx)
 {
-    snprintf(raise_text, sizeof raise_text, "%s", text);
-    mp__raise_hook = NULL;
-    siglongjmp(*raise_jmp, 1);
-}
-
-static int call_entry(mp_entry_fn fn, mp_msg *args, bool *raised)
-{
-    sigjmp_buf jb;
-    int rc;
-    *raised = false;
-    if (sigsetjmp(jb, 0)) {
-        *raised = true;
-        return 1;
-    }
-    raise_jmp = &jb;
-    mp__raise_hook = catch_raise;
-    rc = fn(mp__mpi.rank, args);
-    mp__raise_hook = NULL;
-    return rc;
+    struct entry_call *e = ctx;
+    return e->fn(mp__mpi.rank, e->args);
 }
 
 /* Writes the failure record into the caller's err (NULL: nowhere) the
@@ -64,12 +49,12 @@ int mp_mpi_failure(mp_mpi_error *err)
 }
 
 /* This rank's entry failed: the record goes to every rank. */
-static void report_own(const char *entry, int rc, bool raised)
+static void report_own(const char *entry, int rc, bool raised, const char *raised_text)
 {
     mp__mpi_fail f = {.rank = mp__mpi.rank, .pid = (int32_t)getpid(), .exitcode = rc};
     snprintf(f.host, sizeof f.host, "%s", mp__mpi.peers[mp__mpi.rank].host);
     if (raised)
-        snprintf(f.message, sizeof f.message, "%s", raise_text);
+        snprintf(f.message, sizeof f.message, "%s", raised_text);
     else
         snprintf(f.message, sizeof f.message, "entry '%s' returned %d%s%s%s", entry, rc,
                  rc < 0 ? " (" : "", rc < 0 ? mp_err_name(rc) : "", rc < 0 ? ")" : "");
@@ -85,6 +70,7 @@ int mp_mpi_spawn(const char *entry, mp_msg *args, mp_mpi_error *err)
 {
     MPI_Request req = MPI_REQUEST_NULL;
     mp_msg *empty = NULL;
+    char raised_text[MP__MPI_TEXT_MAX];
     bool raised;
     int rc = mp__mpi_need("mp_mpi_spawn");
     if (rc)
@@ -99,9 +85,12 @@ int mp_mpi_spawn(const char *entry, mp_msg *args, mp_mpi_error *err)
     if (!args && (rc = mp_msg_create(&empty)) != 0)
         return rc;
     if (!mp__mpi.failed) {
-        rc = call_entry(fn, args ? args : empty, &raised);
+        rc = mp__catch_raise(call_entry, &(struct entry_call){fn, args ? args : empty}, raised_text,
+                             sizeof raised_text, &raised);
+        if (raised)
+            rc = 1; /* the exit code of a child that called mp_raise */
         if (rc != 0)
-            report_own(entry, rc, raised);
+            report_own(entry, rc, raised, raised_text);
     }
     mp_msg_destroy(empty);
     if (!mp__mpi.failed) {

@@ -2,7 +2,6 @@
  * send one result pack back. */
 #include "pool/pool_internal.h"
 
-#include <setjmp.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -42,42 +41,28 @@ mp_array_task_fn mp__array_task_lookup(const char *name)
     return (mp_array_task_fn)mp__registry_find(MP__REG_ARRAY_TASK, name);
 }
 
-/* mp_raise inside a task comes back here instead of ending the worker:
- * that item fails with the message and the worker serves on. (Like an
- * exception, it unwinds nothing: what the task allocated is lost.) */
-static _Thread_local sigjmp_buf *raise_jmp;
-static _Thread_local char raise_text[MP__MESSAGE_MAX];
+/* A task's call, made through mp__catch_raise: mp_raise inside a task fails
+ * that item with its text, and the worker serves on. */
+struct task_call {
+    mp_task_fn fn;
+    const mp_msg *in;
+    mp_msg *out;
+};
 
-static void catch_raise(const char *text)
+static int call_task(void *ctx)
 {
-    snprintf(raise_text, sizeof raise_text, "%s", text);
-    mp__raise_hook = NULL;
-    siglongjmp(*raise_jmp, 1);
+    struct task_call *t = ctx;
+    return t->fn(t->in, t->out);
 }
 
-/* Calls fn(in, out): its return, or 1 with raise_text set after mp_raise. */
-static int call_task(mp_task_fn fn, const mp_msg *in, mp_msg *out, bool *raised)
-{
-    sigjmp_buf jb;
-    int rc;
-    *raised = false;
-    if (sigsetjmp(jb, 0)) {
-        *raised = true;
-        return MP_ECHILD;
-    }
-    raise_jmp = &jb;
-    mp__raise_hook = catch_raise;
-    rc = fn(in, out);
-    mp__raise_hook = NULL;
-    return rc;
-}
-
-/* Records a task's failure (its return rc, or mp_raise) in the result pack. */
-static int add_failure(mp__packer *res, const char *name, int rc, bool raised)
+/* Records a task's failure (its return rc, or mp_raise with its text) in the
+ * result pack. */
+static int add_failure(mp__packer *res, const char *name, int rc, bool raised,
+                       const char *raised_text)
 {
     char err[MP__MESSAGE_MAX + 128];
     if (raised) {
-        snprintf(err, sizeof err, "task '%s' raised: %s", name, raise_text);
+        snprintf(err, sizeof err, "task '%s' raised: %s", name, raised_text);
         return mp__packer_add(res, NULL, 0, NULL, MP_ECHILD, err);
     }
     int code = rc < 0 && rc >= MP_ERROR_LAST ? rc : MP_ECHILD;
@@ -92,9 +77,10 @@ static int add_failure(mp__packer *res, const char *name, int rc, bool raised)
 static int run_item(const mp__pack_view *v, uint32_t i, mp_task_fn fn, mp__packer *res,
                     mp_msg *in, mp_msg *out)
 {
-    char err[MP__MESSAGE_MAX + 128];
+    char err[MP__MESSAGE_MAX + 128], raised_text[MP__MESSAGE_MAX];
     const void *pl;
     size_t len;
+    bool raised;
     int rc = mp__pack_item_into(v, i, in);
     mp__msg_reset(out);
     if (rc) {
@@ -103,10 +89,10 @@ static int run_item(const mp__pack_view *v, uint32_t i, mp_task_fn fn, mp__packe
         return mp__packer_add(res, NULL, 0, NULL, rc, err);
     }
     mp__error_clear();
-    bool raised;
-    rc = call_task(fn, in, out, &raised);
+    rc = mp__catch_raise(call_task, &(struct task_call){fn, in, out}, raised_text,
+                         sizeof raised_text, &raised);
     if (raised || rc)
-        return add_failure(res, v->name, rc, raised);
+        return add_failure(res, v->name, rc, raised, raised_text);
     /* A result that cannot travel (a tensor that cannot be shared) would
      * fail the send of the whole chunk: fail this item, with the cause. */
     if ((rc = mp__wire_check_sendable(out)) < 0) {
@@ -118,19 +104,18 @@ static int run_item(const mp__pack_view *v, uint32_t i, mp_task_fn fn, mp__packe
     return mp__packer_add(res, pl, len, out, 0, NULL);
 }
 
-/* An array task's call, run through call_task so that mp_raise is caught. */
-static _Thread_local struct {
+/* An array task's call, made through mp__catch_raise as a task's is. */
+struct array_call {
     mp_array_task_fn fn;
     const void *in;
     void *out;
     size_t n;
-} vec_call;
+};
 
-static int vec_adapter(const mp_msg *in, mp_msg *out)
+static int call_array(void *ctx)
 {
-    (void)in;
-    (void)out;
-    return vec_call.fn(vec_call.in, vec_call.out, vec_call.n);
+    struct array_call *a = ctx;
+    return a->fn(a->in, a->out, a->n);
 }
 
 /* Checks a slice against the two shared arrays it names. */
@@ -152,6 +137,8 @@ static int run_slice(const mp__pack_view *v, mp_array_task_fn fn, mp__packer *re
     mp_msg *in = NULL;
     mp_tensor *ti = NULL, *to = NULL;
     mp__vec_slice s;
+    struct array_call call;
+    char raised_text[MP__MESSAGE_MAX];
     size_t len = 0;
     const void *pl = NULL;
     bool raised;
@@ -174,13 +161,11 @@ static int run_slice(const mp__pack_view *v, mp_array_task_fn fn, mp__packer *re
         rc = mp__packer_add(res, NULL, 0, NULL, rc, err);
         goto out;
     }
-    vec_call.fn = fn;
-    vec_call.in = (const char *)mp_tensor_data(ti) + s.start * s.in_size;
-    vec_call.out = (char *)mp_tensor_data(to) + s.start * s.out_size;
-    vec_call.n = s.count;
+    call = (struct array_call){fn, (const char *)mp_tensor_data(ti) + s.start * s.in_size,
+                               (char *)mp_tensor_data(to) + s.start * s.out_size, s.count};
     mp__error_clear();
-    rc = call_task(vec_adapter, NULL, NULL, &raised);
-    rc = raised || rc ? add_failure(res, v->name, rc, raised)
+    rc = mp__catch_raise(call_array, &call, raised_text, sizeof raised_text, &raised);
+    rc = raised || rc ? add_failure(res, v->name, rc, raised, raised_text)
                       : mp__packer_add(res, NULL, 0, NULL, 0, NULL);
 out:
     mp_tensor_release(ti);

@@ -5,8 +5,9 @@
 #include "wire/wire.h"
 
 #include <errno.h>
-#include <limits.h>
 #include <execinfo.h>
+#include <limits.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -66,6 +67,42 @@ static void send_record(char type, const char *text, size_t len)
 }
 
 _Thread_local void (*mp__raise_hook)(const char *text);
+
+static _Thread_local sigjmp_buf *catch_jmp;
+static _Thread_local char *catch_text;
+static _Thread_local size_t catch_cap;
+
+static void catch_raise(const char *text)
+{
+    snprintf(catch_text, catch_cap, "%s", text);
+    siglongjmp(*catch_jmp, 1);
+}
+
+int mp__catch_raise(int (*call)(void *), void *ctx, char *text, size_t cap, bool *raised)
+{
+    /* Set before sigsetjmp and never changed after it: valid after a jump. */
+    void (*outer_hook)(const char *) = mp__raise_hook;
+    sigjmp_buf jb, *outer_jmp = catch_jmp;
+    char *outer_text = catch_text;
+    size_t outer_cap = catch_cap;
+    int rc;
+    *raised = false;
+    if (sigsetjmp(jb, 0)) {
+        *raised = true;
+        rc = MP_ECHILD;
+    } else {
+        catch_jmp = &jb;
+        catch_text = text;
+        catch_cap = cap;
+        mp__raise_hook = catch_raise;
+        rc = call(ctx);
+    }
+    mp__raise_hook = outer_hook;
+    catch_jmp = outer_jmp;
+    catch_text = outer_text;
+    catch_cap = outer_cap;
+    return rc;
+}
 
 static _Noreturn void child_vfail(const char *fmt, va_list ap)
 {

@@ -85,10 +85,17 @@ int mp__sigchld_check(const char *call);
  * the channel while it waits for the exit. */
 #define MP__STATUS_BYTES_MAX ((MP__FRAMES_MAX + 2) * 4096)
 
-/* Set by a thread that catches mp_raise (a pool worker, to fail one task
- * and carry on): mp_raise first calls it with the formatted text; the hook
- * does not return (it longjmps back to its caller). NULL: no catcher. */
+/* Set by mp__catch_raise: mp_raise first calls it with the formatted text;
+ * the hook does not return (it longjmps back to its caller). NULL: no
+ * catcher. */
 extern _Thread_local void (*mp__raise_hook)(const char *text);
+
+/* Runs call(ctx) on this thread with mp_raise caught (a pool worker fails
+ * one task and serves on; an MPI rank reports its entry's failure): call's
+ * return, or MP_ECHILD with *raised set and mp_raise's text in text (cap
+ * bytes). Like an exception, it unwinds nothing: what call allocated is
+ * lost. A catcher already set on this thread is set again afterwards. */
+int mp__catch_raise(int (*call)(void *), void *ctx, char *text, size_t cap, bool *raised);
 #define MP__BACKTRACE_MAX 8192
 
 typedef struct mp__boot {

@@ -35,7 +35,8 @@ function(mproc_mpi_suite_tests prefix layer variants)
       add_test(NAME ${prefix}_${c}_${v} COMMAND ${run} 4 ${v} ok "ok on 4 ranks" ${suite} ${c})
     endforeach()
     add_test(NAME ${prefix}_raise_${v} COMMAND ${run} 4 ${v} fail
-             "rank 0: job failed.*rank 1 .*gives up on purpose" ${suite} raise)
+             "rank 0: job failed.*rank 1 .*exit 1 signal 0: rank 1 gives up on purpose"
+             ${suite} raise)
     # A SIGKILLed rank: the launcher's report is what is guaranteed (Open
     # MPI: "process rank 2 with PID ... signal 9"; MPICH's hydra kills the
     # job at once and names the pid only: "EXIT CODE: 9"); on one host
@@ -58,6 +59,9 @@ function(mproc_mpi_suite_tests prefix layer variants)
       add_test(NAME ${prefix}_${c}_${v} COMMAND ${run} 4 ${v} ok "ok on 4 ranks" ${iter} ${c})
     endforeach()
     add_test(NAME ${prefix}_join_kill_${v} COMMAND ${run} 4 ${v} fail "${pat}" ${iter} join_kill)
+    add_test(NAME ${prefix}_raise_after_pool_${v} COMMAND ${run} 4 ${v} fail
+             "rank 0: job failed.*rank 1 .*exit 1 signal 0: rank 1 raised after serving a pool"
+             ${iter} raise_after_pool)
     # The queue's short cuts on its home rank: hand-overs, timeouts racing
     # them, close, and a rank killed while the home serves gets.
     foreach(c qping qraces qclose qfork)

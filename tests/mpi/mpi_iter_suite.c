@@ -18,6 +18,10 @@
  *              recv_bytes on an mp_mpi_pipe
  *   join_kill  rank 2 takes a message and is SIGKILLed while every other
  *              rank joins: each join errors out, the job ends non-zero
+ *   raise_after_pool
+ *              rank 1 serves pool tasks, then its entry calls mp_raise:
+ *              still caught and reported with its text and exit code 1
+ *              (a served task must not leave the entry's catcher unset)
  */
 #include <signal.h>
 #include <stdio.h>
@@ -462,6 +466,28 @@ MP_ENTRY(case_join_kill)
     int rc = mp_queue_join(q, -1);
     CHECK(rc == MP_ECHILD, "join while a rank died: %s", mp_err_name(rc));
     mp_queue_release(q);
+    return rc;
+}
+
+MP_ENTRY(case_raise_after_pool)
+{
+    enum { N = 12 };
+    mp_pool *p = NULL;
+    mp_msg *in[N], *out[N] = {0};
+    OK(mp_mpi_pool_create(&p)); /* the other ranks serve until rank 0 destroys it */
+    if (rank == 0) {
+        /* 10 ms each: every worker is idle at the start, so each gets one */
+        for (int i = 0; i < N; i++)
+            in[i] = int_msg(10);
+        OK(mp_pool_map(p, "slow", (const mp_msg *const *)in, N, 1, out));
+        for (int i = 0; i < N; i++)
+            mp_msg_destroy(in[i]), mp_msg_destroy(out[i]);
+        mp_pool_destroy(p);
+    }
+    if (rank == 1)
+        mp_raise("rank %d raised after serving a pool", rank);
+    int rc = mp_mpi_barrier();
+    CHECK(rc == MP_ECHILD, "barrier after rank 1 raised: %s", mp_err_name(rc));
     return rc;
 }
 
