@@ -321,6 +321,11 @@ mp__ring *mp__conn_ring(const mp_conn *c)
     return c && !c->ops && (c->mode & CONN_READ) ? conn_ring(c, false) : NULL;
 }
 
+uint32_t *mp__conn_layout_version(const mp_conn *c)
+{
+    return c && !c->ops ? &((conn_ctl *)mp__segment_data(c->seg))->version : NULL;
+}
+
 uint32_t mp__conn_waiting(const mp_conn *c)
 {
     return c && !c->ops && (c->mode & CONN_READ) ? mp__ring_count(conn_ring(c, false)) : 0;

@@ -94,6 +94,9 @@ mp__pins *mp__conn_pins(const mp_conn *c);
 /* The ring the end c receives on (tests), NULL for a remote connection or
  * an end that only sends. */
 mp__ring *mp__conn_ring(const mp_conn *c);
+/* The layout version in the control block c shares with its peer (tests:
+ * an attachment from another build), NULL for a remote connection. */
+uint32_t *mp__conn_layout_version(const mp_conn *c);
 /* Messages to the end c receives on ring no doorbell (mp__ring_quiet): for
  * an end its owner keeps to itself and never polls (no mp_conn_fileno,
  * mp_wait or mp_conn_poll on it). A local connection only; 0, or MP_EINVAL. */

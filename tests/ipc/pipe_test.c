@@ -1,5 +1,6 @@
 /* Pipe / Connection: send/recv of messages and bytes, poll, one-way ends,
- * close, EOF when the peer goes, and a connection passed as an attachment. */
+ * close, EOF when the peer goes, and a connection passed as an attachment
+ * (and refused when its control block has another build's layout). */
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -8,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "ipc/ipc.h"
 #include "mp_test.h"
 
 static int setup(void **state) { return mp_test_setup(state); }
@@ -208,6 +210,38 @@ static void test_concurrent_receivers(void **state)
     mp_conn_release(b);
 }
 
+/* A connection whose control block has another layout (a process of
+ * another mproc build sent it) is refused with the versions and the fix,
+ * and the refused attachment leaves no fd or mapping behind (teardown). */
+static void test_conn_attachment_of_another_build(void **state)
+{
+    mp_conn *a = NULL, *b = NULL, *c = NULL, *d = NULL;
+    mp_msg *m = NULL, *r = NULL;
+    uint32_t *version, ours;
+    (void)state;
+    assert_mp_ok(mp_pipe(true, &a, &b));
+    assert_mp_ok(mp_pipe(true, &c, &d));
+    version = mp__conn_layout_version(d); /* shared: the receiving side reads it */
+    assert_non_null(version);
+    ours = *version;
+    assert_mp_ok(mp_msg_create(&m));
+    assert_mp_ok(mp_msg_add_conn(m, "d", d));
+    *version = ours - 1;
+    assert_mp_ok(mp_conn_send(a, m, 5));
+    assert_mp_err(mp_conn_recv(b, &r, 5), MP_EPROTO);
+    assert_null(r);
+    if (!strstr(mp_last_error(), "another layout") ||
+        !strstr(mp_last_error(), "the same mproc build"))
+        fail_msg("unexpected sentence: %s", mp_last_error());
+    *version = ours;
+    /* the pipe carried nothing else and still works */
+    assert_mp_ok(mp_conn_send(a, m, 5));
+    assert_mp_ok(mp_conn_recv(b, &r, 5));
+    mp_msg_destroy(r);
+    mp_msg_destroy(m);
+    mp_conn_release(a), mp_conn_release(b), mp_conn_release(c), mp_conn_release(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -216,6 +250,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_send_after_reader_closed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_conn_attachment, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_receivers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_conn_attachment_of_another_build, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
