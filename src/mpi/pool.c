@@ -92,31 +92,18 @@ int mp__mpi_run_caught(int (*call)(void *), void *ctx, char *err, size_t cap)
     return rc;
 }
 
-struct task_call {
-    mp_task_fn fn;
-    const mp_msg *in;
-    mp_msg *out;
-};
-
-static int call_task(void *ctx)
-{
-    struct task_call *t = ctx;
-    mp__error_clear();
-    return t->fn(t->in, t->out);
-}
-
 /* Runs the task called name (a map_array chunk when it starts with
  * MP__MPI_ARRAY_KIND or MP__MPI_ITEMS_KIND). */
 static int run_named(const char *name, const mp_msg *in, mp_msg *out, char *err, size_t cap)
 {
     if (name[0] == MP__MPI_ARRAY_KIND || name[0] == MP__MPI_ITEMS_KIND)
         return mp__mpi_array_run(name, in, out, err, cap);
-    struct task_call t = {mp__task_lookup(name), in, out};
+    mp__task_call t = {mp__task_lookup(name), in, out};
     if (!t.fn) {
         snprintf(err, cap, "no task '%s' is registered (MP_TASK)", name);
         return MP_ENOENT;
     }
-    return mp__mpi_run_caught(call_task, &t, err, cap);
+    return mp__mpi_run_caught(mp__task_call_run, &t, err, cap);
 }
 
 /* One task: 0 after replying, 1 on the shutdown message, or an error. */

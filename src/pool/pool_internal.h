@@ -20,6 +20,16 @@
 mp_task_fn mp__task_lookup(const char *name);
 mp_array_task_fn mp__array_task_lookup(const char *name);
 
+/* A task's call made through mp__catch_raise (ctx: an mp__task_call), by a
+ * pool worker and by an MPI pool's rank: the error is cleared first, so that
+ * a failing task's sentence is its own. */
+typedef struct mp__task_call {
+    mp_task_fn fn;
+    const mp_msg *in;
+    mp_msg *out;
+} mp__task_call;
+int mp__task_call_run(void *ctx);
+
 /* The one item of a chunk of an array task: items [start, start + count)
  * of the two shared arrays attached after it (in, then out). */
 typedef struct mp__vec_slice {

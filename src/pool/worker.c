@@ -41,17 +41,12 @@ mp_array_task_fn mp__array_task_lookup(const char *name)
     return (mp_array_task_fn)mp__registry_find(MP__REG_ARRAY_TASK, name);
 }
 
-/* A task's call, made through mp__catch_raise: mp_raise inside a task fails
- * that item with its text, and the worker serves on. */
-struct task_call {
-    mp_task_fn fn;
-    const mp_msg *in;
-    mp_msg *out;
-};
-
-static int call_task(void *ctx)
+/* mp_raise inside a task fails that item with its text, and the worker
+ * serves on. */
+int mp__task_call_run(void *ctx)
 {
-    struct task_call *t = ctx;
+    mp__task_call *t = ctx;
+    mp__error_clear();
     return t->fn(t->in, t->out);
 }
 
@@ -88,8 +83,7 @@ static int run_item(const mp__pack_view *v, uint32_t i, mp_task_fn fn, mp__packe
                  i, mp_last_error());
         return mp__packer_add(res, NULL, 0, NULL, rc, err);
     }
-    mp__error_clear();
-    rc = mp__catch_raise(call_task, &(struct task_call){fn, in, out}, raised_text,
+    rc = mp__catch_raise(mp__task_call_run, &(mp__task_call){fn, in, out}, raised_text,
                          sizeof raised_text, &raised);
     if (raised || rc)
         return add_failure(res, v->name, rc, raised, raised_text);
