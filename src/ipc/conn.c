@@ -210,7 +210,6 @@ int mp_conn_send(mp_conn *c, const mp_msg *m, double timeout)
 
 int mp_conn_recv(mp_conn *c, mp_msg **out, double timeout)
 {
-    double deadline;
     bool taken;
     int rc;
     if (out)
@@ -226,16 +225,8 @@ int mp_conn_recv(mp_conn *c, mp_msg **out, double timeout)
         return mp__error(MP_EINVAL, "mp_conn_recv: out is NULL");
     if ((rc = mp__objkinds_ensure("mp_conn_recv")) < 0)
         return rc;
-    deadline = mp__ipc_deadline(timeout);
-    /* A small message is taken without the reader lock (mp__ring_take). */
-    rc = mp__ring_take(conn_ring(c, false), c->sock, conn_rx(c, false), out, &taken);
-    if (rc != 0)
-        return rc < 0 ? rc : 0;
-    if ((rc = mp__rx_lock(conn_rx(c, false), deadline, "mp_conn_recv")) < 0)
-        return rc;
-    rc = mp__ring_recv(conn_ring(c, false), c->sock, conn_rx(c, false), out, deadline, &taken);
-    mp__rx_unlock(conn_rx(c, false));
-    return rc;
+    return mp__ring_get(conn_ring(c, false), c->sock, conn_rx(c, false), out,
+                        mp__ipc_deadline(timeout), NULL, "mp_conn_recv", &taken);
 }
 
 int mp_conn_send_bytes(mp_conn *c, const void *buf, size_t len, double timeout)

@@ -178,18 +178,7 @@ int mp__queue_get(mp__queue *q, mp_msg **out, double deadline, const char *fn)
     if ((rc = mp__objkinds_ensure(fn)) < 0)
         return rc;
     c = q->ctl;
-    /* A small message is taken without the reader lock: consumers do not
-     * wait on each other for it. */
-    if ((rc = mp__ring_take(&c->ring, q->rsock, &c->rx, out, &taken)) == 0) {
-        if ((rc = mp__rx_lock(&c->rx, deadline, fn)) < 0)
-            return rc;
-        /* Once closed, nothing more can arrive: never wait for it. */
-        rc = mp__ring_recv(&c->ring, q->rsock, &c->rx, out,
-                           atomic_load(&c->closed) ? 0 : deadline, &taken);
-        mp__rx_unlock(&c->rx);
-    } else if (rc == 1) {
-        rc = 0;
-    }
+    rc = mp__ring_get(&c->ring, q->rsock, &c->rx, out, deadline, &c->closed, fn, &taken);
     /* A message taken off the socket frees its slot even when it could not
      * be decoded (MP_EPROTO, or mapping it failed): it is gone either way. */
     if (taken) {

@@ -72,6 +72,13 @@ int mp__ring_send(mp__ring *r, int sock, mp__rx *rx, const mp_msg *m, double dea
  * on the lock for it: 1 taken (*out), 0 nothing such at the head (receive
  * with the lock), or an error with *taken as below. */
 int mp__ring_take(mp__ring *r, int sock, mp__rx *rx, mp_msg **out, bool *taken);
+/* Receives the next message, as a consumer does: a payload alone by
+ * mp__ring_take, anything else by mp__ring_recv under rx's lock. `closed`,
+ * when not NULL, is read once the lock is held: set, nothing more can
+ * arrive, so the call does not wait for it. Returns and *taken as
+ * mp__ring_recv. */
+int mp__ring_get(mp__ring *r, int sock, mp__rx *rx, mp_msg **out, double deadline,
+                 const _Atomic uint32_t *closed, const char *fn, bool *taken);
 /* Receives the next message in ring order; the caller holds rx's lock.
  * *taken as mp__wire_recv_rx: true when a message left the endpoint, even if
  * it could not be decoded. MP_ECLOSED at EOF or at a queue's end marker. */

@@ -160,6 +160,21 @@ int mp__ring_take(mp__ring *r, int sock, mp__rx *rx, mp_msg **out, bool *taken)
     }
 }
 
+int mp__ring_get(mp__ring *r, int sock, mp__rx *rx, mp_msg **out, double deadline,
+                 const _Atomic uint32_t *closed, const char *fn, bool *taken)
+{
+    int rc = mp__ring_take(r, sock, rx, out, taken);
+    if (rc != 0)
+        return rc < 0 ? rc : 0;
+    if ((rc = mp__rx_lock(rx, deadline, fn)) < 0)
+        return rc;
+    if (closed && atomic_load(closed))
+        deadline = 0;
+    rc = mp__ring_recv(r, sock, rx, out, deadline, taken);
+    mp__rx_unlock(rx);
+    return rc;
+}
+
 /* Slot h is a mark: receive its record. *done is false when the mark was
  * stale (skipped) and the caller should look at the ring again. */
 static int take_mark(mp__ring *r, int sock, mp__rx *rx, uint32_t h, mp_msg **out,

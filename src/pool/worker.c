@@ -168,6 +168,17 @@ out:
     return rc;
 }
 
+/* Sends the chunk's packed results to the parent. */
+static int send_results(mp_conn *conn, mp__packer *res)
+{
+    mp_msg *reply = NULL;
+    int rc = mp__packer_finish(res, &reply);
+    if (!rc)
+        rc = mp_conn_send(conn, reply, -1);
+    mp_msg_destroy(reply); /* its buffer is kept for the next answers */
+    return rc;
+}
+
 /* The reply could not be sent (its items passed the check, so the cause is
  * the reply as a whole: too many fds, no memory): every item of the chunk
  * fails with the reason, and the worker serves on. */
@@ -175,7 +186,6 @@ static int send_failure(mp_conn *conn, uint32_t count, int cause)
 {
     char err[MP__MESSAGE_MAX + 128];
     mp__packer res;
-    mp_msg *reply = NULL;
     int rc;
     snprintf(err, sizeof err, "pool worker: the chunk's results could not be sent to the "
              "parent: %s", mp_last_error());
@@ -186,11 +196,7 @@ static int send_failure(mp_conn *conn, uint32_t count, int cause)
         mp__packer_drop(&res);
         return rc;
     }
-    rc = mp__packer_finish(&res, &reply);
-    if (!rc)
-        rc = mp_conn_send(conn, reply, -1);
-    mp_msg_destroy(reply);
-    return rc;
+    return send_results(conn, &res);
 }
 
 /* Handles one frame; 1 when told to exit. */
@@ -198,7 +204,7 @@ static int serve(mp_conn *conn, mp_msg *frame)
 {
     mp__pack_view v;
     mp__packer res;
-    mp_msg *reply = NULL, *in = NULL, *out = NULL;
+    mp_msg *in = NULL, *out = NULL;
     mp_task_fn fn;
     mp_array_task_fn afn;
     uint32_t count;
@@ -234,13 +240,9 @@ static int serve(mp_conn *conn, mp_msg *frame)
     mp__pack_close(&v);
     if (rc) {
         mp__packer_drop(&res);
-        return rc;
+        return rc; /* it cannot answer: it exits, and the pool fails the chunk */
     }
-    rc = mp__packer_finish(&res, &reply);
-    if (!rc)
-        rc = mp_conn_send(conn, reply, -1);
-    mp_msg_destroy(reply); /* its buffer is kept for the next answers */
-    if (rc < 0 && rc != MP_ECLOSED)
+    if ((rc = send_results(conn, &res)) < 0 && rc != MP_ECLOSED)
         rc = send_failure(conn, count, rc);
     return rc;
 }

@@ -206,23 +206,6 @@ MP_ENTRY(exit_later)
     return 7;
 }
 
-static pid_t parent_of(pid_t pid)
-{
-    char path[64], buf[512];
-    int ppid = 0;
-    FILE *f;
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    if (!(f = fopen(path, "r")))
-        return 0;
-    if (fgets(buf, sizeof buf, f)) {
-        char *p = strrchr(buf, ')');
-        if (!p || sscanf(p + 2, "%*c %d", &ppid) != 1)
-            ppid = 0;
-    }
-    fclose(f);
-    return ppid;
-}
-
 /* Our children other than except. */
 static pid_t other_child(pid_t except)
 {
@@ -231,7 +214,7 @@ static pid_t other_child(pid_t except)
     pid_t found = 0;
     while (d && (e = readdir(d))) {
         pid_t pid = atoi(e->d_name);
-        if (pid > 0 && pid != except && parent_of(pid) == getpid())
+        if (pid > 0 && pid != except && mp_test_parent_of(pid) == getpid())
             found = pid;
     }
     if (d)
@@ -248,7 +231,7 @@ static void test_forkserver_child_outlives_server(void **state)
     (void)state;
     p = mp_test_start("exit_later", m, "forkserver");
     /* the child is ours, as if we had forked it */
-    assert_int_equal(parent_of(mp_process_pid(p)), getpid());
+    assert_int_equal(mp_test_parent_of(mp_process_pid(p)), getpid());
     server = other_child(mp_process_pid(p));
     assert_true(server > 0);
     assert_int_equal(kill(server, SIGKILL), 0);
@@ -298,7 +281,7 @@ static void test_forkserver_child_dies_with_parent(void **state)
     close(pfd[1]);
     assert_int_equal(read(pfd[0], &child, sizeof child), sizeof child);
     close(pfd[0]);
-    assert_int_equal(parent_of(child), mid);
+    assert_int_equal(mp_test_parent_of(child), mid);
     assert_int_equal(kill(mid, SIGKILL), 0);
     assert_int_equal(waitpid(mid, NULL, 0), mid);
     for (int i = 0; i < 300 && kill(child, 0) == 0; i++)

@@ -94,6 +94,8 @@ void mp_test_expect_exit0_within(pid_t pid, double seconds, const char *what);
 /* pid's state letter from /proc/<pid>/stat ('R', 'S', 'Z', ...); 0 when
  * it cannot be read (the process is gone). */
 char mp_test_proc_state(pid_t pid);
+/* pid's parent from /proc/<pid>/stat; 0 when it cannot be read. */
+pid_t mp_test_parent_of(pid_t pid);
 
 /* SIGKILLs and reaps every child of this process. */
 void mp_test_kill_children(void);

@@ -55,23 +55,31 @@ static void pidlog_init(void)
     pthread_atfork(NULL, NULL, pidlog_child);
 }
 
-/* pid's parent from /proc/<pid>/stat field 4; 0 when it cannot be read. */
-static pid_t parent_of(pid_t pid)
+/* Fields 3 and 4 of /proc/<pid>/stat (state, parent); false when it cannot
+ * be read (the process is gone). */
+static bool proc_stat(pid_t pid, char *state, pid_t *ppid)
 {
     char path[64], buf[512];
+    bool ok = false;
+    int parent;
     FILE *f;
-    int ppid = 0;
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    f = fopen(path, "r");
-    if (!f)
-        return 0;
+    if (!(f = fopen(path, "r")))
+        return false;
     if (fgets(buf, sizeof buf, f)) {
-        char *p = strrchr(buf, ')');
-        if (!p || sscanf(p + 2, "%*c %d", &ppid) != 1)
-            ppid = 0;
+        const char *p = strrchr(buf, ')'); /* the name may hold spaces and ')' */
+        ok = p && sscanf(p + 1, " %c %d", state, &parent) == 2;
+        *ppid = ok ? (pid_t)parent : 0;
     }
     fclose(f);
-    return (pid_t)ppid;
+    return ok;
+}
+
+pid_t mp_test_parent_of(pid_t pid)
+{
+    char state;
+    pid_t ppid;
+    return proc_stat(pid, &state, &ppid) ? ppid : 0;
 }
 
 static bool pid_ours(pid_t pid)
@@ -85,7 +93,7 @@ static bool pid_ours(pid_t pid)
                 return true;
     }
     /* a live child started some other way (clone, posix_spawn) */
-    return parent_of(pid) == getpid();
+    return mp_test_parent_of(pid) == getpid();
 }
 
 static bool shm_entry_ours(const char *name)
@@ -151,7 +159,7 @@ static int for_each_child(void (*fn)(pid_t))
         return -1;
     while ((e = readdir(d))) {
         pid_t pid = (pid_t)atoi(e->d_name);
-        if (pid <= 0 || parent_of(pid) != self)
+        if (pid <= 0 || mp_test_parent_of(pid) != self)
             continue;
         n++;
         if (fn)
@@ -331,18 +339,9 @@ void mp_test_expect_exit0_within(pid_t pid, double seconds, const char *what)
 
 char mp_test_proc_state(pid_t pid)
 {
-    char path[64], buf[256], state = 0;
-    FILE *f;
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    if (!(f = fopen(path, "r")))
-        return 0;
-    if (fgets(buf, sizeof buf, f)) {
-        const char *p = strrchr(buf, ')'); /* the name may hold spaces and ')' */
-        if (p && p[1] == ' ')
-            state = p[2];
-    }
-    fclose(f);
-    return state;
+    char state;
+    pid_t ppid;
+    return proc_stat(pid, &state, &ppid) ? state : 0;
 }
 
 void mp_test_gate_open(mp_test_gate *g) { assert_int_equal(pipe(g->fd), 0); }
