@@ -1,10 +1,12 @@
 /* The daemon's segment table: its name index stays right through thousands
  * of adds and removals in scrambled order (a lookup that missed would add a
- * second entry for the name, which table_count shows), and a report that
- * would start tracking a name gone from /dev/shm is dropped. */
+ * second entry for the name, which table_count shows), a report that would
+ * start tracking a name gone from /dev/shm is dropped, and a line of any
+ * other shape than the client's is refused without tracking anything. */
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "daemon.h"
@@ -96,12 +98,53 @@ static void test_late_report_of_gone_name(void **state)
     assert_int_equal(table_count(), 0);
 }
 
+/* Lines a client never writes: each refused (-1), nothing tracked; the
+ * well-formed ones around them still count. */
+static void test_malformed_lines(void **state)
+{
+    char line[MP__MGR_LINE_MAX], long_name[MP__SHM_NAME_MAX + 8];
+    const char *bad[] = {"",
+                         "C",
+                         "C ",
+                         "C  /x",
+                         "CC /mproc-1-a 4096",
+                         "S/mproc-1-a",
+                         "C %s 4096x",
+                         "C %s 12 13",
+                         "C %s ",
+                         "C %s -1",
+                         "C %s 99999999999999999999",
+                         "O %s/",
+                         "O mproc-1-a",
+                         "C %s  4096"};
+    (void)state;
+    make_files();
+    table_init(2.0, "/nonexistent/socket");
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(line, sizeof line, bad[i], names[0]);
+        if (table_report(1, getpid(), line) != -1)
+            fail_msg("accepted \"%s\"", line);
+    }
+    memset(long_name, 'a', sizeof long_name - 1);
+    memcpy(long_name, "/mproc-", 7);
+    long_name[sizeof long_name - 1] = '\0';
+    snprintf(line, sizeof line, "O %s", long_name);
+    assert_int_equal(table_report(1, getpid(), line), -1);
+    assert_int_equal(table_count(), 0);
+    report(1, "C", names[0]);
+    report(2, "S", names[0]);
+    assert_int_equal(table_count(), 1);
+    report(1, "U", names[0]);
+    remove_files();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_index, mp_test_setup, mp_test_teardown),
         cmocka_unit_test_setup_teardown(test_late_report_of_gone_name, mp_test_setup,
                                         mp_test_teardown),
+        cmocka_unit_test_setup_teardown(test_malformed_lines, mp_test_setup, mp_test_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
