@@ -377,6 +377,18 @@ static int conn_encode(void *obj, void *buf, size_t cap, size_t *len, int *fds, 
     return 0;
 }
 
+int mp__ipc_ctl_check(const char *what, uint64_t magic, uint64_t want_magic, uint32_t version,
+                      uint32_t want_version)
+{
+    if (magic == want_magic && version == want_version)
+        return 0;
+    return mp__error(MP_EPROTO, "%s attachment: control block %s (version %u, this mproc "
+                                "reads %u): every process sharing a %s must run the same "
+                                "mproc build",
+                     what, magic != want_magic ? "of another kind" : "of another layout",
+                     version, want_version, what);
+}
+
 static int conn_decode(const void *buf, size_t len, int *fds, int nfds, void **obj)
 {
     uint32_t w[2] = {0, 0};
@@ -403,14 +415,10 @@ static int conn_decode(const void *buf, size_t len, int *fds, int nfds, void **o
     if ((rc = mp__segment_open(&h, &seg)) < 0)
         goto out_fds;
     ctl = mp__segment_data(seg);
-    if (ctl->magic != CONN_CTL_MAGIC || ctl->version != CONN_CTL_VERSION) {
-        rc = mp__error(MP_EPROTO, "connection attachment: control block %s (version %u, this "
-                                  "mproc reads %u): every process sharing a connection must "
-                                  "run the same mproc build",
-                       ctl->magic != CONN_CTL_MAGIC ? "of another kind" : "of another layout",
-                       ctl->version, CONN_CTL_VERSION);
+    rc = mp__ipc_ctl_check("connection", ctl->magic, CONN_CTL_MAGIC, ctl->version,
+                           CONN_CTL_VERSION);
+    if (rc < 0)
         goto out_seg;
-    }
     if ((rc = conn_new(fds[0], (int)w[0], (int)w[1], seg, &c)) < 0)
         goto out_seg;
     mp__segment_release(seg);

@@ -94,6 +94,11 @@ mp__pins *mp__conn_pins(const mp_conn *c);
 /* The ring the end c receives on (tests), NULL for a remote connection or
  * an end that only sends. */
 mp__ring *mp__conn_ring(const mp_conn *c);
+/* Checks a received queue's or connection's control block (what: "queue",
+ * "connection"): 0 when its magic and layout version are this build's, else
+ * MP_EPROTO with a sentence naming both versions and the fix. */
+int mp__ipc_ctl_check(const char *what, uint64_t magic, uint64_t want_magic, uint32_t version,
+                      uint32_t want_version);
 /* The layout version in the control block c shares with its peer (tests:
  * an attachment from another build), NULL for a remote connection. */
 uint32_t *mp__conn_layout_version(const mp_conn *c);

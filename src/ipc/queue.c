@@ -303,17 +303,14 @@ static int q_decode_kind(int kind, const void *buf, size_t len, int *fds, int nf
     if ((rc = mp__segment_open(&h, &q->seg)) < 0)
         goto out_q;
     q->ctl = mp__segment_data(q->seg);
-    if (q->ctl->magic != MP__QCTL_MAGIC || q->ctl->version != MP__QCTL_VERSION) {
-        rc = mp__error(MP_EPROTO, "queue attachment: control block %s (version %u, this "
-                                  "mproc reads %u): every process sharing a queue must run "
-                                  "the same mproc build",
-                       q->ctl->magic != MP__QCTL_MAGIC ? "of another kind" : "of another layout",
-                       q->ctl->version, MP__QCTL_VERSION);
+    rc = mp__ipc_ctl_check("queue", q->ctl->magic, MP__QCTL_MAGIC, q->ctl->version,
+                           MP__QCTL_VERSION);
+    if (rc < 0)
         goto out_seg;
-    }
     if (q->ctl->kind != (uint32_t)kind) {
         rc = mp__error(MP_EPROTO, "queue attachment: the control block is of a queue of another "
-                                  "kind (%u, the message says %d)", q->ctl->kind, kind);
+                                  "kind (%u, the message says %d): every process sharing a "
+                                  "queue must run the same mproc build", q->ctl->kind, kind);
         goto out_seg;
     }
     if ((rc = mp__pins_attach(&q->ctl->rx.pins)) < 0)
