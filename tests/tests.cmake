@@ -30,7 +30,8 @@ target_sources(timeout_test PRIVATE ${CMAKE_CURRENT_LIST_DIR}/api/blocking_calls
 mproc_tests(os error_test os_test parse_test)
 mproc_tests(shm populate_test recycle_test shm_test)
 if(TARGET mproc-shm-manager_tool)               # they run the daemon and the CLI
-  mproc_tests(shm_manager chaos_test cli_test fault_test manager_test)
+  mproc_tests(shm_manager chaos_test cli_test fault_test manager_test
+              pending_receive_test)
   add_test(NAME cli_doctor_width COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/shm_manager/doctor_width.sh
                                          $<TARGET_FILE:mproc_tool>)
   set_tests_properties(cli_doctor_width PROPERTIES TIMEOUT 60 LABELS shm_manager

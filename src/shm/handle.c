@@ -376,10 +376,8 @@ void mp__segment_handle_drop(mp__segment_handle *h, bool received)
         if (mp__shm_name_ok(h->name)) {
             const mp__shm_hooks *hk = mp__shm_hooks_get();
             /* Either way its flight is over: the manager counted the send. */
-            if (received && hk->received)
-                hk->received(h->name);
-            else if (!received && hk->unsent)
-                hk->unsent(h->name);
+            if (hk->dropped)
+                hk->dropped(h->name);
             fs_drop(h->name);
         }
         h->name[0] = '\0';

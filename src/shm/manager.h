@@ -20,6 +20,16 @@
  *   U <name>                 unlinked       S <name>   a message carrying it was sent
  *   R <name>                 a message carrying it was received
  *
+ * A receive into a mapping the client keeps is not written as a line at
+ * once: it is pending, a record in the ring's header (mp__mgr_pending) that
+ * the client's next send of the same name cancels (the name went on: S and
+ * R would cancel out in the daemon's counts) and that any other report of
+ * the name writes out first as "R <name>". The daemon applies the pending
+ * records of a ring it will never read again (its client is gone, or sent
+ * a new ring), after the ring's lines. A receive reported late only keeps
+ * the name longer (the receiver holds it until its "X" anyway); a send is
+ * never held back.
+ *
  * A client is alive while its pidfd is not readable. Control connections
  * (the CLI) use the SOCK_STREAM socket: one of STATUS, LIST or STOP; the
  * daemon answers lines ending in "END\n" and closes. A peer of another uid
@@ -52,15 +62,29 @@
  * client sees with one load at its next report, as a failed send told it
  * when every report was a datagram. */
 #define MP__MGR_RING_MAGIC 0x676e697272676d6dull /* "mmgrring" */
-#define MP__MGR_RING_VERSION 1u
+#define MP__MGR_RING_VERSION 2u                  /* 2: pending receives */
 #define MP__MGR_RING_BYTES (256u * 1024u)   /* data bytes, a power of two */
 #define MP__MGR_RING_NAME "mproc-shm-reports" /* the memfd's name */
 #define MP__MGR_PING_EVERY 1.0  /* seconds: a reporting client's liveness backstop */
+/* A pending receive (see the protocol above): written by the client alone,
+ * read by the daemon only once the client stopped using the ring. The
+ * client frees a record before it writes its line, and fills one before it
+ * sets it: killed in between, a receive is lost (the name is kept until
+ * the last client exits), never counted twice (the name reclaimed while a
+ * message carrying it is in flight). */
+#define MP__MGR_PENDING 8
+enum { MP__MGR_PENDING_FREE = 0, MP__MGR_PENDING_SET = 1 };
+typedef struct mp__mgr_pending {
+    _Atomic uint32_t state;
+    char name[MP__SHM_NAME_MAX];
+} mp__mgr_pending;
+
 typedef struct mp__mgr_ring {
     uint64_t magic;
     uint32_t version;
     uint32_t size;                      /* bytes of data[] */
     pthread_mutex_t daemon;             /* held by the daemon reading the ring */
+    mp__mgr_pending pending[MP__MGR_PENDING];
     _Alignas(64) _Atomic uint64_t head; /* bytes ever written (client) */
     _Alignas(64) _Atomic uint64_t tail; /* bytes ever read (daemon) */
     _Alignas(64) char data[];

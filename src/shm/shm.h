@@ -132,8 +132,11 @@ typedef struct mp__shm_hooks {
     void (*closed)(const char *name);     /* this process unmapped it */
     void (*unlinked)(const char *name);
     void (*sent)(const char *name);       /* a message carrying it was sent */
-    void (*received)(const char *name);   /* ... and received */
-    void (*unsent)(const char *name);     /* ... or dropped without being sent */
+    /* ... and received into a mapping of this process (which reports closing it) */
+    void (*received)(const char *name);
+    /* ... or its flight ended here without one: dropped unsent, or received
+     * and dropped unopened */
+    void (*dropped)(const char *name);
     /* Brackets reports made together in one library call (opened +
      * received, closed + unlinked), which the client may then deliver as
      * one; nothing that can block runs in between. Calls nest. */

@@ -135,21 +135,6 @@ static void test_two_starters_one_daemon(void **state)
     assert_true(mgr_wait_clean(pids, 4, MGR_GRACE + 1));
 }
 
-/* Child: creates a segment, exports it (the "sent" report: a message now
- * carries it), gives the name to the parent, releases its own reference. */
-static int sender(int in, int out, void *arg)
-{
-    mp__segment *s;
-    mp__segment_handle h;
-    if (mp__segment_create(4096, MP__STRATEGY_FS, &s) != 0 || mp__segment_export(s, &h) != 0)
-        return 10;
-    ((char *)mp__segment_data(s))[0] = 42;
-    mp__segment_release(s);
-    (void)!write(out, h.name, sizeof h.name);
-    mgr_get(in, 30);
-    return 0;
-}
-
 /* Child: receives the name from the parent, opens it (the "received" and
  * "opened" reports), checks the byte, releases it. */
 static int receiver(int in, int out, void *arg)
@@ -170,7 +155,7 @@ static void test_in_flight_kept_until_received(void **state)
 {
     char name[MP__SHM_NAME_MAX];
     child keeper = child_start(creator, (void *)(intptr_t)1); /* a live client */
-    child c = child_start(sender, NULL), r;
+    child c = child_start(mgr_sender, NULL), r;
 
     assert_int_equal(mgr_get(keeper.from, 10), 'r');
     assert_int_equal(read(c.from, name, sizeof name), (ssize_t)sizeof name);
@@ -193,7 +178,7 @@ static void test_other_daemon_leaves_tracked(void **state)
 {
     char name[MP__SHM_NAME_MAX], dir[] = "/tmp/mproc-test2.XXXXXX", path[PATH_MAX + 64];
     char log[4096] = "";
-    child keeper = child_start(creator, (void *)(intptr_t)1), c = child_start(sender, NULL), r;
+    child keeper = child_start(creator, (void *)(intptr_t)1), c = child_start(mgr_sender, NULL), r;
     pid_t d2;
     int status = -1;
 

@@ -342,4 +342,20 @@ static void child_end(child *c, bool kill_it)
         fail_msg("child %d ended with status 0x%x", (int)c->pid, (unsigned)status);
 }
 
+/* Child: creates a segment holding 42, exports it (the "sent" report: a
+ * message now carries it), gives the name to the parent, releases its own
+ * reference and waits. */
+static int mgr_sender(int in, int out, void *arg)
+{
+    mp__segment *s;
+    mp__segment_handle h;
+    if (mp__segment_create(4096, MP__STRATEGY_FS, &s) != 0 || mp__segment_export(s, &h) != 0)
+        return 10;
+    ((char *)mp__segment_data(s))[0] = 42;
+    mp__segment_release(s);
+    (void)!write(out, h.name, sizeof h.name);
+    mgr_get(in, 30);
+    return 0;
+}
+
 #endif

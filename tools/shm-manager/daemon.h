@@ -68,6 +68,9 @@ bool table_has_adopted(void);
 mp__mgr_ring *ring_attach(int fd, pid_t pid);
 void ring_detach(mp__mgr_ring *r);
 bool ring_read(mp__mgr_ring *r, pid_t pid, void (*fn)(void *ctx, char *lines), void *ctx);
+/* Hands fn a "R <name>" line for each receive pending in r (manager.h):
+ * call it after the last ring_read of a ring its client no longer uses. */
+void ring_read_pending(mp__mgr_ring *r, void (*fn)(void *ctx, char *lines), void *ctx);
 
 /* Other daemons of this uid (peers.c): the concatenated LIST answers of
  * every other listening shm manager ("" if none), or NULL when one did not

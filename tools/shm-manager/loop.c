@@ -141,6 +141,17 @@ static void read_ring(client *c)
     }
 }
 
+/* c is done with its ring (gone, or it sent a new one): its last lines,
+ * then the receives it left pending, count. */
+static void read_ring_last(client *c)
+{
+    read_ring(c);
+    if (c->ring)
+        ring_read_pending(c->ring, report_lines, c);
+    ring_detach(c->ring);
+    c->ring = NULL;
+}
+
 /* Nobody wakes us for what is written into a ring: while clients have
  * rings we look every RING_MIN_MS, backing off to RING_MAX_MS while they
  * write nothing. (A full ring sends WAKE; an active client PINGs.) */
@@ -170,8 +181,7 @@ static void read_rings(void)
  * read first, the new one replaces it. */
 static void take_ring(client *c, int fd)
 {
-    read_ring(c);
-    ring_detach(c->ring);
+    read_ring_last(c);
     c->ring = ring_attach(fd, c->pid);
 }
 
@@ -354,8 +364,7 @@ static void close_gone(void)
             continue;
         /* What it wrote before it died counts: the name it sent may be
          * in a queue, and its closes end its holds. */
-        read_ring(c);
-        ring_detach(c->ring);
+        read_ring_last(c);
         table_client_gone(c->id, c->pid);
         if (ngone == gone_cap) {
             int cap = gone_cap ? gone_cap * 2 : 16;

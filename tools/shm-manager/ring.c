@@ -99,3 +99,19 @@ bool ring_read(mp__mgr_ring *r, pid_t pid, void (*fn)(void *ctx, char *lines), v
         fn(ctx, buf);
     }
 }
+
+void ring_read_pending(mp__mgr_ring *r, void (*fn)(void *ctx, char *lines), void *ctx)
+{
+    for (int i = 0; i < MP__MGR_PENDING; i++) {
+        mp__mgr_pending *p = &r->pending[i];
+        char name[MP__SHM_NAME_MAX], line[MP__SHM_NAME_MAX + 8];
+        if (atomic_load_explicit(&p->state, memory_order_acquire) != MP__MGR_PENDING_SET)
+            continue;
+        memcpy(name, p->name, sizeof name);
+        name[sizeof name - 1] = '\0';
+        /* one line, whatever the client left there: the parser judges it */
+        name[strcspn(name, "\n")] = '\0';
+        snprintf(line, sizeof line, "R %s\n", name);
+        fn(ctx, line);
+    }
+}
