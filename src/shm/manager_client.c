@@ -68,6 +68,7 @@ static mp__mgr_ring *ring;      /* our report ring; NULL: reports are datagrams 
 static bool ring_refused;       /* a daemon never took our ring: datagrams from now on */
 static double next_ping;
 static int npending;            /* records set in ring->pending (manager.h) */
+static unsigned ring_gen;       /* rings dropped so far */
 
 /* The calling thread's open batch: lines waiting for its end. */
 static _Thread_local int batch_depth;
@@ -131,6 +132,7 @@ static void ring_drop(void)
         mp__sys.munmap(ring, RING_LEN);
     ring = NULL;
     npending = 0;
+    ring_gen++;
 }
 
 /* Whether a daemon holds our ring's mutex, i.e. took the ring. */
@@ -424,6 +426,7 @@ static bool pending_add(const char *name)
 {
     static int next;
     mp__mgr_pending *p = NULL;
+    unsigned gen = ring_gen;
     if (!ring || reg_pid != mp__pid() || ring_daemon_died())
         return false;
     for (int i = 0; i < MP__MGR_PENDING && !p; i++)
@@ -436,6 +439,8 @@ static bool pending_add(const char *name)
         atomic_store(&p->state, MP__MGR_PENDING_FREE); /* before its line: see manager.h */
         npending--;
         emit_locked('R', p->name, 0);
+        if (gen != ring_gen)
+            return false; /* delivering it replaced the ring (a new daemon): p is gone */
     }
     memcpy(p->name, name, strlen(name) + 1);
     atomic_store_explicit(&p->state, MP__MGR_PENDING_SET, memory_order_release);
@@ -468,7 +473,8 @@ static bool pending_cancel(const char *name)
     return true;
 }
 
-/* Another report of name follows: its pending receives go first. */
+/* Another report of name follows: its pending receives go first. (A
+ * delivery that replaces the ring ends the loop: npending is 0 then.) */
 static void pending_flush(const char *name)
 {
     mp__mgr_pending *p;
@@ -484,10 +490,12 @@ static void pending_flush(const char *name)
 static void report(char verb, const char *name, uint64_t size, int held_change)
 {
     int err = errno; /* held_update's realloc may set it */
+    bool quiet;
     if (!mp__shm_name_ok(name) || is_disabled())
         return;
     pthread_mutex_lock(&lock);
-    if (verb == 'S' ? !pending_cancel(name) : verb != 'P' || !pending_add(name)) {
+    quiet = verb == 'S' ? pending_cancel(name) : verb == 'P' && pending_add(name);
+    if (!quiet) {
         if (verb != 'S')
             pending_flush(name);
         emit_locked(verb == 'P' ? 'R' : verb, name, size);

@@ -1,6 +1,7 @@
 /* Pending receives (src/shm/manager.h): a receive into a kept mapping is
  * reported only when something else about the name follows, a send of the
- * same name cancels it, and the daemon counts the ones a dead client left.
+ * same name cancels it, a full set of records writes out its oldest, and
+ * the daemon counts the ones a dead client left.
  * The daemon's counts are read from its LIST answer. */
 #include "mgr_test.h"
 
@@ -179,6 +180,63 @@ static void test_fork_child_keeps_parent_pending(void **state)
     child_end(&keeper, true);
 }
 
+enum { MANY = MP__MGR_PENDING + 1 };
+
+/* Child: sends MANY segments (names to the parent) and waits, holding none. */
+static int many_sender(int in, int out, void *arg)
+{
+    for (int i = 0; i < MANY; i++) {
+        mp__segment *s;
+        mp__segment_handle h;
+        if (mp__segment_create(4096, MP__STRATEGY_FS, &s) != 0 || mp__segment_export(s, &h) != 0)
+            return 10;
+        mp__segment_release(s);
+        (void)!write(out, h.name, sizeof h.name);
+    }
+    mgr_get(in, 30);
+    return 0;
+}
+
+/* Child: registers, opens the MANY names in order, says 'r', waits. */
+static int many_receiver(int in, int out, void *arg)
+{
+    mp__segment *own, *s[MANY];
+    if (mp__segment_create(64, MP__STRATEGY_FS, &own) != 0)
+        return 10;
+    for (int i = 0; i < MANY; i++) {
+        mp__segment_handle h = {.strategy = MP__STRATEGY_FS, .fd = -1, .size = 4096};
+        if (read(in, h.name, sizeof h.name) != (ssize_t)sizeof h.name ||
+            mp__segment_open(&h, &s[i]) != 0)
+            return 11;
+    }
+    mgr_put(out, 'r');
+    mgr_get(in, 30);
+    return 0;
+}
+
+/* One receive more than the records hold: the oldest is written out, the
+ * others stay pending until their client dies. */
+static void test_full_set_reports_oldest(void **state)
+{
+    char names[MANY][MP__SHM_NAME_MAX];
+    child keeper = child_start(keeper_fn, NULL), snd, r;
+    assert_int_equal(mgr_get(keeper.from, 10), 'r');
+    snd = child_start(many_sender, NULL);
+    r = child_start(many_receiver, NULL);
+    for (int i = 0; i < MANY; i++) {
+        assert_int_equal(read(snd.from, names[i], MP__SHM_NAME_MAX), MP__SHM_NAME_MAX);
+        assert_int_equal(write(r.to, names[i], MP__SHM_NAME_MAX), MP__SHM_NAME_MAX);
+    }
+    assert_int_equal(mgr_get(r.from, 10), 'r');
+    assert_true(wait_flight(names[0], 1, 1, 5));
+    for (int i = 1; i < MANY; i++)
+        assert_true(wait_flight(names[i], 1, 0, 5));
+    child_end(&snd, true);
+    child_end(&r, true);
+    assert_true(mgr_wait_clean(&snd.pid, 1, 2));
+    child_end(&keeper, true);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, mp_test_setup, mp_test_teardown)
 
 int main(void)
@@ -187,6 +245,7 @@ int main(void)
         T(test_pending_counted_at_death),
         T(test_send_cancels_pending),
         T(test_fork_child_keeps_parent_pending),
+        T(test_full_set_reports_oldest),
     };
     int rc;
     mgr_test_env();
