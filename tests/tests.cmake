@@ -36,6 +36,13 @@ if(TARGET mproc-shm-manager_tool)               # they run the daemon and the CL
                                          $<TARGET_FILE:mproc_tool>)
   set_tests_properties(cli_doctor_width PROPERTIES TIMEOUT 60 LABELS shm_manager
                        SKIP_RETURN_CODE ${MPROC_SKIP_CODE})
+  # The daemon and its clients as a user who is not root (their own runtime
+  # directory and memfds).
+  add_test(NAME pending_receive_test_unprivileged
+           COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/support/unprivileged.sh
+                   $<TARGET_FILE:pending_receive_test>)
+  set_tests_properties(pending_receive_test_unprivileged PROPERTIES TIMEOUT 120
+                       LABELS shm_manager SKIP_RETURN_CODE ${MPROC_SKIP_CODE})
   if(TARGET producer_consumer)                  # SIGKILLs it in a loop
     mproc_tests(shm_manager killloop_test)
   endif()

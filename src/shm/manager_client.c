@@ -417,6 +417,13 @@ static bool pending_ours(void)
     return ring && npending > 0 && reg_pid == mp__pid();
 }
 
+/* Frees a record: before its line is written, if it gets one (manager.h). */
+static void pending_free(mp__mgr_pending *p)
+{
+    atomic_store(&p->state, MP__MGR_PENDING_FREE);
+    npending--;
+}
+
 /* A receive of name goes pending: false when it cannot (no ring, a dead
  * daemon's, or one a forked child inherited and has not replaced yet). A
  * full set reports the record it reuses, so the daemon never sees fewer
@@ -427,7 +434,8 @@ static bool pending_add(const char *name)
     static int next;
     mp__mgr_pending *p = NULL;
     unsigned gen = ring_gen;
-    if (!ring || reg_pid != mp__pid() || ring_daemon_died())
+    size_t len = strnlen(name, sizeof p->name);
+    if (!ring || reg_pid != mp__pid() || ring_daemon_died() || len == sizeof p->name)
         return false;
     for (int i = 0; i < MP__MGR_PENDING && !p; i++)
         if (atomic_load_explicit(&ring->pending[i].state, memory_order_relaxed) ==
@@ -436,13 +444,12 @@ static bool pending_add(const char *name)
     if (!p) {
         p = &ring->pending[next];
         next = (next + 1) % MP__MGR_PENDING;
-        atomic_store(&p->state, MP__MGR_PENDING_FREE); /* before its line: see manager.h */
-        npending--;
+        pending_free(p);
         emit_locked('R', p->name, 0);
         if (gen != ring_gen)
             return false; /* delivering it replaced the ring (a new daemon): p is gone */
     }
-    memcpy(p->name, name, strlen(name) + 1);
+    memcpy(p->name, name, len + 1);
     atomic_store_explicit(&p->state, MP__MGR_PENDING_SET, memory_order_release);
     npending++;
     return true;
@@ -468,8 +475,7 @@ static bool pending_cancel(const char *name)
     mp__mgr_pending *p = pending_find(name);
     if (!p)
         return false;
-    atomic_store_explicit(&p->state, MP__MGR_PENDING_FREE, memory_order_relaxed);
-    npending--;
+    pending_free(p);
     return true;
 }
 
@@ -479,19 +485,20 @@ static void pending_flush(const char *name)
 {
     mp__mgr_pending *p;
     while ((p = pending_find(name))) {
-        atomic_store(&p->state, MP__MGR_PENDING_FREE);
-        npending--;
+        pending_free(p);
         emit_locked('R', name, 0);
     }
 }
 
 /* verb: C, O, X, U or S; 'P' is a receive that may go pending (the name is
- * mapped here, and its "X" will come), 'R' one reported at once. */
+ * mapped here, and its "X" will come), 'R' one reported at once. name is
+ * valid (the shm layer checked it, mp__shm_name_ok, or made it): it is not
+ * checked again on this path, which every file_system message takes twice. */
 static void report(char verb, const char *name, uint64_t size, int held_change)
 {
     int err = errno; /* held_update's realloc may set it */
     bool quiet;
-    if (!mp__shm_name_ok(name) || is_disabled())
+    if (is_disabled())
         return;
     pthread_mutex_lock(&lock);
     quiet = verb == 'S' ? pending_cancel(name) : verb == 'P' && pending_add(name);

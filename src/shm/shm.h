@@ -125,7 +125,9 @@ void mp__segment_handle_drop(mp__segment_handle *h, bool received);
 
 /* Hook for the shm-manager client (issue: daemon). Called synchronously in
  * the calling thread; each may be NULL. The client must make the report
- * ordered before the segment's name can leave the process. */
+ * ordered before the segment's name can leave the process. Every name is a
+ * valid one (mp__shm_name_ok): made by this layer, or checked before the
+ * call. */
 typedef struct mp__shm_hooks {
     void (*created)(const char *name, uint64_t size);
     void (*opened)(const char *name);
