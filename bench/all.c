@@ -296,7 +296,7 @@ static void fmt_p99(char *buf, size_t cap, double us)
 }
 
 /* The table on stdout, columns as wide as their longest entry; with
- * markdown, a GitHub table (latest.md, pasted into docs/performance.md).
+ * markdown, a GitHub table (latest.md, pasted into README.md).
  * p99: of single-operation samples for a latency; the slowest repetition
  * for a throughput (whose p50 is the median of the repetitions). */
 static void print_table(const runner *r, FILE *f, bool markdown)

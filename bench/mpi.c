@@ -103,7 +103,7 @@ static int raw_pingpong(void *p, size_t iters)
  * receiver's last mproc receive used (it comes back for the next one).
  * Copying between two other 64 MiB buffers takes 7 to 11 ms on the
  * development VM depending on how scattered their physical pages are
- * (docs/performance.md), which would compare page placement, not the
+ * (docs/performance-log.md), which would compare page placement, not the
  * transfers. */
 static int raw_bandwidth(void *p, size_t iters)
 {

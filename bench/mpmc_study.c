@@ -1,5 +1,5 @@
 /* mpmc_study: where 4x4 MPMC's time goes, by placement (not part of make
- * bench; docs/performance.md, "4x4 MPMC by placement").
+ * bench; docs/performance-log.md, "4x4 MPMC by placement").
  *
  * One Queue, 16-byte messages, 1 or 4 producer and consumer processes. Every
  * process is forked and waits at a gate before the clock starts, so process
@@ -18,7 +18,7 @@
  *
  * Then the ring's two sides under contention, each contender on its own CPU
  * and running the whole time, as on a machine with a CPU for every process
- * (docs/performance.md, "Small messages without the reader lock"): 1 and 2
+ * (docs/performance-log.md, "Small messages without the reader lock"): 1 and 2
  * consumers draining a full ring, 1 and 2 producers filling an empty one;
  * the median time per message over many rounds. */
 #include <errno.h>
@@ -259,7 +259,7 @@ int main(int argc, char **argv)
             fprintf(help ? stdout : stderr,
                     "usage: %s [--n MESSAGES] [--reps 1-%d]\n"
                     "  One queue's 16-byte messages, 1x1 and 4x4, in five placements: wall\n"
-                    "  and CPU time per message, context switches (docs/performance.md,\n"
+                    "  and CPU time per message, context switches (docs/performance-log.md,\n"
                     "  \"4x4 MPMC by placement\"). Default: 400000 messages, 7 reps.\n",
                     argv[0], MAX_REPS);
             return help ? 0 : 2;

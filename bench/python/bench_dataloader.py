@@ -4,7 +4,11 @@
 alternating, so both see the same load) and the medians are reported. Each
 measurement runs in a fresh interpreter, and the torch one never imports
 mproc (importing mproc.torch replaces torch's reducers, which would make
-the baseline partly mproc's):
+the baseline partly mproc's). A rate runs from the first item to the last;
+the end of the epoch after it (the workers' shutdown: mostly each worker
+interpreter's exit with torch loaded, the same fixed cost in both contexts)
+is reported beside it, so that the rate does not depend on the epoch's
+length:
 
     /usr/bin/python3 bench/python/bench_dataloader.py [--repeat N]
     # writes bench/results/python_dataloader.jsonl
@@ -67,14 +71,22 @@ def no_adoption(_worker_id):
 
 
 def rate(dataset, ctx, batch_size, collate_fn=None, worker_init_fn=None):
+    """(items per second from the first item to the last, seconds from the
+    last item to the end of the epoch): the end is the workers' shutdown,
+    the same fixed cost in both contexts (mostly each worker interpreter's
+    exit with torch loaded, about 0.2 s here), so it is kept out of the rate
+    and reported beside it."""
     dl = DataLoader(dataset, batch_size=batch_size, num_workers=2,
                     multiprocessing_context=ctx, collate_fn=collate_fn,
                     worker_init_fn=worker_init_fn)
     it = iter(dl)
     next(it)  # workers started
     t0 = time.perf_counter()
-    n = sum(1 for _ in it)
-    return n / (time.perf_counter() - t0)
+    n, t_last = 0, t0
+    for _ in it:
+        n += 1
+        t_last = time.perf_counter()
+    return n / (t_last - t0), time.perf_counter() - t_last
 
 
 def one(case, module):
@@ -87,13 +99,15 @@ def one(case, module):
         ctx = mp.get_context("spawn")
     else:
         ctx = "spawn"
-    print(rate(ds, ctx, CASES[case][1], collate, init))
+    print("%r %r" % rate(ds, ctx, CASES[case][1], collate, init))
 
 
 def fresh(case, module):
+    """(rate, shutdown seconds) of one run in a fresh interpreter."""
     out = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", case, module],
                          check=True, capture_output=True, text=True).stdout
-    return float(out.split()[-1])
+    r, shutdown = out.split()[-2:]
+    return float(r), float(shutdown)
 
 
 def main():
@@ -109,17 +123,21 @@ def main():
     for case, (name, _) in CASES.items():
         if case not in args.cases.split(","):
             continue
-        tr, mr, cr = [], [], []
+        tr, mr, cr, ts, ms = [], [], [], [], []
         copy = case == "images_torch_shm"
         for _ in range(max(1, args.repeat)):
-            tr.append(fresh(case, "torch"))
-            mr.append(fresh(case, "mproc"))
+            for rates, ends, module in ((tr, ts, "torch"), (mr, ms, "mproc")):
+                r, end = fresh(case, module)
+                rates.append(r)
+                ends.append(end * 1e3)
             if copy:
-                cr.append(fresh(case, "mproc_copy"))
+                cr.append(fresh(case, "mproc_copy")[0])
         torch_rate, mproc_rate = statistics.median(tr), statistics.median(mr)
         ratios = [m / t for m, t in zip(mr, tr)]
         row = {"case": name, "torch": torch_rate, "mproc.torch": mproc_rate,
-               "ratio": mproc_rate / torch_rate, "runs": len(tr), "per_run_ratios": ratios}
+               "ratio": mproc_rate / torch_rate, "runs": len(tr), "per_run_ratios": ratios,
+               "torch shutdown (ms)": statistics.median(ts),
+               "mproc.torch shutdown (ms)": statistics.median(ms)}
         extra = ""
         if copy:
             row["mproc.torch without adoption"] = statistics.median(cr)
@@ -128,6 +146,8 @@ def main():
         print("%-42s torch %9.1f  mproc %9.1f  %6.1fx  (median of %d; per run %s)%s"
               % (name, torch_rate, mproc_rate, mproc_rate / torch_rate, len(tr),
                  " ".join("%.1f" % r for r in ratios), extra))
+        print("%-42s shutdown: torch %.0f ms, mproc %.0f ms (medians)"
+              % ("", row["torch shutdown (ms)"], row["mproc.torch shutdown (ms)"]))
     out = os.path.join(ROOT, "bench", "results", "python_dataloader.jsonl")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:

@@ -22,7 +22,7 @@ if(TARGET perf_runner_test)
                        RESOURCE_LOCK "mproc_dev_shm;mpi")
 endif()
 
-# bench/mpmc_study.c (docs/performance.md, "4x4 MPMC by placement") with
+# bench/mpmc_study.c (docs/performance-log.md, "4x4 MPMC by placement") with
 # tiny counts: every placement runs and every child exits cleanly. Skipped
 # (77) on one CPU.
 if(TARGET mpmc_study)
