@@ -86,6 +86,8 @@ def rate(dataset, ctx, batch_size, collate_fn=None, worker_init_fn=None):
     for _ in it:
         n += 1
         t_last = time.perf_counter()
+    if n == 0:
+        raise SystemExit("bench_dataloader: the epoch had one item; a rate needs two or more")
     return n / (t_last - t0), time.perf_counter() - t_last
 
 
