@@ -166,9 +166,9 @@ static int create(int home, bool joinable, mp_mpi_queue **out, const char *fn)
 /* ---- operations ------------------------------------------------------------ */
 
 /* How long a get that finds the local queue empty watches it before its
- * first slice: rounds of 64 pauses, 512 in all (microseconds, added to the
- * local get's own spin before it sleeps). */
-#define LOCAL_WATCH_ROUNDS 8
+ * first slice (microseconds, added to the local get's own spin before it
+ * sleeps). */
+#define LOCAL_WATCH_PAUSES 512
 
 /* Whether a message is in the ring of the local queue q, or reached it
  * while a get watched it, without reading the clock. It watches the ring,
@@ -177,12 +177,10 @@ static int create(int home, bool joinable, mp_mpi_queue **out, const char *fn)
  * call after the watch.) */
 static bool local_watch(mp_queue *q)
 {
-    for (int round = 0; round < LOCAL_WATCH_ROUNDS; round++) {
-        for (int i = 0; i < 64; i++) {
-            if (mp__queue_waiting((mp__queue *)q) > 0)
-                return true;
-            __builtin_ia32_pause();
-        }
+    for (int i = 0; i < LOCAL_WATCH_PAUSES; i++) {
+        if (mp__queue_waiting((mp__queue *)q) > 0)
+            return true;
+        __builtin_ia32_pause();
     }
     return false;
 }

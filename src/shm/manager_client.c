@@ -412,9 +412,15 @@ static void emit_locked(char verb, const char *name, uint64_t size)
  * registered ring: a forked child's first report makes its own, and the
  * records it inherited are its parent's. */
 
+/* Whether ring is the one this process registered (not its parent's). */
+static bool ring_ours(void)
+{
+    return ring && reg_pid == mp__pid();
+}
+
 static bool pending_ours(void)
 {
-    return ring && npending > 0 && reg_pid == mp__pid();
+    return npending > 0 && ring_ours();
 }
 
 /* Frees a record: before its line is written, if it gets one (manager.h). */
@@ -435,7 +441,7 @@ static bool pending_add(const char *name)
     mp__mgr_pending *p = NULL;
     unsigned gen = ring_gen;
     size_t len = strnlen(name, sizeof p->name);
-    if (!ring || reg_pid != mp__pid() || ring_daemon_died() || len == sizeof p->name)
+    if (!ring_ours() || ring_daemon_died() || len == sizeof p->name)
         return false;
     for (int i = 0; i < MP__MGR_PENDING && !p; i++)
         if (atomic_load_explicit(&ring->pending[i].state, memory_order_relaxed) ==

@@ -553,9 +553,5 @@ int main(void)
         cmocka_unit_test(test_daemon_numbers),
         cmocka_unit_test(test_runtime_dir_fixes),
     };
-    int rc;
-    mgr_test_env();
-    rc = cmocka_run_group_tests(tests, NULL, NULL);
-    mgr_test_cleanup();
-    return rc;
+    return mgr_run_tests(tests);
 }

@@ -191,9 +191,5 @@ int main(void)
         T(test_spawn_errors),
         T(test_inspect_faults),
     };
-    int rc;
-    mgr_test_env();
-    rc = cmocka_run_group_tests(tests, NULL, NULL);
-    mgr_test_cleanup();
-    return rc;
+    return mgr_run_tests(tests);
 }

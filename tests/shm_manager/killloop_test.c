@@ -147,9 +147,5 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_sigkill_twenty_times, mp_test_setup, mp_test_teardown),
     };
-    int rc;
-    mgr_test_env();
-    rc = cmocka_run_group_tests(tests, NULL, NULL);
-    mgr_test_cleanup();
-    return rc;
+    return mgr_run_tests(tests);
 }

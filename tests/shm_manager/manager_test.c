@@ -572,9 +572,5 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ring_refused_falls_back, mp_test_setup,
                                         old_daemon_teardown),
     };
-    int rc;
-    mgr_test_env();
-    rc = cmocka_run_group_tests(tests, NULL, NULL);
-    mgr_test_cleanup();
-    return rc;
+    return mgr_run_tests(tests);
 }

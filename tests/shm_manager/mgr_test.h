@@ -106,6 +106,17 @@ static void mgr_test_cleanup(void)
     rmdir(mgr_dir);
 }
 
+static int mgr_test_finish(int rc)
+{
+    mgr_test_cleanup();
+    return rc;
+}
+
+/* main's body: the group's tests, against a daemon of a private runtime
+ * directory made first and removed after. */
+#define mgr_run_tests(tests)                                                                       \
+    (mgr_test_env(), mgr_test_finish(cmocka_run_group_tests(tests, NULL, NULL)))
+
 /* The daemon's pid from the lock file, if that process is alive; else 0. */
 static pid_t mgr_daemon_pid(void)
 {

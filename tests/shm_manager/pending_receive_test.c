@@ -247,9 +247,5 @@ int main(void)
         T(test_fork_child_keeps_parent_pending),
         T(test_full_set_reports_oldest),
     };
-    int rc;
-    mgr_test_env();
-    rc = cmocka_run_group_tests(tests, NULL, NULL);
-    mgr_test_cleanup();
-    return rc;
+    return mgr_run_tests(tests);
 }
